@@ -1,0 +1,55 @@
+"""Defaults and public constants of the evaluation contract (SPEC.md)."""
+
+from __future__ import annotations
+
+MATCHING_METHODS: tuple[str, ...] = ("one_to_one", "many_to_one")
+"""Valid values of the ``matching`` argument."""
+
+BOUNDARY_SAMPLE_SPACING_M: float = 1.0
+"""Default spacing of boundary samples, metres."""
+
+BOUNDARY_MAX_SAMPLES: int = 1000
+"""With spacing ``None`` a boundary is sampled at ``max(1 m, perimeter / 1000)``."""
+
+BOOTSTRAP_CONFIDENCE_LEVEL: float = 0.95
+"""Coverage of the percentile bootstrap intervals."""
+
+DEFAULT_EQUAL_AREA_CRS: str = "EPSG:6933"
+"""Areas and IoU are computed in this CRS unless the caller gives another."""
+
+EDGE_SPLIT_M: float = 50.0
+"""Edges are split into pieces of at most this length (metres) before reprojection."""
+
+AREA_WARNING_RTOL: float = 1e-4
+"""A user-given equal-area CRS that changes an area by more than 0.01 % is warned about."""
+
+IOU_MATCH_RTOL: float = 1e-9
+"""A pair can match when ``IoU >= iou_threshold * (1 - IOU_MATCH_RTOL)``."""
+
+DEFAULT_TILE_SIZE_M: float = 50_000.0
+"""Side of the square partition tiles in each UTM zone, metres."""
+
+METRES_PER_DEGREE: float = 111_320.0
+"""Length of one degree of latitude (and of longitude at the equator), metres, rounded up.
+
+Used only to express the 50 m edge split in degrees for geographic CRSs: a degree of
+longitude away from the equator is shorter, so pieces stay below 50 m.
+"""
+
+NUMBA_OPTIONS: dict[str, bool] = {"cache": True, "nogil": True}
+"""Options of every numba kernel. No ``fastmath``: reassociation would break the
+equality of distributed and single-process results."""
+
+__all__ = [
+    "MATCHING_METHODS",
+    "BOUNDARY_SAMPLE_SPACING_M",
+    "BOUNDARY_MAX_SAMPLES",
+    "BOOTSTRAP_CONFIDENCE_LEVEL",
+    "DEFAULT_EQUAL_AREA_CRS",
+    "EDGE_SPLIT_M",
+    "AREA_WARNING_RTOL",
+    "IOU_MATCH_RTOL",
+    "DEFAULT_TILE_SIZE_M",
+    "METRES_PER_DEGREE",
+    "NUMBA_OPTIONS",
+]

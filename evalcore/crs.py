@@ -1,0 +1,164 @@
+"""Coordinate reference systems: transformations, UTM zones and the edge split.
+
+Every reprojection in evalcore goes through :func:`transform_geoms`, which uses one
+cached :class:`pyproj.Transformer` per (source, target) pair with ``always_xy=True``,
+so longitude/easting always comes first.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import shapely
+from pyproj import CRS, Transformer
+
+from evalcore._typing import F64Array, GeomArray, IdArray
+from evalcore.config import EDGE_SPLIT_M, METRES_PER_DEGREE
+from evalcore.errors import CRSError
+
+__all__ = [
+    "WGS84",
+    "as_crs",
+    "equal_area_crs_from",
+    "transform_geoms",
+    "transform_xy",
+    "utm_epsg_of",
+    "to_utm",
+    "utm_crs",
+    "edge_split_length",
+]
+
+WGS84 = CRS.from_epsg(4326)
+
+
+def as_crs(value: object, argument: str) -> CRS:
+    """Parse a CRS given as an EPSG code, a string or a :class:`pyproj.CRS`.
+
+    Raises
+    ------
+    CRSError
+        Naming ``argument`` when pyproj cannot parse the value.
+    """
+    try:
+        return CRS.from_user_input(value)
+    except Exception as exc:  # pyproj raises its own CRSError subclasses
+        raise CRSError(f"{argument}={value!r} is not a CRS pyproj understands: {exc}") from None
+
+
+def equal_area_crs_from(value: object) -> CRS:
+    """Validate the ``equal_area_crs`` argument: a projected CRS in metres.
+
+    Examples
+    --------
+    >>> equal_area_crs_from("EPSG:6933").to_epsg()
+    6933
+    """
+    crs = as_crs(value, "equal_area_crs")
+    units = {axis.unit_name for axis in crs.axis_info}
+    if not crs.is_projected or not units <= {"metre", "meter"}:
+        raise CRSError(
+            f"equal_area_crs={value!r} must be a projected CRS in metres "
+            f"(got {'projected' if crs.is_projected else 'geographic'} with units {sorted(units)}); "
+            "use e.g. 'EPSG:6933'."
+        )
+    return crs
+
+
+@lru_cache(maxsize=256)
+def _transformer(src: CRS, dst: CRS) -> Transformer:
+    return Transformer.from_crs(src, dst, always_xy=True)
+
+
+def transform_xy(x: F64Array, y: F64Array, src: CRS, dst: CRS) -> tuple[F64Array, F64Array]:
+    """Transform coordinate arrays from ``src`` to ``dst`` (x = easting or longitude)."""
+    if src == dst:
+        return np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    tx, ty = _transformer(src, dst).transform(x, y)
+    return np.asarray(tx, dtype=np.float64), np.asarray(ty, dtype=np.float64)
+
+
+def transform_geoms(geoms: GeomArray, src: CRS, dst: CRS) -> GeomArray:
+    """Reproject an array of geometries vertex by vertex (no densification).
+
+    Parameters
+    ----------
+    geoms : ndarray of shapely geometries, shape (n,)
+    src, dst : pyproj.CRS
+
+    Returns
+    -------
+    ndarray of shapely geometries, shape (n,)
+    """
+    if src == dst or len(geoms) == 0:
+        return np.asarray(geoms, dtype=object)
+    transformer = _transformer(src, dst)
+
+    def _apply(coords: F64Array) -> F64Array:
+        x, y = transformer.transform(coords[:, 0], coords[:, 1])
+        return np.column_stack([x, y])
+
+    return shapely.transform(np.asarray(geoms, dtype=object), _apply)
+
+
+def utm_epsg_of(lon: F64Array, lat: F64Array) -> IdArray:
+    """WGS 84 / UTM zone EPSG code (326xx north, 327xx south) of each point.
+
+    Zones are 6 degrees wide from -180; there are no Norway/Svalbard exceptions, and
+    the equator belongs to the north.
+
+    Examples
+    --------
+    >>> utm_epsg_of(np.array([-105.0, 3.0]), np.array([40.0, -1.0])).tolist()
+    [32613, 32731]
+    """
+    lon = np.asarray(lon, dtype=np.float64)
+    lat = np.asarray(lat, dtype=np.float64)
+    zone = np.clip(np.floor((lon + 180.0) / 6.0).astype(np.int64) + 1, 1, 60)
+    return np.where(lat >= 0.0, 32600, 32700) + zone
+
+
+@lru_cache(maxsize=128)
+def _utm_crs(epsg: int) -> CRS:
+    return CRS.from_epsg(int(epsg))
+
+
+def to_utm(geoms: GeomArray, src: CRS, epsg: IdArray) -> GeomArray:
+    """Reproject each geometry into the UTM zone given for it.
+
+    Parameters
+    ----------
+    geoms : ndarray of shapely geometries, shape (n,), in ``src``
+    src : pyproj.CRS
+    epsg : ndarray of int64, shape (n,)
+        Target EPSG code of each geometry.
+
+    Returns
+    -------
+    ndarray of shapely geometries in metres, each in its own zone.
+    """
+    geoms = np.asarray(geoms, dtype=object)
+    out = np.empty(len(geoms), dtype=object)
+    for code in np.unique(epsg):
+        rows = np.flatnonzero(epsg == code)
+        out[rows] = transform_geoms(geoms[rows], src, _utm_crs(int(code)))
+    return out
+
+
+def utm_crs(epsg: int) -> CRS:
+    """The :class:`pyproj.CRS` of a UTM EPSG code (cached)."""
+    return _utm_crs(int(epsg))
+
+
+def edge_split_length(crs: CRS) -> float:
+    """The 50 m edge split expressed in the units of ``crs``.
+
+    SPEC section 2.3 splits edges into pieces of at most 50 m in source units before
+    reprojection. For a geographic CRS one degree is taken as
+    :data:`~evalcore.config.METRES_PER_DEGREE` metres, an upper bound of the length of
+    a degree of longitude, so every piece is at most 50 m long on the ground.
+    """
+    if crs.is_geographic:
+        return EDGE_SPLIT_M / METRES_PER_DEGREE
+    factor = crs.axis_info[0].unit_conversion_factor or 1.0
+    return EDGE_SPLIT_M / factor

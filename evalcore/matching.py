@@ -1,0 +1,153 @@
+"""Matching of candidate pairs and home references (SPEC section 3).
+
+Both are global decisions: a prediction on a partition seam can overlap reference
+fields of two partitions. They run on the concatenated pair table of all
+partitions, and every tie is broken by input position, so the result does not
+depend on how the pairs were computed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from evalcore._typing import BoolArray, IdArray
+from evalcore.config import IOU_MATCH_RTOL, MATCHING_METHODS
+from evalcore.pairs import PairTable
+
+__all__ = [
+    "Resolution",
+    "eligible_pairs",
+    "match_one_to_one",
+    "match_many_to_one",
+    "home_references",
+    "resolve",
+    "check_matching",
+]
+
+
+def check_matching(matching: object) -> str:
+    """Validate the ``matching`` argument against :data:`MATCHING_METHODS`."""
+    if matching not in MATCHING_METHODS:
+        raise ValueError(f"matching={matching!r} is not one of {', '.join(map(repr, MATCHING_METHODS))}.")
+    return str(matching)
+
+
+def eligible_pairs(pairs: PairTable, iou_threshold: float) -> BoolArray:
+    """Pairs that can match: ``IoU >= iou_threshold * (1 - 1e-9)``.
+
+    Examples
+    --------
+    >>> t = PairTable(np.array([0, 1]), np.array([0, 0]), np.array([1.0, 1.0]), np.array([0.5, 0.4999999999]))
+    >>> eligible_pairs(t, 0.5).tolist()
+    [True, True]
+    """
+    return pairs.iou >= iou_threshold * (1.0 - IOU_MATCH_RTOL)
+
+
+def match_one_to_one(pairs: PairTable, iou_threshold: float) -> BoolArray:
+    """Greedy one-to-one matching; True for each accepted pair.
+
+    Eligible pairs are visited by descending IoU, ties by reference position then
+    prediction position; a pair is accepted when neither side is taken yet.
+    """
+    ok = np.flatnonzero(eligible_pairs(pairs, iou_threshold))
+    order = ok[np.lexsort((pairs.pred_pos[ok], pairs.ref_pos[ok], -pairs.iou[ok]))]
+    accepted = np.zeros(len(pairs), dtype=bool)
+    ref_taken: set[int] = set()
+    pred_taken: set[int] = set()
+    for k, r, p in zip(order.tolist(), pairs.ref_pos[order].tolist(), pairs.pred_pos[order].tolist()):
+        if r in ref_taken or p in pred_taken:
+            continue
+        ref_taken.add(r)
+        pred_taken.add(p)
+        accepted[k] = True
+    return accepted
+
+
+def _first_per_group(groups: IdArray, order: IdArray) -> IdArray:
+    """Indices (from ``order``, already sorted by group then preference) of each group's first entry."""
+    if len(order) == 0:
+        return order
+    g = groups[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = g[1:] != g[:-1]
+    return order[first]
+
+
+def match_many_to_one(pairs: PairTable, iou_threshold: float) -> BoolArray:
+    """Each reference takes its highest-IoU eligible prediction (ties: first prediction position)."""
+    ok = np.flatnonzero(eligible_pairs(pairs, iou_threshold))
+    order = ok[np.lexsort((pairs.pred_pos[ok], -pairs.iou[ok], pairs.ref_pos[ok]))]
+    accepted = np.zeros(len(pairs), dtype=bool)
+    accepted[_first_per_group(pairs.ref_pos, order)] = True
+    return accepted
+
+
+def home_references(pairs: PairTable, is_match: BoolArray) -> tuple[IdArray, IdArray]:
+    """The home reference of every prediction that has one.
+
+    The home is the matched reference (several under many-to-one: the one with the
+    highest IoU, ties: first reference position), else the reference with the
+    largest intersection area (ties: first reference position).
+
+    Returns
+    -------
+    pred_pos, ref_pos : ndarray of int64
+        Sorted by prediction position; predictions without a candidate pair are absent.
+    """
+    matched = np.flatnonzero(is_match)
+    by_match = _first_per_group(
+        pairs.pred_pos, matched[np.lexsort((pairs.ref_pos[matched], -pairs.iou[matched], pairs.pred_pos[matched]))]
+    )
+    every = np.arange(len(pairs))
+    by_overlap = _first_per_group(
+        pairs.pred_pos, every[np.lexsort((pairs.ref_pos, -pairs.inter_m2, pairs.pred_pos))]
+    )
+    has_match = np.isin(pairs.pred_pos[by_overlap], pairs.pred_pos[by_match])
+    chosen = np.concatenate([by_match, by_overlap[~has_match]])
+    chosen = chosen[np.argsort(pairs.pred_pos[chosen], kind="stable")]
+    return pairs.pred_pos[chosen], pairs.ref_pos[chosen]
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """The global outcome of matching.
+
+    Attributes
+    ----------
+    pairs : PairTable
+    is_eligible, is_match : ndarray of bool, one per pair
+    home_pred_pos, home_ref_pos : ndarray of int64
+        Home reference of each prediction that has one, sorted by prediction position.
+    matching : str
+    iou_threshold : float
+    """
+
+    pairs: PairTable
+    is_eligible: BoolArray
+    is_match: BoolArray
+    home_pred_pos: IdArray
+    home_ref_pos: IdArray
+    matching: str
+    iou_threshold: float
+
+
+def resolve(pairs: PairTable, iou_threshold: float, matching: str) -> Resolution:
+    """Match the pairs and find every prediction's home reference."""
+    matching = check_matching(matching)
+    if matching == "one_to_one":
+        is_match = match_one_to_one(pairs, iou_threshold)
+    else:
+        is_match = match_many_to_one(pairs, iou_threshold)
+    home_pred, home_ref = home_references(pairs, is_match)
+    return Resolution(
+        pairs=pairs,
+        is_eligible=eligible_pairs(pairs, iou_threshold),
+        is_match=is_match,
+        home_pred_pos=home_pred,
+        home_ref_pos=home_ref,
+        matching=matching,
+        iou_threshold=float(iou_threshold),
+    )

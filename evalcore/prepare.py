@@ -1,0 +1,401 @@
+"""Geometry preparation of one layer (SPEC section 2).
+
+Repair, keep polygonal parts, drop and count unusable rows, reproject to the
+equal-area CRS (after splitting edges into pieces of at most 50 m), find each
+polygon's home UTM zone and partition tile, and reproject it into that zone.
+The result is a :class:`PreparedLayer`: arrays aligned row by row, with the input
+position of every kept row so that every tie-break can be made by position.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import geopandas
+import numpy as np
+import pandas as pd
+import shapely
+from pyproj import CRS
+
+from evalcore._typing import BoolArray, F64Array, GeomArray, IdArray
+from evalcore.config import AREA_WARNING_RTOL, DEFAULT_EQUAL_AREA_CRS, DEFAULT_TILE_SIZE_M
+from evalcore.crs import (
+    WGS84,
+    edge_split_length,
+    equal_area_crs_from,
+    to_utm,
+    transform_geoms,
+    transform_xy,
+    utm_crs,
+    utm_epsg_of,
+)
+from evalcore.errors import CRSError, EvalInputError
+
+__all__ = ["PreparedLayer", "prepare_layer", "layer_geometries", "repair_polygonal"]
+
+logger = logging.getLogger(__name__)
+
+_POLYGON = int(shapely.GeometryType.POLYGON)
+_MULTIPOLYGON = int(shapely.GeometryType.MULTIPOLYGON)
+_COLLECTION = int(shapely.GeometryType.GEOMETRYCOLLECTION)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedLayer:
+    """One layer after preparation; every array has one entry per kept row.
+
+    Attributes
+    ----------
+    name : str
+        ``"reference"`` or ``"predicted"``, used in messages.
+    positions : ndarray of int64
+        Input row position (0-based, counting dropped rows) of each kept row, increasing.
+    labels : pandas.Index
+        Input index label of each kept row.
+    crs : pyproj.CRS or None
+        The layer's source CRS (None only for an empty layer).
+    geoms_source : ndarray of shapely geometries
+        Repaired polygonal geometry, two-dimensional, in the source CRS.
+    geoms_ea : ndarray of shapely geometries
+        Geometry in the equal-area CRS (edges split at 50 m before reprojection).
+    area_m2 : ndarray of float64
+        Area in the equal-area CRS, square metres.
+    lon, lat : ndarray of float64
+        Centroid (taken in the equal-area CRS) in degrees.
+    utm_epsg : ndarray of int64
+        EPSG code of the home WGS 84 / UTM zone.
+    geoms_utm : ndarray of shapely geometries
+        Geometry reprojected from ``geoms_source`` into its home zone, metres.
+    perimeter_m : ndarray of float64
+        Boundary length (all rings of all parts) in the home zone, metres.
+    tile_x, tile_y : ndarray of int64
+        Partition tile of the centroid in the home zone's metres.
+    n_input, n_dropped, n_repaired : int
+        Rows read, rows excluded and rows repaired and kept.
+    equal_area_crs : pyproj.CRS
+    tile_size_m : float
+    """
+
+    name: str
+    positions: IdArray
+    labels: pd.Index
+    crs: CRS | None
+    geoms_source: GeomArray
+    geoms_ea: GeomArray
+    area_m2: F64Array
+    lon: F64Array
+    lat: F64Array
+    utm_epsg: IdArray
+    geoms_utm: GeomArray
+    perimeter_m: F64Array
+    tile_x: IdArray
+    tile_y: IdArray
+    n_input: int
+    n_dropped: int
+    n_repaired: int
+    equal_area_crs: CRS
+    tile_size_m: float
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def take(self, rows: IdArray) -> PreparedLayer:
+        """The layer restricted to the given local rows (counts are kept as they are)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        fields = {}
+        for name in self.__slots__:
+            value = getattr(self, name)
+            if isinstance(value, (np.ndarray, pd.Index)):
+                value = value[rows]
+            fields[name] = value
+        return PreparedLayer(**fields)
+
+
+def layer_geometries(layer: object, name: str) -> tuple[GeomArray, pd.Index, CRS | None]:
+    """The geometry array, index and CRS of a GeoDataFrame or GeoSeries.
+
+    Raises
+    ------
+    TypeError
+        If ``layer`` is neither a GeoDataFrame nor a GeoSeries.
+    """
+    if isinstance(layer, geopandas.GeoDataFrame):
+        try:
+            series = layer.geometry
+        except AttributeError:
+            raise EvalInputError(f"The {name} layer has no active geometry column.") from None
+    elif isinstance(layer, geopandas.GeoSeries):
+        series = layer
+    else:
+        raise TypeError(
+            f"The {name} layer must be a geopandas GeoDataFrame or GeoSeries, "
+            f"but got {type(layer).__name__}."
+        )
+    geoms = np.asarray(series.array, dtype=object)
+    return geoms, series.index, series.crs
+
+
+def _polygonal_parts(geoms: GeomArray) -> GeomArray:
+    """Keep the polygonal parts of each geometry; None where there are none."""
+    out = np.empty(len(geoms), dtype=object)
+    if len(geoms) == 0:
+        return out
+    parts, owner = shapely.get_parts(geoms, return_index=True)
+    # A collection can nest multi-geometries: explode until only single parts remain.
+    while True:
+        kinds = shapely.get_type_id(parts)
+        nested = np.isin(kinds, [_MULTIPOLYGON, _COLLECTION, 4, 5])
+        if not nested.any():
+            break
+        sub, sub_owner = shapely.get_parts(parts[nested], return_index=True)
+        owner = np.concatenate([owner[~nested], owner[nested][sub_owner]])
+        parts = np.concatenate([parts[~nested], sub])
+    keep = (shapely.get_type_id(parts) == _POLYGON) & ~shapely.is_empty(parts)
+    parts, owner = parts[keep], owner[keep]
+    order = np.argsort(owner, kind="stable")
+    parts, owner = parts[order], owner[order]
+    counts = np.bincount(owner, minlength=len(geoms))
+    single = counts == 1
+    first = np.searchsorted(owner, np.arange(len(geoms)))
+    out[single] = parts[first[single]]
+    multi = np.flatnonzero(counts > 1)
+    if len(multi):
+        in_multi = np.isin(owner, multi)
+        rebuilt = shapely.multipolygons(parts[in_multi], indices=np.searchsorted(multi, owner[in_multi]))
+        out[multi] = rebuilt
+    return out
+
+
+def repair_polygonal(geoms: GeomArray) -> tuple[GeomArray, BoolArray]:
+    """Repair invalid geometries and keep only polygonal parts.
+
+    Invalid geometries go through ``shapely.make_valid(method="structure",
+    keep_collapsed=False)``; geometry collections keep their polygonal parts. There
+    is no fallback repair.
+
+    Returns
+    -------
+    geoms : ndarray of shapely geometries
+        None where nothing polygonal is left.
+    repaired : ndarray of bool
+        True where the geometry was changed by the repair or the part filter.
+
+    Raises
+    ------
+    ImportError
+        When a repair is needed and shapely lacks ``make_valid(method="structure")``.
+    """
+    geoms = np.asarray(geoms, dtype=object).copy()
+    present = ~shapely.is_missing(geoms)
+    kinds = np.full(len(geoms), -1, dtype=np.int64)
+    kinds[present] = shapely.get_type_id(geoms[present])
+    invalid = present & ~shapely.is_valid(np.where(present, geoms, None))
+    repaired = invalid.copy()
+    if invalid.any():
+        try:
+            fixed = shapely.make_valid(geoms[invalid], method="structure", keep_collapsed=False)
+        except TypeError as exc:  # shapely < 2.1 has no `method`
+            raise ImportError(
+                "Repairing invalid geometries needs shapely >= 2.1 (GEOS >= 3.10) for "
+                "make_valid(method='structure'); upgrade shapely."
+            ) from exc
+        geoms[invalid] = fixed
+        kinds[invalid] = shapely.get_type_id(fixed)
+    mixed = present & ~np.isin(kinds, [_POLYGON, _MULTIPOLYGON])
+    if mixed.any():
+        geoms[mixed] = _polygonal_parts(geoms[mixed])
+        repaired |= mixed & (kinds == _COLLECTION)
+    return geoms, repaired & ~shapely.is_missing(geoms)
+
+
+def _drop_message_rows(name: str, labels: pd.Index, rows: IdArray) -> str:
+    shown = ", ".join(repr(labels[i]) for i in rows[:5])
+    more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+    return f"{shown}{more}"
+
+
+def prepare_layer(
+    layer: object,
+    name: str,
+    *,
+    equal_area_crs: object = None,
+    tile_size_m: float = DEFAULT_TILE_SIZE_M,
+) -> PreparedLayer:
+    """Prepare one polygon layer for evaluation (SPEC section 2).
+
+    Parameters
+    ----------
+    layer : geopandas.GeoDataFrame or geopandas.GeoSeries
+        Polygons in any CRS.
+    name : str
+        ``"reference"`` or ``"predicted"``; named in error messages.
+    equal_area_crs : CRS-like, optional
+        Projected CRS in metres for areas and IoU; default EPSG:6933. A WARNING is
+        logged when it changes any polygon's area by more than 0.01 % relative to
+        EPSG:6933.
+    tile_size_m : float
+        Side of the square partition tiles in each UTM zone, metres.
+
+    Returns
+    -------
+    PreparedLayer
+
+    Raises
+    ------
+    TypeError
+        When ``layer`` is not a GeoDataFrame or GeoSeries.
+    CRSError
+        When the layer has geometries but no CRS.
+    EvalInputError
+        When a polygon crosses the antimeridian (the message names the row).
+    """
+    user_crs = equal_area_crs is not None
+    ea_crs = equal_area_crs_from(equal_area_crs if user_crs else DEFAULT_EQUAL_AREA_CRS)
+    raw, labels, crs = layer_geometries(layer, name)
+    n_input = len(raw)
+
+    geoms = raw.copy()
+    present = ~(shapely.is_missing(geoms))
+    present[present] = ~shapely.is_empty(geoms[present])
+    if crs is None and present.any():
+        raise CRSError(
+            f"The {name} layer has {int(present.sum())} geometries but no CRS. "
+            "Set one (e.g. layer.set_crs('EPSG:4326')) or fix the file's metadata."
+        )
+    geoms[~present] = None
+    if present.any():
+        geoms[present] = shapely.force_2d(geoms[present])
+    geoms, repaired = repair_polygonal(geoms)
+    kept = ~shapely.is_missing(geoms)
+    rows = np.flatnonzero(kept)
+
+    if crs is None:
+        crs = None
+        return _empty_layer(name, labels, n_input, ea_crs, tile_size_m)
+
+    source = geoms[rows]
+    split = edge_split_length(crs)
+    geoms_ea = transform_geoms(shapely.segmentize(source, split), crs, ea_crs)
+    ea_invalid = ~shapely.is_valid(geoms_ea)
+    if ea_invalid.any():
+        fixed, _ = repair_polygonal(geoms_ea[ea_invalid])
+        geoms_ea[ea_invalid] = fixed
+        repaired[rows[ea_invalid]] = True
+    area = np.where(shapely.is_missing(geoms_ea), 0.0, shapely.area(geoms_ea))
+    usable = np.isfinite(area) & (area > 0.0)
+    rows, source, geoms_ea, area = rows[usable], source[usable], geoms_ea[usable], area[usable]
+
+    _check_antimeridian(name, labels, rows, source, crs)
+    if user_crs and ea_crs != CRS.from_user_input(DEFAULT_EQUAL_AREA_CRS) and len(rows):
+        _warn_area_change(name, source, crs, ea_crs, area)
+
+    centroids = shapely.centroid(geoms_ea)
+    lon, lat = transform_xy(shapely.get_x(centroids), shapely.get_y(centroids), ea_crs, WGS84)
+    epsg = utm_epsg_of(lon, lat)
+    geoms_utm = to_utm(source, crs, epsg)
+    tile_x, tile_y = _tiles(lon, lat, epsg, tile_size_m)
+    n_kept = len(rows)
+    return PreparedLayer(
+        name=name,
+        positions=rows.astype(np.int64),
+        labels=labels[rows],
+        crs=crs,
+        geoms_source=source,
+        geoms_ea=geoms_ea,
+        area_m2=area.astype(np.float64),
+        lon=lon,
+        lat=lat,
+        utm_epsg=epsg.astype(np.int64),
+        geoms_utm=geoms_utm,
+        perimeter_m=shapely.length(geoms_utm).astype(np.float64),
+        tile_x=tile_x,
+        tile_y=tile_y,
+        n_input=n_input,
+        n_dropped=n_input - n_kept,
+        n_repaired=int(repaired[rows].sum()),
+        equal_area_crs=ea_crs,
+        tile_size_m=float(tile_size_m),
+    )
+
+
+def _empty_layer(name: str, labels: pd.Index, n_input: int, ea_crs: CRS, tile_size_m: float) -> PreparedLayer:
+    empty_f = np.empty(0, dtype=np.float64)
+    empty_i = np.empty(0, dtype=np.int64)
+    empty_g = np.empty(0, dtype=object)
+    return PreparedLayer(
+        name=name,
+        positions=empty_i,
+        labels=labels[:0],
+        crs=None,
+        geoms_source=empty_g,
+        geoms_ea=empty_g,
+        area_m2=empty_f,
+        lon=empty_f,
+        lat=empty_f,
+        utm_epsg=empty_i,
+        geoms_utm=empty_g,
+        perimeter_m=empty_f,
+        tile_x=empty_i,
+        tile_y=empty_i,
+        n_input=n_input,
+        n_dropped=n_input,
+        n_repaired=0,
+        equal_area_crs=ea_crs,
+        tile_size_m=float(tile_size_m),
+    )
+
+
+def _tiles(lon: F64Array, lat: F64Array, epsg: IdArray, tile_size_m: float) -> tuple[IdArray, IdArray]:
+    """Partition tile of each centroid: floor of its UTM coordinates / tile size."""
+    tile_x = np.zeros(len(lon), dtype=np.int64)
+    tile_y = np.zeros(len(lon), dtype=np.int64)
+    for code in np.unique(epsg):
+        rows = np.flatnonzero(epsg == code)
+        x, y = transform_xy(lon[rows], lat[rows], WGS84, utm_crs(int(code)))
+        tile_x[rows] = np.floor(x / tile_size_m).astype(np.int64)
+        tile_y[rows] = np.floor(y / tile_size_m).astype(np.int64)
+    return tile_x, tile_y
+
+
+def _check_antimeridian(name: str, labels: pd.Index, rows: IdArray, source: GeomArray, crs: CRS) -> None:
+    """Refuse polygons whose longitude extent exceeds 180 degrees (they cross ±180)."""
+    if len(source) == 0:
+        return
+    bounds = shapely.bounds(source)
+    if crs.is_geographic:
+        lon_min, lon_max = bounds[:, 0], bounds[:, 2]
+    else:
+        corners_x = bounds[:, [0, 2, 0, 2]].ravel()
+        corners_y = bounds[:, [1, 1, 3, 3]].ravel()
+        lon, _ = transform_xy(corners_x, corners_y, crs, WGS84)
+        lon = lon.reshape(-1, 4)
+        lon = np.where(np.isfinite(lon), lon, np.nan)
+        with np.errstate(invalid="ignore"):
+            lon_min, lon_max = np.nanmin(lon, axis=1), np.nanmax(lon, axis=1)
+    crossing = np.flatnonzero((lon_max - lon_min) > 180.0)
+    if len(crossing):
+        raise EvalInputError(
+            f"The {name} layer has polygons crossing the antimeridian (longitude ±180), which "
+            f"evalcore does not support: rows {_drop_message_rows(name, labels, rows[crossing])}. "
+            "Split them at ±180 or evaluate each side separately."
+        )
+
+
+def _warn_area_change(name: str, source: GeomArray, crs: CRS, ea_crs: CRS, area: F64Array) -> None:
+    """Log a WARNING when ``ea_crs`` changes an area by more than 0.01 % against EPSG:6933."""
+    default = CRS.from_user_input(DEFAULT_EQUAL_AREA_CRS)
+    reference_area = shapely.area(transform_geoms(shapely.segmentize(source, edge_split_length(crs)), crs, default))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        change = np.abs(area - reference_area) / reference_area
+    worst = float(np.nanmax(change)) if len(change) else 0.0
+    if worst > AREA_WARNING_RTOL:
+        logger.warning(
+            "equal_area_crs %s changes %s polygon areas by up to %.4g %% relative to %s "
+            "(more than %.2g %%): it is probably not equal-area for these coordinates.",
+            ea_crs.to_string(),
+            name,
+            100.0 * worst,
+            DEFAULT_EQUAL_AREA_CRS,
+            100.0 * AREA_WARNING_RTOL,
+        )
