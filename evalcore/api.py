@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from numbers import Integral, Real
 
+import geopandas
 import numpy as np
 import pandas as pd
 
@@ -487,11 +488,16 @@ def evaluate_frame(
 
 def evaluate_with_frame(
     predicted: object, reference: object, strata: object = None, size_bins: object = None, **kwargs: object
-) -> tuple[dict[str, object], pd.DataFrame]:
-    """:func:`evaluate` and :func:`evaluate_frame` from one run (used by the CLI)."""
+) -> tuple[dict[str, object], geopandas.GeoDataFrame]:
+    """:func:`evaluate` and :func:`evaluate_frame` from one run (used by the CLI).
+
+    The frame carries the repaired reference geometry in the reference CRS, so it
+    opens in QGIS when written as GeoParquet.
+    """
     options = check_options(**kwargs)
     ev = _run(predicted, reference, strata, size_bins, options)
-    return _summarize(ev, options), _frame(ev, reference)
+    frame = geopandas.GeoDataFrame(_frame(ev, reference), geometry=ev.ref.geoms_source, crs=ev.ref.crs)
+    return _summarize(ev, options), frame
 
 
 def pixels_per_field(reference: object, gsd_m: float, equal_area_crs: object = None) -> pd.Series:
