@@ -16,37 +16,42 @@ import geopandas
 import numpy as np
 import pandas as pd
 
-try:  # TEMPORARY until the boundary module lands
-    from evalcore import boundary
-except ImportError:  # pragma: no cover
-    boundary = None
-from evalcore.bootstrap import (
-    ReplicateSums,
-    draw_partition_counts,
-    partition_replicate_sums,
-    percentile_intervals,
-    pool_id,
-)
+from evalcore.bootstrap import ReplicateSums, draw_partition_counts, percentile_intervals, pool_id
 from evalcore.config import (
     BOOTSTRAP_CONFIDENCE_LEVEL,
     BOUNDARY_SAMPLE_SPACING_M,
     DEFAULT_TILE_SIZE_M,
 )
-from evalcore.groups import SizeClasses, encode_strata, size_classes, strata_values
-from evalcore.matching import Resolution, check_matching, resolve
-from evalcore.pairs import PairTable, candidate_pairs
-from evalcore.prepare import PreparedLayer, layer_geometries, prepare_layer
-from evalcore.quantities import (
-    QUANTITY_COLUMNS,
-    QuantityTable,
-    prediction_fields,
-    quantity_rows,
-    reference_fields,
+from evalcore.engine import (
+    MergedSums,
+    PairResults,
+    RefRows,
+    compute_pairs,
+    merge_partitions,
+    partition_keys,
+    prediction_rows,
+    summarize_partition,
+    unassigned_row,
 )
-from evalcore.stats import QuantitySums, group_sums
+from evalcore.groups import SizeClasses, encode_strata, size_classes, strata_values
+from evalcore.matching import check_matching, resolve
+from evalcore.pairs import PairTable
+from evalcore.prepare import PreparedLayer, layer_geometries, prepare_layer
+from evalcore.quantities import QUANTITY_COLUMNS
+from evalcore.stats import QuantitySums
 from evalcore.summaries import INTERVAL_KEYS, TOLERANCE_KEYS, metric_values, point_metrics
 
-__all__ = ["evaluate", "evaluate_frame", "pixels_per_field", "EvalOptions", "check_options"]
+__all__ = [
+    "evaluate",
+    "evaluate_frame",
+    "evaluate_with_frame",
+    "pixels_per_field",
+    "EvalOptions",
+    "check_options",
+    "RunPlan",
+    "plan_run",
+    "build_summary",
+]
 
 DISTANCE_CRS = "WGS 84 / UTM zone of each field (EPSG:326xx/327xx)"
 
@@ -100,77 +105,222 @@ def check_options(**kwargs: object) -> EvalOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class RunPlan:
+    """Run-wide decisions taken after preparation, shared by every partition.
+
+    Attributes
+    ----------
+    strata_names : list of str or None
+        Sorted stratum names (None without strata).
+    sizes : SizeClasses or None
+    draws : dict
+        Bootstrap draws per (pool, partition), empty without bootstrap.
+    """
+
+    strata_names: list[str] | None
+    sizes: SizeClasses | None
+    draws: dict
+
+    @property
+    def n_strata(self) -> int:
+        return len(self.strata_names) if self.strata_names is not None else 0
+
+    @property
+    def n_sizes(self) -> int:
+        return len(self.sizes.keys) if self.sizes is not None else 0
+
+
+def plan_run(
+    area_m2: np.ndarray,
+    strata: np.ndarray | None,
+    keys: list[tuple[int, int, int]],
+    size_bins: object,
+    options: EvalOptions,
+) -> tuple[RunPlan, RefRows]:
+    """Strata names, size classes and bootstrap draws for the reference fields of a run.
+
+    Parameters
+    ----------
+    area_m2 : ndarray of float64
+        Area of every kept reference field (position order).
+    strata : ndarray of object or None
+        Stratum of every kept reference field as str (None: missing).
+    keys : list of PartitionKey
+        Partition of every kept reference field.
+    """
+    n = len(area_m2)
+    strata_names = None
+    strata_codes = np.full(n, -1, dtype=np.int64)
+    pools = np.full(n, pool_id(None, False), dtype=np.int64)
+    if strata is not None:
+        encoded = encode_strata(strata)
+        strata_names, strata_codes = encoded.names, encoded.codes
+        pool_of_name = [pool_id(name, True) for name in strata_names] + [pool_id(None, True)]
+        pools = np.asarray(pool_of_name, dtype=np.int64)[strata_codes]  # code -1 -> missing pool
+    sizes = None
+    size_codes = np.full(n, -1, dtype=np.int64)
+    if size_bins is not None:
+        sizes = size_classes(size_bins, area_m2 / 1e4)
+        size_codes = sizes.codes(area_m2 / 1e4)
+    draws: dict = {}
+    if options.bootstrap > 0:
+        pool_sizes: dict[int, dict[tuple[int, int, int], int]] = {}
+        for pool, key in zip(pools.tolist(), keys):
+            per_key = pool_sizes.setdefault(pool, {})
+            per_key[key] = per_key.get(key, 0) + 1
+        draws = draw_partition_counts(pool_sizes, options.bootstrap, options.bootstrap_seed)
+    rows = RefRows(
+        positions=np.empty(0, np.int64),
+        area_m2=np.asarray(area_m2, dtype=np.float64),
+        perimeter_m=np.empty(0),
+        utm_epsg=np.empty(0, np.int64),
+        strata_codes=strata_codes,
+        size_codes=size_codes,
+        pools=pools,
+    )
+    return RunPlan(strata_names, sizes, draws), rows
+
+
+@dataclass(frozen=True, slots=True)
 class _Evaluation:
     """Everything one single-process evaluation computed."""
 
     options: EvalOptions
+    plan: RunPlan
     ref: PreparedLayer
     pred: PreparedLayer
-    resolution: Resolution
     fields: pd.DataFrame  # per reference field, indexed by position
-    table: QuantityTable
-    strata_names: list[str] | None
-    strata_codes: np.ndarray | None
-    sizes: SizeClasses | None
-    size_codes: np.ndarray | None
-
-
-def _lookup(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    return np.searchsorted(sorted_keys, keys)
+    strata_codes: np.ndarray
+    size_codes: np.ndarray
+    merged: MergedSums
 
 
 def _run(predicted: object, reference: object, strata: object, size_bins: object, options: EvalOptions) -> _Evaluation:
-    """Run the phases of one evaluation in this process."""
+    """Run the phases of one evaluation in this process, partition by partition."""
     ref = prepare_layer(reference, "reference", equal_area_crs=options.equal_area_crs, tile_size_m=options.tile_size_m)
     pred = prepare_layer(predicted, "predicted", equal_area_crs=options.equal_area_crs, tile_size_m=options.tile_size_m)
-    strata_names = strata_codes = None
+    ref_strata = None
     if strata is not None:
-        encoded = encode_strata(strata_values(reference, strata, ref.n_input)[ref.positions])
-        strata_names, strata_codes = encoded.names, encoded.codes
-    sizes = size_codes = None
-    if size_bins is not None:
-        area_ha = ref.area_m2 / 1e4
-        sizes = size_classes(size_bins, area_ha)
-        size_codes = sizes.codes(area_ha)
+        ref_strata = strata_values(reference, strata, ref.n_input)[ref.positions]
+    keys = partition_keys(ref)
+    plan, group_rows = plan_run(ref.area_m2, ref_strata, keys, size_bins, options)
+    all_refs = RefRows(
+        positions=ref.positions,
+        area_m2=ref.area_m2,
+        perimeter_m=ref.perimeter_m,
+        utm_epsg=ref.utm_epsg,
+        strata_codes=group_rows.strata_codes,
+        size_codes=group_rows.size_codes,
+        pools=group_rows.pools,
+    )
 
-    pairs = candidate_pairs(ref, pred)
-    resolution = resolve(pairs, options.iou_threshold, options.matching)
-    pred_area_of_pair = pred.area_m2[_lookup(pred.positions, pairs.pred_pos)]
-    fields = reference_fields(ref.positions, ref.area_m2, resolution, pred_area_of_pair)
-    fields["area_m2"] = ref.area_m2
-    fields["perimeter_m"] = ref.perimeter_m
-    fields["utm_epsg"] = ref.utm_epsg
-    _add_distances(fields, ref, pred, options)
+    # Phase 2 once over everything: per-row results do not depend on the grouping.
+    results = compute_pairs(
+        ref,
+        pred,
+        pred_own=pred,
+        ref_near=ref,
+        iou_threshold=options.iou_threshold,
+        boundary_tolerance_m=options.boundary_tolerance_m,
+        boundary_sample_spacing_m=options.boundary_sample_spacing_m,
+    )
+    resolution = resolve(results.pairs, options.iou_threshold, options.matching)
+    preds = prediction_rows(
+        results.pred_pos, results.pred_area_m2, results.pred_perimeter_m, results.pred_within_tol_m, resolution
+    )
 
-    pred_fields = prediction_fields(pred.positions, resolution)
-    pred_fields["area_m2"] = pred.area_m2
-    pred_fields["perimeter_m"] = pred.perimeter_m
-    if options.boundary_tolerance_m is not None and boundary is None:
-        fields["boundary_within_tolerance_m"] = np.nan
-        pred_fields["boundary_within_tolerance_m"] = np.nan
-    elif options.boundary_tolerance_m is not None:
-        fields["boundary_within_tolerance_m"] = boundary.tolerance_lengths(ref, pred, options.boundary_tolerance_m)
-        pred_fields["boundary_within_tolerance_m"] = boundary.tolerance_lengths(
-            pred, ref, options.boundary_tolerance_m
+    # Phase 4 per partition key, as a cluster would run it.
+    key_arr = np.asarray(keys, dtype=np.int64).reshape(-1, 3)
+    order = np.lexsort((key_arr[:, 2], key_arr[:, 1], key_arr[:, 0]))
+    starts = np.flatnonzero(np.r_[True, np.any(key_arr[order][1:] != key_arr[order][:-1], axis=1)]) if len(order) else []
+    bounds = list(starts) + [len(order)]
+    pair_owner = np.searchsorted(ref.positions, results.pairs.ref_pos)
+    home = preds["home_ref_pos"].to_numpy()
+    home_row = np.searchsorted(ref.positions, np.where(home >= 0, home, 0))
+    parts, frames = [], []
+    partition_of_row = np.empty(len(ref), dtype=np.int64)
+    for k in range(len(bounds) - 1):
+        partition_of_row[order[bounds[k] : bounds[k + 1]]] = k
+    pair_part = partition_of_row[pair_owner] if len(pair_owner) else np.empty(0, np.int64)
+    pred_part = np.where(home >= 0, partition_of_row[home_row] if len(ref) else -1, -1)
+    for k in range(len(bounds) - 1):
+        rows = np.sort(order[bounds[k] : bounds[k + 1]])
+        pk = np.flatnonzero(pair_part == k)
+        part_results = _restrict(results, pk, rows)
+        summary, fields = summarize_partition(
+            tuple(int(v) for v in key_arr[rows[0]]),
+            all_refs.take(rows),
+            part_results,
+            resolution.is_match[pk],
+            resolution.is_eligible[pk],
+            preds[pred_part == k],
+            iou_threshold=options.iou_threshold,
+            matching=options.matching,
+            boundary_tolerance_m=options.boundary_tolerance_m,
+            n_strata=plan.n_strata,
+            n_sizes=plan.n_sizes,
+            n_replicates=options.bootstrap,
+            bootstrap_seed=options.bootstrap_seed,
+            draws=plan.draws,
         )
-    table = quantity_rows(fields, pred_fields, tolerance_m=options.boundary_tolerance_m)
-    return _Evaluation(options, ref, pred, resolution, fields, table, strata_names, strata_codes, sizes, size_codes)
+        parts.append(summary)
+        frames.append(fields)
+    merged = merge_partitions(
+        parts,
+        unassigned_row(preds, options.boundary_tolerance_m),
+        n_strata=plan.n_strata,
+        n_sizes=plan.n_sizes,
+        n_replicates=options.bootstrap,
+    )
+    fields = pd.concat(frames).sort_index() if frames else _empty_fields()
+    fields["matched_pred_pos"] = fields["matched_pred_pos"].astype(np.int64)
+    fields["max_overlap_pred_pos"] = fields["max_overlap_pred_pos"].astype(np.int64)
+    return _Evaluation(options, plan, ref, pred, fields, all_refs.strata_codes, all_refs.size_codes, merged)
 
 
-def _add_distances(fields: pd.DataFrame, ref: PreparedLayer, pred: PreparedLayer, options: EvalOptions) -> None:
-    """Boundary distances of the matched pairs, in the reference field's UTM zone."""
-    n = len(fields)
-    hausdorff = np.full(n, np.nan)
-    mean = np.full(n, np.nan)
-    spacing = np.full(n, np.nan)
-    i_ref = np.flatnonzero(fields["matched"].to_numpy())
-    if len(i_ref) and boundary is not None:
-        i_pred = _lookup(pred.positions, fields["matched_pred_pos"].to_numpy()[i_ref])
-        h, m, s = boundary.matched_pair_distances(ref, pred, i_ref, i_pred, options.boundary_sample_spacing_m)
-        hausdorff[i_ref], mean[i_ref], spacing[i_ref] = h, m, s
-    fields["hausdorff_m"] = hausdorff
-    fields["boundary_mean_distance_m"] = mean
-    fields["boundary_sample_spacing_m"] = spacing
+def _restrict(results: PairResults, pair_rows: np.ndarray, ref_rows: np.ndarray) -> PairResults:
+    """The pairs phase results of some pairs and reference rows (predictions kept whole)."""
+    return PairResults(
+        pairs=PairTable(
+            results.pairs.ref_pos[pair_rows],
+            results.pairs.pred_pos[pair_rows],
+            results.pairs.inter_m2[pair_rows],
+            results.pairs.iou[pair_rows],
+        ),
+        pred_area_of_pair=results.pred_area_of_pair[pair_rows],
+        hausdorff_m=results.hausdorff_m[pair_rows],
+        mean_distance_m=results.mean_distance_m[pair_rows],
+        spacing_m=results.spacing_m[pair_rows],
+        ref_pos=results.ref_pos[ref_rows],
+        ref_within_tol_m=results.ref_within_tol_m[ref_rows],
+        pred_pos=results.pred_pos,
+        pred_area_m2=results.pred_area_m2,
+        pred_perimeter_m=results.pred_perimeter_m,
+        pred_within_tol_m=results.pred_within_tol_m,
+    )
+
+
+def _empty_fields() -> pd.DataFrame:
+    columns = {
+        "matched": np.empty(0, bool),
+        "matched_pred_pos": np.empty(0, np.int64),
+        "iou": np.empty(0),
+        "pred_area_m2": np.empty(0),
+        "best_iou": np.empty(0),
+        "n_overlapping_pred": np.empty(0, np.int64),
+        "max_overlap_pred_pos": np.empty(0, np.int64),
+        "oversegmentation": np.empty(0),
+        "undersegmentation": np.empty(0),
+        "n_eligible_pred": np.empty(0, np.int64),
+        "area_m2": np.empty(0),
+        "perimeter_m": np.empty(0),
+        "utm_epsg": np.empty(0, np.int64),
+        "hausdorff_m": np.empty(0),
+        "boundary_mean_distance_m": np.empty(0),
+        "boundary_sample_spacing_m": np.empty(0),
+        "boundary_within_tolerance_m": np.empty(0),
+    }
+    return pd.DataFrame(columns, index=pd.Index(np.empty(0, np.int64), name="ref_pos"))
 
 
 def _nanmedian(values: np.ndarray) -> float:
@@ -180,7 +330,7 @@ def _nanmedian(values: np.ndarray) -> float:
 
 def _group_summary(
     sums: QuantitySums,
-    fields: pd.DataFrame,
+    medians: pd.DataFrame,
     *,
     with_tolerance: bool,
     both_empty: bool = False,
@@ -189,7 +339,6 @@ def _group_summary(
     """The metrics of one group: counts, sum-based metrics, areas and medians."""
     s = sums.as_dict()
     metrics = point_metrics(s, with_tolerance=with_tolerance, both_empty=both_empty, empty_group=empty_group)
-    matched = fields["matched"].to_numpy(bool)
     out: dict[str, object] = {}
     for key in ("precision", "recall", "f1", "iou_mean", "over_segmentation", "under_segmentation", "area_error_mean_m2"):
         out[key] = metrics.pop(key)
@@ -203,25 +352,44 @@ def _group_summary(
         out[key] = metrics.pop(key)
     out["reference_area_ha"] = s["area_ref_m2"] / 1e4
     out["predicted_area_ha"] = s["area_pred_m2"] / 1e4
-    out["median_area_ha"] = _nanmedian(fields["area_m2"].to_numpy(np.float64) / 1e4)
+    out["median_area_ha"] = _nanmedian(medians["area_ha"].to_numpy(np.float64))
     out["area_error_signed_mean_m2"] = metrics.pop("area_error_signed_mean_m2")
     out["oversegmentation_mean"] = metrics.pop("oversegmentation_mean")
     out["undersegmentation_mean"] = metrics.pop("undersegmentation_mean")
     out["hausdorff_mean_m"] = metrics.pop("hausdorff_mean_m")
-    out["hausdorff_median_m"] = _nanmedian(fields["hausdorff_m"].to_numpy(np.float64)[matched])
+    out["hausdorff_median_m"] = _nanmedian(medians["hausdorff_m"].to_numpy(np.float64))
     out["boundary_distance_mean_m"] = metrics.pop("boundary_distance_mean_m")
-    out["boundary_distance_median_m"] = _nanmedian(fields["boundary_mean_distance_m"].to_numpy(np.float64)[matched])
+    out["boundary_distance_median_m"] = _nanmedian(medians["boundary_mean_distance_m"].to_numpy(np.float64))
     out["boundary_sample_spacing_max_m"] = sums.spacing_max_m
     out.update(metrics)  # tolerance metrics, when computed
     return out
 
 
-def _summarize(ev: _Evaluation, options: EvalOptions) -> dict[str, object]:
+def build_summary(
+    merged: MergedSums,
+    plan: RunPlan,
+    options: EvalOptions,
+    *,
+    layer_counts: dict[str, int],
+    utm_epsg_codes: list[int],
+    equal_area_crs: str,
+) -> dict[str, object]:
+    """The summary dict of seed 000 from merged partition sums.
+
+    Parameters
+    ----------
+    merged : MergedSums
+    plan : RunPlan
+    options : EvalOptions
+    layer_counts : dict
+        ``count_{predicted,reference}_{dropped,repaired}``.
+    utm_epsg_codes : list of int
+    equal_area_crs : str
+    """
     with_tol = options.boundary_tolerance_m is not None
-    table, fields = ev.table, ev.fields
-    overall = QuantitySums.from_table(table)
-    both_empty = len(ev.ref) == 0 and len(ev.pred) == 0
-    out = _group_summary(overall, fields, with_tolerance=with_tol, both_empty=both_empty)
+    overall_sums = merged.overall.as_dict()
+    both_empty = overall_sums["n_ref"] == 0 and overall_sums["n_pred"] == 0
+    out = _group_summary(merged.overall, merged.medians, with_tolerance=with_tol, both_empty=both_empty)
     tol_metrics = {k: out.pop(k) for k in TOLERANCE_KEYS if k in out}
     spacing_max = out.pop("boundary_sample_spacing_max_m")
     result: dict[str, object] = {}
@@ -233,92 +401,46 @@ def _summarize(ev: _Evaluation, options: EvalOptions) -> dict[str, object]:
     result.update(out)
     result["boundary_sample_spacing_m"] = options.boundary_sample_spacing_m
     result["boundary_sample_spacing_max_m"] = spacing_max
-    result["count_fp_unassigned"] = int(table.unassigned[QUANTITY_COLUMNS.index("n_pred")])
-    result["count_predicted_dropped"] = ev.pred.n_dropped
-    result["count_reference_dropped"] = ev.ref.n_dropped
-    result["count_predicted_repaired"] = ev.pred.n_repaired
-    result["count_reference_repaired"] = ev.ref.n_repaired
+    result["count_fp_unassigned"] = int(merged.unassigned[QUANTITY_COLUMNS.index("n_pred")])
+    for key in ("count_predicted_dropped", "count_reference_dropped", "count_predicted_repaired", "count_reference_repaired"):
+        result[key] = int(layer_counts[key])
     result["matching"] = options.matching
-    result["equal_area_crs"] = ev.ref.equal_area_crs.to_string()
+    result["equal_area_crs"] = equal_area_crs
     result["distance_crs"] = DISTANCE_CRS
-    result["utm_epsg_codes"] = sorted({int(c) for c in np.concatenate([ev.ref.utm_epsg, ev.pred.utm_epsg])})
+    result["utm_epsg_codes"] = sorted(int(c) for c in utm_epsg_codes)
     if with_tol:
         for key in ("boundary_precision", "boundary_recall", "boundary_f1", "coverage_within_tolerance", "coverage_within_tolerance_area"):
             result[key] = tol_metrics[key]
         result["boundary_tolerance_m"] = options.boundary_tolerance_m
 
-    strata_sums: list[QuantitySums] = []
-    if ev.strata_codes is not None:
-        strata_sums = group_sums(table, ev.strata_codes, len(ev.strata_names))
-        per_stratum = {}
-        for g, name in enumerate(ev.strata_names):
-            rows = ev.strata_codes == g
-            per_stratum[name] = _group_summary(strata_sums[g], fields[rows], with_tolerance=with_tol)
-        result["per_stratum"] = per_stratum
-        result["count_reference_no_stratum"] = int((ev.strata_codes < 0).sum())
-    size_sums: list[QuantitySums] = []
-    if ev.size_codes is not None:
-        size_sums = group_sums(table, ev.size_codes, len(ev.sizes.keys))
+    medians = merged.medians
+    strata_codes = medians["strata_code"].to_numpy()
+    size_codes = medians["size_code"].to_numpy()
+    if plan.strata_names is not None:
+        result["per_stratum"] = {
+            name: _group_summary(merged.strata[g], medians[strata_codes == g], with_tolerance=with_tol)
+            for g, name in enumerate(plan.strata_names)
+        }
+        result["count_reference_no_stratum"] = int((strata_codes < 0).sum())
+    if plan.sizes is not None:
         per_size = {}
-        for g, key in enumerate(ev.sizes.keys):
-            rows = ev.size_codes == g
+        for g, key in enumerate(plan.sizes.keys):
+            rows = size_codes == g
             entry: dict[str, object] = {
-                "lower_ha": ev.sizes.edges[g],
-                "upper_ha": ev.sizes.edges[g + 1],
+                "lower_ha": plan.sizes.edges[g],
+                "upper_ha": plan.sizes.edges[g + 1],
                 "n": int(rows.sum()),
             }
-            entry.update(_group_summary(size_sums[g], fields[rows], with_tolerance=with_tol, empty_group=not rows.any()))
+            entry.update(_group_summary(merged.sizes[g], medians[rows], with_tolerance=with_tol, empty_group=not rows.any()))
             per_size[key] = entry
         result["per_size_class"] = per_size
-
-    if options.bootstrap > 0:
-        _add_bootstrap(result, ev, options)
+    if options.bootstrap > 0 and merged.replicates is not None:
+        _add_intervals(result, merged.replicates, plan, options)
     return result
 
 
-def _add_bootstrap(result: dict[str, object], ev: _Evaluation, options: EvalOptions) -> None:
+def _add_intervals(result: dict[str, object], replicates: ReplicateSums, plan: RunPlan, options: EvalOptions) -> None:
     """Percentile intervals for overall, each stratum and each size class."""
-    ref, table = ev.ref, ev.table
-    stratified = ev.strata_codes is not None
-    names = ev.strata_names or []
-    if stratified:
-        pools = np.array(
-            [pool_id(names[c] if c >= 0 else None, True) for c in ev.strata_codes.tolist()], dtype=np.int64
-        )
-    else:
-        pools = np.full(len(ref), pool_id(None, False), dtype=np.int64)
-    keys = list(zip(ref.utm_epsg.tolist(), ref.tile_x.tolist(), ref.tile_y.tolist()))
-    key_arr = np.array(keys, dtype=np.int64).reshape(-1, 3)
-    pool_sizes: dict[int, dict[tuple[int, int, int], int]] = {}
-    for pool, key in zip(pools.tolist(), keys):
-        sizes = pool_sizes.setdefault(pool, {})
-        sizes[key] = sizes.get(key, 0) + 1
-    draws = draw_partition_counts(pool_sizes, options.bootstrap, options.bootstrap_seed)
-
-    n_strata = len(names)
-    n_sizes = len(ev.sizes.keys) if ev.sizes is not None else 0
-    strata_codes = ev.strata_codes if stratified else np.full(len(ref), -1, dtype=np.int64)
-    size_codes = ev.size_codes if ev.size_codes is not None else np.full(len(ref), -1, dtype=np.int64)
-    c = len(QUANTITY_COLUMNS)
-    total = ReplicateSums(
-        np.zeros((options.bootstrap, c)), np.zeros((n_strata, options.bootstrap, c)), np.zeros((n_sizes, options.bootstrap, c))
-    )
-    for key in sorted(set(keys)):
-        rows = np.flatnonzero((key_arr == np.array(key)).all(axis=1))
-        part = partition_replicate_sums(
-            table.values[rows],
-            pools[rows],
-            key,
-            draws,
-            n_replicates=options.bootstrap,
-            seed=options.bootstrap_seed,
-            strata_codes=strata_codes[rows],
-            n_strata=n_strata,
-            size_codes=size_codes[rows],
-            n_size_classes=n_sizes,
-        )
-        total = total.merge(part)
-    overall = total.overall + table.unassigned
     with_tol = options.boundary_tolerance_m is not None
     wanted = INTERVAL_KEYS + (TOLERANCE_KEYS if with_tol else ())
 
@@ -327,19 +449,32 @@ def _add_bootstrap(result: dict[str, object], ev: _Evaluation, options: EvalOpti
         ci, n_undefined = percentile_intervals({k: values[k] for k in wanted})
         return {"ci": ci, "n_undefined": n_undefined}
 
-    block = {
+    block: dict[str, object] = {
         "n_resamples": options.bootstrap,
         "seed": options.bootstrap_seed,
         "confidence_level": BOOTSTRAP_CONFIDENCE_LEVEL,
         "tile_size_m": options.tile_size_m,
     }
-    block.update(intervals(overall))
+    block.update(intervals(replicates.overall))
     result["bootstrap"] = block
-    for g, name in enumerate(names):
-        result["per_stratum"][name]["bootstrap"] = intervals(total.strata[g])  # type: ignore[index]
-    if ev.sizes is not None:
-        for g, key in enumerate(ev.sizes.keys):
-            result["per_size_class"][key]["bootstrap"] = intervals(total.size_classes[g])  # type: ignore[index]
+    for g, name in enumerate(plan.strata_names or []):
+        result["per_stratum"][name]["bootstrap"] = intervals(replicates.strata[g])  # type: ignore[index]
+    if plan.sizes is not None:
+        for g, key in enumerate(plan.sizes.keys):
+            result["per_size_class"][key]["bootstrap"] = intervals(replicates.size_classes[g])  # type: ignore[index]
+
+
+def _summarize(ev: _Evaluation, options: EvalOptions) -> dict[str, object]:
+    counts = {
+        "count_predicted_dropped": ev.pred.n_dropped,
+        "count_reference_dropped": ev.ref.n_dropped,
+        "count_predicted_repaired": ev.pred.n_repaired,
+        "count_reference_repaired": ev.ref.n_repaired,
+    }
+    codes = sorted({int(c) for c in np.concatenate([ev.ref.utm_epsg, ev.pred.utm_epsg])})
+    return build_summary(
+        ev.merged, ev.plan, options, layer_counts=counts, utm_epsg_codes=codes, equal_area_crs=ev.ref.equal_area_crs.to_string()
+    )
 
 
 def evaluate(
@@ -405,7 +540,7 @@ def evaluate(
 def _labels_at(layer: PreparedLayer, positions: np.ndarray) -> pd.Series:
     """Input labels at the given positions (-1: missing), as a nullable column."""
     found = positions >= 0
-    idx = _lookup(layer.positions, positions[found])
+    idx = np.searchsorted(layer.positions, positions[found])
     labels = layer.labels[idx]
     if pd.api.types.is_integer_dtype(labels.dtype):
         out = pd.array(np.zeros(len(positions), dtype=np.int64), dtype="Int64")
@@ -438,11 +573,11 @@ def _frame(ev: _Evaluation, reference: object) -> pd.DataFrame:
     out["hausdorff_m"] = f["hausdorff_m"].to_numpy()
     out["boundary_mean_distance_m"] = f["boundary_mean_distance_m"].to_numpy()
     out["boundary_sample_spacing_m"] = f["boundary_sample_spacing_m"].to_numpy()
-    if ev.strata_codes is not None:
-        names = np.array(ev.strata_names + [None], dtype=object)
+    if ev.plan.strata_names is not None:
+        names = np.array(ev.plan.strata_names + [None], dtype=object)
         out["stratum"] = names[ev.strata_codes]
-    if ev.size_codes is not None:
-        keys = np.array(ev.sizes.keys + [None], dtype=object)
+    if ev.plan.sizes is not None:
+        keys = np.array(ev.plan.sizes.keys + [None], dtype=object)
         out["size_class"] = keys[ev.size_codes]
     if options.boundary_tolerance_m is not None:
         within = f["boundary_within_tolerance_m"].to_numpy()
