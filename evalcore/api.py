@@ -27,6 +27,7 @@ from evalcore.engine import (
     PairResults,
     RefRows,
     compute_pairs,
+    field_table,
     merge_partitions,
     partition_keys,
     prediction_rows,
@@ -537,55 +538,17 @@ def evaluate(
     return _summarize(ev, options)
 
 
-def _labels_at(layer: PreparedLayer, positions: np.ndarray) -> pd.Series:
-    """Input labels at the given positions (-1: missing), as a nullable column."""
-    found = positions >= 0
-    idx = np.searchsorted(layer.positions, positions[found])
-    labels = layer.labels[idx]
-    if pd.api.types.is_integer_dtype(labels.dtype):
-        out = pd.array(np.zeros(len(positions), dtype=np.int64), dtype="Int64")
-        out[~found] = pd.NA
-        out[found] = labels.to_numpy()
-        return pd.Series(out)
-    values = np.full(len(positions), None, dtype=object)
-    values[found] = labels.to_numpy(dtype=object)
-    return pd.Series(values, dtype=object)
-
-
 def _frame(ev: _Evaluation, reference: object) -> pd.DataFrame:
-    f = ev.fields
-    options = ev.options
-    matched = f["matched"].to_numpy(bool)
-    out = pd.DataFrame(index=ev.ref.labels)
-    out["area_m2"] = f["area_m2"].to_numpy()
-    out["area_ha"] = f["area_m2"].to_numpy() / 1e4
-    out["perimeter_m"] = f["perimeter_m"].to_numpy()
-    out["utm_epsg"] = f["utm_epsg"].to_numpy()
-    out["matched"] = matched
-    out["pred_index"] = _labels_at(ev.pred, f["matched_pred_pos"].to_numpy()).array
-    out["iou"] = f["iou"].to_numpy()
-    out["pred_area_m2"] = f["pred_area_m2"].to_numpy()
-    out["best_iou"] = f["best_iou"].to_numpy()
-    out["n_overlapping_pred"] = f["n_overlapping_pred"].to_numpy()
-    out["max_overlap_pred_index"] = _labels_at(ev.pred, f["max_overlap_pred_pos"].to_numpy()).array
-    out["oversegmentation"] = f["oversegmentation"].to_numpy()
-    out["undersegmentation"] = f["undersegmentation"].to_numpy()
-    out["hausdorff_m"] = f["hausdorff_m"].to_numpy()
-    out["boundary_mean_distance_m"] = f["boundary_mean_distance_m"].to_numpy()
-    out["boundary_sample_spacing_m"] = f["boundary_sample_spacing_m"].to_numpy()
-    if ev.plan.strata_names is not None:
-        names = np.array(ev.plan.strata_names + [None], dtype=object)
-        out["stratum"] = names[ev.strata_codes]
-    if ev.plan.sizes is not None:
-        keys = np.array(ev.plan.sizes.keys + [None], dtype=object)
-        out["size_class"] = keys[ev.size_codes]
-    if options.boundary_tolerance_m is not None:
-        within = f["boundary_within_tolerance_m"].to_numpy()
-        out["boundary_within_tolerance_m"] = within
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out["boundary_recall"] = np.where(f["perimeter_m"].to_numpy() > 0, within / f["perimeter_m"].to_numpy(), np.nan)
-        out["within_tolerance"] = matched & (f["boundary_mean_distance_m"].to_numpy() <= options.boundary_tolerance_m)
-    return out
+    return field_table(
+        ev.fields,
+        ev.ref.labels,
+        pd.Series(ev.pred.labels, index=ev.pred.positions),
+        strata_names=ev.plan.strata_names,
+        strata_codes=ev.strata_codes,
+        size_keys=ev.plan.sizes.keys if ev.plan.sizes is not None else None,
+        size_codes=ev.size_codes,
+        tolerance_m=ev.options.boundary_tolerance_m,
+    )
 
 
 def evaluate_frame(

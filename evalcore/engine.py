@@ -42,6 +42,7 @@ __all__ = [
     "merge_partitions",
     "partition_keys",
     "unassigned_row",
+    "field_table",
 ]
 
 
@@ -394,3 +395,76 @@ def unassigned_row(preds: pd.DataFrame, tolerance_m: float | None) -> F64Array:
     )
     return quantity_rows(empty_refs, homeless, tolerance_m=tolerance_m).unassigned
 
+
+
+def _labels_at(pred_labels: pd.Series, positions: np.ndarray) -> pd.api.extensions.ExtensionArray | np.ndarray:
+    """Prediction labels at the given positions (-1: none), nullable for integer labels."""
+    found = positions >= 0
+    values = pred_labels.reindex(positions[found]).to_numpy()
+    if pd.api.types.is_integer_dtype(pred_labels.dtype):
+        out = pd.array(np.zeros(len(positions), dtype=np.int64), dtype="Int64")
+        out[found] = values
+        out[~found] = pd.NA
+        return out
+    obj = np.full(len(positions), None, dtype=object)
+    obj[found] = values
+    return obj
+
+
+def field_table(
+    fields: pd.DataFrame,
+    ref_labels: pd.Index,
+    pred_labels: pd.Series,
+    *,
+    strata_names: list[str] | None,
+    strata_codes: np.ndarray,
+    size_keys: list[str] | None,
+    size_codes: np.ndarray,
+    tolerance_m: float | None,
+) -> pd.DataFrame:
+    """The per-field table of seed 000 from the per-field columns.
+
+    Parameters
+    ----------
+    fields : pandas.DataFrame
+        :func:`summarize_partition`'s per-field columns, indexed by position.
+    ref_labels : pandas.Index
+        Input label of each of those fields (same order).
+    pred_labels : pandas.Series
+        Input label of predictions, indexed by prediction position (at least those
+        the fields refer to).
+    strata_codes, size_codes : ndarray of int64
+        Group codes of the fields (-1: none).
+    """
+    matched = fields["matched"].to_numpy(bool)
+    out = pd.DataFrame(index=ref_labels)
+    out["area_m2"] = fields["area_m2"].to_numpy()
+    out["area_ha"] = fields["area_m2"].to_numpy() / 1e4
+    out["perimeter_m"] = fields["perimeter_m"].to_numpy()
+    out["utm_epsg"] = fields["utm_epsg"].to_numpy(np.int64)
+    out["matched"] = matched
+    out["pred_index"] = _labels_at(pred_labels, fields["matched_pred_pos"].to_numpy(np.int64))
+    out["iou"] = fields["iou"].to_numpy()
+    out["pred_area_m2"] = fields["pred_area_m2"].to_numpy()
+    out["best_iou"] = fields["best_iou"].to_numpy()
+    out["n_overlapping_pred"] = fields["n_overlapping_pred"].to_numpy(np.int64)
+    out["max_overlap_pred_index"] = _labels_at(pred_labels, fields["max_overlap_pred_pos"].to_numpy(np.int64))
+    out["oversegmentation"] = fields["oversegmentation"].to_numpy()
+    out["undersegmentation"] = fields["undersegmentation"].to_numpy()
+    out["hausdorff_m"] = fields["hausdorff_m"].to_numpy()
+    out["boundary_mean_distance_m"] = fields["boundary_mean_distance_m"].to_numpy()
+    out["boundary_sample_spacing_m"] = fields["boundary_sample_spacing_m"].to_numpy()
+    if strata_names is not None:
+        names = np.array(list(strata_names) + [None], dtype=object)
+        out["stratum"] = pd.array(names[strata_codes], dtype="string")
+    if size_keys is not None:
+        keys = np.array(list(size_keys) + [None], dtype=object)
+        out["size_class"] = pd.array(keys[size_codes], dtype="string")
+    if tolerance_m is not None:
+        within = fields["boundary_within_tolerance_m"].to_numpy()
+        perimeter = fields["perimeter_m"].to_numpy()
+        out["boundary_within_tolerance_m"] = within
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out["boundary_recall"] = np.where(perimeter > 0, within / perimeter, np.nan)
+        out["within_tolerance"] = matched & (fields["boundary_mean_distance_m"].to_numpy() <= tolerance_m)
+    return out

@@ -1,0 +1,186 @@
+"""Input layers read in chunks: GeoParquet row groups, or pyogrio feature slices.
+
+A :class:`LayerSource` names a file (or a directory of GeoParquet parts) and cuts it
+into :class:`Chunk` s of whole rows; every chunk knows the input position of its first
+row, so positions are the same as reading the whole layer at once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import geopandas
+import numpy as np
+import pyarrow.parquet as pq
+import shapely
+from pyproj import CRS
+
+from evalcore.errors import EvalInputError
+
+__all__ = ["LayerSource", "Chunk", "plan_chunks", "read_chunk", "LABEL_COLUMN", "DEFAULT_CHUNK_ROWS"]
+
+_PARQUET_SUFFIXES = {".parquet", ".geoparquet", ".pq"}
+DEFAULT_CHUNK_ROWS = 50_000
+LABEL_COLUMN = "__evalcore_label__"
+
+
+@dataclass(frozen=True, slots=True)
+class LayerSource:
+    """A layer on storage.
+
+    Attributes
+    ----------
+    path : str
+        A file any pyogrio driver reads, a GeoParquet file, or a directory of parts.
+    layer : str or None
+        Layer name inside a multi-layer file.
+    role : str
+        ``"reference"`` or ``"predicted"`` (named in errors).
+    """
+
+    path: str
+    layer: str | None
+    role: str
+
+    @property
+    def is_parquet(self) -> bool:
+        p = Path(self.path)
+        return p.is_dir() or p.suffix.lower() in _PARQUET_SUFFIXES
+
+    def describe(self) -> str:
+        return f"{self.role} file {self.path!r}" + (f" layer {self.layer!r}" if self.layer else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Rows ``[start, start + n_rows)`` of a layer.
+
+    For GeoParquet, ``file`` and ``row_groups`` say where they are; otherwise the rows
+    are a pyogrio slice (``skip_features=start``).
+    """
+
+    index: int
+    start: int
+    n_rows: int
+    file: str | None = None
+    row_groups: tuple[int, ...] = ()
+
+
+def _parquet_files(source: LayerSource) -> list[Path]:
+    p = Path(source.path)
+    files = sorted(p.rglob("*.parquet")) if p.is_dir() else [p]
+    if not files:
+        raise EvalInputError(f"The {source.describe()} is a directory without .parquet files.")
+    return files
+
+
+def plan_chunks(source: LayerSource, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> list[Chunk]:
+    """Cut a layer into chunks of about ``chunk_rows`` rows (whole row groups for GeoParquet).
+
+    Raises
+    ------
+    EvalInputError
+        Naming the file when it is missing, empty or unreadable, or when the parts of a
+        GeoParquet directory disagree on their schema.
+    """
+    p = Path(source.path)
+    if not p.exists():
+        raise EvalInputError(f"The {source.describe()} does not exist.")
+    if p.is_file() and p.stat().st_size == 0:
+        raise EvalInputError(f"The {source.describe()} is empty (0 bytes).")
+    chunks: list[Chunk] = []
+    start = 0
+    if source.is_parquet:
+        schema = None
+        for path in _parquet_files(source):
+            try:
+                meta = pq.ParquetFile(path).metadata
+                file_schema = pq.read_schema(path)
+            except Exception as exc:
+                raise EvalInputError(f"Cannot read the {source.role} file {str(path)!r}: {_first_line(exc)}") from exc
+            names = [n for n in file_schema.names if n != "__index_level_0__"]
+            if schema is not None and names != schema:
+                raise EvalInputError(
+                    f"The {source.role} GeoParquet parts disagree: {str(path)!r} has columns {names}, "
+                    f"the first part has {schema}."
+                )
+            schema = names
+            groups: list[int] = []
+            rows = 0
+            for g in range(meta.num_row_groups):
+                groups.append(g)
+                rows += meta.row_group(g).num_rows
+                if rows >= chunk_rows:
+                    chunks.append(Chunk(len(chunks), start, rows, str(path), tuple(groups)))
+                    start += rows
+                    groups, rows = [], 0
+            if groups:
+                chunks.append(Chunk(len(chunks), start, rows, str(path), tuple(groups)))
+                start += rows
+        return chunks
+    import pyogrio
+
+    try:
+        info = pyogrio.read_info(source.path, layer=source.layer, force_feature_count=True)
+    except Exception as exc:
+        raise EvalInputError(f"Cannot read the {source.describe()}: {_first_line(exc)}") from exc
+    total = int(info["features"])
+    for begin in range(0, total, chunk_rows):
+        chunks.append(Chunk(len(chunks), begin, min(chunk_rows, total - begin)))
+    if not chunks:
+        chunks.append(Chunk(0, 0, 0))
+    return chunks
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _geoparquet_crs(metadata: dict, column: str) -> CRS | None:
+    """The CRS of a GeoParquet column: PROJJSON, absent (OGC:CRS84) or null (unknown)."""
+    column_meta = metadata.get("columns", {}).get(column, {})
+    if "crs" not in column_meta:
+        return CRS.from_user_input("OGC:CRS84")
+    if column_meta["crs"] is None:
+        return None
+    return CRS.from_user_input(column_meta["crs"])
+
+
+def read_chunk(source: LayerSource, chunk: Chunk) -> geopandas.GeoDataFrame:
+    """Read one chunk as a GeoDataFrame (a RangeIndex starting at the chunk's first position)."""
+    try:
+        if source.is_parquet:
+            parquet = pq.ParquetFile(chunk.file)
+            table = parquet.read_row_groups(list(chunk.row_groups)) if chunk.row_groups else parquet.schema_arrow.empty_table()
+            geo = json.loads((parquet.schema_arrow.metadata or {}).get(b"geo", b"{}") or b"{}")
+            column = geo.get("primary_column", "geometry")
+            if column not in table.column_names:
+                raise EvalInputError(f"The {source.role} file {chunk.file!r} has no geometry column {column!r}.")
+            frame = table.drop_columns([c for c in (column, "__index_level_0__") if c in table.column_names]).to_pandas()
+            geoms = shapely.from_wkb(table[column].to_numpy(zero_copy_only=False))
+            crs = _geoparquet_crs(geo, column) if geo else None
+            gdf = geopandas.GeoDataFrame(frame, geometry=geopandas.GeoSeries(geoms), crs=crs)
+        else:
+            import pyogrio
+
+            gdf = pyogrio.read_dataframe(
+                source.path, layer=source.layer, skip_features=chunk.start, max_features=chunk.n_rows
+            )
+    except EvalInputError:
+        raise
+    except Exception as exc:
+        raise EvalInputError(f"Cannot read rows {chunk.start}-{chunk.start + chunk.n_rows} of the {source.describe()}: {_first_line(exc)}") from exc
+    if len(gdf) != chunk.n_rows:
+        raise EvalInputError(
+            f"The {source.describe()} returned {len(gdf)} rows for rows {chunk.start}-{chunk.start + chunk.n_rows}; "
+            "the file changed or is truncated."
+        )
+    if LABEL_COLUMN in gdf.columns:  # an in-memory layer written by evalcore keeps its index here
+        gdf = gdf.set_index(LABEL_COLUMN)
+        gdf.index.name = None
+    else:
+        gdf.index = np.arange(chunk.start, chunk.start + chunk.n_rows)
+    return gdf

@@ -1,0 +1,221 @@
+"""The work directory: prepared layers partitioned by key, and partition outputs.
+
+Layout under ``workdir``::
+
+    prepared/<layer>/<epsg>_<tx>_<ty>/chunk-<i>.parquet   prepared rows (GeoParquet)
+    sums/<epsg>_<tx>_<ty>.npz                             sums phase output of a partition
+    fields/<epsg>_<tx>_<ty>.parquet                       per-field table part (GeoParquet)
+
+Prepared rows keep their input position, label, areas, home zone, tile, boundary
+length, the equal-area box (for halo selection without decoding geometries) and three
+WKB geometries: the repaired source geometry (the GeoParquet primary column, in the
+layer's CRS), the equal-area geometry and the UTM geometry. WKB stores doubles as they
+are, so a partition read back is bit-identical to the rows prepared.
+
+Every file is written to a temporary name and renamed when whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import shapely
+from pyproj import CRS
+
+from evalcore._typing import F64Array
+from evalcore.bootstrap import PartitionKey
+from evalcore.io import atomic_path
+from evalcore.prepare import PreparedLayer
+
+__all__ = [
+    "key_name",
+    "parse_key_name",
+    "write_prepared_chunk",
+    "read_partition",
+    "partition_files",
+    "write_summary",
+    "read_summary",
+]
+
+
+def key_name(key: PartitionKey) -> str:
+    """File-system name of a partition key, e.g. ``32613_7_41``.
+
+    Examples
+    --------
+    >>> key_name((32613, 7, -1))
+    '32613_7_-1'
+    """
+    return f"{int(key[0])}_{int(key[1])}_{int(key[2])}"
+
+
+def parse_key_name(name: str) -> PartitionKey:
+    epsg, tx, ty = name.split("_")
+    return int(epsg), int(tx), int(ty)
+
+
+def _geo_metadata(crs: CRS | None) -> bytes:
+    column = {"encoding": "WKB", "geometry_types": ["Polygon", "MultiPolygon"]}
+    if crs is not None:
+        column["crs"] = crs.to_json_dict()
+    return json.dumps({"version": "1.0.0", "primary_column": "geometry", "columns": {"geometry": column}}).encode()
+
+
+def _labels_array(labels: pd.Index) -> pa.Array:
+    try:
+        return pa.array(labels.to_numpy())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed-type labels: keep them as text
+        return pa.array([str(v) for v in labels])
+
+
+def write_prepared_chunk(
+    directory: Path,
+    layer: PreparedLayer,
+    rows: np.ndarray,
+    reach_m: F64Array,
+    strata: np.ndarray | None,
+) -> Path:
+    """Write some rows of a prepared layer as one GeoParquet file.
+
+    Parameters
+    ----------
+    directory : Path
+        The partition's directory; the file is named after the first position.
+    layer : PreparedLayer
+    rows : ndarray of int64
+        Local rows to write.
+    reach_m : ndarray of float64, shape (len(layer),)
+        How far (equal-area CRS units) each row's box must grow to find every polygon
+        of the other layer within the tolerance.
+    strata : ndarray of object or None
+        Stratum (str or None) of every row of ``layer``.
+    """
+    bounds = shapely.bounds(layer.geoms_ea[rows])
+    columns = {
+        "position": pa.array(layer.positions[rows]),
+        "label": _labels_array(layer.labels[rows]),
+        "area_m2": pa.array(layer.area_m2[rows]),
+        "lon": pa.array(layer.lon[rows]),
+        "lat": pa.array(layer.lat[rows]),
+        "utm_epsg": pa.array(layer.utm_epsg[rows]),
+        "tile_x": pa.array(layer.tile_x[rows]),
+        "tile_y": pa.array(layer.tile_y[rows]),
+        "perimeter_m": pa.array(layer.perimeter_m[rows]),
+        "ea_minx": pa.array(bounds[:, 0]),
+        "ea_miny": pa.array(bounds[:, 1]),
+        "ea_maxx": pa.array(bounds[:, 2]),
+        "ea_maxy": pa.array(bounds[:, 3]),
+        "reach": pa.array(reach_m[rows]),
+        "stratum": pa.array(strata[rows] if strata is not None else [None] * len(rows), type=pa.string()),
+        "geom_ea": pa.array(shapely.to_wkb(layer.geoms_ea[rows]), type=pa.binary()),
+        "geom_utm": pa.array(shapely.to_wkb(layer.geoms_utm[rows]), type=pa.binary()),
+        "geometry": pa.array(shapely.to_wkb(layer.geoms_source[rows]), type=pa.binary()),
+    }
+    table = pa.table(columns)
+    table = table.replace_schema_metadata({b"geo": _geo_metadata(layer.crs)})
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"chunk-{int(layer.positions[rows[0]]):012d}.parquet"
+    return atomic_path(target, lambda tmp: pq.write_table(table, tmp, row_group_size=16_384))
+
+
+def partition_files(workdir: Path, layer_name: str, key: PartitionKey) -> list[Path]:
+    return sorted((workdir / "prepared" / layer_name / key_name(key)).glob("chunk-*.parquet"))
+
+
+def read_partition(
+    workdir: Path,
+    layer_name: str,
+    key: PartitionKey,
+    *,
+    crs: CRS | None,
+    equal_area_crs: CRS,
+    tile_size_m: float,
+    window: tuple[float, float, float, float] | None = None,
+    grow_by_reach: bool = False,
+) -> tuple[PreparedLayer, np.ndarray, F64Array]:
+    """Read a partition's prepared rows back, optionally only those in a window.
+
+    Parameters
+    ----------
+    window : (minx, miny, maxx, maxy), optional
+        Keep only rows whose equal-area box (grown by its ``reach`` when
+        ``grow_by_reach``) intersects this box.
+
+    Returns
+    -------
+    layer : PreparedLayer
+        Rows in position order (counts fields are 0: they live in the run index).
+    strata : ndarray of object
+        Stratum of each row (None: missing).
+    reach : ndarray of float64
+    """
+    files = partition_files(workdir, layer_name, key)
+    if not files:
+        raise FileNotFoundError(f"partition {key_name(key)} of the {layer_name} layer has no prepared rows in {workdir}")
+    tables = []
+    for path in files:
+        table = pq.read_table(path)
+        if window is not None:
+            minx, miny, maxx, maxy = window
+            grow = table["reach"].to_numpy() if grow_by_reach else 0.0
+            keep = (
+                (table["ea_maxx"].to_numpy() + grow >= minx)
+                & (table["ea_minx"].to_numpy() - grow <= maxx)
+                & (table["ea_maxy"].to_numpy() + grow >= miny)
+                & (table["ea_miny"].to_numpy() - grow <= maxy)
+            )
+            table = table.filter(pa.array(keep))
+        tables.append(table)
+    table = pa.concat_tables(tables)
+    order = np.argsort(table["position"].to_numpy(), kind="stable")
+    table = table.take(pa.array(order))
+    layer = PreparedLayer(
+        name=layer_name,
+        positions=table["position"].to_numpy().astype(np.int64),
+        labels=pd.Index(table["label"].to_pandas()),
+        crs=crs,
+        geoms_source=np.asarray(shapely.from_wkb(table["geometry"].to_numpy(zero_copy_only=False)), dtype=object),
+        geoms_ea=np.asarray(shapely.from_wkb(table["geom_ea"].to_numpy(zero_copy_only=False)), dtype=object),
+        area_m2=table["area_m2"].to_numpy().astype(np.float64),
+        lon=table["lon"].to_numpy().astype(np.float64),
+        lat=table["lat"].to_numpy().astype(np.float64),
+        utm_epsg=table["utm_epsg"].to_numpy().astype(np.int64),
+        geoms_utm=np.asarray(shapely.from_wkb(table["geom_utm"].to_numpy(zero_copy_only=False)), dtype=object),
+        perimeter_m=table["perimeter_m"].to_numpy().astype(np.float64),
+        tile_x=table["tile_x"].to_numpy().astype(np.int64),
+        tile_y=table["tile_y"].to_numpy().astype(np.int64),
+        n_input=0,
+        n_dropped=0,
+        n_repaired=0,
+        equal_area_crs=equal_area_crs,
+        tile_size_m=tile_size_m,
+    )
+    strata = np.asarray(table["stratum"].to_pylist(), dtype=object)
+    return layer, strata, table["reach"].to_numpy().astype(np.float64)
+
+
+def write_summary(path: Path, arrays: dict[str, np.ndarray]) -> Path:
+    """Write a partition's sums as an ``.npz`` of plain arrays (no pickle), atomically."""
+
+    def _write(tmp: Path) -> None:
+        with open(tmp, "wb") as handle:
+            np.savez(handle, **arrays)
+
+    return atomic_path(path, _write)
+
+
+def read_summary(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as data:
+        return {name: data[name] for name in data.files}
+
+
+def ensure_dir(path: str | os.PathLike) -> Path:
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    return p
