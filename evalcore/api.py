@@ -298,6 +298,7 @@ def _restrict(results: PairResults, pair_rows: np.ndarray, ref_rows: np.ndarray)
         pred_area_m2=results.pred_area_m2,
         pred_perimeter_m=results.pred_perimeter_m,
         pred_within_tol_m=results.pred_within_tol_m,
+        pred_label_of_pair=results.pred_label_of_pair[pair_rows],
     )
 
 

@@ -69,6 +69,8 @@ class PairResults:
     pred_pos, pred_area_m2, pred_perimeter_m, pred_within_tol_m : ndarray
         The predictions owned by the partition: area (m²), perimeter and boundary
         length within the tolerance (metres, in their own UTM zone).
+    pred_label_of_pair : ndarray of object
+        Input label of each pair's prediction (for the per-field table).
     """
 
     pairs: PairTable
@@ -82,6 +84,7 @@ class PairResults:
     pred_area_m2: F64Array
     pred_perimeter_m: F64Array
     pred_within_tol_m: F64Array
+    pred_label_of_pair: np.ndarray
 
 
 def compute_pairs(
@@ -140,6 +143,7 @@ def compute_pairs(
         pred_area_m2=pred_own.area_m2,
         pred_perimeter_m=pred_own.perimeter_m,
         pred_within_tol_m=pred_within,
+        pred_label_of_pair=np.asarray(pred_near.labels, dtype=object)[i_pred],
     )
 
 

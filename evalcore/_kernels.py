@@ -1,0 +1,913 @@
+"""Numba kernels of the boundary metrics (numba only; the Python side is :mod:`evalcore.boundary`).
+
+Every public kernel takes contiguous float64 coordinate arrays, int64 offset arrays and
+scalars, and nothing else. Geometry is passed flat:
+
+``x, y``
+    Coordinates of every ring, ring after ring; each ring is closed (its last
+    coordinate repeats its first), exactly as ``shapely.get_coordinates`` returns it.
+``ring_off``
+    int64 of shape ``(n_rings + 1,)``: ring ``r`` is ``x[ring_off[r]:ring_off[r + 1]]``.
+``geom_off``
+    int64 of shape ``(n_geoms + 1,)``: geometry ``g`` owns rings
+    ``geom_off[g]:geom_off[g + 1]`` (all rings of all its parts; a boundary is the
+    union of its rings, so parts need no level of their own).
+
+Compiled with ``cache=True, nogil=True`` and no ``fastmath`` (reassociation would make
+results depend on the compiler), and no ``parallel`` (results must be bit-for-bit
+deterministic; parallelism comes from Dask). See ``docs/boundary.md`` for the
+algorithms and their error bounds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__: list[str] = []  # private module: nothing is re-exported
+
+_INF = np.inf
+_BLOCK = 8
+"""Consecutive segments of the target boundary grouped under one bounding box."""
+_SLACK = 1e-9
+"""Relative slack added to pruning radii so that rounding never drops a candidate."""
+
+
+# ---------------------------------------------------------------------------
+# Small geometric primitives
+# ---------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def _point_segment_distance(px: float, py: float, ax: float, ay: float, bx: float, by: float) -> float:
+    """Euclidean distance from point P to segment [A, B] (GEOS ``Distance::pointToSegment``).
+
+    The same operations in the same order as GEOS, so it agrees with
+    ``shapely.distance`` to the last bits.
+    """
+    if ax == bx and ay == by:
+        dx = px - ax
+        dy = py - ay
+        return np.sqrt(dx * dx + dy * dy)
+    ex = bx - ax
+    ey = by - ay
+    len2 = ex * ex + ey * ey
+    r = ((px - ax) * ex + (py - ay) * ey) / len2
+    if r <= 0.0:
+        dx = px - ax
+        dy = py - ay
+        return np.sqrt(dx * dx + dy * dy)
+    if r >= 1.0:
+        dx = px - bx
+        dy = py - by
+        return np.sqrt(dx * dx + dy * dy)
+    s = ((ay - py) * ex - (ax - px) * ey) / len2
+    return abs(s) * np.sqrt(len2)
+
+
+@njit(cache=True, nogil=True)
+def _point_segment_d2(px: float, py: float, ax: float, ay: float, ex: float, ey: float, len2: float, inv_len2: float) -> float:
+    """Squared distance from P to the segment from A along E (``len2 = |E|^2``, ``inv_len2 = 1/len2``).
+
+    Cheap (no division, no square root): used to find the nearest segment, whose
+    distance is then taken with :func:`_point_segment_distance`.
+    """
+    dx = px - ax
+    dy = py - ay
+    t = dx * ex + dy * ey
+    if t <= 0.0:
+        return dx * dx + dy * dy
+    if t >= len2:
+        fx = dx - ex
+        fy = dy - ey
+        return fx * fx + fy * fy
+    c = dx * ey - dy * ex
+    return c * c * inv_len2
+
+
+@njit(cache=True, nogil=True)
+def _box_gap2(
+    aminx: float, aminy: float, amaxx: float, amaxy: float, bminx: float, bminy: float, bmaxx: float, bmaxy: float
+) -> float:
+    """Squared distance between two axis-aligned boxes (0 when they overlap)."""
+    dx = 0.0
+    if bminx > amaxx:
+        dx = bminx - amaxx
+    elif aminx > bmaxx:
+        dx = aminx - bmaxx
+    dy = 0.0
+    if bminy > amaxy:
+        dy = bminy - amaxy
+    elif aminy > bmaxy:
+        dy = aminy - bmaxy
+    return dx * dx + dy * dy
+
+
+# ---------------------------------------------------------------------------
+# Boundary sampling (GEOS Densifier, reproduced)
+# ---------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def _count_ring_samples(x, y, c0: int, c1: int, spacing: float) -> int:
+    """Upper bound of the number of samples of the closed ring ``x[c0:c1]`` at ``spacing``."""
+    n = 0
+    for c in range(c0, c1 - 1):
+        dx = x[c + 1] - x[c]
+        dy = y[c + 1] - y[c]
+        length = np.sqrt(dx * dx + dy * dy)
+        pieces = np.ceil(length / spacing)
+        n += max(int(pieces), 1)
+    return n + 1
+
+
+@njit(cache=True, nogil=True)
+def _fill_ring_samples(x, y, c0: int, c1: int, spacing: float, sx, sy) -> int:
+    """Samples of the closed ring ``x[c0:c1]``, written to ``sx, sy``; returns their number.
+
+    Reproduces GEOS ``Densifier::densifyPoints`` (what ``shapely.segmentize`` runs): a
+    segment of length ``L > spacing`` is cut into ``ceil(L / spacing)`` equal pieces, the
+    inserted points are ``P + ((j * (L / n)) / L) * (Q - P)``, and a point equal to the
+    previous one is not repeated. The closing coordinate (equal to the first) is not
+    returned: a closed ring's first and last vertex are one sample.
+    """
+    n = 0
+    if c1 - c0 <= 0:
+        return 0
+    for c in range(c0, c1 - 1):
+        p0x = x[c]
+        p0y = y[c]
+        p1x = x[c + 1]
+        p1y = y[c + 1]
+        if n == 0 or sx[n - 1] != p0x or sy[n - 1] != p0y:
+            sx[n] = p0x
+            sy[n] = p0y
+            n += 1
+        dx = p0x - p1x
+        dy = p0y - p1y
+        length = np.sqrt(dx * dx + dy * dy)
+        pieces = int(np.ceil(length / spacing))
+        if pieces > 1:
+            piece_len = length / pieces
+            for j in range(1, pieces):
+                frac = (j * piece_len) / length
+                qx = p0x + frac * (p1x - p0x)
+                qy = p0y + frac * (p1y - p0y)
+                if sx[n - 1] != qx or sy[n - 1] != qy:
+                    sx[n] = qx
+                    sy[n] = qy
+                    n += 1
+    # The closing coordinate repeats the first vertex, which is already the first sample
+    # (GEOS appends it last); a vertex equal to the first just before closing is dropped too.
+    if n > 1 and sx[n - 1] == sx[0] and sy[n - 1] == sy[0]:
+        n -= 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _ring_samples(x, y, ring_off, ring: int, spacing: float):
+    """Samples of one ring and their trapezoidal weights (test and debugging entry point).
+
+    Returns
+    -------
+    sx, sy : float64 (n,)
+        Sample coordinates in ring order, the closing vertex not repeated.
+    weight : float64 (n,)
+        Half the length of each adjacent sub-segment (cyclic).
+    """
+    c0 = ring_off[ring]
+    c1 = ring_off[ring + 1]
+    cap = _count_ring_samples(x, y, c0, c1, spacing)
+    sx = np.empty(cap, dtype=np.float64)
+    sy = np.empty(cap, dtype=np.float64)
+    n = _fill_ring_samples(x, y, c0, c1, spacing, sx, sy)
+    weight = np.empty(n, dtype=np.float64)
+    _trapezoid_weights(sx, sy, n, weight)
+    return sx[:n].copy(), sy[:n].copy(), weight
+
+
+@njit(cache=True, nogil=True)
+def _trapezoid_weights(sx, sy, n: int, weight) -> None:
+    """Trapezoidal weight of each of the ``n`` cyclic samples of a closed ring."""
+    if n == 0:
+        return
+    # weight[k] = (|s_k - s_{k-1}| + |s_{k+1} - s_k|) / 2, indices cyclic.
+    dx = sx[0] - sx[n - 1]
+    dy = sy[0] - sy[n - 1]
+    prev = np.sqrt(dx * dx + dy * dy)
+    for k in range(n):
+        kn = k + 1 if k + 1 < n else 0
+        dx = sx[kn] - sx[k]
+        dy = sy[kn] - sy[k]
+        nxt = np.sqrt(dx * dx + dy * dy)
+        weight[k] = 0.5 * (prev + nxt)
+        prev = nxt
+
+
+# ---------------------------------------------------------------------------
+# Distances from samples to a boundary
+# ---------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def _load_segments(x, y, ring_off, r0: int, r1: int, ax, ay, bx, by, ex, ey, l2, il2, sminx, sminy, smaxx, smaxy) -> int:
+    """Copy the segments of rings ``r0:r1`` into flat arrays with their boxes; returns the count.
+
+    ``ex, ey`` is B - A, ``l2`` its squared length and ``il2`` the inverse (0 for a
+    zero-length segment).
+    """
+    m = 0
+    for r in range(r0, r1):
+        for c in range(ring_off[r], ring_off[r + 1] - 1):
+            x0 = x[c]
+            y0 = y[c]
+            x1 = x[c + 1]
+            y1 = y[c + 1]
+            ax[m] = x0
+            ay[m] = y0
+            bx[m] = x1
+            by[m] = y1
+            dx = x1 - x0
+            dy = y1 - y0
+            ex[m] = dx
+            ey[m] = dy
+            q = dx * dx + dy * dy
+            l2[m] = q
+            il2[m] = 1.0 / q if q > 0.0 else 0.0
+            sminx[m] = min(x0, x1)
+            sminy[m] = min(y0, y1)
+            smaxx[m] = max(x0, x1)
+            smaxy[m] = max(y0, y1)
+            m += 1
+    return m
+
+
+@njit(cache=True, nogil=True)
+def _build_blocks(m: int, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy) -> int:
+    """Bounding box of each run of ``_BLOCK`` consecutive segments; returns the block count."""
+    n_blocks = (m + _BLOCK - 1) // _BLOCK
+    for b in range(n_blocks):
+        s0 = b * _BLOCK
+        s1 = min(s0 + _BLOCK, m)
+        mnx = _INF
+        mny = _INF
+        mxx = -_INF
+        mxy = -_INF
+        for s in range(s0, s1):
+            mnx = min(mnx, sminx[s])
+            mny = min(mny, sminy[s])
+            mxx = max(mxx, smaxx[s])
+            mxy = max(mxy, smaxy[s])
+        kminx[b] = mnx
+        kminy[b] = mny
+        kmaxx[b] = mxx
+        kmaxy[b] = mxy
+    return n_blocks
+
+
+@njit(cache=True, nogil=True)
+def _nearest_full(px, py, m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, kminx, kminy, kmaxx, kmaxy) -> float:
+    """Distance from P to the nearest of ``m`` segments, skipping blocks farther than the best so far."""
+    best2 = _INF
+    best = -1
+    for b in range(n_blocks):
+        if best >= 0:
+            gap2 = _box_gap2(px, py, px, py, kminx[b], kminy[b], kmaxx[b], kmaxy[b])
+            if gap2 > best2 * (1.0 + _SLACK):
+                continue
+        s1 = min((b + 1) * _BLOCK, m)
+        for s in range(b * _BLOCK, s1):
+            d2 = _point_segment_d2(px, py, ax[s], ay[s], ex[s], ey[s], l2[s], il2[s])
+            if d2 < best2:
+                best2 = d2
+                best = s
+    return _point_segment_distance(px, py, ax[best], ay[best], bx[best], by[best])
+
+
+@njit(cache=True, nogil=True)
+def _sample_distances_into(
+    sx,
+    sy,
+    n: int,
+    dist,
+    m: int,
+    n_blocks: int,
+    ax,
+    ay,
+    bx,
+    by,
+    ex,
+    ey,
+    l2,
+    il2,
+    sminx,
+    sminy,
+    smaxx,
+    smaxy,
+    kminx,
+    kminy,
+    kmaxx,
+    kmaxy,
+    cand,
+    chunk: int,
+    prune: bool,
+) -> None:
+    """Exact distance of each of ``n`` consecutive samples to the nearest of ``m`` segments.
+
+    Pruning (``prune=True``): samples are taken in chunks of ``chunk`` consecutive ones.
+    The distance ``d`` to a closed set is 1-Lipschitz, so every sample ``s`` of a chunk
+    starting at the already measured sample ``s0`` has ``d(s) <= U = d(s0) + max|s - s0|``.
+    The segment nearest to ``s`` is at most ``U`` away from ``s``, hence its box is at most
+    ``U`` away from the chunk's box: only those segments (found block by block) are
+    candidates, and the minimum over them is the exact minimum. ``prune=False`` computes
+    every sample against every segment (for measurements).
+
+    The nearest segment is found on cheap squared distances (first one in segment
+    order on ties); the distance returned is then GEOS's distance to that segment.
+    """
+    if n == 0:
+        return
+    if not prune:
+        for k in range(n):
+            xk = sx[k]
+            yk = sy[k]
+            best2 = _INF
+            best = 0
+            for s in range(m):
+                d2 = _point_segment_d2(xk, yk, ax[s], ay[s], ex[s], ey[s], l2[s], il2[s])
+                if d2 < best2:
+                    best2 = d2
+                    best = s
+            dist[k] = _point_segment_distance(xk, yk, ax[best], ay[best], bx[best], by[best])
+        return
+    dist[0] = _nearest_full(sx[0], sy[0], m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, kminx, kminy, kmaxx, kmaxy)
+    k0 = 0
+    while k0 < n - 1:
+        k1 = min(k0 + chunk, n - 1)
+        x0 = sx[k0]
+        y0 = sy[k0]
+        cminx = x0
+        cminy = y0
+        cmaxx = x0
+        cmaxy = y0
+        reach2 = 0.0
+        for k in range(k0 + 1, k1 + 1):
+            xk = sx[k]
+            yk = sy[k]
+            cminx = min(cminx, xk)
+            cminy = min(cminy, yk)
+            cmaxx = max(cmaxx, xk)
+            cmaxy = max(cmaxy, yk)
+            dx = xk - x0
+            dy = yk - y0
+            reach2 = max(reach2, dx * dx + dy * dy)
+        bound = (dist[k0] + np.sqrt(reach2)) * (1.0 + _SLACK) + _SLACK * (
+            abs(cmaxx - cminx) + abs(cmaxy - cminy) + 1e-300
+        )
+        bound2 = bound * bound
+        n_cand = 0
+        for b in range(n_blocks):
+            if _box_gap2(cminx, cminy, cmaxx, cmaxy, kminx[b], kminy[b], kmaxx[b], kmaxy[b]) > bound2:
+                continue
+            s1 = min((b + 1) * _BLOCK, m)
+            for s in range(b * _BLOCK, s1):
+                if _box_gap2(cminx, cminy, cmaxx, cmaxy, sminx[s], sminy[s], smaxx[s], smaxy[s]) <= bound2:
+                    cand[n_cand] = s
+                    n_cand += 1
+        for k in range(k0 + 1, k1 + 1):
+            xk = sx[k]
+            yk = sy[k]
+            best2 = _INF
+            best = cand[0]
+            for i in range(n_cand):
+                s = cand[i]
+                d2 = _point_segment_d2(xk, yk, ax[s], ay[s], ex[s], ey[s], l2[s], il2[s])
+                if d2 < best2:
+                    best2 = d2
+                    best = s
+            dist[k] = _point_segment_distance(xk, yk, ax[best], ay[best], bx[best], by[best])
+        k0 = k1
+
+
+@njit(cache=True, nogil=True)
+def _max_ring_samples(x, y, ring_off, geom_off, spacing, geoms) -> int:
+    """Largest sample count of any ring of the listed geometries."""
+    best = 1
+    for i in range(geoms.size):
+        g = geoms[i]
+        for r in range(geom_off[g], geom_off[g + 1]):
+            best = max(best, _count_ring_samples(x, y, ring_off[r], ring_off[r + 1], spacing[g]))
+    return best
+
+
+@njit(cache=True, nogil=True)
+def _max_segments(ring_off, geom_off, geoms) -> int:
+    """Largest segment count of any of the listed geometries."""
+    best = 1
+    for i in range(geoms.size):
+        g = geoms[i]
+        m = 0
+        for r in range(geom_off[g], geom_off[g + 1]):
+            m += max(ring_off[r + 1] - ring_off[r] - 1, 0)
+        best = max(best, m)
+    return best
+
+
+@njit(cache=True, nogil=True)
+def _pair_distances(x, y, ring_off, geom_off, spacing, geom_a, geom_b, chunk: int, prune: bool):
+    """Hausdorff distance and symmetric mean distance of the boundaries of geometry pairs.
+
+    Parameters
+    ----------
+    x, y : float64 (n_coords,)
+        Ring coordinates, metres.
+    ring_off : int64 (n_rings + 1,)
+    geom_off : int64 (n_geoms + 1,)
+    spacing : float64 (n_geoms,)
+        Sample spacing of each geometry's boundary, metres (> 0).
+    geom_a, geom_b : int64 (n_pairs,)
+        The two geometries of each pair (reference first). Both must have at least one
+        segment.
+    chunk : int
+        Samples per pruning chunk.
+    prune : bool
+        False computes every sample against every segment.
+
+    Returns
+    -------
+    hausdorff, integral_a, length_a, integral_b, length_b : float64 (n_pairs,)
+        Hausdorff distance (max of the two directed maxima over samples, metres), and per
+        side the trapezoidal integral of the sample distances (m^2) and the boundary
+        length as the sum of the weights (m).
+    """
+    n_pairs = geom_a.size
+    hausdorff = np.empty(n_pairs, dtype=np.float64)
+    integral_a = np.empty(n_pairs, dtype=np.float64)
+    length_a = np.empty(n_pairs, dtype=np.float64)
+    integral_b = np.empty(n_pairs, dtype=np.float64)
+    length_b = np.empty(n_pairs, dtype=np.float64)
+    if n_pairs == 0:
+        return hausdorff, integral_a, length_a, integral_b, length_b
+    cap_samples = max(
+        _max_ring_samples(x, y, ring_off, geom_off, spacing, geom_a),
+        _max_ring_samples(x, y, ring_off, geom_off, spacing, geom_b),
+    )
+    cap_segments = max(_max_segments(ring_off, geom_off, geom_a), _max_segments(ring_off, geom_off, geom_b))
+    cap_blocks = (cap_segments + _BLOCK - 1) // _BLOCK
+    sx = np.empty(cap_samples, dtype=np.float64)
+    sy = np.empty(cap_samples, dtype=np.float64)
+    dist = np.empty(cap_samples, dtype=np.float64)
+    weight = np.empty(cap_samples, dtype=np.float64)
+    ax = np.empty(cap_segments, dtype=np.float64)
+    ay = np.empty(cap_segments, dtype=np.float64)
+    bx = np.empty(cap_segments, dtype=np.float64)
+    by = np.empty(cap_segments, dtype=np.float64)
+    ex = np.empty(cap_segments, dtype=np.float64)
+    ey = np.empty(cap_segments, dtype=np.float64)
+    l2 = np.empty(cap_segments, dtype=np.float64)
+    il2 = np.empty(cap_segments, dtype=np.float64)
+    sminx = np.empty(cap_segments, dtype=np.float64)
+    sminy = np.empty(cap_segments, dtype=np.float64)
+    smaxx = np.empty(cap_segments, dtype=np.float64)
+    smaxy = np.empty(cap_segments, dtype=np.float64)
+    kminx = np.empty(cap_blocks, dtype=np.float64)
+    kminy = np.empty(cap_blocks, dtype=np.float64)
+    kmaxx = np.empty(cap_blocks, dtype=np.float64)
+    kmaxy = np.empty(cap_blocks, dtype=np.float64)
+    cand = np.empty(cap_segments, dtype=np.int64)
+    for p in range(n_pairs):
+        h = 0.0
+        for side in range(2):
+            g_from = geom_a[p] if side == 0 else geom_b[p]
+            g_to = geom_b[p] if side == 0 else geom_a[p]
+            m = _load_segments(
+                x, y, ring_off, geom_off[g_to], geom_off[g_to + 1], ax, ay, bx, by, ex, ey, l2, il2, sminx, sminy, smaxx, smaxy
+            )
+            n_blocks = _build_blocks(m, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy)
+            integral = 0.0
+            length = 0.0
+            for r in range(geom_off[g_from], geom_off[g_from + 1]):
+                n = _fill_ring_samples(x, y, ring_off[r], ring_off[r + 1], spacing[g_from], sx, sy)
+                _sample_distances_into(
+                    sx, sy, n, dist, m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, sminx, sminy, smaxx, smaxy,
+                    kminx, kminy, kmaxx, kmaxy, cand, chunk, prune,
+                )  # fmt: skip
+                _trapezoid_weights(sx, sy, n, weight)
+                for k in range(n):
+                    integral += weight[k] * dist[k]
+                    length += weight[k]
+                    if dist[k] > h:
+                        h = dist[k]
+            if side == 0:
+                integral_a[p] = integral
+                length_a[p] = length
+            else:
+                integral_b[p] = integral
+                length_b[p] = length
+        hausdorff[p] = h
+    return hausdorff, integral_a, length_a, integral_b, length_b
+
+
+@njit(cache=True, nogil=True)
+def _directed_sample_distances(x, y, ring_off, geom_off, spacing, g_from: int, g_to: int, chunk: int, prune: bool):
+    """Every sample of ``g_from``'s boundary with its weight and distance to ``g_to``'s boundary.
+
+    The same code path as :func:`_pair_distances`, unreduced (for tests).
+
+    Returns
+    -------
+    sx, sy, weight, dist : float64 (n_samples,)
+    """
+    geoms = np.empty(1, dtype=np.int64)
+    geoms[0] = g_from
+    cap_samples = _max_ring_samples(x, y, ring_off, geom_off, spacing, geoms)
+    total = 0
+    for r in range(geom_off[g_from], geom_off[g_from + 1]):
+        total += _count_ring_samples(x, y, ring_off[r], ring_off[r + 1], spacing[g_from])
+    geoms[0] = g_to
+    cap_segments = _max_segments(ring_off, geom_off, geoms)
+    cap_blocks = (cap_segments + _BLOCK - 1) // _BLOCK
+    out_x = np.empty(total, dtype=np.float64)
+    out_y = np.empty(total, dtype=np.float64)
+    out_w = np.empty(total, dtype=np.float64)
+    out_d = np.empty(total, dtype=np.float64)
+    sx = np.empty(cap_samples, dtype=np.float64)
+    sy = np.empty(cap_samples, dtype=np.float64)
+    dist = np.empty(cap_samples, dtype=np.float64)
+    weight = np.empty(cap_samples, dtype=np.float64)
+    ax = np.empty(cap_segments, dtype=np.float64)
+    ay = np.empty(cap_segments, dtype=np.float64)
+    bx = np.empty(cap_segments, dtype=np.float64)
+    by = np.empty(cap_segments, dtype=np.float64)
+    ex = np.empty(cap_segments, dtype=np.float64)
+    ey = np.empty(cap_segments, dtype=np.float64)
+    l2 = np.empty(cap_segments, dtype=np.float64)
+    il2 = np.empty(cap_segments, dtype=np.float64)
+    sminx = np.empty(cap_segments, dtype=np.float64)
+    sminy = np.empty(cap_segments, dtype=np.float64)
+    smaxx = np.empty(cap_segments, dtype=np.float64)
+    smaxy = np.empty(cap_segments, dtype=np.float64)
+    kminx = np.empty(cap_blocks, dtype=np.float64)
+    kminy = np.empty(cap_blocks, dtype=np.float64)
+    kmaxx = np.empty(cap_blocks, dtype=np.float64)
+    kmaxy = np.empty(cap_blocks, dtype=np.float64)
+    cand = np.empty(cap_segments, dtype=np.int64)
+    m = _load_segments(x, y, ring_off, geom_off[g_to], geom_off[g_to + 1], ax, ay, bx, by, ex, ey, l2, il2, sminx, sminy, smaxx, smaxy)
+    n_blocks = _build_blocks(m, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy)
+    t = 0
+    for r in range(geom_off[g_from], geom_off[g_from + 1]):
+        n = _fill_ring_samples(x, y, ring_off[r], ring_off[r + 1], spacing[g_from], sx, sy)
+        _sample_distances_into(
+            sx, sy, n, dist, m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, sminx, sminy, smaxx, smaxy,
+            kminx, kminy, kmaxx, kmaxy, cand, chunk, prune,
+        )  # fmt: skip
+        _trapezoid_weights(sx, sy, n, weight)
+        for k in range(n):
+            out_x[t] = sx[k]
+            out_y[t] = sy[k]
+            out_w[t] = weight[k]
+            out_d[t] = dist[k]
+            t += 1
+    return out_x[:t].copy(), out_y[:t].copy(), out_w[:t].copy(), out_d[:t].copy()
+
+
+# ---------------------------------------------------------------------------
+# Length within a tolerance: capsule intervals, interval union, uniform grid
+# ---------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def _clip_linear(alpha: float, beta: float, low: float, high: float, t0: float, t1: float):
+    """Intersect ``[t0, t1]`` with ``{t : low <= alpha + beta * t <= high}``."""
+    if beta == 0.0:
+        if alpha < low or alpha > high:
+            return 1.0, 0.0
+        return t0, t1
+    ta = (low - alpha) / beta
+    tb = (high - alpha) / beta
+    if beta < 0.0:
+        ta, tb = tb, ta
+    return max(t0, ta), min(t1, tb)
+
+
+@njit(cache=True, nogil=True)
+def _disc_interval(fx: float, fy: float, dx: float, dy: float, a: float, tol: float, lo: float, hi: float):
+    """Widen ``[lo, hi]`` by ``{t : |F + t D| <= tol}`` (F = P - centre), a quadratic in t."""
+    b = dx * fx + dy * fy
+    c = fx * fx + fy * fy - tol * tol
+    disc = b * b - a * c
+    if disc < 0.0:
+        return lo, hi
+    root = np.sqrt(disc)
+    # Stable roots of a t^2 + 2 b t + c = 0: q = -(b + sign(b) root), t = q / a and c / q.
+    q = -(b + root) if b >= 0.0 else root - b
+    if q == 0.0:  # b == 0 and disc == 0, hence c == 0: the double root t = 0
+        t_a = 0.0
+        t_b = 0.0
+    else:
+        t_a = q / a
+        t_b = c / q
+    return min(lo, t_a, t_b), max(hi, t_a, t_b)
+
+
+@njit(cache=True, nogil=True)
+def _capsule_interval(
+    px: float, py: float, qx: float, qy: float, ux: float, uy: float, vx: float, vy: float, tol: float
+):
+    """Parameters ``t`` in [0, 1] of the points ``P + t (Q - P)`` within ``tol`` of segment [U, V].
+
+    The distance from a point moving on a line to a convex set is convex in ``t``, so the
+    set is one interval: the union of the interval inside the rectangle swept by the
+    segment's normal (two pairs of linear constraints) and the intervals inside the two
+    end discs (quadratics), i.e. their hull. ``P != Q`` is required.
+
+    Returns
+    -------
+    lo, hi : float
+        The interval, clipped to [0, 1]; ``lo > hi`` when empty.
+    """
+    dx = qx - px
+    dy = qy - py
+    a = dx * dx + dy * dy
+    lo = _INF
+    hi = -_INF
+    lo, hi = _disc_interval(px - ux, py - uy, dx, dy, a, tol, lo, hi)
+    lo, hi = _disc_interval(px - vx, py - vy, dx, dy, a, tol, lo, hi)
+    ex = vx - ux
+    ey = vy - uy
+    e2 = ex * ex + ey * ey
+    if e2 > 0.0:
+        fx = px - ux
+        fy = py - uy
+        half_width = tol * np.sqrt(e2)
+        # Along the segment: 0 <= (A(t) - U).E <= |E|^2; across: |E x (A(t) - U)| <= tol |E|.
+        t0, t1 = _clip_linear(fx * ex + fy * ey, dx * ex + dy * ey, 0.0, e2, -_INF, _INF)
+        if t0 <= t1:
+            t0, t1 = _clip_linear(ex * fy - ey * fx, ex * dy - ey * dx, -half_width, half_width, t0, t1)
+            if t0 <= t1:
+                lo = min(lo, t0)
+                hi = max(hi, t1)
+    return max(lo, 0.0), min(hi, 1.0)
+
+
+@njit(cache=True, nogil=True)
+def _union_length(lo, hi, n: int, order) -> float:
+    """Total length of the union of the intervals ``[lo[i], hi[i]]``, ``i < n`` (all nonempty)."""
+    if n == 0:
+        return 0.0
+    # Insertion sort of the indices by (lo, hi): n is small (the capsules near one segment).
+    for i in range(n):
+        order[i] = i
+    for i in range(1, n):
+        j = i
+        v = order[i]
+        while j > 0 and (lo[order[j - 1]] > lo[v] or (lo[order[j - 1]] == lo[v] and hi[order[j - 1]] > hi[v])):
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = v
+    total = 0.0
+    cur_lo = lo[order[0]]
+    cur_hi = hi[order[0]]
+    for i in range(1, n):
+        k = order[i]
+        if lo[k] <= cur_hi:
+            if hi[k] > cur_hi:
+                cur_hi = hi[k]
+        else:
+            total += cur_hi - cur_lo
+            cur_lo = lo[k]
+            cur_hi = hi[k]
+    total += cur_hi - cur_lo
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _segment_length_within(px, py, qx, qy, ox, oy, seg_start, cand, n_cand, tol, lo, hi, order) -> float:
+    """Length of [P, Q] within ``tol`` of the union of the candidate segments (metres)."""
+    dx = qx - px
+    dy = qy - py
+    length = np.sqrt(dx * dx + dy * dy)
+    if length == 0.0:
+        return 0.0
+    n = 0
+    for i in range(n_cand):
+        c = seg_start[cand[i]]
+        a, b = _capsule_interval(px, py, qx, qy, ox[c], oy[c], ox[c + 1], oy[c + 1], tol)
+        if a <= b:
+            if a == 0.0 and b == 1.0:
+                return length
+            lo[n] = a
+            hi[n] = b
+            n += 1
+    return length * _union_length(lo, hi, n, order)
+
+
+@njit(cache=True, nogil=True)
+def _radix_argsort(keys):
+    """Stable argsort of non-negative int64 keys (LSD radix sort, 16-bit digits)."""
+    n = keys.size
+    order = np.arange(n).astype(np.int64)
+    if n <= 1:
+        return order
+    top = 0
+    for i in range(n):
+        if keys[i] > top:
+            top = keys[i]
+    cur = keys.copy()
+    tmp_keys = np.empty(n, dtype=np.int64)
+    tmp_order = np.empty(n, dtype=np.int64)
+    count = np.empty(65536, dtype=np.int64)
+    shift = 0
+    while (top >> shift) > 0:
+        count[:] = 0
+        for i in range(n):
+            count[(cur[i] >> shift) & 0xFFFF] += 1
+        start = 0
+        for d in range(65536):
+            c = count[d]
+            count[d] = start
+            start += c
+        for i in range(n):
+            d = (cur[i] >> shift) & 0xFFFF
+            j = count[d]
+            count[d] = j + 1
+            tmp_keys[j] = cur[i]
+            tmp_order[j] = order[i]
+        cur, tmp_keys = tmp_keys, cur
+        order, tmp_order = tmp_order, order
+        shift += 16
+        if shift >= 63:
+            break
+    return order
+
+
+@njit(cache=True, nogil=True)
+def _cell_range(lo: float, hi: float, origin: float, cell: float, n_cells: int):
+    """Indices of the first and last grid cells meeting ``[lo, hi]`` along one axis."""
+    i0 = int(np.floor((lo - origin) / cell))
+    i1 = int(np.floor((hi - origin) / cell))
+    return max(i0, 0), min(i1, n_cells - 1)
+
+
+@njit(cache=True, nogil=True)
+def _boundary_within_tolerance(qx, qy, q_ring_off, q_geom_off, ox, oy, o_ring_off, tol: float, cell: float):
+    """Length of each query boundary within ``tol`` of the union of all other segments.
+
+    Parameters
+    ----------
+    qx, qy : float64 (n_q_coords,)
+        Query ring coordinates, metres.
+    q_ring_off : int64 (n_q_rings + 1,)
+    q_geom_off : int64 (n_q_geoms + 1,)
+    ox, oy : float64 (n_o_coords,)
+        Coordinates of the other boundaries' rings, metres.
+    o_ring_off : int64 (n_o_rings + 1,)
+    tol : float
+        Tolerance, metres (>= 0).
+    cell : float
+        Side of the uniform grid's square cells, metres (> 0).
+
+    Returns
+    -------
+    float64 (n_q_geoms,)
+        Per query geometry: sum over its segments of the length inside the union of the
+        capsules of radius ``tol`` around the other segments, metres.
+
+    Notes
+    -----
+    Candidate pairs come from a uniform grid: each other segment, cut into pieces no
+    longer than ``cell``, is registered in every cell its piece's box grown by ``tol``
+    meets; each query segment (also cut into pieces) collects the segments registered in
+    the cells its pieces' boxes meet. Any point within ``tol`` of a segment lies in the
+    grown box of one of its pieces, so no pair within ``tol`` is missed. The (cell key,
+    segment) registrations are sorted by a radix sort, and cells are found by binary
+    search, so memory is proportional to the registrations, not to the extent.
+    """
+    n_q = q_geom_off.size - 1
+    out = np.zeros(n_q, dtype=np.float64)
+    n_o_rings = o_ring_off.size - 1
+    n_o_seg = 0
+    for r in range(n_o_rings):
+        n_o_seg += max(o_ring_off[r + 1] - o_ring_off[r] - 1, 0)
+    if n_q == 0 or n_o_seg == 0 or qx.size == 0:
+        return out
+    seg_start = np.empty(n_o_seg, dtype=np.int64)
+    s = 0
+    for r in range(n_o_rings):
+        for c in range(o_ring_off[r], o_ring_off[r + 1] - 1):
+            seg_start[s] = c
+            s += 1
+    # Grid over the query coordinates grown by the tolerance: other segments outside it
+    # can never be within tol of a query point.
+    minx = _INF
+    miny = _INF
+    maxx = -_INF
+    maxy = -_INF
+    for i in range(qx.size):
+        minx = min(minx, qx[i])
+        miny = min(miny, qy[i])
+        maxx = max(maxx, qx[i])
+        maxy = max(maxy, qy[i])
+    grow = tol * (1.0 + _SLACK) + cell * _SLACK
+    origin_x = minx - grow
+    origin_y = miny - grow
+    ncx = int(np.floor((maxx + grow - origin_x) / cell)) + 1
+    ncy = int(np.floor((maxy + grow - origin_y) / cell)) + 1
+    # Registrations: count, then fill.
+    n_reg = 0
+    for pass_ in range(2):
+        if pass_ == 1:
+            keys = np.empty(n_reg, dtype=np.int64)
+            ids = np.empty(n_reg, dtype=np.int64)
+            n_reg = 0
+        else:
+            keys = np.empty(0, dtype=np.int64)
+            ids = np.empty(0, dtype=np.int64)
+        for j in range(n_o_seg):
+            c = seg_start[j]
+            x0 = ox[c]
+            y0 = oy[c]
+            x1 = ox[c + 1]
+            y1 = oy[c + 1]
+            if max(x0, x1) < origin_x - grow or min(x0, x1) > maxx + 2 * grow:
+                continue
+            if max(y0, y1) < origin_y - grow or min(y0, y1) > maxy + 2 * grow:
+                continue
+            dx = x1 - x0
+            dy = y1 - y0
+            pieces = max(int(np.ceil(np.sqrt(dx * dx + dy * dy) / cell)), 1)
+            for k in range(pieces):
+                ta = k / pieces
+                tb = (k + 1) / pieces
+                xa = x0 + ta * dx
+                ya = y0 + ta * dy
+                xb = x1 if k == pieces - 1 else x0 + tb * dx
+                yb = y1 if k == pieces - 1 else y0 + tb * dy
+                i0, i1 = _cell_range(min(xa, xb) - grow, max(xa, xb) + grow, origin_x, cell, ncx)
+                k0, k1 = _cell_range(min(ya, yb) - grow, max(ya, yb) + grow, origin_y, cell, ncy)
+                for ci in range(i0, i1 + 1):
+                    for ck in range(k0, k1 + 1):
+                        if pass_ == 1:
+                            keys[n_reg] = ci * ncy + ck
+                            ids[n_reg] = j
+                        n_reg += 1
+    order = _radix_argsort(keys)
+    sorted_ids = np.empty(n_reg, dtype=np.int64)
+    n_cells = 0
+    cell_keys = np.empty(n_reg, dtype=np.int64)
+    cell_start = np.empty(n_reg + 1, dtype=np.int64)
+    for i in range(n_reg):
+        kk = keys[order[i]]
+        sorted_ids[i] = ids[order[i]]
+        if n_cells == 0 or cell_keys[n_cells - 1] != kk:
+            cell_keys[n_cells] = kk
+            cell_start[n_cells] = i
+            n_cells += 1
+    cell_start[n_cells] = n_reg
+    cell_keys = cell_keys[:n_cells]
+    # Queries.
+    stamp = np.full(n_o_seg, -1, dtype=np.int64)
+    cand = np.empty(n_o_seg, dtype=np.int64)
+    lo = np.empty(n_o_seg, dtype=np.float64)
+    hi = np.empty(n_o_seg, dtype=np.float64)
+    order_buf = np.empty(n_o_seg, dtype=np.int64)
+    q_seg = 0
+    for g in range(n_q):
+        total = 0.0
+        for r in range(q_geom_off[g], q_geom_off[g + 1]):
+            for c in range(q_ring_off[r], q_ring_off[r + 1] - 1):
+                px = qx[c]
+                py = qy[c]
+                ex = qx[c + 1]
+                ey = qy[c + 1]
+                dx = ex - px
+                dy = ey - py
+                pieces = max(int(np.ceil(np.sqrt(dx * dx + dy * dy) / cell)), 1)
+                n_cand = 0
+                for k in range(pieces):
+                    ta = k / pieces
+                    tb = (k + 1) / pieces
+                    xa = px + ta * dx
+                    ya = py + ta * dy
+                    xb = ex if k == pieces - 1 else px + tb * dx
+                    yb = ey if k == pieces - 1 else py + tb * dy
+                    i0, i1 = _cell_range(min(xa, xb), max(xa, xb), origin_x, cell, ncx)
+                    k0, k1 = _cell_range(min(ya, yb), max(ya, yb), origin_y, cell, ncy)
+                    for ci in range(i0, i1 + 1):
+                        for ck in range(k0, k1 + 1):
+                            key = ci * ncy + ck
+                            h = np.searchsorted(cell_keys, key)
+                            if h >= n_cells or cell_keys[h] != key:
+                                continue
+                            for e in range(cell_start[h], cell_start[h + 1]):
+                                j = sorted_ids[e]
+                                if stamp[j] != q_seg:
+                                    stamp[j] = q_seg
+                                    cand[n_cand] = j
+                                    n_cand += 1
+                total += _segment_length_within(
+                    px, py, ex, ey, ox, oy, seg_start, cand, n_cand, tol, lo, hi, order_buf
+                )
+                q_seg += 1
+        out[g] = total
+    return out

@@ -1,0 +1,742 @@
+"""One evaluation as many partitions on a Dask cluster, merged into the single-process answer.
+
+The phases (ARCHITECTURE.md, docs/architecture.md), each a method of
+:class:`DistributedRun` so an orchestrator (the Prefect flow) can run them as separate
+steps:
+
+1. :meth:`~DistributedRun.prepare`: input chunks are prepared on the workers and
+   written to the work directory partitioned by key (UTM zone, tile x, tile y);
+   the client keeps only a small index (row counts and boxes per partition).
+2. :meth:`~DistributedRun.pairs`: one task per partition reads its own rows and the
+   halo rows of its neighbours from storage and computes pairs, IoU, boundary
+   distances of eligible pairs and tolerance lengths.
+3. :meth:`~DistributedRun.resolve`: the global matching and home references, on the
+   client (about one row per reference field).
+4. :meth:`~DistributedRun.sums`: one task per partition writes its per-field table part
+   and its partial sums (overall, strata, size classes, bootstrap replicates);
+   :meth:`~DistributedRun.merge` reads them back, checks that every partition is there
+   with the row counts the index expects, and adds them in key order.
+
+Geometries never travel through the scheduler: tasks receive paths, keys and small
+arrays, and return small arrays. Task keys name the phase and partition
+(``pairs-32613-7-41-<run>``) so the dashboard's task stream is readable.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import geopandas
+import numpy as np
+import pandas as pd
+import shapely
+from pyproj import CRS
+
+from evalcore import boundary
+from evalcore.api import EvalOptions, RunPlan, build_summary
+from evalcore.bootstrap import PartitionKey, ReplicateSums, draw_partition_counts, pool_id
+from evalcore.crs import equal_area_crs_from
+from evalcore.config import DEFAULT_EQUAL_AREA_CRS
+from evalcore.distributed import storage
+from evalcore.distributed.sources import LABEL_COLUMN, Chunk, LayerSource, plan_chunks, read_chunk
+from evalcore.engine import (
+    PairResults,
+    PartitionSummary,
+    RefRows,
+    compute_pairs,
+    field_table,
+    merge_partitions,
+    prediction_rows,
+    summarize_partition,
+    unassigned_row,
+)
+from evalcore.errors import EvalInputError
+from evalcore.groups import encode_strata, size_classes, strata_values
+from evalcore.io import write_geoparquet
+from evalcore.matching import resolve
+from evalcore.pairs import PairTable
+from evalcore.prepare import PreparedLayer, prepare_layer
+from evalcore.quantities import QUANTITY_COLUMNS
+from evalcore.stats import QuantitySums
+
+__all__ = ["DistributedRun", "PartitionMissingError", "run_distributed", "stage_layer"]
+
+logger = logging.getLogger(__name__)
+
+LAYERS = ("reference", "predicted")
+Box = tuple[float, float, float, float]
+
+
+class PartitionMissingError(RuntimeError):
+    """A partition's output is missing or incomplete at the merge."""
+
+
+# --------------------------------------------------------------------------- tasks
+# Plain functions run on the workers. They take paths, keys and small values.
+
+
+def _concat_layers(layers: list[PreparedLayer]) -> PreparedLayer:
+    """Concatenate prepared rows of one layer and put them in position order."""
+    first = layers[0]
+    if len(layers) == 1:
+        return first
+    fields = {}
+    for name in first.__slots__:
+        values = [getattr(layer, name) for layer in layers]
+        if isinstance(values[0], np.ndarray):
+            fields[name] = np.concatenate(values)
+        elif isinstance(values[0], pd.Index):
+            fields[name] = values[0].append(values[1:])
+        else:
+            fields[name] = values[0]
+    joined = PreparedLayer(**fields)
+    return joined.take(np.argsort(joined.positions, kind="stable"))
+
+
+def _empty_layer(name: str, crs: CRS | None, ea_crs: CRS, tile_size_m: float) -> PreparedLayer:
+    f, i, g = np.empty(0), np.empty(0, np.int64), np.empty(0, dtype=object)
+    return PreparedLayer(name, i, pd.Index([]), crs, g, g, f, f, f, i, g, f, i, i, 0, 0, 0, ea_crs, tile_size_m)
+
+
+def _reach(layer: PreparedLayer, tolerance_m: float | None) -> np.ndarray:
+    """How far each row's equal-area box grows to meet every polygon within the tolerance.
+
+    The same growth :func:`evalcore.boundary.tolerance_lengths` uses to select its
+    candidates, so a halo read with it holds every candidate the partition needs.
+    """
+    if tolerance_m is None or len(layer) == 0:
+        return np.zeros(len(layer))
+    return boundary.tolerance_reach(layer, tolerance_m)
+
+
+def prepare_chunk_task(
+    source: LayerSource,
+    chunk: Chunk,
+    workdir: str,
+    equal_area_crs: str | None,
+    tile_size_m: float,
+    tolerance_m: float | None,
+    strata_column: str | None,
+) -> dict:
+    """Read, prepare and write one input chunk, partitioned by key; return its index entry."""
+    gdf = read_chunk(source, chunk)
+    strata_all = None
+    if strata_column is not None and source.role == "reference":
+        if strata_column not in gdf.columns:
+            columns = ", ".join(repr(c) for c in gdf.columns if c != gdf.geometry.name)
+            raise EvalInputError(
+                f"The strata column {strata_column!r} is not in the {source.describe()}; its columns are: {columns}."
+            )
+        strata_all = strata_values(gdf, strata_column, len(gdf))
+    layer = prepare_layer(gdf, source.role, equal_area_crs=equal_area_crs, tile_size_m=tile_size_m)
+    local = layer.positions
+    layer = replace(layer, positions=layer.positions + chunk.start)
+    strata = strata_all[local] if strata_all is not None else None
+    reach = _reach(layer, tolerance_m)
+    keys = np.stack([layer.utm_epsg, layer.tile_x, layer.tile_y], axis=1) if len(layer) else np.empty((0, 3), np.int64)
+    partitions = {}
+    for key in {tuple(int(v) for v in row) for row in keys}:
+        rows = np.flatnonzero((keys == np.array(key)).all(axis=1))
+        storage.write_prepared_chunk(Path(workdir) / "prepared" / source.role / storage.key_name(key), layer, rows, reach, strata)
+        b = shapely.bounds(layer.geoms_ea[rows])
+        r = reach[rows]
+        pools: dict[str | None, int] = {}
+        if strata is not None:
+            for value in strata[rows].tolist():
+                pools[value] = pools.get(value, 0) + 1
+        partitions[key] = {
+            "n": len(rows),
+            "box": (float(b[:, 0].min()), float(b[:, 1].min()), float(b[:, 2].max()), float(b[:, 3].max())),
+            "reach_box": (
+                float((b[:, 0] - r).min()),
+                float((b[:, 1] - r).min()),
+                float((b[:, 2] + r).max()),
+                float((b[:, 3] + r).max()),
+            ),
+            "strata": pools,
+        }
+    return {
+        "role": source.role,
+        "chunk": chunk.index,
+        "n_input": layer.n_input,
+        "n_kept": len(layer),
+        "n_dropped": layer.n_dropped,
+        "n_repaired": layer.n_repaired,
+        "crs": layer.crs.to_wkt() if layer.crs is not None else None,
+        "area_min_m2": float(layer.area_m2.min()) if len(layer) else None,
+        "area_max_m2": float(layer.area_m2.max()) if len(layer) else None,
+        "utm_epsg": sorted({int(c) for c in layer.utm_epsg}),
+        "partitions": partitions,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _LayerInfo:
+    crs: CRS | None
+    partitions: dict[PartitionKey, dict]
+
+
+def _read(workdir: str, role: str, key: PartitionKey, info: _LayerInfo, ea_crs: CRS, tile_size_m: float, window: Box | None = None) -> PreparedLayer:
+    layer, _, _ = storage.read_partition(
+        Path(workdir), role, key, crs=info.crs, equal_area_crs=ea_crs, tile_size_m=tile_size_m,
+        window=window, grow_by_reach=window is not None,
+    )
+    return layer
+
+
+def _own_window(layer: PreparedLayer, reach: np.ndarray) -> Box | None:
+    if len(layer) == 0:
+        return None
+    b = shapely.bounds(layer.geoms_ea)
+    return (float((b[:, 0] - reach).min()), float((b[:, 1] - reach).min()), float((b[:, 2] + reach).max()), float((b[:, 3] + reach).max()))
+
+
+def pairs_task(
+    workdir: str,
+    key: PartitionKey,
+    ref_info: _LayerInfo,
+    pred_info: _LayerInfo,
+    pred_neighbours: list[PartitionKey],
+    ref_neighbours: list[PartitionKey],
+    options: EvalOptions,
+    ea_crs_text: str,
+) -> PairResults:
+    """The pairs phase of one partition: its own rows plus the halo read from storage."""
+    ea_crs = CRS.from_user_input(ea_crs_text)
+    tile = options.tile_size_m
+    tol = options.boundary_tolerance_m
+    has_ref, has_pred = key in ref_info.partitions, key in pred_info.partitions
+    ref_own = _read(workdir, "reference", key, ref_info, ea_crs, tile) if has_ref else _empty_layer("reference", ref_info.crs, ea_crs, tile)
+    pred_own = _read(workdir, "predicted", key, pred_info, ea_crs, tile) if has_pred else _empty_layer("predicted", pred_info.crs, ea_crs, tile)
+    # The halo: rows of neighbouring partitions whose (grown) boxes reach this partition's (grown) boxes.
+    ref_window = _own_window(ref_own, _reach(ref_own, tol))
+    pred_near = [pred_own]
+    if ref_window is not None:
+        pred_near += [_read(workdir, "predicted", j, pred_info, ea_crs, tile, ref_window) for j in pred_neighbours]
+    pred_window = _own_window(pred_own, _reach(pred_own, tol))
+    ref_near = [ref_own]
+    if pred_window is not None and tol is not None:
+        ref_near += [_read(workdir, "reference", j, ref_info, ea_crs, tile, pred_window) for j in ref_neighbours]
+    return compute_pairs(
+        ref_own,
+        _concat_layers(pred_near),
+        pred_own=pred_own,
+        ref_near=_concat_layers(ref_near),
+        iou_threshold=options.iou_threshold,
+        boundary_tolerance_m=tol,
+        boundary_sample_spacing_m=options.boundary_sample_spacing_m,
+    )
+
+
+def sums_task(
+    workdir: str,
+    key: PartitionKey,
+    ref_info: _LayerInfo,
+    results: PairResults,
+    is_match: np.ndarray,
+    is_eligible: np.ndarray,
+    preds: pd.DataFrame,
+    pred_labels: pd.Series,
+    plan: RunPlan,
+    options: EvalOptions,
+    ea_crs_text: str,
+    frame_dir: str | None,
+) -> dict:
+    """The sums phase of one partition: write its field table part and its partial sums."""
+    ea_crs = CRS.from_user_input(ea_crs_text)
+    layer, strata, _ = storage.read_partition(
+        Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, tile_size_m=options.tile_size_m
+    )
+    refs = _ref_rows(layer, strata, plan)
+    summary, fields = summarize_partition(
+        key,
+        refs,
+        results,
+        is_match,
+        is_eligible,
+        preds,
+        iou_threshold=options.iou_threshold,
+        matching=options.matching,
+        boundary_tolerance_m=options.boundary_tolerance_m,
+        n_strata=plan.n_strata,
+        n_sizes=plan.n_sizes,
+        n_replicates=options.bootstrap,
+        bootstrap_seed=options.bootstrap_seed,
+        draws=plan.draws,
+    )
+    if frame_dir is not None:
+        table = field_table(
+            fields,
+            layer.labels,
+            pred_labels,
+            strata_names=plan.strata_names,
+            strata_codes=refs.strata_codes,
+            size_keys=plan.sizes.keys if plan.sizes is not None else None,
+            size_codes=refs.size_codes,
+            tolerance_m=options.boundary_tolerance_m,
+        )
+        frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=ref_info.crs)
+        write_geoparquet(Path(frame_dir) / f"part-{storage.key_name(key)}.parquet", frame)
+    path = Path(workdir) / "sums" / f"{storage.key_name(key)}.npz"
+    storage.write_summary(path, _summary_arrays(summary))
+    return {"key": key, "n_ref": summary.n_ref, "n_pred": summary.n_pred, "path": str(path)}
+
+
+def _ref_rows(layer: PreparedLayer, strata: np.ndarray, plan: RunPlan) -> RefRows:
+    n = len(layer)
+    strata_codes = np.full(n, -1, dtype=np.int64)
+    pools = np.full(n, pool_id(None, False), dtype=np.int64)
+    if plan.strata_names is not None:
+        lookup = {name: k for k, name in enumerate(plan.strata_names)}
+        strata_codes = np.array([lookup[v] if v is not None else -1 for v in strata.tolist()], dtype=np.int64)
+        pool_of = [pool_id(name, True) for name in plan.strata_names] + [pool_id(None, True)]
+        pools = np.asarray(pool_of, dtype=np.int64)[strata_codes]
+    size_codes = plan.sizes.codes(layer.area_m2 / 1e4) if plan.sizes is not None else np.full(n, -1, dtype=np.int64)
+    return RefRows(layer.positions, layer.area_m2, layer.perimeter_m, layer.utm_epsg, strata_codes, size_codes, pools)
+
+
+def _summary_arrays(s: PartitionSummary) -> dict[str, np.ndarray]:
+    arrays = {
+        "key": np.asarray(s.key, dtype=np.int64),
+        "n_ref": np.asarray(s.n_ref),
+        "n_pred": np.asarray(s.n_pred),
+        "overall": s.overall.sums,
+        "overall_spacing": np.asarray(s.overall.spacing_max_m),
+        "strata": np.array([g.sums for g in s.strata]).reshape(len(s.strata), len(QUANTITY_COLUMNS)),
+        "strata_spacing": np.array([g.spacing_max_m for g in s.strata]),
+        "sizes": np.array([g.sums for g in s.sizes]).reshape(len(s.sizes), len(QUANTITY_COLUMNS)),
+        "sizes_spacing": np.array([g.spacing_max_m for g in s.sizes]),
+        "med_pos": s.medians.index.to_numpy(np.int64),
+    }
+    for column in s.medians.columns:
+        arrays[f"med_{column}"] = s.medians[column].to_numpy()
+    if s.replicates is not None:
+        arrays["rep_overall"] = s.replicates.overall
+        arrays["rep_strata"] = s.replicates.strata
+        arrays["rep_sizes"] = s.replicates.size_classes
+    return arrays
+
+
+def _summary_from_arrays(a: dict[str, np.ndarray]) -> PartitionSummary:
+    def sums(rows: np.ndarray, spacing: np.ndarray) -> list[QuantitySums]:
+        return [QuantitySums(QUANTITY_COLUMNS, rows[g], float(spacing[g])) for g in range(len(rows))]
+
+    medians = pd.DataFrame(
+        {c[4:]: a[c] for c in a if c.startswith("med_") and c != "med_pos"}, index=pd.Index(a["med_pos"], name="ref_pos")
+    )
+    replicates = ReplicateSums(a["rep_overall"], a["rep_strata"], a["rep_sizes"]) if "rep_overall" in a else None
+    return PartitionSummary(
+        key=tuple(int(v) for v in a["key"]),
+        n_ref=int(a["n_ref"]),
+        n_pred=int(a["n_pred"]),
+        overall=QuantitySums(QUANTITY_COLUMNS, a["overall"], float(a["overall_spacing"])),
+        strata=sums(a["strata"], a["strata_spacing"]),
+        sizes=sums(a["sizes"], a["sizes_spacing"]),
+        replicates=replicates,
+        medians=medians,
+    )
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _boxes_overlap(a: Box, b: Box) -> bool:
+    return a[0] <= b[2] and b[0] <= a[2] and a[1] <= b[3] and b[1] <= a[3]
+
+
+ProgressCallback = Callable[[str, int, int], None]
+
+
+@dataclass
+class DistributedRun:
+    """The state of one distributed evaluation, phase by phase.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    predicted, reference : LayerSource
+    options : EvalOptions
+    workdir : Path
+    strata_column : str, optional
+    size_bins : "auto" or sequence of float, optional
+    frame_dir : Path, optional
+        Where the per-field GeoParquet parts go.
+    chunk_rows : int
+    progress : callable(phase, done, total), optional
+    """
+
+    client: object
+    predicted: LayerSource
+    reference: LayerSource
+    options: EvalOptions
+    workdir: Path
+    strata_column: str | None = None
+    size_bins: object = None
+    frame_dir: Path | None = None
+    chunk_rows: int = 50_000
+    progress: ProgressCallback | None = None
+    token: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    timings: dict[str, float] = field(default_factory=dict)
+
+    # Filled by the phases.
+    index: dict = field(default_factory=dict)
+    plan: RunPlan | None = None
+    results: dict[PartitionKey, PairResults] = field(default_factory=dict)
+    sums_info: dict[PartitionKey, dict] = field(default_factory=dict)
+
+    # ---------------------------------------------------------------- helpers
+    def _task_key(self, phase: str, *parts: object) -> str:
+        return "-".join([phase, *(str(p) for p in parts), self.token])
+
+    def _gather(self, phase: str, futures: dict) -> dict:
+        """Wait for futures keyed by partition, reporting progress; re-raise a failure naming it."""
+        from distributed import as_completed
+
+        total = len(futures)
+        by_future = {f: k for k, f in futures.items()}
+        out = {}
+        done = 0
+        if self.progress:
+            self.progress(phase, 0, total)
+        for future in as_completed(list(futures.values())):
+            k = by_future[future]
+            try:
+                out[k] = future.result()
+            except Exception as exc:
+                for other in futures.values():
+                    other.cancel()
+                name = storage.key_name(k) if isinstance(k, tuple) else str(k)
+                if isinstance(exc, EvalInputError):
+                    raise
+                raise RuntimeError(f"{phase} failed for partition {name}: {type(exc).__name__}: {exc}") from exc
+            done += 1
+            if self.progress:
+                self.progress(phase, done, total)
+            logger.info("%s: partition %s done (%d/%d)", phase, k, done, total)
+        return out
+
+    @property
+    def ea_crs(self) -> CRS:
+        return equal_area_crs_from(self.options.equal_area_crs or DEFAULT_EQUAL_AREA_CRS)
+
+    def _info(self, role: str) -> _LayerInfo:
+        entry = self.index[role]
+        return _LayerInfo(CRS.from_wkt(entry["crs"]) if entry["crs"] else None, entry["partitions"])
+
+    # ---------------------------------------------------------------- phases
+    def prepare(self) -> dict:
+        """Phase 1: prepare both layers in chunks on the workers; build the run index."""
+        started = time.perf_counter()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        futures = {}
+        for source in (self.reference, self.predicted):
+            for chunk in plan_chunks(source, self.chunk_rows):
+                futures[(source.role, chunk.index)] = self.client.submit(
+                    prepare_chunk_task,
+                    source,
+                    chunk,
+                    str(self.workdir),
+                    self.options.equal_area_crs,
+                    self.options.tile_size_m,
+                    self.options.boundary_tolerance_m,
+                    self.strata_column,
+                    key=self._task_key("prepare", source.role, chunk.index),
+                    retries=2,
+                )
+        entries = self._gather("prepare", futures)
+        index: dict = {}
+        for role in LAYERS:
+            chunks = [entries[k] for k in sorted(k for k in entries if k[0] == role)]
+            crs_texts = {c["crs"] for c in chunks if c["crs"] is not None}
+            if len(crs_texts) > 1:
+                raise EvalInputError(f"The {role} layer's chunks disagree on their CRS.")
+            partitions: dict[PartitionKey, dict] = {}
+            for c in chunks:
+                for key, p in c["partitions"].items():
+                    merged = partitions.setdefault(key, {"n": 0, "box": p["box"], "reach_box": p["reach_box"], "strata": {}})
+                    merged["n"] += p["n"]
+                    merged["box"] = _union(merged["box"], p["box"])
+                    merged["reach_box"] = _union(merged["reach_box"], p["reach_box"])
+                    for name, n in p["strata"].items():
+                        merged["strata"][name] = merged["strata"].get(name, 0) + n
+            areas_min = [c["area_min_m2"] for c in chunks if c["area_min_m2"] is not None]
+            areas_max = [c["area_max_m2"] for c in chunks if c["area_max_m2"] is not None]
+            index[role] = {
+                "crs": crs_texts.pop() if crs_texts else None,
+                "n_input": sum(c["n_input"] for c in chunks),
+                "n_kept": sum(c["n_kept"] for c in chunks),
+                "n_dropped": sum(c["n_dropped"] for c in chunks),
+                "n_repaired": sum(c["n_repaired"] for c in chunks),
+                "area_min_m2": min(areas_min) if areas_min else None,
+                "area_max_m2": max(areas_max) if areas_max else None,
+                "utm_epsg": sorted({code for c in chunks for code in c["utm_epsg"]}),
+                "partitions": partitions,
+            }
+        self.index = index
+        self.timings["prepare"] = time.perf_counter() - started
+        return index
+
+    def make_plan(self) -> RunPlan:
+        """Strata names, size classes and the central bootstrap draws, from the index."""
+        ref = self.index["reference"]
+        stratified = self.strata_column is not None
+        names = sorted({n for p in ref["partitions"].values() for n in p["strata"] if n is not None}) if stratified else None
+        sizes = None
+        if self.size_bins is not None:
+            extremes = np.array([v for v in (ref["area_min_m2"], ref["area_max_m2"]) if v is not None]) / 1e4
+            sizes = size_classes(self.size_bins, extremes)
+        draws: dict = {}
+        if self.options.bootstrap > 0:
+            pool_sizes: dict[int, dict[PartitionKey, int]] = {}
+            for key, p in ref["partitions"].items():
+                counts = p["strata"] if stratified else {None: p["n"]}
+                for name, n in counts.items():
+                    per_key = pool_sizes.setdefault(pool_id(name, stratified), {})
+                    per_key[key] = per_key.get(key, 0) + n
+            draws = draw_partition_counts(pool_sizes, self.options.bootstrap, self.options.bootstrap_seed)
+        self.plan = RunPlan(names, sizes, draws)
+        return self.plan
+
+    def _neighbours(self, key: PartitionKey, own_role: str, other_role: str) -> list[PartitionKey]:
+        own = self.index[own_role]["partitions"].get(key)
+        if own is None:
+            return []
+        return sorted(
+            j
+            for j, p in self.index[other_role]["partitions"].items()
+            if j != key and _boxes_overlap(own["reach_box"], p["reach_box"])
+        )
+
+    def pairs(self) -> dict[PartitionKey, PairResults]:
+        """Phase 2: pairs, IoU, distances and tolerance lengths, one task per partition."""
+        started = time.perf_counter()
+        ref_info, pred_info = self._info("reference"), self._info("predicted")
+        keys = sorted(set(ref_info.partitions) | set(pred_info.partitions))
+        ea = self.ea_crs.to_wkt()
+        futures = {
+            key: self.client.submit(
+                pairs_task,
+                str(self.workdir),
+                key,
+                ref_info,
+                pred_info,
+                self._neighbours(key, "reference", "predicted"),
+                self._neighbours(key, "predicted", "reference"),
+                self.options,
+                ea,
+                key=self._task_key("pairs", *key),
+                retries=2,
+            )
+            for key in keys
+        }
+        self.results = self._gather("pairs", futures)
+        self.timings["pairs"] = time.perf_counter() - started
+        return self.results
+
+    def resolve(self) -> None:
+        """Phase 3: the global matching and every prediction's home, on the client."""
+        started = time.perf_counter()
+        keys = sorted(self.results)
+        tables = [self.results[k].pairs for k in keys]
+        everything = PairTable.concat(tables)
+        self._resolution = resolve(everything, self.options.iou_threshold, self.options.matching)
+        # Where each partition's pairs sit in the global (ref_pos, pred_pos) order.
+        width = int(max([int(t.pred_pos.max()) for t in tables if len(t)] + [0])) + 1
+        global_code = everything.ref_pos * width + everything.pred_pos
+        self._pair_index = {k: np.searchsorted(global_code, t.ref_pos * width + t.pred_pos) for k, t in zip(keys, tables)}
+        pred_pos = np.concatenate([self.results[k].pred_pos for k in keys]) if keys else np.empty(0, np.int64)
+        order = np.argsort(pred_pos, kind="stable")
+
+        def cat(name: str) -> np.ndarray:
+            return np.concatenate([getattr(self.results[k], name) for k in keys])[order] if keys else np.empty(0)
+
+        self._preds = prediction_rows(pred_pos[order], cat("pred_area_m2"), cat("pred_perimeter_m"), cat("pred_within_tol_m"), self._resolution)
+        ref_pos = np.concatenate([self.results[k].ref_pos for k in keys]) if keys else np.empty(0, np.int64)
+        ref_part = np.concatenate([np.full(len(self.results[k].ref_pos), i) for i, k in enumerate(keys)]) if keys else np.empty(0, np.int64)
+        ref_order = np.argsort(ref_pos)
+        home = self._preds["home_ref_pos"].to_numpy()
+        homed = home >= 0
+        part_of_pred = np.full(len(home), -1)
+        part_of_pred[homed] = ref_part[ref_order][np.searchsorted(ref_pos[ref_order], home[homed])]
+        self._pred_partition = {k: np.flatnonzero(part_of_pred == i) for i, k in enumerate(keys)}
+        labels = pd.concat([pd.Series(self.results[k].pred_label_of_pair, index=self.results[k].pairs.pred_pos) for k in keys]) if keys else pd.Series([], dtype=object)
+        self._pred_labels = labels[~labels.index.duplicated()].infer_objects()
+        self._unassigned = unassigned_row(self._preds, self.options.boundary_tolerance_m)
+        self.timings["resolve"] = time.perf_counter() - started
+
+    def sums(self) -> dict[PartitionKey, dict]:
+        """Phase 4a: per-partition field tables and partial sums, written to the work directory."""
+        started = time.perf_counter()
+        ref_info = self._info("reference")
+        ea = self.ea_crs.to_wkt()
+        futures = {}
+        for key in sorted(ref_info.partitions):
+            results = self.results[key]
+            idx = self._pair_index[key]
+            preds = self._preds.iloc[self._pred_partition[key]]
+            labels = self._pred_labels.reindex(np.unique(results.pairs.pred_pos))
+            futures[key] = self.client.submit(
+                sums_task,
+                str(self.workdir),
+                key,
+                ref_info,
+                results,
+                self._resolution.is_match[idx],
+                self._resolution.is_eligible[idx],
+                preds,
+                labels,
+                self.plan,
+                self.options,
+                ea,
+                str(self.frame_dir) if self.frame_dir is not None else None,
+                key=self._task_key("sums", *key),
+                retries=2,
+            )
+        self.sums_info = self._gather("sums", futures)
+        self.timings["sums"] = time.perf_counter() - started
+        return self.sums_info
+
+    def merge(self) -> dict[str, object]:
+        """Phase 4b: read every partition's sums, check completeness, add them in key order."""
+        started = time.perf_counter()
+        ref = self.index["reference"]
+        parts = []
+        for key in sorted(ref["partitions"]):
+            path = self.workdir / "sums" / f"{storage.key_name(key)}.npz"
+            if not path.exists():
+                raise PartitionMissingError(
+                    f"partition {storage.key_name(key)} has no sums output ({path}); the run is incomplete."
+                )
+            part = _summary_from_arrays(storage.read_summary(path))
+            expected = ref["partitions"][key]["n"]
+            if part.n_ref != expected:
+                raise PartitionMissingError(
+                    f"partition {storage.key_name(key)} summed {part.n_ref} reference fields but {expected} were prepared."
+                )
+            parts.append(part)
+        plan = self.plan
+        merged = merge_partitions(
+            parts, self._unassigned, n_strata=plan.n_strata, n_sizes=plan.n_sizes, n_replicates=self.options.bootstrap
+        )
+        n_ref = int(merged.overall.as_dict()["n_ref"])
+        n_pred = int(merged.overall.as_dict()["n_pred"])
+        if n_ref != ref["n_kept"] or n_pred != self.index["predicted"]["n_kept"]:
+            raise PartitionMissingError(
+                f"the partitions add up to {n_ref} reference fields and {n_pred} predictions, but "
+                f"{ref['n_kept']} and {self.index['predicted']['n_kept']} were prepared."
+            )
+        counts = {
+            f"count_{name}_{what}": self.index[role][f"n_{what}"]
+            for role, name in (("reference", "reference"), ("predicted", "predicted"))
+            for what in ("dropped", "repaired")
+        }
+        codes = sorted(set(ref["utm_epsg"]) | set(self.index["predicted"]["utm_epsg"]))
+        result = build_summary(merged, plan, self.options, layer_counts=counts, utm_epsg_codes=codes, equal_area_crs=self.ea_crs.to_string())
+        self.timings["merge"] = time.perf_counter() - started
+        return result
+
+    def run(self) -> dict[str, object]:
+        """All phases in order."""
+        self.prepare()
+        self.make_plan()
+        self.pairs()
+        self.resolve()
+        self.sums()
+        return self.merge()
+
+
+def _union(a: Box, b: Box) -> Box:
+    return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
+
+
+def stage_layer(layer: object, role: str, workdir: Path, strata: object = None, chunk_rows: int = 50_000) -> LayerSource:
+    """Write an in-memory layer to the work directory as GeoParquet so workers can read it.
+
+    The index is kept in a column, so labels survive; ``strata`` values (a Series or
+    an array) are written as a column named ``__evalcore_stratum__``.
+    """
+    from evalcore.prepare import layer_geometries
+
+    geoms, index, crs = layer_geometries(layer, role)
+    frame = geopandas.GeoDataFrame({LABEL_COLUMN: np.asarray(index)}, geometry=geopandas.GeoSeries(geoms), crs=crs)
+    if strata is not None:
+        frame["__evalcore_stratum__"] = strata_values(layer, strata, len(frame))
+    path = workdir / "input" / f"{role}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from evalcore.io import atomic_path
+
+    atomic_path(path, lambda tmp: frame.to_parquet(tmp, index=False, row_group_size=chunk_rows))
+    return LayerSource(str(path), None, role)
+
+
+def run_distributed(
+    predicted: object,
+    reference: object,
+    client: object,
+    options: EvalOptions,
+    *,
+    strata: object = None,
+    size_bins: object = None,
+    workdir: str | Path | None = None,
+    frame_dir: str | Path | None = None,
+    pred_layer: str | None = None,
+    ref_layer: str | None = None,
+    progress: ProgressCallback | None = None,
+    chunk_rows: int = 50_000,
+) -> dict[str, object]:
+    """Evaluate on a Dask cluster; the result equals :func:`evalcore.evaluate` in one process.
+
+    Parameters
+    ----------
+    predicted, reference : path or GeoDataFrame/GeoSeries
+    client : distributed.Client
+    options : EvalOptions
+    strata : str, Series or array, optional
+        A column name (files) or values (in-memory layers).
+    workdir : path, optional
+        The work directory (a temporary one when None, removed afterwards).
+    frame_dir : path, optional
+        Directory for the per-field GeoParquet parts.
+    """
+    import shutil
+    import tempfile
+
+    own_tmp = workdir is None
+    work = Path(tempfile.mkdtemp(prefix="evalcore-")) if own_tmp else Path(workdir)
+    try:
+        strata_column = None
+        sources = []
+        for layer, role, name in ((predicted, "predicted", pred_layer), (reference, "reference", ref_layer)):
+            if isinstance(layer, (str, Path)):
+                sources.append(LayerSource(str(layer), name, role))
+                if role == "reference" and strata is not None:
+                    if not isinstance(strata, str):
+                        raise TypeError("With a reference file, strata must be a column name.")
+                    strata_column = strata
+            else:
+                values = strata if role == "reference" else None
+                sources.append(stage_layer(layer, role, work, values, chunk_rows))
+                if role == "reference" and strata is not None:
+                    strata_column = "__evalcore_stratum__"
+        run = DistributedRun(
+            client=client,
+            predicted=sources[0],
+            reference=sources[1],
+            options=options,
+            workdir=work,
+            strata_column=strata_column,
+            size_bins=size_bins,
+            frame_dir=Path(frame_dir) if frame_dir is not None else None,
+            chunk_rows=chunk_rows,
+            progress=progress,
+        )
+        return run.run()
+    finally:
+        if own_tmp:
+            shutil.rmtree(work, ignore_errors=True)
+
