@@ -70,7 +70,13 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--equal-area-crs", help="equal-area CRS for areas and IoU (default EPSG:6933)")
     ev.add_argument("--boundary-sample-spacing-m", type=_spacing, default=1.0, help="metres, or 'none'")
     ev.add_argument("--tile-km", type=float, default=50.0, help="partition tile side in kilometres")
-    ev.add_argument("--frame-out", help="write the per-field table here as GeoParquet")
+    ev.add_argument("--frame-out", help="write the per-field table here as GeoParquet (a directory of parts with --cluster)")
+    ev.add_argument(
+        "--cluster",
+        help="run on Dask: 'local' starts a LocalCluster, tcp://HOST:PORT connects to a running scheduler",
+    )
+    ev.add_argument("--workers", type=int, default=2, help="worker processes of a local cluster")
+    ev.add_argument("--workdir", help="work directory of a distributed run (default: a temporary one)")
     ev.add_argument("-o", "--output", required=True, help="metrics JSON file to write")
     ev.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
 
@@ -135,9 +141,13 @@ def format_summary(metrics: dict[str, object]) -> str:
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from evalcore.api import evaluate_with_frame
-    from evalcore.io import read_layer, write_geoparquet, write_json
+    from evalcore.io import read_layer, write_geoparquet
 
     started = time.perf_counter()
+    if args.cluster:
+        metrics = _evaluate_on_cluster(args)
+        _finish(args, metrics, started)
+        return 0
     reference = read_layer(args.reference, layer=args.ref_layer, role="reference")
     predicted = read_layer(args.predicted, layer=args.pred_layer, role="predicted")
     if args.strata_column is not None and args.strata_column not in reference.columns:
@@ -162,11 +172,78 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     )
     if args.frame_out:
         write_geoparquet(args.frame_out, frame)
+    _finish(args, metrics, started)
+    return 0
+
+
+def _finish(args: argparse.Namespace, metrics: dict[str, object], started: float) -> None:
+    from evalcore.io import write_json
+
     write_json(args.output, metrics)
     if not args.quiet:
         print(format_summary(metrics))
         print(f"wrote {args.output}" + (f" and {args.frame_out}" if args.frame_out else "") + f" in {time.perf_counter() - started:.1f} s")
-    return 0
+
+
+def _progress_bar(phase: str, done: int, total: int) -> None:
+    """A progress bar over partitions on standard error (a line per 10 % when not a terminal)."""
+    width = 30
+    filled = width * done // total if total else width
+    text = f"{phase:<8} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} partitions"
+    if sys.stderr.isatty():
+        print("\r" + text, end="\n" if done == total else "", file=sys.stderr, flush=True)
+    elif done == total or (total and (10 * done // total) != (10 * (done - 1) // total)):
+        print(text, file=sys.stderr, flush=True)
+
+
+def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
+    from distributed import Client, LocalCluster
+
+    from evalcore.api import check_options
+    from evalcore.distributed.runner import run_distributed
+
+    options = check_options(
+        iou_threshold=args.iou_threshold,
+        matching=args.matching,
+        bootstrap=args.bootstrap,
+        bootstrap_seed=args.bootstrap_seed,
+        boundary_tolerance_m=args.boundary_tolerance_m,
+        equal_area_crs=args.equal_area_crs,
+        boundary_sample_spacing_m=args.boundary_sample_spacing_m,
+        tile_size_m=args.tile_km * 1000.0,
+    )
+    if args.workers < 1:
+        raise EvalInputError(f"--workers must be at least 1, but got {args.workers}.")
+    cluster = None
+    try:
+        if args.cluster == "local":
+            cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0")
+            client = Client(cluster)
+        elif args.cluster.startswith(("tcp://", "tls://")):
+            try:
+                client = Client(args.cluster, timeout="20s")
+            except OSError as exc:
+                raise EvalInputError(f"--cluster {args.cluster!r}: cannot reach the scheduler ({exc}).") from None
+        else:
+            raise EvalInputError(f"--cluster {args.cluster!r} must be 'local' or a scheduler address like tcp://127.0.0.1:8786.")
+        with client:
+            print(f"Dask dashboard: {client.dashboard_link}", file=sys.stderr, flush=True)
+            return run_distributed(
+                args.predicted,
+                args.reference,
+                client,
+                options,
+                strata=args.strata_column,
+                size_bins=args.size_bins,
+                workdir=args.workdir,
+                frame_dir=args.frame_out,
+                pred_layer=args.pred_layer,
+                ref_layer=args.ref_layer,
+                progress=None if args.quiet else _progress_bar,
+            )
+    finally:
+        if cluster is not None:
+            cluster.close()
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
@@ -182,6 +259,8 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("distributed", "bokeh", "tornado"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)

@@ -286,7 +286,7 @@ def make_layers(
         ]
     )
     rings = _make_rings(rng, shapes)
-    bbox = np.full((item_kind.size, 4), [-_BAD_CELL_HALF_M, -_BAD_CELL_HALF_M, _BAD_CELL_HALF_M, _BAD_CELL_HALF_M])
+    bbox = np.tile([-_BAD_CELL_HALF_M, -_BAD_CELL_HALF_M, _BAD_CELL_HALF_M, _BAD_CELL_HALF_M], (item_kind.size, 1))
     bbox[:n_shaped] = _item_bounds(rings, n_shaped)
 
     # 3. Placement in cluster-local coordinates (metres), then clusters on the map.
@@ -316,7 +316,9 @@ def make_layers(
     pred_local, pred_item, pred_sub, pred_kind = _predict(
         rng, rings, ref_local, outcome, layout, item_kind, item_cluster
     )
+    del rings, ref_local, ref_geoms  # free memory before the largest step
     pred_geoms = _reproject(pred_local, item_cluster[pred_item], clusters, PRED_CRS)
+    del pred_local
     # GEOS mitre buffers are occasionally invalid (a pinched ring); repair those,
     # and drop what an erosion or a cut left empty (that field is then missed).
     pred_geoms = _repair(pred_geoms, pred_kind != _PRED_BAD)
@@ -351,9 +353,11 @@ def write_layers(
 ) -> tuple[pathlib.Path, pathlib.Path]:
     """Write ``predicted.<ext>`` and ``reference.<ext>`` into ``out_dir``.
 
-    Each file is written under a temporary name in ``out_dir`` and renamed when it is
-    whole, so a reader never sees a partial file. GeoParquet files carry a bbox
-    covering column and row groups of 65,536 rows, so bbox reads can skip row groups.
+    Both files are first written under temporary names in ``out_dir`` and renamed
+    when both are whole, so a reader never sees a partial file (nor, unless the
+    process dies between the two renames, a new file next to an old one).
+    GeoParquet files carry a bbox covering column and row groups of 65,536 rows, so
+    bbox reads can skip row groups.
 
     Parameters
     ----------
@@ -378,21 +382,22 @@ def write_layers(
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     pred, ref = make_layers(n_ref, seed, **kwargs)
-    paths = []
-    for name, layer in (("predicted", pred), ("reference", ref)):
-        path = out / f"{name}{FORMATS[fmt]}"
-        tmp = out / f".{name}.{uuid.uuid4().hex}.tmp{FORMATS[fmt]}"
-        try:
+    layers = {"predicted": pred, "reference": ref}
+    paths = {name: out / f"{name}{FORMATS[fmt]}" for name in layers}
+    tmp_paths = {name: out / f".{name}.{uuid.uuid4().hex}.tmp{FORMATS[fmt]}" for name in layers}
+    try:
+        for name, layer in layers.items():
             if fmt == "parquet":
-                layer.to_parquet(tmp, index=False, write_covering_bbox=True, row_group_size=65_536)
+                layer.to_parquet(tmp_paths[name], index=False, write_covering_bbox=True, row_group_size=65_536)
             else:
-                layer.to_file(tmp, driver="GPKG", engine="pyogrio", layer=name)
-            os.replace(tmp, path)
-        finally:
+                layer.to_file(tmp_paths[name], driver="GPKG", engine="pyogrio", layer=name)
+        for name, layer in layers.items():
+            os.replace(tmp_paths[name], paths[name])
+            logger.info("wrote %d rows to %s", len(layer), paths[name])
+    finally:
+        for tmp in tmp_paths.values():
             tmp.unlink(missing_ok=True)
-        logger.info("wrote %d rows to %s", len(layer), path)
-        paths.append(path)
-    return paths[0], paths[1]
+    return paths["predicted"], paths["reference"]
 
 
 # ---------------------------------------------------------------------------
@@ -598,10 +603,9 @@ def _following_vertex(vertex_ring: IdArray) -> IdArray:
 
 def _item_bounds(rings: _Rings, n_items: int) -> F64Array:
     """``(n_items, 4)`` array of xmin, ymin, xmax, ymax of each item, item-local metres."""
-    item_of_vertex = rings.poly_item[rings.ring_poly[rings.vertex_ring]]
-    starts = np.flatnonzero(np.r_[True, item_of_vertex[1:] != item_of_vertex[:-1]])[:n_items]
-    if starts.size == 0:
+    if n_items == 0:
         return np.zeros((0, 4))
+    starts = rings.ring_first_vertex[rings.item_first_ring[:-1]]
     return np.column_stack(
         [
             np.minimum.reduceat(rings.x, starts),
@@ -641,14 +645,18 @@ def _place_items(
     fp_host: IdArray,
     n_clusters: int,
 ) -> _Layout:
-    """Pack the cells of each cluster in rows and place every item."""
+    """Pack the cells of each cluster in rows and place every item.
+
+    A cell is its item's bbox plus 6-30 m of padding; the item sits at a random place
+    in it, at least _MIN_GAP_M / 2 from the cell's edges, so fields in different
+    cells are at least _MIN_GAP_M apart. Bad-row cells are 80 m squares.
+    """
     n = item_kind.size
     width, height = bbox[:, 2] - bbox[:, 0], bbox[:, 3] - bbox[:, 1]
     pad = rng.uniform(1.5 * _MIN_GAP_M, 30.0, n)
     cell_w, cell_h = width + pad, height + pad
     packed = (item_kind != _FP_OUTSIDE) & (item_kind != _FP_PARTIAL)
-    left, bottom = np.zeros(n), np.zeros(n)
-    row_y, row_h = np.zeros(n), np.zeros(n)
+    left, row_y, row_h = np.zeros(n), np.zeros(n), np.zeros(n)
     next_in_row = np.full(n, -1, dtype=np.int64)
     extent = np.zeros((n_clusters, 2))
     for c in range(n_clusters):
@@ -684,8 +692,10 @@ def _place_items(
     ) * rng.choice([-1.0, 1.0], (partial.size, 1))
     reach = np.where(rng.random((partial.size, 1)) < 0.5, reach, reach[:, ::-1])
     host_box = bbox[fp_host]
-    tx[partial] = tx[fp_host] + (host_box[:, 0] + host_box[:, 2]) / 2 + reach[:, 0] * (host_box[:, 2] - host_box[:, 0]) / 2
-    ty[partial] = ty[fp_host] + (host_box[:, 1] + host_box[:, 3]) / 2 + reach[:, 1] * (host_box[:, 3] - host_box[:, 1]) / 2
+    host_centre = (host_box[:, :2] + host_box[:, 2:]) / 2
+    host_half_size = (host_box[:, 2:] - host_box[:, :2]) / 2
+    tx[partial] = tx[fp_host] + host_centre[:, 0] + reach[:, 0] * host_half_size[:, 0]
+    ty[partial] = ty[fp_host] + host_centre[:, 1] + reach[:, 1] * host_half_size[:, 1]
     row_y[partial], left[partial] = row_y[fp_host], left[fp_host]
 
     rank = np.empty(n, dtype=np.int64)
@@ -809,7 +819,7 @@ def _lattice_slots(rng: np.random.Generator, n_clusters: int, scale: int) -> tup
     k, j = np.meshgrid(np.arange(-half, half + 1), np.arange(-half, half + 1))
     lon = _SLOT_ORIGIN[0] + dlon * k.ravel()
     lat = _SLOT_ORIGIN[1] + dlat * j.ravel()
-    keep = np.abs(lat) < 75.0
+    keep = (np.abs(lat) < 75.0) & (np.abs(lon) < 180.0)
     lon, lat = lon[keep], lat[keep]
     chosen: list[int] = []
     for a_lon, a_lat in _SLOT_ANCHORS:
@@ -819,8 +829,9 @@ def _lattice_slots(rng: np.random.Generator, n_clusters: int, scale: int) -> tup
     rest = np.setdiff1d(np.arange(lon.size), chosen)
     lon_min, lat_min, lon_max, lat_max = _SLOT_REGION
     inside = (lon[rest] >= lon_min) & (lon[rest] <= lon_max) & (lat[rest] >= lat_min) & (lat[rest] <= lat_max)
-    center_lon, center_lat = (lon_min + lon_max) / 2, (lat_min + lat_max) / 2
-    far = rest[~inside][np.argsort(np.hypot(lon[rest[~inside]] - center_lon, lat[rest[~inside]] - center_lat), kind="stable")]
+    outside = rest[~inside]
+    distance = np.hypot(lon[outside] - (lon_min + lon_max) / 2, lat[outside] - (lat_min + lat_max) / 2)
+    far = outside[np.argsort(distance, kind="stable")]
     order = np.concatenate([chosen, rng.permutation(rest[inside]), far])[:n_clusters]
     return lon[order], lat[order]
 
