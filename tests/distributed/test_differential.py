@@ -1,0 +1,126 @@
+"""Distributed == single-process on seam-heavy data, on a real LocalCluster of processes.
+
+Counts and keys must be equal, floats equal to 1e-9 relative, and the bootstrap
+intervals must be the same draws (compared to 1e-12 relative: the per-field
+quantities are computed by the same code on the same bits).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from distributed import Client, LocalCluster
+
+import evalcore
+from evalcore.api import check_options
+from evalcore.distributed.runner import DistributedRun, PartitionMissingError, stage_layer
+
+from .seams import seam_layers
+
+OPTIONS = dict(strata="stratum", size_bins="auto", bootstrap=40, boundary_tolerance_m=10.0)
+TILE_SIZES = [2_000.0, 10_000.0, 10_000_000.0]
+
+
+def differences(a: object, b: object, path: str = "", rtol: float = 1e-9) -> list[str]:
+    """Every place where two metric dicts differ beyond ``rtol`` (NaN equals NaN)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return [f"{path}: keys differ: {sorted(set(a) ^ set(b))}"]
+        out: list[str] = []
+        for k in a:
+            # Bootstrap intervals are the same draws: hold them to a tighter tolerance.
+            out += differences(a[k], b[k], f"{path}.{k}", 1e-12 if k == "ci" else rtol)
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: lengths {len(a)} != {len(b)}"]
+        out = []
+        for i, (x, y) in enumerate(zip(a, b)):
+            out += differences(x, y, f"{path}[{i}]", rtol)
+        return out
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isnan(a) and math.isnan(b):
+            return []
+        return [] if math.isclose(a, b, rel_tol=rtol, abs_tol=1e-12) else [f"{path}: {a!r} != {b!r}"]
+    if type(a) is not type(b) or a != b:
+        return [f"{path}: {a!r} != {b!r}"]
+    return []
+
+
+@pytest.fixture(scope="module")
+def layers():
+    return seam_layers(seed=3)
+
+
+@pytest.fixture(scope="module")
+def expected(layers):
+    predicted, reference = layers
+    return {tile: evalcore.evaluate(predicted, reference, tile_size_m=tile, **OPTIONS) for tile in TILE_SIZES}
+
+
+@pytest.fixture(scope="module", params=[1, 2, 3], ids=lambda n: f"{n}workers")
+def client(request):
+    with LocalCluster(
+        n_workers=request.param, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as cluster, Client(cluster) as c:
+        yield c
+
+
+@pytest.mark.parametrize("tile_size_m", TILE_SIZES, ids=lambda t: f"tile{int(t)}m")
+def test_distributed_equals_single_process(layers, expected, client, tile_size_m, tmp_path):
+    predicted, reference = layers
+    result = evalcore.evaluate(
+        predicted, reference, tile_size_m=tile_size_m, client=client, workdir=tmp_path / "work", **OPTIONS
+    )
+    assert differences(result, expected[tile_size_m]) == []
+
+
+def test_tile_size_changes_no_point_estimate(expected):
+    small, whole = expected[2_000.0], expected[10_000_000.0]
+    for key in ("precision", "recall", "f1", "iou_mean", "boundary_recall", "hausdorff_mean_m", "count_tp"):
+        assert math.isclose(small[key], whole[key], rel_tol=1e-9)
+    assert small["bootstrap"]["ci"] != whole["bootstrap"]["ci"]  # other partitions, other draws
+
+
+def test_seams_are_present(layers):
+    """The data really has the seams the differential test is about."""
+    from evalcore.prepare import prepare_layer
+
+    predicted, reference = layers
+    ref = prepare_layer(reference, "reference", tile_size_m=2_000.0)
+    pred = prepare_layer(predicted, "predicted", tile_size_m=2_000.0)
+    assert set(ref.utm_epsg) == {32612, 32613}
+    ref_keys = set(zip(ref.utm_epsg, ref.tile_x, ref.tile_y))
+    assert len(ref_keys) >= 8
+    # A prediction that overlaps reference fields of three partitions.
+    import shapely
+
+    tree = shapely.STRtree(ref.geoms_ea)
+    i_pred, i_ref = tree.query(pred.geoms_ea, predicate="intersects")
+    keys_per_pred: dict[int, set] = {}
+    for p, r in zip(i_pred, i_ref):
+        keys_per_pred.setdefault(int(p), set()).add((ref.utm_epsg[r], ref.tile_x[r], ref.tile_y[r]))
+    assert max(len(k) for k in keys_per_pred.values()) >= 3
+
+
+def test_missing_partition_fails_the_merge(layers, client, tmp_path):
+    predicted, reference = layers
+    work = tmp_path / "work"
+    options = check_options(bootstrap=0, tile_size_m=2_000.0)
+    run = DistributedRun(
+        client=client,
+        predicted=stage_layer(predicted, "predicted", work),
+        reference=stage_layer(reference, "reference", work),
+        options=options,
+        workdir=work,
+    )
+    run.prepare()
+    run.make_plan()
+    run.pairs()
+    run.resolve()
+    run.sums()
+    victim = sorted((work / "sums").glob("*.npz"))[3]
+    victim.unlink()
+    with pytest.raises(PartitionMissingError, match=victim.stem):
+        run.merge()
