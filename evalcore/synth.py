@@ -1100,7 +1100,7 @@ def _add_merges(
     has_neighbour[has_neighbour] &= free[next_in_row[has_neighbour]]
     # Start a merge at rate merge/2 (two fields each), scaled up for the fields that
     # cannot start one and for the starts dropped below.
-    p_start = min(1.0, 1.15 * ERROR_MIX["merge"] / 2 / max(float(has_neighbour.mean()) if n else 1.0, 1e-9))
+    p_start = min(1.0, 1.3 * ERROR_MIX["merge"] / 2 / max(float(has_neighbour.mean()) if n else 1.0, 1e-9))
     start = has_neighbour & (rng.random(n) < p_start)
     is_partner = np.zeros(n, dtype=bool)
     is_partner[next_in_row[start]] = True

@@ -1,0 +1,107 @@
+"""End to end: the real ``dask scheduler`` and two ``dask worker`` processes on 127.0.0.1,
+driven by the ``evalcore evaluate --cluster tcp://...`` command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import evalcore
+
+from .seams import seam_layers
+from .test_differential import differences
+
+BIN = Path(sys.executable).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_workers(address: str, n: int, timeout: float = 60.0) -> None:
+    from distributed import Client
+
+    with Client(address, timeout="30s") as client:
+        client.wait_for_workers(n, timeout=timeout)
+
+
+@pytest.fixture()
+def dask_processes(tmp_path):
+    port, dash = _free_port(), _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False")
+    procs = [
+        subprocess.Popen(
+            [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port), "--dashboard-address", f"127.0.0.1:{dash}"],
+            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "scheduler.log", "w"), env=env,
+        )
+    ]
+    try:
+        for k in range(2):
+            procs.append(
+                subprocess.Popen(
+                    [str(BIN / "dask"), "worker", address, "--nthreads", "1", "--host", "127.0.0.1", "--name", f"w{k}"],
+                    stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"worker{k}.log", "w"), env=env,
+                )
+            )
+        _wait_for_workers(address, 2)
+        yield address, f"http://127.0.0.1:{dash}"
+    finally:
+        for p in reversed(procs):
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    assert all(p.poll() is not None for p in procs)
+
+
+def test_cli_against_real_scheduler_and_workers(dask_processes, tmp_path):
+    address, dashboard = dask_processes
+    predicted, reference = seam_layers(seed=11)
+    pred_path, ref_path = tmp_path / "pred.gpkg", tmp_path / "ref.parquet"
+    predicted.to_file(pred_path, layer="predictions")
+    reference.to_parquet(ref_path)
+    out = tmp_path / "metrics.json"
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [
+            str(BIN / "evalcore"), "evaluate", "-p", str(pred_path), "--pred-layer", "predictions", "-r", str(ref_path),
+            "--strata-column", "stratum", "--size-bins", "0,1,2,5,inf", "--bootstrap", "30",
+            "--boundary-tolerance-m", "5", "--tile-km", "2", "--cluster", address,
+            "--frame-out", str(tmp_path / "fields"), "-o", str(out),
+        ],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Dask dashboard" in proc.stderr and "pairs" in proc.stderr
+    with urllib.request.urlopen(f"{dashboard}/status", timeout=10) as response:
+        assert response.status == 200
+    result = json.loads(out.read_text())
+    expected = evalcore.evaluate(
+        str(pred_path).replace(".gpkg", ".gpkg"), str(ref_path), strata="stratum", size_bins=[0, 1, 2, 5, float("inf")],
+        bootstrap=30, boundary_tolerance_m=5.0, tile_size_m=2_000.0,
+    )
+    from evalcore.io import to_jsonable
+
+    assert differences(result, to_jsonable(expected)) == []
+    import geopandas
+
+    parts = sorted((tmp_path / "fields").glob("part-*.parquet"))
+    frame = geopandas.read_parquet(tmp_path / "fields")
+    assert len(parts) >= 8 and len(frame) == result["count_reference"]
+    assert frame.crs.to_epsg() == 32613 and frame["matched"].sum() == result["count_tp"]
+    assert time.perf_counter() - started < 300
