@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evalcore._sum_kernels import _weighted_group_sums
 from evalcore._typing import F64Array, IdArray
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 from evalcore.quantities import QUANTITY_COLUMNS
@@ -147,7 +148,6 @@ def partition_replicate_sums(
     n_strata: int,
     size_codes: IdArray,
     n_size_classes: int,
-    batch: int = 100,
 ) -> ReplicateSums:
     """Count-weighted quantity sums of one partition's fields, for every replicate.
 
@@ -174,14 +174,16 @@ def partition_replicate_sums(
         if m is None:
             continue
         weights[:, rows] = draw_field_counts(m, len(rows), seed, int(pool), key)
-    # NaN quantities (undefined distances) must only poison the columns they sit in.
-    for lo in range(0, n_replicates, batch):
-        w = weights[lo : lo + batch]
-        overall[lo : lo + batch] = w @ values
-        for codes, out in ((strata_codes, strata), (size_codes, sizes)):
-            for g in np.unique(codes[codes >= 0]):
-                rows = np.flatnonzero(codes == g)
-                out[g, lo : lo + batch] = w[:, rows] @ values[rows]
+    # Fixed-order loops, not BLAS: the bits must not depend on memory alignment.
+    _weighted_group_sums(
+        weights,
+        np.ascontiguousarray(values, dtype=np.float64),
+        np.ascontiguousarray(strata_codes, dtype=np.int64),
+        np.ascontiguousarray(size_codes, dtype=np.int64),
+        overall,
+        strata,
+        sizes,
+    )
     return ReplicateSums(overall, strata, sizes)
 
 
