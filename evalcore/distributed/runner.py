@@ -368,6 +368,8 @@ class DistributedRun:
         Where the per-field GeoParquet parts go.
     chunk_rows : int
     progress : callable(phase, done, total), optional
+    log : callable(message), optional
+        Receives a line per partition submitted and done (the flow's run logger).
     """
 
     client: object
@@ -380,6 +382,7 @@ class DistributedRun:
     frame_dir: Path | None = None
     chunk_rows: int = 50_000
     progress: ProgressCallback | None = None
+    log: Callable[[str], None] | None = None
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -403,6 +406,9 @@ class DistributedRun:
         done = 0
         if self.progress:
             self.progress(phase, 0, total)
+        if self.log:
+            names = [storage.key_name(k) if isinstance(k, tuple) and len(k) == 3 else "-".join(map(str, k)) for k in futures]
+            self.log(f"{phase}: {total} partitions running: {', '.join(names[:20])}{' …' if total > 20 else ''}")
         for future in as_completed(list(futures.values())):
             k = by_future[future]
             try:
@@ -418,6 +424,9 @@ class DistributedRun:
             if self.progress:
                 self.progress(phase, done, total)
             logger.info("%s: partition %s done (%d/%d)", phase, k, done, total)
+            if self.log:
+                name = storage.key_name(k) if isinstance(k, tuple) and len(k) == 3 else "-".join(map(str, k))
+                self.log(f"{phase}: partition {name} done ({done}/{total})")
         return out
 
     @property

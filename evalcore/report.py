@@ -1,0 +1,131 @@
+"""Run outputs meant for people and auditors: ``report.md`` and ``manifest.json``.
+
+The report is a readable summary (headline metrics with their 95 % intervals, one table
+per stratum and per size class); the manifest is the evidence: parameters, input
+checksums and row counts, package versions, per-partition row counts and status, and
+every output file with its SHA-256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import platform
+from importlib import metadata
+from pathlib import Path
+
+__all__ = ["sha256_path", "package_versions", "render_report", "HEADLINE_KEYS"]
+
+HEADLINE_KEYS: tuple[tuple[str, str], ...] = (
+    ("precision", "Precision"),
+    ("recall", "Recall"),
+    ("f1", "F1"),
+    ("iou_mean", "Mean IoU of matches"),
+    ("best_iou_mean", "Mean best IoU"),
+    ("area_weighted_precision", "Area-weighted precision"),
+    ("area_weighted_recall", "Area-weighted recall"),
+    ("area_weighted_f1", "Area-weighted F1"),
+    ("oversegmentation_mean", "Over-segmentation (mean)"),
+    ("undersegmentation_mean", "Under-segmentation (mean)"),
+    ("hausdorff_mean_m", "Hausdorff distance, mean (m)"),
+    ("boundary_distance_mean_m", "Boundary distance, mean (m)"),
+    ("boundary_precision", "Boundary precision"),
+    ("boundary_recall", "Boundary recall"),
+    ("boundary_f1", "Boundary F1"),
+    ("coverage_within_tolerance", "Coverage within tolerance"),
+)
+_PACKAGES = ("evalcore", "numpy", "pandas", "shapely", "geopandas", "pyproj", "pyogrio", "pyarrow", "numba", "dask", "distributed", "prefect")
+
+
+def sha256_path(path: str | Path) -> str:
+    """SHA-256 of a file, or of a directory (its files' relative paths and hashes, sorted)."""
+    p = Path(path)
+    digest = hashlib.sha256()
+    if p.is_dir():
+        for child in sorted(q for q in p.rglob("*") if q.is_file()):
+            digest.update(str(child.relative_to(p)).encode())
+            digest.update(bytes.fromhex(sha256_path(child)))
+        return digest.hexdigest()
+    with open(p, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of Python and the packages that compute the numbers."""
+    out = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _num(value: object, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _with_ci(group: dict, key: str) -> str:
+    text = _num(group.get(key))
+    ci = (group.get("bootstrap") or {}).get("ci", {}).get(key)
+    if ci is not None and not any(v is None or (isinstance(v, float) and math.isnan(v)) for v in ci):
+        text += f" [{_num(ci[0])}, {_num(ci[1])}]"
+    return text
+
+
+def _group_table(title: str, groups: dict, first_column: str) -> list[str]:
+    lines = [f"## {title}", "", f"| {first_column} | reference fields | predictions | precision | recall | F1 | mean IoU |", "|---|---:|---:|---|---|---|---|"]
+    for name, g in groups.items():
+        lines.append(
+            f"| {name} | {g['count_reference']} | {g['count_predicted']} | {_with_ci(g, 'precision')} | "
+            f"{_with_ci(g, 'recall')} | {_with_ci(g, 'f1')} | {_with_ci(g, 'iou_mean')} |"
+        )
+    return lines + [""]
+
+
+def render_report(metrics: dict, *, title: str = "Evaluation report", inputs: dict | None = None) -> str:
+    """A Markdown summary of a metrics dict: headline table, per stratum, per size class.
+
+    Intervals are shown as ``[lower, upper]`` (95 % percentile bootstrap) when the run
+    had a bootstrap.
+    """
+    lines = [f"# {title}", ""]
+    if inputs:
+        for role, info in inputs.items():
+            lines.append(f"- {role}: `{info.get('path')}` ({info.get('rows', '?')} rows, sha256 `{str(info.get('sha256', ''))[:12]}…`)")
+        lines.append("")
+    lines += [
+        f"{metrics['count_reference']} reference fields, {metrics['count_predicted']} predictions: "
+        f"{metrics['count_tp']} matched (IoU ≥ {metrics['iou_threshold']}, {metrics['matching']}), "
+        f"{metrics['count_fp']} false positives ({metrics['count_fp_unassigned']} overlap no reference field), "
+        f"{metrics['count_fn']} missed. Dropped rows: reference {metrics['count_reference_dropped']}, "
+        f"predicted {metrics['count_predicted_dropped']}; repaired: reference {metrics['count_reference_repaired']}, "
+        f"predicted {metrics['count_predicted_repaired']}.",
+        "",
+        "| metric | value [95 % interval] |",
+        "|---|---|",
+    ]
+    overall = dict(metrics)
+    for key, label in HEADLINE_KEYS:
+        if key in metrics:
+            lines.append(f"| {label} | {_with_ci(overall, key)} |")
+    lines.append("")
+    if "bootstrap" in metrics:
+        b = metrics["bootstrap"]
+        lines += [
+            f"Intervals: {b['n_resamples']} stratified bootstrap resamples of the reference fields, seed {b['seed']}, "
+            f"tiles of {b['tile_size_m'] / 1000:g} km. They assume fields are independent and are too narrow when errors cluster in space.",
+            "",
+        ]
+    if metrics.get("per_stratum"):
+        lines += _group_table("Per stratum", metrics["per_stratum"], "stratum")
+    if metrics.get("per_size_class"):
+        lines += _group_table("Per field-size class (ha)", metrics["per_size_class"], "size class")
+    lines.append(f"Distances in metres in each field's UTM zone ({', '.join(str(c) for c in metrics['utm_epsg_codes'])}); areas in {metrics['equal_area_crs']}.")
+    return "\n".join(lines) + "\n"
