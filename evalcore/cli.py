@@ -80,6 +80,26 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("-o", "--output", required=True, help="metrics JSON file to write")
     ev.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
 
+    rn = sub.add_parser("run", help="run the Prefect flow evaluate-layers (Dask cluster, run directory with report and manifest)")
+    rn.add_argument("-p", "--predicted", required=True)
+    rn.add_argument("-r", "--reference", required=True)
+    rn.add_argument("--pred-layer")
+    rn.add_argument("--ref-layer")
+    rn.add_argument("--iou-threshold", type=float, default=0.5)
+    rn.add_argument("--matching", choices=MATCHING_METHODS, default="one_to_one")
+    rn.add_argument("--strata-column")
+    rn.add_argument("--size-bins", type=_size_bins)
+    rn.add_argument("--bootstrap", type=int, default=0)
+    rn.add_argument("--bootstrap-seed", type=int, default=42)
+    rn.add_argument("--boundary-tolerance-m", type=float)
+    rn.add_argument("--equal-area-crs")
+    rn.add_argument("--boundary-sample-spacing-m", type=_spacing, default=1.0)
+    rn.add_argument("--tile-km", type=float, default=50.0)
+    rn.add_argument("--cluster", help="scheduler address tcp://HOST:PORT (default: an embedded LocalCluster)")
+    rn.add_argument("--workers", type=int, default=2, help="worker processes of the embedded cluster")
+    rn.add_argument("--workdir")
+    rn.add_argument("-o", "--output-dir", required=True, help="run directory")
+
     sy = sub.add_parser("synth", help="write a generated multi-zone dataset")
     sy.add_argument("--n-ref", type=int, required=True, help="number of reference fields")
     sy.add_argument("--seed", type=int, default=0)
@@ -246,6 +266,43 @@ def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
             cluster.close()
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from flows.evaluate import evaluate_layers
+    from flows.params import EvaluateParams
+
+    try:
+        params = EvaluateParams(
+            predicted=args.predicted,
+            reference=args.reference,
+            pred_layer=args.pred_layer,
+            ref_layer=args.ref_layer,
+            output_dir=args.output_dir,
+            iou_threshold=args.iou_threshold,
+            matching=args.matching,
+            strata_column=args.strata_column,
+            size_bins=args.size_bins,
+            bootstrap=args.bootstrap,
+            bootstrap_seed=args.bootstrap_seed,
+            boundary_tolerance_m=args.boundary_tolerance_m,
+            equal_area_crs=args.equal_area_crs,
+            boundary_sample_spacing_m=args.boundary_sample_spacing_m,
+            tile_size_m=args.tile_km * 1000.0,
+            cluster=args.cluster,
+            n_workers=args.workers,
+            workdir=args.workdir,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise EvalInputError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
+    started = time.perf_counter()
+    metrics = evaluate_layers(params)
+    print(format_summary(metrics))
+    print(f"run directory {args.output_dir}: metrics.json, report.md, manifest.json, fields/ ({time.perf_counter() - started:.1f} s)")
+    return 0
+
+
 def _cmd_synth(args: argparse.Namespace) -> int:
     from evalcore.synth import write_layers
 
@@ -264,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
-        handler = {"evaluate": _cmd_evaluate, "synth": _cmd_synth}[args.command]
+        handler = {"evaluate": _cmd_evaluate, "run": _cmd_run, "synth": _cmd_synth}[args.command]
         return handler(args)
     except (_UsageError, EvalInputError, ValueError, TypeError, ImportError, OSError) as exc:
         message = str(exc).strip().replace("\n", " ") or type(exc).__name__
