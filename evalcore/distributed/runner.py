@@ -24,11 +24,14 @@ arrays, and return small arrays. Task keys name the phase and partition
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import shutil
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import geopandas
@@ -57,7 +60,7 @@ from evalcore.engine import (
 )
 from evalcore.errors import EvalInputError
 from evalcore.groups import encode_strata, size_classes, strata_values
-from evalcore.io import write_geoparquet
+from evalcore.io import write_geoparquet, write_json
 from evalcore.matching import resolve
 from evalcore.pairs import PairTable
 from evalcore.prepare import PreparedLayer, prepare_layer
@@ -78,6 +81,32 @@ class PartitionMissingError(RuntimeError):
 
 # --------------------------------------------------------------------------- tasks
 # Plain functions run on the workers. They take paths, keys and small values.
+
+FAULT_ENV = "EVALCORE_INJECT_FAULT"
+"""Test hook: JSON ``{"phase", "partition", "mode": "once"|"always", "marker"}``.
+
+When set in a worker's environment, the named phase raises in the named partition:
+once (the marker file records that it did) or every time. docs/reliability.md."""
+
+
+class InjectedFault(RuntimeError):
+    """The failure a test asked for through :data:`FAULT_ENV`."""
+
+
+def _inject_fault(phase: str, partition: str) -> None:
+    spec_text = os.environ.get(FAULT_ENV)
+    if not spec_text:
+        return
+    spec = json.loads(spec_text)
+    if spec.get("phase") != phase or spec.get("partition") != partition:
+        return
+    if spec.get("mode") == "once":
+        marker = Path(spec["marker"])
+        try:
+            marker.touch(exist_ok=False)
+        except FileExistsError:
+            return
+    raise InjectedFault(f"injected {spec.get('mode')} fault in {phase} of partition {partition}")
 
 
 def _concat_layers(layers: list[PreparedLayer]) -> PreparedLayer:
@@ -139,10 +168,12 @@ def prepare_chunk_task(
     strata = strata_all[local] if strata_all is not None else None
     reach = _reach(layer, tolerance_m)
     keys = np.stack([layer.utm_epsg, layer.tile_x, layer.tile_y], axis=1) if len(layer) else np.empty((0, 3), np.int64)
+    _inject_fault("prepare", f"{source.role}-{chunk.index}")
     partitions = {}
+    files = []
     for key in {tuple(int(v) for v in row) for row in keys}:
         rows = np.flatnonzero((keys == np.array(key)).all(axis=1))
-        storage.write_prepared_chunk(Path(workdir) / "prepared" / source.role / storage.key_name(key), layer, rows, reach, strata)
+        files.append(str(storage.write_prepared_chunk(Path(workdir) / "prepared" / source.role / storage.key_name(key), layer, rows, reach, strata)))
         b = shapely.bounds(layer.geoms_ea[rows])
         r = reach[rows]
         pools: dict[str | None, int] = {}
@@ -172,6 +203,7 @@ def prepare_chunk_task(
         "area_max_m2": float(layer.area_m2.max()) if len(layer) else None,
         "utm_epsg": sorted({int(c) for c in layer.utm_epsg}),
         "partitions": partitions,
+        "files": files,
     }
 
 
@@ -205,8 +237,13 @@ def pairs_task(
     ref_neighbours: list[PartitionKey],
     options: EvalOptions,
     ea_crs_text: str,
+    signature: str,
 ) -> PairResults:
-    """The pairs phase of one partition: its own rows plus the halo read from storage."""
+    """The pairs phase of one partition: its own rows plus the halo read from storage.
+
+    The results are also written to ``workdir/pairs`` with a done record, for resume.
+    """
+    _inject_fault("pairs", storage.key_name(key))
     ea_crs = CRS.from_user_input(ea_crs_text)
     tile = options.tile_size_m
     tol = options.boundary_tolerance_m
@@ -222,7 +259,7 @@ def pairs_task(
     ref_near = [ref_own]
     if pred_window is not None and tol is not None:
         ref_near += [_read(workdir, "reference", j, ref_info, ea_crs, tile, pred_window) for j in ref_neighbours]
-    return compute_pairs(
+    results = compute_pairs(
         ref_own,
         _concat_layers(pred_near),
         pred_own=pred_own,
@@ -231,6 +268,8 @@ def pairs_task(
         boundary_tolerance_m=tol,
         boundary_sample_spacing_m=options.boundary_sample_spacing_m,
     )
+    storage.write_pair_results(Path(workdir) / "pairs", key, results, signature)
+    return results
 
 
 def sums_task(
@@ -246,8 +285,10 @@ def sums_task(
     options: EvalOptions,
     ea_crs_text: str,
     frame_dir: str | None,
+    signature: str,
 ) -> dict:
     """The sums phase of one partition: write its field table part and its partial sums."""
+    _inject_fault("sums", storage.key_name(key))
     ea_crs = CRS.from_user_input(ea_crs_text)
     layer, strata, _ = storage.read_partition(
         Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, tile_size_m=options.tile_size_m
@@ -269,6 +310,7 @@ def sums_task(
         bootstrap_seed=options.bootstrap_seed,
         draws=plan.draws,
     )
+    written = []
     if frame_dir is not None:
         table = field_table(
             fields,
@@ -281,9 +323,10 @@ def sums_task(
             tolerance_m=options.boundary_tolerance_m,
         )
         frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=ref_info.crs)
-        write_geoparquet(Path(frame_dir) / f"part-{storage.key_name(key)}.parquet", frame)
+        written.append(write_geoparquet(Path(frame_dir) / f"part-{storage.key_name(key)}.parquet", frame))
     path = Path(workdir) / "sums" / f"{storage.key_name(key)}.npz"
-    storage.write_summary(path, _summary_arrays(summary))
+    written.append(storage.write_summary(path, _summary_arrays(summary)))
+    storage.write_done_record(path.with_suffix(".done.json"), signature, written, base=Path("/"))
     return {"key": key, "n_ref": summary.n_ref, "n_pred": summary.n_pred, "path": str(path)}
 
 
@@ -385,6 +428,8 @@ class DistributedRun:
     log: Callable[[str], None] | None = None
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     timings: dict[str, float] = field(default_factory=dict)
+    reused: dict[str, object] = field(default_factory=dict)
+    signature: str = ""
 
     # Filled by the phases.
     index: dict = field(default_factory=dict)
@@ -438,10 +483,67 @@ class DistributedRun:
         return _LayerInfo(CRS.from_wkt(entry["crs"]) if entry["crs"] else None, entry["partitions"])
 
     # ---------------------------------------------------------------- phases
-    def prepare(self) -> dict:
-        """Phase 1: prepare both layers in chunks on the workers; build the run index."""
-        started = time.perf_counter()
+    def _signature_of_run(self) -> str:
+        """SHA-256 over the inputs' checksums and every parameter that changes an output."""
+        from evalcore import __version__
+        from evalcore.report import sha256_path
+
+        payload = {
+            "inputs": {
+                s.role: {"path": str(Path(s.path).resolve()), "layer": s.layer, "sha256": sha256_path(s.path)}
+                for s in (self.reference, self.predicted)
+            },
+            "options": {k: (str(v) if k == "equal_area_crs" and v is not None else v) for k, v in asdict(self.options).items()},
+            "strata_column": self.strata_column,
+            "size_bins": self.size_bins,
+            "chunk_rows": self.chunk_rows,
+            "frame_dir": str(self.frame_dir.resolve()) if self.frame_dir is not None else None,
+            "evalcore": __version__,
+        }
+        text = json.dumps(payload, sort_keys=True, default=str)
+        import hashlib
+
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _start_workdir(self) -> None:
+        """Keep the work directory's outputs only if they belong to this very run."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.signature = self._signature_of_run()
+        run_file = self.workdir / "run.json"
+        previous = None
+        if run_file.exists():
+            try:
+                previous = json.loads(run_file.read_text()).get("signature")
+            except ValueError:
+                previous = None
+        if previous != self.signature:
+            for sub in ("prepared", "pairs", "sums"):
+                shutil.rmtree(self.workdir / sub, ignore_errors=True)
+            if self.frame_dir is not None:
+                for stale in self.frame_dir.glob("part-*.parquet"):
+                    stale.unlink()
+            if previous is not None:
+                logger.info("work directory %s held another run (inputs or parameters changed): starting afresh", self.workdir)
+            write_json(run_file, {"signature": self.signature})
+
+    def prepare(self) -> dict:
+        """Phase 1: prepare both layers in chunks on the workers; build the run index.
+
+        A previous run's prepared partitions are reused when the work directory's record
+        names the same signature and every chunk file still has its checksum.
+        """
+        started = time.perf_counter()
+        self._start_workdir()
+        index_path = self.workdir / "prepared" / "index.json"
+        record = self.workdir / "prepared" / "done.json"
+        if storage.done_record_valid(record, self.signature) and index_path.exists():
+            self.index = _index_from_json(json.loads(index_path.read_text()))
+            self.reused["prepare"] = True
+            self.timings["prepare"] = time.perf_counter() - started
+            if self.log:
+                self.log("prepare: reusing the prepared partitions of the interrupted run (checksums verified)")
+            return self.index
+        shutil.rmtree(self.workdir / "prepared", ignore_errors=True)
         futures = {}
         for source in (self.reference, self.predicted):
             for chunk in plan_chunks(source, self.chunk_rows):
@@ -487,6 +589,9 @@ class DistributedRun:
                 "partitions": partitions,
             }
         self.index = index
+        files = [Path(f) for entry in entries.values() for f in entry["files"]]
+        write_json(index_path, _index_to_json(index))
+        storage.write_done_record(record, self.signature, files + [index_path], base=self.workdir / "prepared")
         self.timings["prepare"] = time.perf_counter() - started
         return index
 
@@ -527,6 +632,14 @@ class DistributedRun:
         ref_info, pred_info = self._info("reference"), self._info("predicted")
         keys = sorted(set(ref_info.partitions) | set(pred_info.partitions))
         ea = self.ea_crs.to_wkt()
+        reused = {}
+        for key in keys:
+            cached = storage.read_pair_results(self.workdir / "pairs", key, self.signature)
+            if cached is not None:
+                reused[key] = cached
+        if reused and self.log:
+            self.log(f"pairs: reusing {len(reused)} finished partitions (checksums verified)")
+        self.reused["pairs"] = len(reused)
         futures = {
             key: self.client.submit(
                 pairs_task,
@@ -538,12 +651,14 @@ class DistributedRun:
                 self._neighbours(key, "predicted", "reference"),
                 self.options,
                 ea,
+                self.signature,
                 key=self._task_key("pairs", *key),
                 retries=2,
             )
             for key in keys
+            if key not in reused
         }
-        self.results = self._gather("pairs", futures)
+        self.results = {**reused, **self._gather("pairs", futures)}
         self.timings["pairs"] = time.perf_counter() - started
         return self.results
 
@@ -584,7 +699,13 @@ class DistributedRun:
         ref_info = self._info("reference")
         ea = self.ea_crs.to_wkt()
         futures = {}
+        done: dict[PartitionKey, dict] = {}
         for key in sorted(ref_info.partitions):
+            npz = self.workdir / "sums" / f"{storage.key_name(key)}.npz"
+            if storage.done_record_valid(npz.with_suffix(".done.json"), self.signature):
+                part = _summary_from_arrays(storage.read_summary(npz))
+                done[key] = {"key": key, "n_ref": part.n_ref, "n_pred": part.n_pred, "path": str(npz)}
+                continue
             results = self.results[key]
             idx = self._pair_index[key]
             preds = self._preds.iloc[self._pred_partition[key]]
@@ -603,10 +724,14 @@ class DistributedRun:
                 self.options,
                 ea,
                 str(self.frame_dir) if self.frame_dir is not None else None,
+                self.signature,
                 key=self._task_key("sums", *key),
                 retries=2,
             )
-        self.sums_info = self._gather("sums", futures)
+        if done and self.log:
+            self.log(f"sums: reusing {len(done)} finished partitions (checksums verified)")
+        self.reused["sums"] = len(done)
+        self.sums_info = {**done, **self._gather("sums", futures)}
         self.timings["sums"] = time.perf_counter() - started
         return self.sums_info
 
@@ -620,6 +745,11 @@ class DistributedRun:
             if not path.exists():
                 raise PartitionMissingError(
                     f"partition {storage.key_name(key)} has no sums output ({path}); the run is incomplete."
+                )
+            if not storage.done_record_valid(path.with_suffix(".done.json"), self.signature):
+                raise PartitionMissingError(
+                    f"partition {storage.key_name(key)}: its outputs do not match their recorded checksums or "
+                    "belong to another run; rerun to recompute it."
                 )
             part = _summary_from_arrays(storage.read_summary(path))
             expected = ref["partitions"][key]["n"]
@@ -657,6 +787,35 @@ class DistributedRun:
         self.resolve()
         self.sums()
         return self.merge()
+
+
+def _index_to_json(index: dict) -> dict:
+    out = {}
+    for role, entry in index.items():
+        e = dict(entry)
+        e["partitions"] = {
+            storage.key_name(k): {**p, "strata": [[name, n] for name, n in p["strata"].items()]}
+            for k, p in entry["partitions"].items()
+        }
+        out[role] = e
+    return out
+
+
+def _index_from_json(data: dict) -> dict:
+    out = {}
+    for role, entry in data.items():
+        e = dict(entry)
+        e["partitions"] = {
+            storage.parse_key_name(k): {
+                **p,
+                "box": tuple(p["box"]),
+                "reach_box": tuple(p["reach_box"]),
+                "strata": {name: n for name, n in p["strata"]},
+            }
+            for k, p in entry["partitions"].items()
+        }
+        out[role] = e
+    return out
 
 
 def _union(a: Box, b: Box) -> Box:

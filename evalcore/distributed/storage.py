@@ -219,3 +219,111 @@ def ensure_dir(path: str | os.PathLike) -> Path:
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+# ----------------------------------------------------------------------------- resume
+# A partition's output counts as done only when its record names the run signature
+# (inputs' checksums and every parameter) and the SHA-256 of each file it wrote still
+# matches: presence alone proves nothing after an interrupted or changed run.
+
+
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_done_record(record_path: Path, signature: str, files: list[Path], base: Path | None = None) -> Path:
+    """Record that ``files`` are the complete output of a step for ``signature``.
+
+    File names are stored relative to ``base`` (default: the record's directory).
+    """
+    base = record_path.parent if base is None else base
+    record = {
+        "signature": signature,
+        "base": str(base),
+        "files": {os.path.relpath(f, base): file_sha256(f) for f in files},
+    }
+    text = json.dumps(record, indent=1)
+    return atomic_path(record_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def done_record_valid(record_path: Path, signature: str) -> bool:
+    """True when the record exists, names ``signature`` and every file still has its checksum."""
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if record.get("signature") != signature:
+        return False
+    base = Path(record.get("base", record_path.parent))
+    for name, sha in record.get("files", {}).items():
+        path = base / name
+        if not path.is_file() or file_sha256(path) != sha:
+            return False
+    return True
+
+
+_PAIR_COLUMNS = ("pred_area_of_pair", "hausdorff_m", "mean_distance_m", "spacing_m")
+
+
+def write_pair_results(directory: Path, key: PartitionKey, results: object, signature: str) -> None:
+    """Persist a partition's :class:`~evalcore.engine.PairResults` as three Parquet tables."""
+    name = key_name(key)
+    directory.mkdir(parents=True, exist_ok=True)
+    p = results.pairs
+    pairs = pa.table(
+        {
+            "ref_pos": p.ref_pos,
+            "pred_pos": p.pred_pos,
+            "inter_m2": p.inter_m2,
+            "iou": p.iou,
+            **{c: getattr(results, c) for c in _PAIR_COLUMNS},
+            "pred_label": _labels_array(pd.Index(results.pred_label_of_pair)),
+        }
+    )
+    refs = pa.table({"ref_pos": results.ref_pos, "ref_within_tol_m": results.ref_within_tol_m})
+    preds = pa.table(
+        {
+            "pred_pos": results.pred_pos,
+            "pred_area_m2": results.pred_area_m2,
+            "pred_perimeter_m": results.pred_perimeter_m,
+            "pred_within_tol_m": results.pred_within_tol_m,
+        }
+    )
+    files = []
+    for part, table in (("pairs", pairs), ("refs", refs), ("preds", preds)):
+        files.append(atomic_path(directory / f"{name}.{part}.parquet", lambda tmp, t=table: pq.write_table(t, tmp)))
+    write_done_record(directory / f"{name}.done.json", signature, files)
+
+
+def read_pair_results(directory: Path, key: PartitionKey, signature: str) -> object | None:
+    """A partition's persisted pairs phase output, or None when it is absent or not valid."""
+    from evalcore.engine import PairResults
+    from evalcore.pairs import PairTable
+
+    name = key_name(key)
+    if not done_record_valid(directory / f"{name}.done.json", signature):
+        return None
+    pairs = pq.read_table(directory / f"{name}.pairs.parquet")
+    refs = pq.read_table(directory / f"{name}.refs.parquet")
+    preds = pq.read_table(directory / f"{name}.preds.parquet")
+
+    def col(table: pa.Table, column: str, dtype: type) -> np.ndarray:
+        return table[column].to_numpy().astype(dtype)
+
+    return PairResults(
+        pairs=PairTable(col(pairs, "ref_pos", np.int64), col(pairs, "pred_pos", np.int64), col(pairs, "inter_m2", np.float64), col(pairs, "iou", np.float64)),
+        **{c: col(pairs, c, np.float64) for c in _PAIR_COLUMNS},
+        ref_pos=col(refs, "ref_pos", np.int64),
+        ref_within_tol_m=col(refs, "ref_within_tol_m", np.float64),
+        pred_pos=col(preds, "pred_pos", np.int64),
+        pred_area_m2=col(preds, "pred_area_m2", np.float64),
+        pred_perimeter_m=col(preds, "pred_perimeter_m", np.float64),
+        pred_within_tol_m=col(preds, "pred_within_tol_m", np.float64),
+        pred_label_of_pair=np.asarray(pairs["pred_label"].to_pylist(), dtype=object),
+    )
