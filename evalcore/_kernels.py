@@ -29,6 +29,8 @@ __all__: list[str] = []  # private module: nothing is re-exported
 _INF = np.inf
 _BLOCK = 8
 """Consecutive segments of the target boundary grouped under one bounding box."""
+_SUPER = 8
+"""Consecutive blocks grouped under one bounding box (a two-level hierarchy)."""
 _SLACK = 1e-9
 """Relative slack added to pruning radii so that rounding never drops a candidate."""
 
@@ -243,8 +245,19 @@ def _load_segments(x, y, ring_off, r0: int, r1: int, ax, ay, bx, by, ex, ey, l2,
 
 
 @njit(cache=True, nogil=True)
+def _n_boxes(m: int) -> int:
+    """Number of block and super-block boxes of ``m`` segments."""
+    n_blocks = (m + _BLOCK - 1) // _BLOCK
+    return n_blocks + (n_blocks + _SUPER - 1) // _SUPER
+
+
+@njit(cache=True, nogil=True)
 def _build_blocks(m: int, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy) -> int:
-    """Bounding box of each run of ``_BLOCK`` consecutive segments; returns the block count."""
+    """Boxes of each run of ``_BLOCK`` consecutive segments, then of each run of ``_SUPER`` blocks.
+
+    Block ``b`` is at index ``b`` and super-block ``u`` at ``n_blocks + u``; returns
+    ``n_blocks``.
+    """
     n_blocks = (m + _BLOCK - 1) // _BLOCK
     for b in range(n_blocks):
         s0 = b * _BLOCK
@@ -262,6 +275,21 @@ def _build_blocks(m: int, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy
         kminy[b] = mny
         kmaxx[b] = mxx
         kmaxy[b] = mxy
+    n_super = (n_blocks + _SUPER - 1) // _SUPER
+    for u in range(n_super):
+        mnx = _INF
+        mny = _INF
+        mxx = -_INF
+        mxy = -_INF
+        for b in range(u * _SUPER, min((u + 1) * _SUPER, n_blocks)):
+            mnx = min(mnx, kminx[b])
+            mny = min(mny, kminy[b])
+            mxx = max(mxx, kmaxx[b])
+            mxy = max(mxy, kmaxy[b])
+        kminx[n_blocks + u] = mnx
+        kminy[n_blocks + u] = mny
+        kmaxx[n_blocks + u] = mxx
+        kmaxy[n_blocks + u] = mxy
     return n_blocks
 
 
@@ -270,17 +298,21 @@ def _nearest_full(px, py, m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, kminx, k
     """Distance from P to the nearest of ``m`` segments, skipping blocks farther than the best so far."""
     best2 = _INF
     best = -1
-    for b in range(n_blocks):
-        if best >= 0:
-            gap2 = _box_gap2(px, py, px, py, kminx[b], kminy[b], kmaxx[b], kmaxy[b])
-            if gap2 > best2 * (1.0 + _SLACK):
+    n_super = (n_blocks + _SUPER - 1) // _SUPER
+    for u in range(n_super):
+        i = n_blocks + u
+        if best >= 0 and _box_gap2(px, py, px, py, kminx[i], kminy[i], kmaxx[i], kmaxy[i]) > best2 * (1.0 + _SLACK):
+            continue
+        for b in range(u * _SUPER, min((u + 1) * _SUPER, n_blocks)):
+            if best >= 0 and _box_gap2(px, py, px, py, kminx[b], kminy[b], kmaxx[b], kmaxy[b]) > best2 * (
+                1.0 + _SLACK
+            ):
                 continue
-        s1 = min((b + 1) * _BLOCK, m)
-        for s in range(b * _BLOCK, s1):
-            d2 = _point_segment_d2(px, py, ax[s], ay[s], ex[s], ey[s], l2[s], il2[s])
-            if d2 < best2:
-                best2 = d2
-                best = s
+            for s in range(b * _BLOCK, min((b + 1) * _BLOCK, m)):
+                d2 = _point_segment_d2(px, py, ax[s], ay[s], ex[s], ey[s], l2[s], il2[s])
+                if d2 < best2:
+                    best2 = d2
+                    best = s
     return _point_segment_distance(px, py, ax[best], ay[best], bx[best], by[best])
 
 
@@ -340,6 +372,7 @@ def _sample_distances_into(
                     best = s
             dist[k] = _point_segment_distance(xk, yk, ax[best], ay[best], bx[best], by[best])
         return
+    n_super = (n_blocks + _SUPER - 1) // _SUPER
     dist[0] = _nearest_full(sx[0], sy[0], m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, kminx, kminy, kmaxx, kmaxy)
     k0 = 0
     while k0 < n - 1:
@@ -366,14 +399,17 @@ def _sample_distances_into(
         )
         bound2 = bound * bound
         n_cand = 0
-        for b in range(n_blocks):
-            if _box_gap2(cminx, cminy, cmaxx, cmaxy, kminx[b], kminy[b], kmaxx[b], kmaxy[b]) > bound2:
+        for u in range(n_super):
+            i = n_blocks + u
+            if _box_gap2(cminx, cminy, cmaxx, cmaxy, kminx[i], kminy[i], kmaxx[i], kmaxy[i]) > bound2:
                 continue
-            s1 = min((b + 1) * _BLOCK, m)
-            for s in range(b * _BLOCK, s1):
-                if _box_gap2(cminx, cminy, cmaxx, cmaxy, sminx[s], sminy[s], smaxx[s], smaxy[s]) <= bound2:
-                    cand[n_cand] = s
-                    n_cand += 1
+            for b in range(u * _SUPER, min((u + 1) * _SUPER, n_blocks)):
+                if _box_gap2(cminx, cminy, cmaxx, cmaxy, kminx[b], kminy[b], kmaxx[b], kmaxy[b]) > bound2:
+                    continue
+                for s in range(b * _BLOCK, min((b + 1) * _BLOCK, m)):
+                    if _box_gap2(cminx, cminy, cmaxx, cmaxy, sminx[s], sminy[s], smaxx[s], smaxy[s]) <= bound2:
+                        cand[n_cand] = s
+                        n_cand += 1
         for k in range(k0 + 1, k1 + 1):
             xk = sx[k]
             yk = sy[k]
@@ -453,7 +489,7 @@ def _pair_distances(x, y, ring_off, geom_off, spacing, geom_a, geom_b, chunk: in
         _max_ring_samples(x, y, ring_off, geom_off, spacing, geom_b),
     )
     cap_segments = max(_max_segments(ring_off, geom_off, geom_a), _max_segments(ring_off, geom_off, geom_b))
-    cap_blocks = (cap_segments + _BLOCK - 1) // _BLOCK
+    cap_blocks = _n_boxes(cap_segments)
     sx = np.empty(cap_samples, dtype=np.float64)
     sy = np.empty(cap_samples, dtype=np.float64)
     dist = np.empty(cap_samples, dtype=np.float64)
@@ -526,7 +562,7 @@ def _directed_sample_distances(x, y, ring_off, geom_off, spacing, g_from: int, g
         total += _count_ring_samples(x, y, ring_off[r], ring_off[r + 1], spacing[g_from])
     geoms[0] = g_to
     cap_segments = _max_segments(ring_off, geom_off, geoms)
-    cap_blocks = (cap_segments + _BLOCK - 1) // _BLOCK
+    cap_blocks = _n_boxes(cap_segments)
     out_x = np.empty(total, dtype=np.float64)
     out_y = np.empty(total, dtype=np.float64)
     out_w = np.empty(total, dtype=np.float64)
@@ -655,16 +691,20 @@ def _union_length(lo, hi, n: int, order) -> float:
     """Total length of the union of the intervals ``[lo[i], hi[i]]``, ``i < n`` (all nonempty)."""
     if n == 0:
         return 0.0
-    # Insertion sort of the indices by (lo, hi): n is small (the capsules near one segment).
-    for i in range(n):
-        order[i] = i
-    for i in range(1, n):
-        j = i
-        v = order[i]
-        while j > 0 and (lo[order[j - 1]] > lo[v] or (lo[order[j - 1]] == lo[v] and hi[order[j - 1]] > hi[v])):
-            order[j] = order[j - 1]
-            j -= 1
-        order[j] = v
+    if n <= 32:
+        # Insertion sort of the indices by (lo, hi): usually only a few capsules reach a segment.
+        for i in range(n):
+            order[i] = i
+        for i in range(1, n):
+            j = i
+            v = order[i]
+            while j > 0 and (lo[order[j - 1]] > lo[v] or (lo[order[j - 1]] == lo[v] and hi[order[j - 1]] > hi[v])):
+                order[j] = order[j - 1]
+                j -= 1
+            order[j] = v
+    else:
+        # Sorted by lo only: among equal lo the merge below gives the same result in any order.
+        order[:n] = np.argsort(lo[:n], kind="mergesort")
     total = 0.0
     cur_lo = lo[order[0]]
     cur_hi = hi[order[0]]
@@ -690,9 +730,20 @@ def _segment_length_within(px, py, qx, qy, ox, oy, seg_start, cand, n_cand, tol,
     if length == 0.0:
         return 0.0
     n = 0
+    minx = min(px, qx) - tol
+    maxx = max(px, qx) + tol
+    miny = min(py, qy) - tol
+    maxy = max(py, qy) + tol
     for i in range(n_cand):
         c = seg_start[cand[i]]
-        a, b = _capsule_interval(px, py, qx, qy, ox[c], oy[c], ox[c + 1], oy[c + 1], tol)
+        ux = ox[c]
+        uy = oy[c]
+        vx = ox[c + 1]
+        vy = oy[c + 1]
+        # Boxes farther apart than tol: nothing within tol (a cheap, exact rejection).
+        if max(ux, vx) < minx or min(ux, vx) > maxx or max(uy, vy) < miny or min(uy, vy) > maxy:
+            continue
+        a, b = _capsule_interval(px, py, qx, qy, ux, uy, vx, vy, tol)
         if a <= b:
             if a == 0.0 and b == 1.0:
                 return length
@@ -739,6 +790,48 @@ def _radix_argsort(keys):
         if shift >= 63:
             break
     return order
+
+
+@njit(cache=True, nogil=True)
+def _hash_slot(key: int, mask: int) -> int:
+    """Slot of a cell key (0 <= key < 2**56) in an open-addressing table of ``mask + 1`` slots.
+
+    Multiplicative hashing of the two 28-bit halves; every product stays below 2**60,
+    so nothing overflows (also when run as plain Python).
+    """
+    h = ((key & 0xFFFFFFF) * 0x9E3779B1) ^ ((key >> 28) * 0x85EBCA77)
+    return (h ^ (h >> 29)) & mask
+
+
+@njit(cache=True, nogil=True)
+def _build_cell_table(cell_keys):
+    """Open-addressing hash table from cell key to its position in ``cell_keys`` (distinct, >= 0)."""
+    size = 16
+    while size < 2 * cell_keys.size:
+        size *= 2
+    mask = size - 1
+    table_keys = np.full(size, -1, dtype=np.int64)
+    table_cell = np.empty(size, dtype=np.int64)
+    for i in range(cell_keys.size):
+        slot = _hash_slot(cell_keys[i], mask)
+        while table_keys[slot] != -1:
+            slot = (slot + 1) & mask
+        table_keys[slot] = cell_keys[i]
+        table_cell[slot] = i
+    return table_keys, table_cell, mask
+
+
+@njit(cache=True, nogil=True)
+def _find_cell(table_keys, table_cell, mask: int, key: int) -> int:
+    """Position of ``key`` in the cell list, or -1."""
+    slot = _hash_slot(key, mask)
+    while True:
+        k = table_keys[slot]
+        if k == key:
+            return table_cell[slot]
+        if k == -1:
+            return -1
+        slot = (slot + 1) & mask
 
 
 @njit(cache=True, nogil=True)
@@ -865,6 +958,7 @@ def _boundary_within_tolerance(qx, qy, q_ring_off, q_geom_off, ox, oy, o_ring_of
             n_cells += 1
     cell_start[n_cells] = n_reg
     cell_keys = cell_keys[:n_cells]
+    table_keys, table_cell, mask = _build_cell_table(cell_keys)
     # Queries.
     stamp = np.full(n_o_seg, -1, dtype=np.int64)
     cand = np.empty(n_o_seg, dtype=np.int64)
@@ -896,8 +990,8 @@ def _boundary_within_tolerance(qx, qy, q_ring_off, q_geom_off, ox, oy, o_ring_of
                     for ci in range(i0, i1 + 1):
                         for ck in range(k0, k1 + 1):
                             key = ci * ncy + ck
-                            h = np.searchsorted(cell_keys, key)
-                            if h >= n_cells or cell_keys[h] != key:
+                            h = _find_cell(table_keys, table_cell, mask, key)
+                            if h < 0:
                                 continue
                             for e in range(cell_start[h], cell_start[h + 1]):
                                 j = sorted_ids[e]

@@ -16,6 +16,10 @@ boundary_within_tolerance
     Exact boundary length of each geometry within a tolerance of other boundaries.
 tolerance_lengths
     The same for every row of a prepared layer, in the row's home UTM zone.
+tolerance_reach
+    How far candidate selection for tolerance lengths reaches (for halos).
+boundary_spacing
+    The sample spacing of each boundary.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from pyproj import CRS, Proj
 from evalcore import _kernels
 from evalcore._typing import F64Array, GeomArray, IdArray
 from evalcore.config import BOUNDARY_MAX_SAMPLES, BOUNDARY_SAMPLE_SPACING_M
-from evalcore.crs import to_utm, transform_geoms, utm_crs
+from evalcore.crs import WGS84, to_utm, transform_xy, utm_crs
 from evalcore.prepare import PreparedLayer
 
 __all__ = [
@@ -37,6 +41,7 @@ __all__ = [
     "matched_pair_distances",
     "boundary_within_tolerance",
     "tolerance_lengths",
+    "tolerance_reach",
     "boundary_spacing",
 ]
 
@@ -47,6 +52,9 @@ SAMPLES_PER_CHUNK = 16
 
 PAIRS_PER_BATCH = 16_384
 """Pairs flattened and sent to the distance kernel at once (bounds the memory used)."""
+
+GRID_CELL_CAP_M = 256.0
+"""Upper bound of the segment-length part of the grid cell side, metres (tuned on fields)."""
 
 _CANDIDATE_SCALE_SAFETY = 2.0
 """Factor on the equal-area CRS's largest local scale when selecting tolerance candidates."""
@@ -265,7 +273,13 @@ def matched_pair_distances(
         empty = np.empty(0, dtype=np.float64)
         return empty, empty.copy(), empty.copy()
     ref_geoms = ref.geoms_utm[i_ref]
-    pred_geoms = to_utm(pred.geoms_source[i_pred], pred.crs, ref.utm_epsg[i_ref])
+    zone = ref.utm_epsg[i_ref]
+    # A prediction whose home zone is the reference's is already there: pred.geoms_utm
+    # is pred.geoms_source reprojected into that zone by the same transformer.
+    pred_geoms = pred.geoms_utm[i_pred].copy()
+    foreign = np.flatnonzero(pred.utm_epsg[i_pred] != zone)
+    if len(foreign):
+        pred_geoms[foreign] = to_utm(pred.geoms_source[i_pred[foreign]], pred.crs, zone[foreign])
     return pair_boundary_distances(ref_geoms, pred_geoms, spacing_m)
 
 
@@ -274,22 +288,29 @@ def matched_pair_distances(
 # ---------------------------------------------------------------------------
 
 
-def _grid_cell(
-    x: F64Array, y: F64Array, ox: F64Array, oy: F64Array, ring_off: IdArray, tolerance_m: float
-) -> float:
-    """Cell side of the kernel's uniform grid, metres.
+def _mean_segment_length(x: F64Array, y: F64Array, ring_off: IdArray) -> float:
+    """Mean length of the segments of flat rings (0.0 without segments)."""
+    n_seg = len(x) - (len(ring_off) - 1)
+    if n_seg <= 0:
+        return 0.0
+    piece = np.hypot(np.diff(x), np.diff(y))
+    jumps = ring_off[1:-1] - 1  # np.diff also spans the gap from one ring to the next
+    jumps = jumps[(jumps >= 0) & (jumps < len(piece))]
+    return float((piece.sum() - piece[jumps].sum()) / n_seg)
 
-    Four tolerances or the mean length of the other segments, whichever is larger, so a
-    cell holds a few segments; never so small that the cell keys overflow.
+
+def _grid_cell(
+    x: F64Array, y: F64Array, ring_off: IdArray, ox: F64Array, oy: F64Array, o_ring_off: IdArray, tolerance_m: float
+) -> float:
+    """Cell side of the kernel's uniform grid, metres (affects speed only, never results).
+
+    ``max(4 tol, min(2 (mean query + mean other segment length), GRID_CELL_CAP_M))``:
+    cells a few segments wide, so that registering segments and looking cells up stay
+    cheap while a cell still holds few segments. Never so small that cell keys overflow.
     """
-    n_seg = max(len(ox) - (len(ring_off) - 1), 1)
-    seg = np.hypot(np.diff(ox), np.diff(oy))
-    # np.diff also measures the jump between two rings; drop those.
-    last = ring_off[1:-1] - 1
-    total = seg.sum() - seg[last[(last >= 0) & (last < len(seg))]].sum()
-    mean_len = total / n_seg
-    extent = max(float(np.ptp(x)), float(np.ptp(y)), 1.0) + 2 * tolerance_m
-    cell = max(4.0 * tolerance_m, mean_len, extent / 2.0**26, 1e-6)
+    seg = _mean_segment_length(x, y, ring_off) + _mean_segment_length(ox, oy, o_ring_off)
+    extent = max(float(np.ptp(x)), float(np.ptp(y)), 1.0) + 4 * tolerance_m
+    cell = max(4.0 * tolerance_m, min(2.0 * seg, GRID_CELL_CAP_M), extent / 2.0**26, 1e-6)
     return float(cell)
 
 
@@ -324,20 +345,27 @@ def boundary_within_tolerance(geoms: GeomArray, other_geoms: GeomArray, toleranc
     arr = _as_geoms(geoms, "geoms")
     other = _as_geoms(other_geoms, "other_geoms")
     _check_tolerance(tolerance_m)
-    out = np.zeros(len(arr), dtype=np.float64)
-    missing = shapely.is_missing(arr)
-    out[missing] = np.nan
     other = other[~shapely.is_missing(other)]
-    rows = np.flatnonzero(~missing)
-    if len(rows) == 0 or len(other) == 0:
-        return out
-    qx, qy, q_ring_off, q_geom_off = _flatten(arr[rows])
     ox, oy, o_ring_off, _ = _flatten(other)
-    if len(qx) == 0 or len(ox) == 0:
+    return _within_tolerance_flat(arr, ox, oy, o_ring_off, float(tolerance_m))
+
+
+def _within_tolerance_flat(
+    geoms: GeomArray, ox: F64Array, oy: F64Array, o_ring_off: IdArray, tolerance_m: float
+) -> F64Array:
+    """:func:`boundary_within_tolerance` with the other boundaries already flat."""
+    out = np.zeros(len(geoms), dtype=np.float64)
+    missing = shapely.is_missing(geoms)
+    out[missing] = np.nan
+    rows = np.flatnonzero(~missing)
+    if len(rows) == 0 or len(ox) == 0:
         return out
-    cell = _grid_cell(qx, qy, ox, oy, o_ring_off, float(tolerance_m))
+    qx, qy, q_ring_off, q_geom_off = _flatten(geoms[rows])
+    if len(qx) == 0:
+        return out
+    cell = _grid_cell(qx, qy, q_ring_off, ox, oy, o_ring_off, tolerance_m)
     out[rows] = _kernels._boundary_within_tolerance(
-        qx, qy, q_ring_off, q_geom_off, ox, oy, o_ring_off, float(tolerance_m), cell
+        qx, qy, q_ring_off, q_geom_off, ox, oy, o_ring_off, tolerance_m, cell
     )
     return out
 
@@ -354,8 +382,6 @@ def _max_scale(crs: CRS, lon: F64Array, lat: F64Array) -> F64Array:
             return scale
     except Exception:  # PROJ refuses factors for some CRSs
         pass
-    from evalcore.crs import WGS84, transform_xy
-
     step = 1e-4
     x0, y0 = transform_xy(lon, lat, WGS84, crs)
     x1, y1 = transform_xy(lon + step, lat, WGS84, crs)
@@ -421,9 +447,28 @@ def tolerance_lengths(layer: PreparedLayer, other: PreparedLayer, tolerance_m: f
         cand = np.unique(i_other[zone_of_pair == code])
         if len(cand) == 0:
             continue
-        other_utm = transform_geoms(other.geoms_source[cand], other.crs, utm_crs(int(code)))
-        out[rows] = boundary_within_tolerance(layer.geoms_utm[rows], other_utm, tolerance_m)
+        ox, oy, o_ring_off = _other_in_zone(other, cand, int(code))
+        out[rows] = _within_tolerance_flat(layer.geoms_utm[rows], ox, oy, o_ring_off, float(tolerance_m))
     return out
+
+
+def _other_in_zone(other: PreparedLayer, rows: IdArray, code: int) -> tuple[F64Array, F64Array, IdArray]:
+    """Flat ring coordinates of ``other``'s rows in UTM zone ``code``.
+
+    Rows whose home zone is ``code`` are taken from ``other.geoms_utm`` (the source
+    geometry reprojected into that zone by the same transformer, so the same numbers);
+    the others' source coordinates are reprojected, flat, without building geometries.
+    """
+    home = other.utm_epsg[rows] == code
+    hx, hy, h_ring_off, _ = _flatten(other.geoms_utm[rows[home]])
+    if home.all():
+        return hx, hy, h_ring_off
+    sx, sy, f_ring_off, _ = _flatten(other.geoms_source[rows[~home]])
+    fx, fy = transform_xy(sx, sy, other.crs, utm_crs(code))
+    ox = np.ascontiguousarray(np.concatenate([hx, fx]), dtype=np.float64)
+    oy = np.ascontiguousarray(np.concatenate([hy, fy]), dtype=np.float64)
+    ring_off = np.concatenate([h_ring_off, f_ring_off[1:] + h_ring_off[-1]]).astype(np.int64)
+    return ox, oy, ring_off
 
 
 def tolerance_reach(layer: PreparedLayer, tolerance_m: float) -> F64Array:
