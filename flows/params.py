@@ -1,15 +1,17 @@
-"""The validated parameters of the ``evaluate-layers`` flow."""
+"""The validated parameters of the ``evaluate-layers`` and ``reevaluate-new-imagery`` flows."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evalcore.api import EvalOptions, check_options
 from evalcore.config import BOUNDARY_SAMPLE_SPACING_M, DEFAULT_TILE_SIZE_M
 
-__all__ = ["EvaluateParams"]
+__all__ = ["EvaluateParams", "ReevaluateParams", "METRIC_PARAMETERS", "DEFAULT_LAYER_PATTERN"]
 
 
 class EvaluateParams(BaseModel):
@@ -61,4 +63,121 @@ class EvaluateParams(BaseModel):
             equal_area_crs=self.equal_area_crs,
             boundary_sample_spacing_m=self.boundary_sample_spacing_m,
             tile_size_m=self.tile_size_m,
+        )
+
+
+#: The ``EvaluateParams`` fields that decide the numbers (besides the two input files).
+#: Their hash, with the two files' SHA-256, identifies an evaluation in the run registry;
+#: ``cluster``, ``n_workers`` and ``chunk_rows`` are left out because the answer does not
+#: depend on them.
+METRIC_PARAMETERS: tuple[str, ...] = (
+    "ref_layer",
+    "iou_threshold",
+    "matching",
+    "strata_column",
+    "size_bins",
+    "bootstrap",
+    "bootstrap_seed",
+    "boundary_tolerance_m",
+    "equal_area_crs",
+    "boundary_sample_spacing_m",
+    "tile_size_m",
+)
+
+#: File names taken as prediction layers by default (``{a,b}`` lists alternatives).
+#: Shapefiles are left out: a layer is several files, and the content hash and the
+#: staging copy work on one file or one directory.
+DEFAULT_LAYER_PATTERN = "*.{parquet,geoparquet,gpkg,fgb,geojson}"
+
+
+class ReevaluateParams(BaseModel):
+    """Parameters of ``reevaluate-new-imagery``: a reference, a folder of prediction layers.
+
+    ``predictions`` is a local directory or an fsspec URL (``file://``, ``s3://``,
+    ``memory://`` ...) holding one prediction layer per imagery acquisition: files whose
+    name matches ``pattern``, and sub-directories of GeoParquet parts whose name matches
+    ``dir_pattern``. ``reference`` is a local path or an fsspec URL too. Layers that are
+    not on the local file system are copied to ``staging_dir`` before they are hashed and
+    evaluated. The metric options, ``cluster`` and ``n_workers`` mean what they mean in
+    :class:`EvaluateParams` and are passed on to every evaluation.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    reference: str = Field(description="reference layer: local path or fsspec URL")
+    predictions: str = Field(description="directory (local path or fsspec URL) with one prediction layer per acquisition")
+    output_root: str = Field(description="local directory: <output_root>/<product>/<layer>-<sha>-<key>/ per run")
+    product: str | None = Field(None, description="product name (default: the predictions directory's name)")
+    registry_url: str | None = Field(None, description="SQLAlchemy URL of the run registry (default: sqlite:///<output_root>/registry.sqlite)")
+    pattern: str = Field(DEFAULT_LAYER_PATTERN, min_length=1, description="glob on file names; {a,b} for alternatives")
+    dir_pattern: str | None = Field("*", description="glob on names of sub-directories of GeoParquet parts; None: no directories")
+    staging_dir: str | None = Field(None, description="local copies of remote layers (default: <output_root>/.staging)")
+    ref_layer: str | None = Field(None, description="layer name inside the reference file")
+    iou_threshold: float = Field(0.5, gt=0.0, le=1.0)
+    matching: Literal["one_to_one", "many_to_one"] = "one_to_one"
+    strata_column: str | None = Field(None, description="reference column holding the stratum")
+    size_bins: Literal["auto"] | list[float] | None = Field(None, description="'auto' or edges in hectares")
+    bootstrap: int = Field(0, ge=0, description="bootstrap resamples (0: no intervals)")
+    bootstrap_seed: int = Field(42, ge=0)
+    boundary_tolerance_m: float | None = Field(None, gt=0.0, description="boundary tolerance, metres")
+    equal_area_crs: str | None = Field(None, description="equal-area CRS (default EPSG:6933)")
+    boundary_sample_spacing_m: float | None = Field(BOUNDARY_SAMPLE_SPACING_M, gt=0.0)
+    tile_size_m: float = Field(DEFAULT_TILE_SIZE_M, gt=0.0, description="partition tile side, metres")
+    cluster: str | None = Field(None, description="Dask scheduler address; None: one embedded LocalCluster for the whole batch")
+    n_workers: int = Field(2, ge=1, description="worker processes of the embedded LocalCluster")
+
+    @model_validator(mode="after")
+    def _valid_for_evaluation(self) -> ReevaluateParams:
+        # The same rules as a single evaluation (size_bins edges, the engine's own checks),
+        # so a bad option fails when the flow starts, not at the first new layer.
+        try:
+            self.evaluate_params(predicted="-", reference="-", output_dir="-").options()
+        except ValidationError as exc:
+            raise ValueError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors())) from None
+        return self
+
+    def metric_parameters(self) -> dict:
+        """The options that decide the numbers (:data:`METRIC_PARAMETERS`), JSON-ready."""
+        return {name: getattr(self, name) for name in METRIC_PARAMETERS}
+
+    def params_hash(self) -> str:
+        """SHA-256 of :meth:`metric_parameters` as canonical JSON (sorted keys, floats as floats).
+
+        Integral floats are written the same whether they came in as ``10`` or ``10.0``
+        because pydantic has already made them floats.
+        """
+        text = json.dumps(self.metric_parameters(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def evaluate_params(
+        self,
+        *,
+        predicted: str,
+        reference: str,
+        output_dir: str,
+        cluster: str | None = None,
+        workdir: str | None = None,
+    ) -> EvaluateParams:
+        """The :class:`EvaluateParams` of one layer's evaluation.
+
+        Parameters
+        ----------
+        predicted, reference : str
+            Local paths of the (staged) layers.
+        output_dir : str
+            The run directory.
+        cluster : str, optional
+            Scheduler address; overrides ``self.cluster`` (the flow passes the address
+            of the LocalCluster it shares between evaluations).
+        workdir : str, optional
+            The evaluation's work directory.
+        """
+        return EvaluateParams(
+            predicted=predicted,
+            reference=reference,
+            output_dir=output_dir,
+            cluster=cluster if cluster is not None else self.cluster,
+            n_workers=self.n_workers,
+            workdir=workdir,
+            **self.metric_parameters(),
         )
