@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import re
+import shutil
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,17 +107,23 @@ def publish(run: DistributedRun, metrics: dict, params: EvaluateParams, started:
     manifest["outputs"] = [{"path": str(p.relative_to(out)), "sha256": sha256_path(p), "bytes": p.stat().st_size} for p in outputs]
     write_json(out / "manifest.json", manifest)
     write_json(out / "status.json", {"status": "succeeded", "finished": _now()})
-    create_markdown_artifact(report, key="evalcore-report", description="Evaluation summary")
+    create_markdown_artifact(report, key=artifact_key("evalcore-report", params), description="Evaluation summary")
     if metrics.get("per_stratum"):
         create_table_artifact(
             [
                 {"stratum": name, "n": g["count_reference"], "precision": g["precision"], "recall": g["recall"], "f1": g["f1"], "iou_mean": g["iou_mean"]}
                 for name, g in metrics["per_stratum"].items()
             ],
-            key="evalcore-per-stratum",
+            key=artifact_key("evalcore-per-stratum", params),
             description="Metrics per stratum",
         )
     return manifest
+
+
+def artifact_key(prefix: str, params: EvaluateParams) -> str:
+    """``<prefix>-<run directory name>``, reduced to what Prefect keys allow (a-z, 0-9, dashes)."""
+    name = re.sub(r"[^a-z0-9]+", "-", Path(params.output_dir).resolve().name.lower()).strip("-")
+    return f"{prefix}-{name}"[:100].rstrip("-") if name else prefix
 
 
 def _inputs(run: DistributedRun, params: EvaluateParams) -> dict:
@@ -125,7 +133,7 @@ def _inputs(run: DistributedRun, params: EvaluateParams) -> dict:
         out[role] = {
             "path": source.path,
             "layer": source.layer,
-            "sha256": sha256_path(source.path),
+            "sha256": run.input_sha256.get(role) or sha256_path(source.path),
             "rows": entry.get("n_input"),
             "kept": entry.get("n_kept"),
             "dropped": entry.get("n_dropped"),
@@ -163,7 +171,7 @@ def _manifest(run: DistributedRun, params: EvaluateParams, inputs: dict, status:
     }
 
 
-@flow(name="evaluate-layers", log_prints=True)
+@flow(name="evaluate-layers")
 def evaluate_layers(params: EvaluateParams) -> dict:
     """Evaluate a predicted layer against a reference layer on a Dask cluster.
 
@@ -174,40 +182,53 @@ def evaluate_layers(params: EvaluateParams) -> dict:
     options = params.options()
     out = Path(params.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").unlink(missing_ok=True)  # a rerun must not leave an old result looking current
+    # A rerun must not leave an earlier result looking current while it runs or if it fails.
+    for stale in ("metrics.json", "report.md", "manifest.json"):
+        (out / stale).unlink(missing_ok=True)
     started = _now()
     write_json(out / "status.json", {"status": "running", "started": started})
     workdir = Path(params.workdir) if params.workdir else out / "work"
-    with dask_client(params.cluster, params.n_workers) as client:
-        dashboard = client.dashboard_link
-        logger.info("Dask dashboard: %s", dashboard)
-        create_link_artifact(dashboard, link_text="Dask dashboard", key="evalcore-dask-dashboard", description="Live task stream of this run")
-        run = DistributedRun(
-            client=client,
-            predicted=LayerSource(params.predicted, params.pred_layer, "predicted"),
-            reference=LayerSource(params.reference, params.ref_layer, "reference"),
-            options=options,
-            workdir=workdir,
-            strata_column=params.strata_column,
-            size_bins=params.size_bins,
-            frame_dir=out / "fields",
-            chunk_rows=params.chunk_rows,
-            log=logger.info,
-        )
-        try:
+    run = None
+    dashboard = ""
+    try:
+        with dask_client(params.cluster, params.n_workers) as client:
+            dashboard = client.dashboard_link or ""
+            logger.info("Dask dashboard: %s", dashboard)
+            if dashboard:
+                create_link_artifact(
+                    dashboard, link_text="Dask dashboard", key=artifact_key("evalcore-dask-dashboard", params),
+                    description="Live task stream of this run",
+                )
+            run = DistributedRun(
+                client=client,
+                predicted=LayerSource(params.predicted, params.pred_layer, "predicted"),
+                reference=LayerSource(params.reference, params.ref_layer, "reference"),
+                options=options,
+                workdir=workdir,
+                strata_column=params.strata_column,
+                size_bins=params.size_bins,
+                frame_dir=out / "fields",
+                chunk_rows=params.chunk_rows,
+                log=logger.info,
+            )
             prepare(run)
             pairs(run)
             resolve(run)
             sums(run)
             metrics = merge(run)
             publish(run, metrics, params, started, dashboard)
-        except BaseException as exc:
-            failure = {"status": "failed", "finished": _now(), "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)}
-            write_json(out / "status.json", failure)
+    except BaseException as exc:
+        for partial in ("metrics.json", "report.md"):
+            (out / partial).unlink(missing_ok=True)
+        failure = {"status": "failed", "finished": _now(), "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)}
+        write_json(out / "status.json", failure)
+        if run is not None:
             with contextlib.suppress(Exception):
                 manifest = _manifest(run, params, {}, "failed", started, dashboard)
                 manifest["error"] = failure["error"]
                 write_json(out / "manifest.json", manifest)
-            raise
+        raise
+    if not params.keep_workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
     logger.info("run finished: precision %.3f, recall %.3f, F1 %.3f; outputs in %s", metrics["precision"], metrics["recall"], metrics["f1"], out)
     return metrics

@@ -44,6 +44,7 @@ class EvaluateParams(BaseModel):
     n_workers: int = Field(2, ge=1, description="worker processes of the embedded LocalCluster")
     workdir: str | None = Field(None, description="work directory (default: <output_dir>/work)")
     chunk_rows: int = Field(50_000, ge=1, description="input rows per prepare task")
+    keep_workdir: bool = Field(False, description="keep the work directory after a successful run (it is always kept after a failure, for resume)")
 
     @field_validator("size_bins")
     @classmethod

@@ -430,6 +430,7 @@ class DistributedRun:
     timings: dict[str, float] = field(default_factory=dict)
     reused: dict[str, object] = field(default_factory=dict)
     signature: str = ""
+    input_sha256: dict[str, str] = field(default_factory=dict)
 
     # Filled by the phases.
     index: dict = field(default_factory=dict)
@@ -488,9 +489,10 @@ class DistributedRun:
         from evalcore import __version__
         from evalcore.report import sha256_path
 
+        self.input_sha256 = {s.role: sha256_path(s.path) for s in (self.reference, self.predicted)}
         payload = {
             "inputs": {
-                s.role: {"path": str(Path(s.path).resolve()), "layer": s.layer, "sha256": sha256_path(s.path)}
+                s.role: {"path": str(Path(s.path).resolve()), "layer": s.layer, "sha256": self.input_sha256[s.role]}
                 for s in (self.reference, self.predicted)
             },
             "options": {k: (str(v) if k == "equal_area_crs" and v is not None else v) for k, v in asdict(self.options).items()},

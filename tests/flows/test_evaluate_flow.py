@@ -22,7 +22,8 @@ from evalcore.synth import write_layers
 from flows.evaluate import evaluate_layers
 from flows.params import EvaluateParams
 
-ARTIFACT_KEYS = ("evalcore-report", "evalcore-per-stratum", "evalcore-dask-dashboard")
+# Keys carry the run directory's name ("run") so runs of different products do not overwrite each other.
+ARTIFACT_KEYS = ("evalcore-report-run", "evalcore-per-stratum-run", "evalcore-dask-dashboard-run")
 
 
 def naive_sha256(path: Path) -> str:
@@ -106,12 +107,12 @@ def test_artifacts_published(run):
         )
     by_key = {a.key: a for a in artifacts}
     assert set(by_key) == set(ARTIFACT_KEYS)
-    assert by_key["evalcore-report"].type == "markdown"
-    assert by_key["evalcore-report"].data == (run.out / "report.md").read_text(encoding="utf-8")
+    assert by_key["evalcore-report-run"].type == "markdown"
+    assert by_key["evalcore-report-run"].data == (run.out / "report.md").read_text(encoding="utf-8")
     # Prefect 3 stores a link artifact as Markdown: "[link text](url)".
     dashboard = _json(run.out / "manifest.json")["dask_dashboard"]
-    assert by_key["evalcore-dask-dashboard"].data == f"[Dask dashboard]({dashboard})"
-    table = by_key["evalcore-per-stratum"]
+    assert by_key["evalcore-dask-dashboard-run"].data == f"[Dask dashboard]({dashboard})"
+    table = by_key["evalcore-per-stratum-run"]
     assert table.type == "table"
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     assert {row["stratum"] for row in rows} == set(run.metrics["per_stratum"])
