@@ -566,7 +566,7 @@ def _frame(ev: _Evaluation, reference: object) -> pd.DataFrame:
     return field_table(
         ev.fields,
         ev.ref.labels,
-        pd.Series(ev.pred.labels, index=ev.pred.positions),
+        pd.Series(ev.pred.labels.to_flat_index(), index=ev.pred.positions),
         strata_names=ev.plan.strata_names,
         strata_codes=ev.strata_codes,
         size_keys=ev.plan.sizes.keys if ev.plan.sizes is not None else None,

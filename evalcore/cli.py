@@ -2,9 +2,12 @@
 
 ``evalcore evaluate`` compares two layer files and writes the metrics as JSON;
 ``evalcore synth`` writes a generated dataset. Every user error (a bad argument, a
-missing, unreadable or corrupt file, a bad column) ends with exit status 2 and one
-line on standard error naming the path, argument or column; no output file is left
-behind.
+missing, unreadable or corrupt file, a bad column, an output path that cannot be
+written) ends with exit status 2 and one line on standard error naming the path,
+argument, row or column; no output file is left behind. Anything else that goes wrong
+ends with exit status 1 and one line (``EVALCORE_DEBUG=1`` shows the traceback).
+Arguments, columns and output locations are checked before any evaluation starts
+(docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 from evalcore.config import MATCHING_METHODS
 from evalcore.errors import EvalInputError
@@ -22,6 +28,13 @@ from evalcore.errors import EvalInputError
 __all__ = ["main", "format_summary"]
 
 EXIT_USAGE = 2
+EXIT_FAILURE = 1
+DEBUG_ENV = "EVALCORE_DEBUG"
+
+_SCORE_HELP = (
+    "predicted column with a confidence score per prediction; checked before the run (it must exist and hold "
+    "finite numbers in [0, 1]) but not used by any metric yet (AP and calibration come later)"
+)
 
 
 class _UsageError(Exception):
@@ -63,6 +76,7 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--iou-threshold", type=float, default=0.5)
     ev.add_argument("--matching", choices=MATCHING_METHODS, default="one_to_one")
     ev.add_argument("--strata-column", help="reference column holding the stratum of each field")
+    ev.add_argument("--score-column", help=_SCORE_HELP)
     ev.add_argument("--size-bins", type=_size_bins, help="'auto' or edges in hectares, e.g. 0,0.5,1,2,5,10,inf")
     ev.add_argument("--bootstrap", type=int, default=0, help="number of bootstrap resamples (0: none)")
     ev.add_argument("--bootstrap-seed", type=int, default=42)
@@ -88,6 +102,7 @@ def _build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--iou-threshold", type=float, default=0.5)
     rn.add_argument("--matching", choices=MATCHING_METHODS, default="one_to_one")
     rn.add_argument("--strata-column")
+    rn.add_argument("--score-column", help=_SCORE_HELP)
     rn.add_argument("--size-bins", type=_size_bins)
     rn.add_argument("--bootstrap", type=int, default=0)
     rn.add_argument("--bootstrap-seed", type=int, default=42)
@@ -164,7 +179,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from evalcore.io import read_layer, write_geoparquet
 
     started = time.perf_counter()
+    _check_output_file(args.output, "-o/--output")
+    if args.frame_out:
+        (_check_output_dir if args.cluster else _check_output_file)(args.frame_out, "--frame-out")
+    if args.workdir:
+        _check_output_dir(args.workdir, "--workdir")
     if args.cluster:
+        _check_columns_up_front(args)
         metrics = _evaluate_on_cluster(args)
         _finish(args, metrics, started)
         return 0
@@ -176,6 +197,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             f"--strata-column {args.strata_column!r} is not a column of the reference file "
             f"{args.reference!r}; its columns are: {columns or '(none)'}."
         )
+    if args.score_column is not None:
+        where = _where(args.predicted, args.pred_layer, "predicted")
+        columns = [str(c) for c in predicted.columns if c != predicted.geometry.name]
+        _check_score_column(predicted[args.score_column] if args.score_column in columns else None, args.score_column, where, columns)
     metrics, frame = evaluate_with_frame(
         predicted,
         reference,
@@ -192,8 +217,119 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     )
     if args.frame_out:
         write_geoparquet(args.frame_out, frame)
-    _finish(args, metrics, started)
+    try:
+        _finish(args, metrics, started)
+    except BaseException:
+        if args.frame_out:  # no half of the outputs without the other
+            Path(args.frame_out).unlink(missing_ok=True)
+        raise
     return 0
+
+
+# --------------------------------------------------------------------------- checks made before any work
+
+
+def _where(path: str, layer: str | None, role: str) -> str:
+    from evalcore.io import describe_source
+
+    return describe_source(path, layer, role)
+
+
+def _writable(directory: Path) -> bool:
+    """Whether this process may create files in ``directory`` (a seam for tests)."""
+    return os.access(directory, os.W_OK | os.X_OK)
+
+
+def _check_parent_writable(path: Path, option: str) -> None:
+    """The nearest existing ancestor of ``path`` must be a directory this process can write in."""
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise EvalInputError(f"{option} {str(path)!r}: {str(ancestor)!r} is a file, not a directory; choose another path.")
+    if not _writable(ancestor):
+        raise EvalInputError(
+            f"{option} {str(path)!r}: the directory {str(ancestor)!r} is not writable by this user; "
+            "choose another location or fix its permissions."
+        )
+
+
+def _check_output_file(path: str, option: str) -> None:
+    """An output file path: not a directory, inside a writable directory (checked before any work)."""
+    p = Path(path)
+    if p.is_dir():
+        raise EvalInputError(f"{option} {path!r} is a directory; give a file name, e.g. {str(p / 'metrics.json')!r}.")
+    _check_parent_writable(p, option)
+
+
+def _check_output_dir(path: str, option: str) -> None:
+    """An output directory: not a file; writable, or creatable in a writable directory."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise EvalInputError(f"{option} {path!r} is a file, not a directory; give a directory.")
+    if p.is_dir():
+        if not _writable(p):
+            raise EvalInputError(f"{option} {path!r} is not writable by this user; choose another directory or fix its permissions.")
+        return
+    _check_parent_writable(p, option)
+
+
+def _check_score_column(values: object, column: str, where: str, columns: list[str]) -> None:
+    """Scores must exist and be finite numbers in [0, 1]; the message names the first bad row (0-based)."""
+    import numpy as np
+    import pandas as pd
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    if values is None:
+        shown = ", ".join(repr(c) for c in columns) or "(none)"
+        raise EvalInputError(f"--score-column {column!r} is not a column of the {where}; its columns are: {shown}.")
+    values = pd.Series(values).reset_index(drop=True)
+    if is_bool_dtype(values) or not is_numeric_dtype(values):
+        numbers = pd.to_numeric(values, errors="coerce")
+        bad = np.flatnonzero(numbers.isna().to_numpy() & values.notna().to_numpy())
+        row = int(bad[0]) if len(bad) else 0
+        raise EvalInputError(
+            f"--score-column {column!r} of the {where} is not numeric (dtype {values.dtype}): row {row} (0-based) holds "
+            f"{_plain(values.iloc[row])!r}. Scores must be numbers in [0, 1]; convert the column or choose another one."
+        )
+    v = values.to_numpy(dtype=np.float64, na_value=np.nan)
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(~np.isfinite(v) | (v < 0.0) | (v > 1.0))
+    if len(bad):
+        row = int(bad[0])
+        what = "missing" if np.isnan(v[row]) else "not finite" if not np.isfinite(v[row]) else "outside [0, 1]"
+        raise EvalInputError(
+            f"--score-column {column!r} of the {where}: row {row} (0-based) holds {_plain(values.iloc[row])!r}, which is {what} "
+            f"({len(bad)} of {len(v)} rows are not finite numbers in [0, 1]). Fix or remove those rows."
+        )
+
+
+def _plain(value: object) -> object:
+    """A numpy scalar as the Python value it holds (so messages show ``1.5``, not ``np.float64(1.5)``)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def _check_columns_up_front(args: argparse.Namespace) -> None:
+    """For runs that read layers on workers: check the files' headers, strata and score columns first.
+
+    Reads only the headers, and the score column's values when one is named.
+    """
+    from evalcore.io import layer_columns, read_columns
+
+    ref_columns = layer_columns(args.reference, layer=args.ref_layer, role="reference")
+    pred_columns = layer_columns(args.predicted, layer=args.pred_layer, role="predicted")
+    if args.strata_column is not None and args.strata_column not in ref_columns:
+        shown = ", ".join(repr(c) for c in ref_columns) or "(none)"
+        raise EvalInputError(
+            f"--strata-column {args.strata_column!r} is not a column of the reference file {args.reference!r}; "
+            f"its columns are: {shown}."
+        )
+    if args.score_column is not None:
+        where = _where(args.predicted, args.pred_layer, "predicted")
+        values = None
+        if args.score_column in pred_columns:
+            values = read_columns(args.predicted, [args.score_column], layer=args.pred_layer, role="predicted")[args.score_column]
+        _check_score_column(values, args.score_column, where, list(pred_columns))
 
 
 def _finish(args: argparse.Namespace, metrics: dict[str, object], started: float) -> None:
@@ -222,6 +358,12 @@ def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
     from evalcore.api import check_options
     from evalcore.distributed.runner import run_distributed
 
+    # Importing distributed sets its loggers to INFO; task errors reach this process as
+    # exceptions and are reported in one line, so the workers' own "Compute Failed" logs
+    # (with tracebacks) stay silent unless EVALCORE_DEBUG is set.
+    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    logging.getLogger("distributed").setLevel(logging.INFO if debug else logging.WARNING)
+
     options = check_options(
         iou_threshold=args.iou_threshold,
         matching=args.matching,
@@ -237,7 +379,10 @@ def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
     cluster = None
     try:
         if args.cluster == "local":
-            cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0")
+            cluster = LocalCluster(
+                n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                silence_logs=logging.WARNING if debug else logging.CRITICAL,
+            )
             client = Client(cluster)
         elif args.cluster.startswith(("tcp://", "tls://")):
             try:
@@ -272,6 +417,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from flows.evaluate import evaluate_layers
     from flows.params import EvaluateParams
 
+    _check_output_dir(args.output_dir, "-o/--output-dir")
+    if args.workdir:
+        _check_output_dir(args.workdir, "--workdir")
+    _check_columns_up_front(args)
     try:
         params = EvaluateParams(
             predicted=args.predicted,
@@ -308,28 +457,72 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
     if args.n_ref <= 0:
         raise EvalInputError(f"--n-ref must be positive, but got {args.n_ref}.")
+    _check_output_dir(args.out, "--out")
     pred_path, ref_path = write_layers(args.out, args.n_ref, args.seed, fmt=args.format)
     print(f"wrote {ref_path} and {pred_path}")
     return 0
 
 
+def _one_line_warning(message: object, category: type, filename: str, lineno: int, file: object = None, line: object = None) -> None:
+    """Print a Python warning as one line on standard error (no source line, no traceback)."""
+    text = str(message).strip().replace("\n", " ")
+    print(f"evalcore: warning: {category.__name__}: {text}", file=sys.stderr)
+
+
+def _input_error_in_chain(exc: BaseException) -> EvalInputError | None:
+    """The first :class:`EvalInputError` in ``exc``'s chain of causes and contexts.
+
+    A bad input found inside a Dask task can make the code that collects the task's
+    result fail in turn; the user must still see the input error, which names the file.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, EvalInputError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
+    """Run the command line; return the exit status.
+
+    0: success. 2: a user error (bad argument, file, layer, row, column or output
+    location), one line on standard error. 1: any other failure, one line on standard
+    error (the traceback only with ``EVALCORE_DEBUG=1``). 130: interrupted.
+    """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("distributed", "bokeh", "tornado"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     parser = _build_parser()
-    try:
-        args = parser.parse_args(argv)
-        handler = {"evaluate": _cmd_evaluate, "run": _cmd_run, "synth": _cmd_synth}[args.command]
-        return handler(args)
-    except (_UsageError, EvalInputError, ValueError, TypeError, ImportError, OSError) as exc:
-        message = str(exc).strip().replace("\n", " ") or type(exc).__name__
-        print(f"evalcore: error: {message}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("evalcore: interrupted", file=sys.stderr)
-        return 130
+    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warning
+        try:
+            args = parser.parse_args(argv)
+            handler = {"evaluate": _cmd_evaluate, "run": _cmd_run, "synth": _cmd_synth}[args.command]
+            return handler(args)
+        except (_UsageError, EvalInputError, ValueError, TypeError, ImportError, OSError) as exc:
+            if debug:
+                raise
+            exc = _input_error_in_chain(exc) or exc
+            message = str(exc).strip().replace("\n", " ") or type(exc).__name__
+            print(f"evalcore: error: {message}", file=sys.stderr)
+            return EXIT_USAGE
+        except KeyboardInterrupt:
+            print("evalcore: interrupted", file=sys.stderr)
+            return 130
+        except Exception as exc:  # never a traceback on the terminal: one line, exit status 1
+            if debug:
+                raise
+            cause = _input_error_in_chain(exc)
+            if cause is not None:  # a bad input that made something else fail: report the input
+                print(f"evalcore: error: {str(cause).strip().replace(chr(10), ' ')}", file=sys.stderr)
+                return EXIT_USAGE
+            message = str(exc).strip().replace("\n", " ") or "(no message)"
+            print(f"evalcore: error: {type(exc).__name__}: {message} (set {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)
+            return EXIT_FAILURE
 
 
 if __name__ == "__main__":

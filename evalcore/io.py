@@ -4,6 +4,17 @@ Readers accept any format pyogrio reads (GeoPackage, FlatGeobuf, Shapefile,
 GeoJSON, ...), GeoParquet files and directories of GeoParquet parts. Every writer
 writes to a temporary name beside the target and renames it when whole, so a file
 that exists is complete.
+
+Bad input is refused here, at the boundary, with one line that names the file, the
+layer and the row or column (docs/reliability.md has the whole list): a missing,
+empty, truncated or corrupt file, a multi-layer file without a layer name, a layer
+that does not exist, a table without geometry, GeoParquet parts that disagree on
+their columns, types or CRS, a layer without a CRS, and curved geometries in
+GeoParquet. Curved geometries from GDAL formats (CurvePolygon, MultiSurface, ...)
+are linearized by GDAL while they are read; their rows are recorded in
+``frame.attrs[LINEARIZED_ROWS_ATTR]`` and counted as repaired by
+:func:`evalcore.prepare.prepare_layer`. Every frame a reader returns names its source
+in ``frame.attrs[SOURCE_ATTR]`` so later errors can name the file too.
 """
 
 from __future__ import annotations
@@ -11,7 +22,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import struct
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,11 +32,401 @@ import geopandas
 import numpy as np
 import pandas as pd
 
-from evalcore.errors import EvalInputError
+from evalcore.errors import CRSError, EvalInputError
 
-__all__ = ["read_layer", "to_jsonable", "write_json", "write_geoparquet", "atomic_path"]
+__all__ = [
+    "read_layer",
+    "to_jsonable",
+    "write_json",
+    "write_geoparquet",
+    "atomic_path",
+    "describe_source",
+    "parquet_parts",
+    "check_parquet_parts",
+    "check_layer_name",
+    "check_layer_crs",
+    "read_ogr_frame",
+    "layer_columns",
+    "read_columns",
+    "first_line",
+    "SOURCE_ATTR",
+    "LINEARIZED_ROWS_ATTR",
+]
 
 _PARQUET_SUFFIXES = {".parquet", ".geoparquet", ".pq"}
+
+SOURCE_ATTR = "evalcore_source"
+"""``frame.attrs`` key: where the rows came from, e.g. ``"predicted file 'p.gpkg' layer 'fields'"``."""
+
+LINEARIZED_ROWS_ATTR = "evalcore_linearized_rows"
+"""``frame.attrs`` key: tuple of the (0-based) rows of the frame whose curved geometry GDAL linearized."""
+
+_LAYER_OPTION = {"reference": "--ref-layer", "predicted": "--pred-layer"}
+
+# ISO WKB geometry type codes (modulo 1000) of curved geometries.
+_CURVED_WKB = {8: "CircularString", 9: "CompoundCurve", 10: "CurvePolygon", 11: "MultiCurve", 12: "MultiSurface"}
+_COLLECTION_WKB = 7
+
+# Shapely warns about NaN coordinates while it decodes WKB; evalcore reports those rows itself.
+_NAN_WARNING = "invalid value encountered"
+
+
+def describe_source(path: str | os.PathLike, layer: str | None, role: str) -> str:
+    """``"predicted file 'p.gpkg' layer 'fields'"``: how messages name a layer on storage."""
+    return f"{role} file {str(path)!r}" + (f" layer {layer!r}" if layer else "")
+
+
+_GDAL_NOISE = ("sqlite3_prepare", "It might help to specify the correct driver")
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type name when it has none), without a final period.
+
+    GDAL joins several messages with ``"; "``; repeated ones, SQL statements and the hint
+    about driver prefixes are left out.
+    """
+    text = str(exc).strip()
+    if not text:
+        return type(exc).__name__
+    parts: list[str] = []
+    for part in text.splitlines()[0].split("; "):
+        part = part.strip().rstrip(".")
+        if part and part not in parts:
+            parts.append(part)
+    useful = [p for p in parts if not any(noise in p for noise in _GDAL_NOISE)]
+    return "; ".join(useful or parts) or type(exc).__name__
+
+
+def _is_parquet(p: Path) -> bool:
+    return p.is_dir() or p.suffix.lower() in _PARQUET_SUFFIXES
+
+
+def _check_exists(p: Path, where: str) -> None:
+    if not p.exists():
+        raise EvalInputError(f"The {where} does not exist; check the path.")
+    if p.is_file() and p.stat().st_size == 0:
+        raise EvalInputError(f"The {where} is empty (0 bytes); it was probably not written completely.")
+
+
+def parquet_parts(path: str | os.PathLike, role: str) -> list[Path]:
+    """The GeoParquet files of a layer: the file itself, or a directory's ``*.parquet`` files (sorted, recursive).
+
+    Both the single-process reader and the chunked reader of a distributed run read
+    exactly these files in this order, so row positions agree.
+    """
+    p = Path(path)
+    if not p.is_dir():
+        return [p]
+    files = sorted(f for f in p.rglob("*.parquet") if not any(part.startswith((".", "_")) for part in f.relative_to(p).parts))
+    if not files:
+        raise EvalInputError(
+            f"The {role} directory {str(path)!r} holds no .parquet files; give a GeoParquet file, "
+            "a directory of GeoParquet parts, or a file GDAL reads."
+        )
+    return files
+
+
+def _geo_metadata(schema: object) -> dict:
+    raw = (schema.metadata or {}).get(b"geo")  # type: ignore[attr-defined]
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return {}
+
+
+def _part_crs(geo: dict) -> object:
+    """The CRS of a part's primary geometry column as comparable text (None: unknown)."""
+    column = geo.get("columns", {}).get(geo.get("primary_column", "geometry"), {})
+    if "crs" not in column:
+        return "OGC:CRS84"
+    if column["crs"] is None:
+        return None
+    from pyproj import CRS
+
+    try:
+        return CRS.from_user_input(column["crs"]).to_wkt()
+    except Exception:
+        return json.dumps(column["crs"], sort_keys=True)
+
+
+def check_parquet_parts(files: list[Path], role: str) -> list[object]:
+    """Check that GeoParquet parts agree on columns, column types and CRS; return their schemas.
+
+    Raises
+    ------
+    EvalInputError
+        Naming the part that cannot be read, or the first part that disagrees with the
+        first one (which column is missing or extra, which type or CRS differs).
+    """
+    import pyarrow.parquet as pq
+
+    schemas = []
+    first = None
+    for path in files:
+        try:
+            schema = pq.read_schema(path)
+        except Exception as exc:
+            raise EvalInputError(
+                f"Cannot read the {role} file {str(path)!r}: {first_line(exc)} "
+                "(it is truncated, corrupt or not GeoParquet)."
+            ) from exc
+        names = [n for n in schema.names if n != "__index_level_0__"]
+        types = {n: str(schema.field(n).type) for n in names}
+        geo = _geo_metadata(schema)
+        crs = _part_crs(geo) if geo else "(no geo metadata)"
+        if first is None:
+            first = (path, names, types, crs)
+        else:
+            p0, names0, types0, crs0 = first
+            problem = None
+            if names != names0:
+                missing = [n for n in names0 if n not in names]
+                extra = [n for n in names if n not in names0]
+                problem = (
+                    f"lacks columns {missing}" if missing and not extra else
+                    f"has extra columns {extra}" if extra and not missing else
+                    f"has columns {names}" if not missing and not extra else
+                    f"lacks columns {missing} and has extra columns {extra}"
+                )
+                problem += f" (the first part {str(p0)!r} has {names0})"
+            else:
+                diff = [n for n in names if types[n] != types0[n]]
+                if diff:
+                    n = diff[0]
+                    problem = f"stores column {n!r} as {types[n]}, the first part {str(p0)!r} as {types0[n]}"
+                elif crs != crs0:
+                    problem = f"has another CRS than the first part {str(p0)!r}"
+            if problem:
+                raise EvalInputError(
+                    f"The {role} GeoParquet parts disagree: {str(path)!r} {problem}; "
+                    "write every part with the same columns, types and CRS."
+                )
+        schemas.append(schema)
+    return schemas
+
+
+def check_layer_name(path: str | os.PathLike, layer: str | None, role: str) -> None:
+    """Check the layer choice of a file GDAL reads: it exists, or the file has only one layer.
+
+    Raises
+    ------
+    EvalInputError
+        When ``layer`` is not in the file (the message lists its layers), or when
+        ``layer`` is None and the file has several layers.
+    """
+    import pyogrio
+
+    where = describe_source(path, None, role)
+    try:
+        layers = [str(name) for name in pyogrio.list_layers(path)[:, 0]]
+    except Exception as exc:
+        raise EvalInputError(f"Cannot read the {where}: {first_line(exc)} (it is truncated, corrupt or not a vector file).") from exc
+    shown = ", ".join(repr(n) for n in layers[:10]) + (f" and {len(layers) - 10} more" if len(layers) > 10 else "")
+    option = _LAYER_OPTION.get(role, "the layer option")
+    if layer is None and len(layers) > 1:
+        raise EvalInputError(
+            f"The {where} has {len(layers)} layers ({shown}); name the one to evaluate with {option}."
+        )
+    if layer is not None and layer not in layers:
+        raise EvalInputError(f"The {where} has no layer {layer!r}; its layers are: {shown or '(none)'}. Fix {option}.")
+
+
+def check_layer_crs(frame: geopandas.GeoDataFrame, where: str) -> None:
+    """Refuse a layer that has geometries but no CRS, naming the file.
+
+    Raises
+    ------
+    CRSError
+    """
+    if frame.crs is not None or len(frame) == 0:
+        return
+    geoms = np.asarray(frame.geometry.array, dtype=object)
+    import shapely
+
+    present = ~shapely.is_missing(geoms)
+    present[present] = ~shapely.is_empty(geoms[present])
+    if present.any():
+        raise CRSError(
+            f"The {where} has {int(present.sum())} geometries but no CRS. Set one (e.g. "
+            "ogr2ogr -a_srs EPSG:4326 out.gpkg in.gpkg, or GeoDataFrame.set_crs) or fix the file's metadata."
+        )
+
+
+def _wkb_has_curve(buf: bytes, pos: int = 0, depth: int = 0) -> tuple[bool, int]:
+    """Whether a WKB geometry (ISO or EWKB) holds a curved part; and where it ends."""
+    if depth > 32 or pos + 5 > len(buf):
+        return False, len(buf)
+    order = "<" if buf[pos] == 1 else ">"
+    (code,) = struct.unpack_from(order + "I", buf, pos + 1)
+    pos += 5
+    flags = code & 0xF0000000
+    code &= 0x0FFFFFFF
+    base, dims = code % 1000, code // 1000
+    n_dims = 2 + (dims in (1, 3)) + (dims in (2, 3)) + bool(flags & 0x80000000) + bool(flags & 0x40000000)
+    if flags & 0x20000000:  # EWKB SRID
+        pos += 4
+    if base in _CURVED_WKB:
+        return True, len(buf)
+    if base == 1:  # Point
+        return False, pos + 8 * n_dims
+    (n,) = struct.unpack_from(order + "I", buf, pos)
+    pos += 4
+    if base == 2:  # LineString
+        return False, pos + 8 * n_dims * n
+    if base == 3:  # Polygon
+        for _ in range(n):
+            (m,) = struct.unpack_from(order + "I", buf, pos)
+            pos += 4 + 8 * n_dims * m
+        return False, pos
+    for _ in range(n):  # multi-geometries and collections
+        curved, pos = _wkb_has_curve(buf, pos, depth + 1)
+        if curved:
+            return True, len(buf)
+    return False, pos
+
+
+def _curved_mask(wkb: object) -> np.ndarray:
+    """True for each WKB value (a pyarrow binary array) that holds a curved geometry."""
+    import pyarrow as pa
+
+    arr = wkb.combine_chunks() if isinstance(wkb, pa.ChunkedArray) else wkb
+    n = len(arr)
+    out = np.zeros(n, dtype=bool)
+    if n == 0:
+        return out
+    if pa.types.is_large_binary(arr.type):
+        arr = arr.cast(pa.binary())
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + n + 1]
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
+    start = offsets[:-1].astype(np.int64)
+    long_enough = (offsets[1:] - offsets[:-1]) >= 5
+    if arr.null_count:
+        long_enough &= ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False))
+    rows = np.flatnonzero(long_enough)
+    if len(rows) == 0:
+        return out
+    b = start[rows]
+    little = data[b] == 1
+    bytes4 = np.stack([data[b + k] for k in range(1, 5)], axis=1).astype(np.uint32)
+    code_le = bytes4[:, 0] | (bytes4[:, 1] << 8) | (bytes4[:, 2] << 16) | (bytes4[:, 3] << 24)
+    code_be = bytes4[:, 3] | (bytes4[:, 2] << 8) | (bytes4[:, 1] << 16) | (bytes4[:, 0] << 24)
+    base = (np.where(little, code_le, code_be) & 0x0FFFFFFF) % 1000
+    out[rows[np.isin(base, list(_CURVED_WKB))]] = True
+    for i in rows[base == _COLLECTION_WKB]:  # collections: look inside (rare)
+        try:
+            out[i] = _wkb_has_curve(arr[int(i)].as_py())[0]
+        except struct.error:  # malformed WKB: the geometry reader reports it
+            pass
+    return out
+
+
+def _ogr_curved_rows(path: str | os.PathLike, layer: str | None, skip_features: int, max_features: int | None) -> np.ndarray:
+    """Rows (0-based in the slice read) whose stored geometry is curved, read without linearization."""
+    import pyogrio
+
+    try:
+        _, table = pyogrio.read_arrow(path, layer=layer, columns=[], skip_features=skip_features, max_features=max_features)
+    except Exception:  # the main read succeeded; a driver without Arrow support is not an error
+        return np.empty(0, dtype=np.int64)
+    geometry = [name for name in table.column_names if name not in ("OGC_FID", "fid")]
+    if not geometry:
+        return np.empty(0, dtype=np.int64)
+    return np.flatnonzero(_curved_mask(table.column(geometry[-1])))
+
+
+def read_ogr_frame(
+    path: str | os.PathLike,
+    layer: str | None,
+    role: str,
+    *,
+    skip_features: int = 0,
+    max_features: int | None = None,
+) -> geopandas.GeoDataFrame:
+    """Read (a slice of) a layer GDAL reads, linearizing curved geometries, with a CRS check.
+
+    Curved geometries (CurvePolygon, MultiSurface, CompoundCurve rings, ...) are
+    linearized by GDAL (``OGR_G_GetLinearGeometry`` with its default step of 4 degrees);
+    their rows go to ``frame.attrs[LINEARIZED_ROWS_ATTR]``. Z and M values are dropped
+    later, by :func:`evalcore.prepare.prepare_layer`.
+
+    Raises
+    ------
+    EvalInputError
+        Naming the file and layer when it cannot be read, has no geometry column, or
+        has geometries but no CRS.
+    """
+    import pyogrio
+
+    where = describe_source(path, layer, role)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_NAN_WARNING, category=RuntimeWarning)
+            frame = pyogrio.read_dataframe(
+                path, layer=layer, use_arrow=False, skip_features=skip_features, max_features=max_features
+            )
+    except Exception as exc:
+        raise EvalInputError(f"Cannot read the {where}: {first_line(exc)} (it is truncated, corrupt or not a vector file).") from exc
+    if not isinstance(frame, geopandas.GeoDataFrame):
+        raise EvalInputError(
+            f"The {where} is a table without geometry (columns: {', '.join(map(repr, frame.columns)) or '(none)'}); "
+            "give a polygon layer."
+        )
+    check_layer_crs(frame, where)
+    curved = _ogr_curved_rows(path, layer, skip_features, max_features)
+    frame.attrs[SOURCE_ATTR] = where
+    if len(curved):
+        frame.attrs[LINEARIZED_ROWS_ATTR] = tuple(int(i) for i in curved)
+    return frame
+
+
+def _curved_parquet_error(files: list[Path], role: str, exc: BaseException) -> EvalInputError:
+    """The error for GeoParquet rows holding curved geometries (which shapely cannot read)."""
+    import pyarrow.parquet as pq
+
+    rows: list[int] = []
+    start = 0
+    where = f"{role} file {str(files[0])!r}"
+    for path in files:
+        parquet = pq.ParquetFile(path)
+        geo = _geo_metadata(parquet.schema_arrow)
+        column = geo.get("primary_column", "geometry")
+        table = parquet.read(columns=[column])
+        found = np.flatnonzero(_curved_mask(table.column(column)))
+        if len(found) and not rows:
+            where = f"{role} file {str(path)!r}"
+        rows.extend(int(i) + start for i in found)
+        start += table.num_rows
+    shown = ", ".join(map(str, rows[:5])) + (f" and {len(rows) - 5} more" if len(rows) > 5 else "")
+    return EvalInputError(
+        f"The {where} holds curved geometries (CurvePolygon, MultiSurface, ...) at rows {shown or '?'} (0-based), "
+        "which evalcore reads only from GDAL formats; write the layer as GeoPackage, or linearize it "
+        "(ogr2ogr -nlt CONVERT_TO_LINEAR out.parquet in.parquet)."
+    )
+
+
+def _read_parquet(p: Path, role: str) -> geopandas.GeoDataFrame:
+    files = parquet_parts(p, role)
+    check_parquet_parts(files, role)
+    frames = []
+    for path in files:
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_NAN_WARNING, category=RuntimeWarning)
+                frames.append(geopandas.read_parquet(path))
+        except NotImplementedError as exc:
+            if "onlinear" in str(exc):
+                raise _curved_parquet_error(files, role, exc) from exc
+            raise
+        except Exception as exc:
+            raise EvalInputError(
+                f"Cannot read the {role} file {str(path)!r}: {first_line(exc)} (it is truncated, corrupt or not GeoParquet)."
+            ) from exc
+    if len(frames) == 1 and not p.is_dir():
+        return frames[0]
+    frame = pd.concat(frames, ignore_index=True)  # positions, as the chunked reader numbers them
+    return geopandas.GeoDataFrame(frame, geometry=frames[0].geometry.name, crs=frames[0].crs)
 
 
 def read_layer(path: str | os.PathLike, *, layer: str | None = None, role: str = "layer") -> geopandas.GeoDataFrame:
@@ -33,37 +436,97 @@ def read_layer(path: str | os.PathLike, *, layer: str | None = None, role: str =
     ----------
     path : str or path-like
         A file any pyogrio driver reads, a GeoParquet file, or a directory of
-        GeoParquet parts.
+        GeoParquet parts (its ``*.parquet`` files, sorted, rows numbered across parts).
     layer : str, optional
-        Layer name inside a multi-layer file (GeoPackage).
+        Layer name inside a multi-layer file (GeoPackage); required when the file has
+        several layers.
     role : str
         ``"reference"`` or ``"predicted"``; named in error messages.
+
+    Returns
+    -------
+    geopandas.GeoDataFrame
+        With ``attrs[SOURCE_ATTR]`` naming the file, and ``attrs[LINEARIZED_ROWS_ATTR]``
+        listing the rows whose curved geometry was linearized (when there are any).
 
     Raises
     ------
     EvalInputError
         Naming the path (and layer) when the file is missing, empty, unreadable or
-        not a vector layer.
+        not a vector layer, when the layer is ambiguous or missing, when GeoParquet
+        parts disagree, or when the layer has geometries but no CRS (CRSError).
     """
     p = Path(path)
-    where = f"{role} file {str(path)!r}" + (f" layer {layer!r}" if layer else "")
-    if not p.exists():
-        raise EvalInputError(f"The {where} does not exist.")
-    if p.is_file() and p.stat().st_size == 0:
-        raise EvalInputError(f"The {where} is empty (0 bytes).")
+    where = describe_source(path, layer, role)
+    _check_exists(p, where)
+    if _is_parquet(p):
+        if layer:
+            raise EvalInputError(f"The {where}: GeoParquet has no layers; drop the layer option.")
+        try:
+            frame = _read_parquet(p, role)
+        except EvalInputError:
+            raise
+        except Exception as exc:  # every reader error becomes one clear line
+            raise EvalInputError(f"Cannot read the {where}: {first_line(exc)}") from exc
+        check_layer_crs(frame, where)
+        frame.attrs[SOURCE_ATTR] = where
+        return frame
+    check_layer_name(p, layer, role)
+    return read_ogr_frame(p, layer, role)
+
+
+def layer_columns(path: str | os.PathLike, *, layer: str | None = None, role: str = "layer") -> dict[str, str]:
+    """The attribute columns of a layer and their types, read from its header only.
+
+    Checks what the readers check before any row is read: the file exists, is not
+    empty, its header is readable, the layer choice is valid and GeoParquet parts agree.
+
+    Returns
+    -------
+    dict
+        Column name to a type name (pyarrow's for GeoParquet, pyogrio's otherwise),
+        without the geometry column.
+    """
+    p = Path(path)
+    where = describe_source(path, layer, role)
+    _check_exists(p, where)
+    if _is_parquet(p):
+        if layer:
+            raise EvalInputError(f"The {where}: GeoParquet has no layers; drop the layer option.")
+        schema = check_parquet_parts(parquet_parts(p, role), role)[0]
+        geo = _geo_metadata(schema)
+        if not geo:
+            raise EvalInputError(f"The {where} has no GeoParquet metadata ('geo'); it is a plain Parquet file, not a layer.")
+        geometry = set(geo.get("columns", {})) | {geo.get("primary_column", "geometry")}
+        return {n: str(schema.field(n).type) for n in schema.names if n not in geometry and n != "__index_level_0__"}
+    import pyogrio
+
+    check_layer_name(p, layer, role)
     try:
-        if p.is_dir() or p.suffix.lower() in _PARQUET_SUFFIXES:
-            if layer:
-                raise EvalInputError(f"The {where}: GeoParquet has no layers; drop the layer option.")
-            return geopandas.read_parquet(p)
+        info = pyogrio.read_info(p, layer=layer)
+    except Exception as exc:
+        raise EvalInputError(f"Cannot read the {where}: {first_line(exc)} (it is truncated, corrupt or not a vector file).") from exc
+    return {str(n): str(t) for n, t in zip(info["fields"], info["dtypes"])}
+
+
+def read_columns(path: str | os.PathLike, columns: list[str], *, layer: str | None = None, role: str = "layer") -> pd.DataFrame:
+    """Some attribute columns of a layer, without geometry (rows numbered from 0 across parts)."""
+    p = Path(path)
+    where = describe_source(path, layer, role)
+    try:
+        if _is_parquet(p):
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            tables = [pq.read_table(f, columns=columns) for f in parquet_parts(p, role)]
+            return pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame(columns=columns)
         import pyogrio
 
-        return pyogrio.read_dataframe(p, layer=layer)
+        return pd.DataFrame(pyogrio.read_dataframe(p, layer=layer, columns=columns, read_geometry=False, use_arrow=False))
     except EvalInputError:
         raise
-    except Exception as exc:  # every reader error becomes one clear line
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise EvalInputError(f"Cannot read the {where}: {message}") from exc
+    except Exception as exc:
+        raise EvalInputError(f"Cannot read columns {columns} of the {where}: {first_line(exc)}") from exc
 
 
 def to_jsonable(value: object) -> object:

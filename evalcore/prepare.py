@@ -10,6 +10,7 @@ position of every kept row so that every tie-break can be made by position.
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass
 
 import geopandas
@@ -31,6 +32,7 @@ from evalcore.crs import (
     utm_epsg_of,
 )
 from evalcore.errors import CRSError, EvalInputError
+from evalcore.io import LINEARIZED_ROWS_ATTR, SOURCE_ATTR
 
 __all__ = ["PreparedLayer", "prepare_layer", "layer_geometries", "repair_polygonal"]
 
@@ -39,6 +41,10 @@ logger = logging.getLogger(__name__)
 _POLYGON = int(shapely.GeometryType.POLYGON)
 _MULTIPOLYGON = int(shapely.GeometryType.MULTIPOLYGON)
 _COLLECTION = int(shapely.GeometryType.GEOMETRYCOLLECTION)
+
+# A boundary longer than this (in metres, or the equivalent in the CRS's units) is not a
+# field: its coordinates are wrong, and splitting its edges at 50 m would exhaust memory.
+MAX_BOUNDARY_M = 1e8
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +216,10 @@ def repair_polygonal(geoms: GeomArray) -> tuple[GeomArray, BoolArray]:
 
 
 def _drop_message_rows(name: str, labels: pd.Index, rows: IdArray) -> str:
-    shown = ", ".join(repr(labels[i]) for i in rows[:5])
+    def plain(value: object) -> object:  # numpy scalars print as their Python value
+        return value.item() if isinstance(value, np.generic) else value
+
+    shown = ", ".join(repr(plain(labels[i])) for i in rows[:5])
     more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
     return f"{shown}{more}"
 
@@ -253,6 +262,7 @@ def prepare_layer(
     user_crs = equal_area_crs is not None
     ea_crs = equal_area_crs_from(equal_area_crs if user_crs else DEFAULT_EQUAL_AREA_CRS)
     raw, labels, crs = layer_geometries(layer, name)
+    where = _where(layer, name)
     n_input = len(raw)
 
     geoms = raw.copy()
@@ -260,14 +270,16 @@ def prepare_layer(
     present[present] = ~shapely.is_empty(geoms[present])
     if crs is None and present.any():
         raise CRSError(
-            f"The {name} layer has {int(present.sum())} geometries but no CRS. "
+            f"The {where} has {int(present.sum())} geometries but no CRS. "
             "Set one (e.g. layer.set_crs('EPSG:4326')) or fix the file's metadata."
         )
     geoms[~present] = None
     if present.any():
         geoms[present] = shapely.force_2d(geoms[present])
+        _check_finite(where, labels, geoms, np.flatnonzero(present))
     geoms, repaired = repair_polygonal(geoms)
     kept = ~shapely.is_missing(geoms)
+    repaired |= _linearized(layer, n_input) & kept
     rows = np.flatnonzero(kept)
 
     if crs is None:
@@ -275,18 +287,28 @@ def prepare_layer(
         return _empty_layer(name, labels, n_input, ea_crs, tile_size_m)
 
     source = geoms[rows]
+    # Before the 50 m split: a polygon across ±180 would otherwise become millions of vertices.
+    _check_antimeridian(where, labels, rows, source, crs)
     split = edge_split_length(crs)
-    geoms_ea = transform_geoms(shapely.segmentize(source, split), crs, ea_crs)
+    _check_extent(where, labels, rows, source, crs, split)
+    try:
+        pieces = shapely.segmentize(source, split)
+    except shapely.errors.GEOSException as exc:  # only for coordinates _check_extent lets through
+        raise EvalInputError(
+            f"The {where} has a polygon whose edges cannot be split at 50 m ({exc}); check its coordinates and CRS."
+        ) from None
+    geoms_ea = transform_geoms(pieces, crs, ea_crs)
+    _check_reprojected(where, labels, rows, source, geoms_ea, crs, ea_crs)
     ea_invalid = ~shapely.is_valid(geoms_ea)
     if ea_invalid.any():
         fixed, _ = repair_polygonal(geoms_ea[ea_invalid])
         geoms_ea[ea_invalid] = fixed
         repaired[rows[ea_invalid]] = True
     area = np.where(shapely.is_missing(geoms_ea), 0.0, shapely.area(geoms_ea))
-    usable = np.isfinite(area) & (area > 0.0)
+    usable = area > 0.0
     rows, source, geoms_ea, area = rows[usable], source[usable], geoms_ea[usable], area[usable]
 
-    _check_antimeridian(name, labels, rows, source, crs)
+    _check_antimeridian(where, labels, rows, source, crs)
     if user_crs and ea_crs != CRS.from_user_input(DEFAULT_EQUAL_AREA_CRS) and len(rows):
         _warn_area_change(name, source, crs, ea_crs, area)
 
@@ -346,6 +368,77 @@ def _empty_layer(name: str, labels: pd.Index, n_input: int, ea_crs: CRS, tile_si
     )
 
 
+def _where(layer: object, name: str) -> str:
+    """How messages name the layer: its file when a reader recorded it, else ``"<name> layer"``."""
+    attrs = getattr(layer, "attrs", None) or {}
+    return str(attrs.get(SOURCE_ATTR) or f"{name} layer")
+
+
+def _linearized(layer: object, n_input: int) -> BoolArray:
+    """Rows whose curved geometry the reader linearized (``attrs[LINEARIZED_ROWS_ATTR]``)."""
+    out = np.zeros(n_input, dtype=bool)
+    attrs = getattr(layer, "attrs", None) or {}
+    rows = np.asarray(attrs.get(LINEARIZED_ROWS_ATTR, ()), dtype=np.int64)
+    out[rows[(rows >= 0) & (rows < n_input)]] = True
+    return out
+
+
+def _rows_text(labels: pd.Index, rows: IdArray) -> str:
+    """``"row 3"`` or ``"rows 3, 7 and 2 more"`` (index labels; for files read by evalcore, 0-based positions)."""
+    return ("row " if len(rows) == 1 else "rows ") + _drop_message_rows("", labels, rows)
+
+
+def _check_finite(where: str, labels: pd.Index, geoms: GeomArray, rows: IdArray) -> None:
+    """Refuse geometries with NaN or infinite coordinates, naming the rows."""
+    coords, owner = shapely.get_coordinates(geoms[rows], return_index=True)
+    bad_vertex = ~np.isfinite(coords).all(axis=1)
+    if not bad_vertex.any():
+        return
+    bad = rows[np.unique(owner[bad_vertex])]
+    example = coords[np.flatnonzero(bad_vertex)[0]]
+    raise EvalInputError(
+        f"The {where} has NaN or infinite coordinates in {_rows_text(labels, bad)} "
+        f"(e.g. x={float(example[0])!r}, y={float(example[1])!r}); fix or remove those rows."
+    )
+
+
+def _check_extent(where: str, labels: pd.Index, rows: IdArray, source: GeomArray, crs: CRS, split: float) -> None:
+    """Refuse coordinates no CRS can hold: outside ±180/±90 degrees, or boundaries longer than 100 000 km."""
+    if len(source) == 0:
+        return
+    if crs.is_geographic:
+        b = shapely.bounds(source)
+        bad = np.flatnonzero((b[:, 0] < -180.0) | (b[:, 2] > 180.0) | (b[:, 1] < -90.0) | (b[:, 3] > 90.0))
+        if len(bad):
+            x0, y0, x1, y1 = b[bad[0]]
+            raise EvalInputError(
+                f"The {where} has coordinates outside longitude [-180, 180] / latitude [-90, 90] in "
+                f"{_rows_text(labels, rows[bad])} (bounds {x0:g}, {y0:g}, {x1:g}, {y1:g}), but its CRS {crs.name!r} is in degrees. "
+                "Normalise longitudes to [-180, 180] (splitting polygons at ±180), or set the CRS the coordinates are really in."
+            )
+    too_long = np.flatnonzero(shapely.length(source) / split * 50.0 > MAX_BOUNDARY_M)
+    if len(too_long):
+        raise EvalInputError(
+            f"The {where} has polygons with a boundary longer than {MAX_BOUNDARY_M / 1e3:,.0f} km in "
+            f"{_rows_text(labels, rows[too_long])} (CRS {crs.name!r}); their coordinates or the CRS are wrong."
+        )
+
+
+def _check_reprojected(
+    where: str, labels: pd.Index, rows: IdArray, source: GeomArray, geoms_ea: GeomArray, crs: CRS, ea_crs: CRS
+) -> None:
+    """Refuse polygons whose reprojection to the equal-area CRS failed (infinite or NaN area)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        bad = np.flatnonzero(~np.isfinite(shapely.area(geoms_ea)))
+    if len(bad):
+        b = shapely.bounds(source[bad[0]])
+        raise EvalInputError(
+            f"The {where} has polygons that cannot be reprojected from {crs.name!r} to {ea_crs.name!r} in "
+            f"{_rows_text(labels, rows[bad])} (bounds {b[0]:g}, {b[1]:g}, {b[2]:g}, {b[3]:g}): the coordinates are "
+            "outside what the layer's CRS can represent. Check the CRS and the coordinates."
+        )
+
+
 def _tiles(lon: F64Array, lat: F64Array, epsg: IdArray, tile_size_m: float) -> tuple[IdArray, IdArray]:
     """Partition tile of each centroid: floor of its UTM coordinates / tile size."""
     tile_x = np.zeros(len(lon), dtype=np.int64)
@@ -358,7 +451,7 @@ def _tiles(lon: F64Array, lat: F64Array, epsg: IdArray, tile_size_m: float) -> t
     return tile_x, tile_y
 
 
-def _check_antimeridian(name: str, labels: pd.Index, rows: IdArray, source: GeomArray, crs: CRS) -> None:
+def _check_antimeridian(where: str, labels: pd.Index, rows: IdArray, source: GeomArray, crs: CRS) -> None:
     """Refuse polygons whose longitude extent exceeds 180 degrees (they cross ±180)."""
     if len(source) == 0:
         return
@@ -371,13 +464,14 @@ def _check_antimeridian(name: str, labels: pd.Index, rows: IdArray, source: Geom
         lon, _ = transform_xy(corners_x, corners_y, crs, WGS84)
         lon = lon.reshape(-1, 4)
         lon = np.where(np.isfinite(lon), lon, np.nan)
-        with np.errstate(invalid="ignore"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # rows whose corners PROJ cannot transform
             lon_min, lon_max = np.nanmin(lon, axis=1), np.nanmax(lon, axis=1)
     crossing = np.flatnonzero((lon_max - lon_min) > 180.0)
     if len(crossing):
         raise EvalInputError(
-            f"The {name} layer has polygons crossing the antimeridian (longitude ±180), which "
-            f"evalcore does not support: rows {_drop_message_rows(name, labels, rows[crossing])}. "
+            f"The {where} has polygons crossing the antimeridian (longitude ±180), which "
+            f"evalcore does not support: {_rows_text(labels, rows[crossing])}. "
             "Split them at ±180 or evaluate each side separately."
         )
 

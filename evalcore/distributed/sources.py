@@ -8,6 +8,7 @@ row, so positions are the same as reading the whole layer at once.
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,15 @@ import shapely
 from pyproj import CRS
 
 from evalcore.errors import EvalInputError
+from evalcore.io import (
+    SOURCE_ATTR,
+    check_layer_crs,
+    check_layer_name,
+    check_parquet_parts,
+    first_line,
+    parquet_parts,
+    read_ogr_frame,
+)
 
 __all__ = ["LayerSource", "Chunk", "plan_chunks", "read_chunk", "LABEL_COLUMN", "DEFAULT_CHUNK_ROWS"]
 
@@ -69,11 +79,8 @@ class Chunk:
 
 
 def _parquet_files(source: LayerSource) -> list[Path]:
-    p = Path(source.path)
-    files = sorted(p.rglob("*.parquet")) if p.is_dir() else [p]
-    if not files:
-        raise EvalInputError(f"The {source.describe()} is a directory without .parquet files.")
-    return files
+    """The layer's GeoParquet files, in the order :func:`evalcore.io.read_layer` reads them."""
+    return parquet_parts(source.path, source.role)
 
 
 def plan_chunks(source: LayerSource, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> list[Chunk]:
@@ -93,20 +100,15 @@ def plan_chunks(source: LayerSource, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> li
     chunks: list[Chunk] = []
     start = 0
     if source.is_parquet:
-        schema = None
-        for path in _parquet_files(source):
+        if source.layer:
+            raise EvalInputError(f"The {source.describe()}: GeoParquet has no layers; drop the layer option.")
+        files = _parquet_files(source)
+        check_parquet_parts(files, source.role)  # columns, types and CRS agree
+        for path in files:
             try:
                 meta = pq.ParquetFile(path).metadata
-                file_schema = pq.read_schema(path)
             except Exception as exc:
                 raise EvalInputError(f"Cannot read the {source.role} file {str(path)!r}: {_first_line(exc)}") from exc
-            names = [n for n in file_schema.names if n != "__index_level_0__"]
-            if schema is not None and names != schema:
-                raise EvalInputError(
-                    f"The {source.role} GeoParquet parts disagree: {str(path)!r} has columns {names}, "
-                    f"the first part has {schema}."
-                )
-            schema = names
             groups: list[int] = []
             rows = 0
             for g in range(meta.num_row_groups):
@@ -122,6 +124,7 @@ def plan_chunks(source: LayerSource, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> li
         return chunks
     import pyogrio
 
+    check_layer_name(source.path, source.layer, source.role)
     try:
         info = pyogrio.read_info(source.path, layer=source.layer, force_feature_count=True)
     except Exception as exc:
@@ -134,9 +137,7 @@ def plan_chunks(source: LayerSource, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> li
     return chunks
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+_first_line = first_line
 
 
 def _geoparquet_crs(metadata: dict, column: str) -> CRS | None:
@@ -150,7 +151,18 @@ def _geoparquet_crs(metadata: dict, column: str) -> CRS | None:
 
 
 def read_chunk(source: LayerSource, chunk: Chunk) -> geopandas.GeoDataFrame:
-    """Read one chunk as a GeoDataFrame (a RangeIndex starting at the chunk's first position)."""
+    """Read one chunk as a GeoDataFrame (a RangeIndex starting at the chunk's first position).
+
+    The frame's ``attrs`` name the source and, for GDAL formats, the rows whose curved
+    geometry was linearized (see :func:`evalcore.io.read_ogr_frame`).
+
+    Raises
+    ------
+    EvalInputError
+        Naming the file (and the rows) when it cannot be read, has changed since it was
+        planned, holds curved geometries in GeoParquet, or has geometries but no CRS.
+    """
+    rows = f"rows {chunk.start}-{chunk.start + chunk.n_rows}"
     try:
         if source.is_parquet:
             parquet = pq.ParquetFile(chunk.file)
@@ -160,22 +172,34 @@ def read_chunk(source: LayerSource, chunk: Chunk) -> geopandas.GeoDataFrame:
             if column not in table.column_names:
                 raise EvalInputError(f"The {source.role} file {chunk.file!r} has no geometry column {column!r}.")
             frame = table.drop_columns([c for c in (column, "__index_level_0__") if c in table.column_names]).to_pandas()
-            geoms = shapely.from_wkb(table[column].to_numpy(zero_copy_only=False))
+            try:
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message="invalid value encountered", category=RuntimeWarning)
+                    geoms = shapely.from_wkb(table[column].to_numpy(zero_copy_only=False))
+            except NotImplementedError as exc:
+                from evalcore.io import _curved_mask
+
+                curved = np.flatnonzero(_curved_mask(table[column])) + chunk.start
+                shown = ", ".join(map(str, curved[:5].tolist())) + (f" and {len(curved) - 5} more" if len(curved) > 5 else "")
+                raise EvalInputError(
+                    f"The {source.role} file {chunk.file!r} holds curved geometries (CurvePolygon, MultiSurface, ...) at rows "
+                    f"{shown or '?'} (0-based), which evalcore reads only from GDAL formats; write the layer as GeoPackage, "
+                    "or linearize it (ogr2ogr -nlt CONVERT_TO_LINEAR out.parquet in.parquet)."
+                ) from exc
             crs = _geoparquet_crs(geo, column) if geo else None
             gdf = geopandas.GeoDataFrame(frame, geometry=geopandas.GeoSeries(geoms), crs=crs)
+            if LABEL_COLUMN not in gdf.columns:  # a user's file, not an in-memory layer staged by evalcore
+                check_layer_crs(gdf, f"{source.role} file {chunk.file!r}")
+                gdf.attrs[SOURCE_ATTR] = f"{source.role} file {chunk.file!r}"
         else:
-            import pyogrio
-
-            gdf = pyogrio.read_dataframe(
-                source.path, layer=source.layer, skip_features=chunk.start, max_features=chunk.n_rows
-            )
+            gdf = read_ogr_frame(source.path, source.layer, source.role, skip_features=chunk.start, max_features=chunk.n_rows)
     except EvalInputError:
         raise
     except Exception as exc:
-        raise EvalInputError(f"Cannot read rows {chunk.start}-{chunk.start + chunk.n_rows} of the {source.describe()}: {_first_line(exc)}") from exc
+        raise EvalInputError(f"Cannot read {rows} of the {source.describe()}: {_first_line(exc)}") from exc
     if len(gdf) != chunk.n_rows:
         raise EvalInputError(
-            f"The {source.describe()} returned {len(gdf)} rows for rows {chunk.start}-{chunk.start + chunk.n_rows}; "
+            f"The {source.describe()} returned {len(gdf)} rows for {rows}; "
             "the file changed or is truncated."
         )
     if LABEL_COLUMN in gdf.columns:  # an in-memory layer written by evalcore keeps its index here

@@ -858,13 +858,6 @@ def test_frame_of_a_reference_with_a_multiindex():
     assert f["pred_index"].tolist() == [100, pd.NA, 102, pd.NA]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=NotImplementedError,
-    reason="bug: evaluate_frame builds pd.Series(pred.labels) and pandas cannot make a Series "
-    "from a MultiIndex (predictions after explode(index_parts=True)); SPEC 2 'every row keeps "
-    "its input label'",
-)
 def test_frame_of_predictions_with_a_multiindex():
     pred, ref = scenario_a(UTM)
     f = evaluate_frame(pred.explode(index_parts=True), ref)
