@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=slow $(BIN)/python -m pytest -q tests/properties -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,201 @@
+"""``make bench``: every comparison is a ratio measured in the same run, on the same data.
+
+Sections (``--sections``, default all):
+
+* ``anchor``: ~50,600 reference fields vs ~35,000 predictions (the size of the largest
+  published run of this kind of evaluation). evalcore in one process (one core) with
+  default and with full options, against the straightforward geopandas + shapely
+  baseline (timed on a slice of the pairs and scaled, as said in the output) and the
+  GEOS floor (repair, reprojection, STRtree, intersection areas).
+* ``workers``: the anchor data through the distributed runner with 1 and 2 worker processes.
+* ``scale``: 250k, 500k and 1M generated reference fields end to end through the
+  ``evaluate-layers`` flow with full options on 2 workers (each size in a fresh process):
+  wall time, fields per second, peak RSS of each worker and of the client, time per phase.
+
+Results print as tables and go to ``benchmarks/results/<date>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FULL = dict(strata="stratum", size_bins=[0, 0.5, 1, 2, 5, 10, float("inf")], bootstrap=1000, boundary_tolerance_m=10.0)
+ANCHOR_REF, ANCHOR_PRED = 50_600, 35_000
+
+
+def _timed(fn, repeat: int = 1) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), result
+
+
+def anchor_layers(seed: int = 1):
+    import numpy as np
+
+    from evalcore.synth import make_layers
+
+    pred, ref = make_layers(ANCHOR_REF, seed)
+    rng = np.random.default_rng(seed)
+    keep = np.sort(rng.choice(len(pred), size=min(ANCHOR_PRED, len(pred)), replace=False))
+    return pred.iloc[keep], ref
+
+
+def section_anchor(repeat: int) -> dict:
+    import evalcore
+    from benchmarks.baseline import geos_floor, straightforward
+
+    pred, ref = anchor_layers()
+    evalcore.evaluate(pred.iloc[:500], ref.iloc[:500])  # compile numba once
+    t_default, m_default = _timed(lambda: evalcore.evaluate(pred, ref), repeat)
+    t_full, _ = _timed(lambda: evalcore.evaluate(pred, ref, **FULL), repeat)
+    t_floor, n_pairs = _timed(lambda: geos_floor(pred, ref), repeat)
+    # The baseline's per-pair loops are timed on a slice and scaled by the pair count.
+    slice_pairs = 3_000
+    t_base_slice, base = _timed(lambda: straightforward(pred, ref, max_pairs=slice_pairs))
+    t_base_tol_slice, _ = _timed(lambda: straightforward(pred, ref, max_pairs=slice_pairs, tolerance_m=10.0))
+    scale = n_pairs / slice_pairs
+    t_base = t_base_slice * scale
+    t_base_full = t_base_tol_slice * scale
+    return {
+        "n_ref": len(ref),
+        "n_pred": len(pred),
+        "n_candidate_pairs": n_pairs,
+        "evalcore_default_s": t_default,
+        "evalcore_full_s": t_full,
+        "geos_floor_s": t_floor,
+        "baseline_default_s_scaled": t_base,
+        "baseline_full_s_scaled": t_base_full,
+        "baseline_slice_pairs": slice_pairs,
+        "default_vs_floor": t_default / t_floor,
+        "baseline_vs_default": t_base / t_default,
+        "baseline_full_vs_full": t_base_full / t_full,
+        "f1": m_default["f1"],
+    }
+
+
+def section_workers(workers: list[int]) -> dict:
+    from distributed import Client, LocalCluster
+
+    import evalcore
+
+    pred, ref = anchor_layers()
+    rows = {}
+    for n in workers:
+        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, Client(cluster) as client:
+            client.run(lambda: __import__("evalcore.boundary"))
+            evalcore.evaluate(pred.iloc[:300], ref.iloc[:300], client=client)  # workers compile / load caches
+            t, _ = _timed(lambda: evalcore.evaluate(pred, ref, client=client, tile_size_m=25_000.0))
+        rows[n] = t
+    out = {"tile_size_m": 25_000.0, "wall_s": rows}
+    if len(workers) >= 2:
+        out["speedup"] = rows[workers[0]] / rows[workers[-1]]
+    return out
+
+
+def _scale_child(n_ref: int, data: str, out: str) -> None:
+    """Run in a fresh process: the flow on a LocalCluster we can ask for the workers' peak RSS."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from distributed import Client, LocalCluster
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.evaluate import evaluate_layers
+    from flows.params import EvaluateParams
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit=0) as cluster, Client(cluster) as client:
+        with prefect_test_harness():
+            started = time.perf_counter()
+            metrics = evaluate_layers(
+                EvaluateParams(
+                    predicted=f"{data}/predicted.parquet", reference=f"{data}/reference.parquet", output_dir=out,
+                    strata_column="stratum", size_bins=FULL["size_bins"], bootstrap=1000, boundary_tolerance_m=10.0,
+                    cluster=cluster.scheduler_address,
+                )
+            )
+            wall = time.perf_counter() - started
+        workers = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+    manifest = json.loads(Path(out, "manifest.json").read_text())
+    print(json.dumps({
+        "n_ref": n_ref, "wall_s": wall, "fields_per_s": metrics["count_reference"] / wall,
+        "phases_s": manifest["timings_s"], "partitions": len(manifest["partitions"]),
+        "worker_peak_rss_mib": sorted(workers.values()),
+        "client_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+    }))
+
+
+def section_scale(sizes: list[int]) -> list[dict]:
+    rows = []
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix="evalcore-scale-") as tmp:
+            subprocess.run([sys.executable, "-m", "evalcore.cli", "synth", "--n-ref", str(n), "--seed", "3", "--out", f"{tmp}/data"], check=True, stdout=subprocess.DEVNULL)
+            proc = subprocess.run(
+                [sys.executable, "-m", "benchmarks", "--scale-child", str(n), f"{tmp}/data", f"{tmp}/run"],
+                check=True, capture_output=True, text=True,
+            )
+            rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        print(f"  scale {n}: {rows[-1]['wall_s']:.1f} s", file=sys.stderr, flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sections", default="anchor,workers,scale")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per anchor timing (median reported)")
+    parser.add_argument("--workers", default="1,2")
+    parser.add_argument("--scale-sizes", default="250000,500000,1000000")
+    parser.add_argument("--scale-child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.scale_child:
+        _scale_child(int(args.scale_child[0]), args.scale_child[1], args.scale_child[2])
+        return 0
+    sections = args.sections.split(",")
+    record: dict = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+    }
+    if "anchor" in sections:
+        a = record["anchor"] = section_anchor(args.repeat)
+        print(f"\nanchor: {a['n_ref']} reference fields, {a['n_pred']} predictions, {a['n_candidate_pairs']} candidate pairs (median of {args.repeat})")
+        print(f"  {'evalcore, default options':<40} {a['evalcore_default_s']:>8.2f} s")
+        print(f"  {'evalcore, full options':<40} {a['evalcore_full_s']:>8.2f} s")
+        print(f"  {'GEOS floor':<40} {a['geos_floor_s']:>8.2f} s   evalcore default / floor = {a['default_vs_floor']:.2f}x")
+        print(f"  {'baseline, default (scaled from slice)':<40} {a['baseline_default_s_scaled']:>8.2f} s   baseline / evalcore = {a['baseline_vs_default']:.1f}x")
+        print(f"  {'baseline, + 10 m tolerance (scaled)':<40} {a['baseline_full_s_scaled']:>8.2f} s   baseline / evalcore full = {a['baseline_full_vs_full']:.1f}x")
+    if "workers" in sections:
+        w = record["workers"] = section_workers([int(n) for n in args.workers.split(",")])
+        print("\nworkers (anchor data, distributed runner, 25 km tiles)")
+        for n, t in w["wall_s"].items():
+            print(f"  {n} worker(s) {t:>8.2f} s")
+        if "speedup" in w:
+            print(f"  speed-up: {w['speedup']:.2f}x")
+    if "scale" in sections:
+        rows = record["scale"] = section_scale([int(n) for n in args.scale_sizes.split(",")])
+        print("\nscale (flow, full options, 2 workers)")
+        print(f"  {'fields':>9} {'wall s':>8} {'fields/s':>9} {'prepare':>8} {'pairs':>8} {'resolve':>8} {'sums':>8} {'merge':>8} {'worker MiB':>12} {'client MiB':>11}")
+        for r in rows:
+            p = r["phases_s"]
+            print(f"  {r['n_ref']:>9} {r['wall_s']:>8.1f} {r['fields_per_s']:>9.0f} {p['prepare']:>8.1f} {p['pairs']:>8.1f} {p['resolve']:>8.1f} {p['sums']:>8.1f} {p['merge']:>8.1f} {max(r['worker_peak_rss_mib']):>12.0f} {r['client_peak_rss_mib']:>11.0f}")
+        if len(rows) >= 2:
+            print(f"  time({rows[-1]['n_ref']}) / time({rows[0]['n_ref']}) = {rows[-1]['wall_s'] / rows[0]['wall_s']:.2f}")
+    out = Path(__file__).parent / "results" / f"{dt.date.today().isoformat()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"\nresults written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
