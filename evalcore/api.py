@@ -8,10 +8,8 @@ seed draws the same bootstrap replicates either way.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
-from numbers import Integral, Real
 
 import geopandas
 import numpy as np
@@ -35,8 +33,9 @@ from evalcore.engine import (
     summarize_partition,
     unassigned_row,
 )
-from evalcore.groups import SizeClasses, encode_strata, size_classes, strata_values
-from evalcore.matching import check_matching, resolve
+from evalcore.groups import encode_strata, size_classes, strata_values
+from evalcore.matching import resolve
+from evalcore.options import EvalOptions, RunPlan, check_options, positive_number
 from evalcore.pairs import PairTable
 from evalcore.prepare import PreparedLayer, layer_geometries, prepare_layer
 from evalcore.quantities import QUANTITY_COLUMNS
@@ -56,80 +55,6 @@ __all__ = [
 ]
 
 DISTANCE_CRS = "WGS 84 / UTM zone of each field (EPSG:326xx/327xx)"
-
-
-@dataclass(frozen=True, slots=True)
-class EvalOptions:
-    """Validated evaluation parameters (see :func:`evaluate`)."""
-
-    iou_threshold: float = 0.5
-    matching: str = "one_to_one"
-    bootstrap: int = 0
-    bootstrap_seed: int = 42
-    boundary_tolerance_m: float | None = None
-    equal_area_crs: object = None
-    boundary_sample_spacing_m: float | None = BOUNDARY_SAMPLE_SPACING_M
-    tile_size_m: float = DEFAULT_TILE_SIZE_M
-
-
-def _positive(name: str, value: object, *, allow_none: bool) -> float | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)) or float(value) <= 0:
-        raise ValueError(f"{name} must be a positive finite number{' or None' if allow_none else ''}, but got {value!r}.")
-    return float(value)
-
-
-def check_options(**kwargs: object) -> EvalOptions:
-    """Validate evaluation parameters; ValueError names the argument and the value."""
-    opts = EvalOptions(**kwargs)  # type: ignore[arg-type]
-    thr = opts.iou_threshold
-    if isinstance(thr, bool) or not isinstance(thr, Real) or not (0.0 < float(thr) <= 1.0):
-        raise ValueError(f"iou_threshold must be in (0, 1], but got {thr!r}.")
-    check_matching(opts.matching)
-    if isinstance(opts.bootstrap, bool) or not isinstance(opts.bootstrap, Integral) or opts.bootstrap < 0:
-        raise ValueError(f"bootstrap must be a non-negative integer (number of resamples), but got {opts.bootstrap!r}.")
-    seed = opts.bootstrap_seed
-    if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
-        raise ValueError(f"bootstrap_seed must be a non-negative integer, but got {seed!r}.")
-    return EvalOptions(
-        iou_threshold=float(thr),
-        matching=opts.matching,
-        bootstrap=int(opts.bootstrap),
-        bootstrap_seed=int(seed),
-        boundary_tolerance_m=_positive("boundary_tolerance_m", opts.boundary_tolerance_m, allow_none=True),
-        equal_area_crs=opts.equal_area_crs,
-        boundary_sample_spacing_m=_positive(
-            "boundary_sample_spacing_m", opts.boundary_sample_spacing_m, allow_none=True
-        ),
-        tile_size_m=_positive("tile_size_m", opts.tile_size_m, allow_none=False),  # type: ignore[arg-type]
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class RunPlan:
-    """Run-wide decisions taken after preparation, shared by every partition.
-
-    Attributes
-    ----------
-    strata_names : list of str or None
-        Sorted stratum names (None without strata).
-    sizes : SizeClasses or None
-    draws : dict
-        Bootstrap draws per (pool, partition), empty without bootstrap.
-    """
-
-    strata_names: list[str] | None
-    sizes: SizeClasses | None
-    draws: dict
-
-    @property
-    def n_strata(self) -> int:
-        return len(self.strata_names) if self.strata_names is not None else 0
-
-    @property
-    def n_sizes(self) -> int:
-        return len(self.sizes.keys) if self.sizes is not None else 0
 
 
 def plan_run(
@@ -256,14 +181,8 @@ def _run(predicted: object, reference: object, strata: object, size_bins: object
             resolution.is_match[pk],
             resolution.is_eligible[pk],
             preds[pred_part == k],
-            iou_threshold=options.iou_threshold,
-            matching=options.matching,
-            boundary_tolerance_m=options.boundary_tolerance_m,
-            n_strata=plan.n_strata,
-            n_sizes=plan.n_sizes,
-            n_replicates=options.bootstrap,
-            bootstrap_seed=options.bootstrap_seed,
-            draws=plan.draws,
+            options,
+            plan,
         )
         parts.append(summary)
         frames.append(fields)
@@ -639,7 +558,7 @@ def pixels_per_field(reference: object, gsd_m: float, equal_area_crs: object = N
         ``area_m2 / gsd_m**2`` for every input row, indexed like ``reference``; NaN
         for rows that evaluation drops (null, empty, non-polygonal, zero area).
     """
-    gsd = _positive("gsd_m", gsd_m, allow_none=False)
+    gsd = positive_number("gsd_m", gsd_m, allow_none=False)
     layer = prepare_layer(reference, "reference", equal_area_crs=equal_area_crs)
     _, index, _ = layer_geometries(reference, "reference")
     values = np.full(layer.n_input, np.nan)

@@ -448,7 +448,10 @@ def tolerance_lengths(layer: PreparedLayer, other: PreparedLayer, tolerance_m: f
         if len(cand) == 0:
             continue
         ox, oy, o_ring_off = _other_in_zone(other, cand, int(code))
-        out[rows] = _within_tolerance_flat(layer.geoms_utm[rows], ox, oy, o_ring_off, float(tolerance_m))
+        within = _within_tolerance_flat(layer.geoms_utm[rows], ox, oy, o_ring_off, float(tolerance_m))
+        # The kernel sums segment by segment, GEOS sums the perimeter its own way: a fully
+        # covered boundary can come out an ulp longer than its perimeter.
+        out[rows] = np.minimum(within, layer.perimeter_m[rows])
     return out
 
 

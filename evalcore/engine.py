@@ -26,6 +26,7 @@ from evalcore import boundary
 from evalcore._typing import F64Array, IdArray
 from evalcore.bootstrap import PartitionKey, ReplicateSums, partition_replicate_sums
 from evalcore.matching import Resolution, eligible_pairs
+from evalcore.options import EvalOptions, RunPlan
 from evalcore.pairs import PairTable, candidate_pairs
 from evalcore.prepare import PreparedLayer
 from evalcore.quantities import QUANTITY_COLUMNS, prediction_fields, quantity_rows, reference_fields
@@ -223,15 +224,8 @@ def summarize_partition(
     is_match: np.ndarray,
     is_eligible: np.ndarray,
     preds: pd.DataFrame,
-    *,
-    iou_threshold: float,
-    matching: str,
-    boundary_tolerance_m: float | None,
-    n_strata: int,
-    n_sizes: int,
-    n_replicates: int,
-    bootstrap_seed: int,
-    draws: dict,
+    options: EvalOptions,
+    plan: RunPlan,
 ) -> tuple[PartitionSummary, pd.DataFrame]:
     """The sums phase of one partition.
 
@@ -247,8 +241,9 @@ def summarize_partition(
         The global matching's verdict on each pair of ``results.pairs``.
     preds : pandas.DataFrame
         :func:`prediction_rows` of the predictions whose home is one of ``refs``.
-    draws : dict
-        :func:`evalcore.bootstrap.draw_partition_counts` output (empty without bootstrap).
+    options : EvalOptions
+    plan : RunPlan
+        Strata, size classes and the central bootstrap draws of the run.
 
     Returns
     -------
@@ -263,8 +258,8 @@ def summarize_partition(
         is_match=is_match,
         home_pred_pos=np.empty(0, np.int64),
         home_ref_pos=np.empty(0, np.int64),
-        matching=matching,
-        iou_threshold=iou_threshold,
+        matching=options.matching,
+        iou_threshold=options.iou_threshold,
     )
     fields = reference_fields(refs.positions, refs.area_m2, resolution, results.pred_area_of_pair)
     fields["area_m2"] = refs.area_m2
@@ -288,20 +283,20 @@ def summarize_partition(
     fields["boundary_within_tolerance_m"] = within
 
     preds = preds.sort_index()
-    table = quantity_rows(fields, preds, tolerance_m=boundary_tolerance_m)
+    table = quantity_rows(fields, preds, tolerance_m=options.boundary_tolerance_m)
     replicates = None
-    if n_replicates > 0:
+    if options.bootstrap > 0:
         replicates = partition_replicate_sums(
             table.values,
             refs.pools,
             key,
-            draws,
-            n_replicates=n_replicates,
-            seed=bootstrap_seed,
+            plan.draws,
+            n_replicates=options.bootstrap,
+            seed=options.bootstrap_seed,
             strata_codes=refs.strata_codes,
-            n_strata=n_strata,
+            n_strata=plan.n_strata,
             size_codes=refs.size_codes,
-            n_size_classes=n_sizes,
+            n_size_classes=plan.n_sizes,
         )
     matched = fields["matched"].to_numpy(bool)
     medians = pd.DataFrame(
@@ -319,8 +314,8 @@ def summarize_partition(
         n_ref=len(refs.positions),
         n_pred=len(preds),
         overall=QuantitySums.from_table(table, with_unassigned=False),
-        strata=group_sums(table, refs.strata_codes, n_strata),
-        sizes=group_sums(table, refs.size_codes, n_sizes),
+        strata=group_sums(table, refs.strata_codes, plan.n_strata),
+        sizes=group_sums(table, refs.size_codes, plan.n_sizes),
         replicates=replicates,
         medians=medians,
     )

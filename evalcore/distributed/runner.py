@@ -41,7 +41,8 @@ import shapely
 from pyproj import CRS
 
 from evalcore import boundary
-from evalcore.api import EvalOptions, RunPlan, build_summary
+from evalcore.api import build_summary
+from evalcore.options import EvalOptions, RunPlan
 from evalcore.bootstrap import PartitionKey, ReplicateSums, draw_partition_counts, pool_id
 from evalcore.crs import equal_area_crs_from
 from evalcore.config import DEFAULT_EQUAL_AREA_CRS
@@ -301,14 +302,8 @@ def sums_task(
         is_match,
         is_eligible,
         preds,
-        iou_threshold=options.iou_threshold,
-        matching=options.matching,
-        boundary_tolerance_m=options.boundary_tolerance_m,
-        n_strata=plan.n_strata,
-        n_sizes=plan.n_sizes,
-        n_replicates=options.bootstrap,
-        bootstrap_seed=options.bootstrap_seed,
-        draws=plan.draws,
+        options,
+        plan,
     )
     written = []
     if frame_dir is not None:
