@@ -192,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  time({rows[-1]['n_ref']}) / time({rows[0]['n_ref']}) = {rows[-1]['wall_s'] / rows[0]['wall_s']:.2f}")
     out = Path(__file__).parent / "results" / f"{dt.date.today().isoformat()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists():  # a run of some sections updates the day's file, it does not erase the others
+        previous = json.loads(out.read_text())
+        previous.update(record)
+        record = previous
     out.write_text(json.dumps(record, indent=2) + "\n")
     print(f"\nresults written to {out}")
     return 0

@@ -24,10 +24,20 @@ def _repair(gdf: geopandas.GeoDataFrame) -> geopandas.GeoDataFrame:
     return gdf
 
 
+def _floor_layer(gdf: geopandas.GeoDataFrame) -> np.ndarray:
+    """The least preparation any evaluator needs: repair the invalid rows, reproject vertex by vertex."""
+    geoms = np.asarray(gdf.geometry.array, dtype=object)
+    geoms = geoms[~shapely.is_missing(geoms)]
+    geoms = geoms[~shapely.is_empty(geoms)]
+    invalid = ~shapely.is_valid(geoms)
+    geoms[invalid] = shapely.make_valid(geoms[invalid], method="structure", keep_collapsed=False)
+    return np.asarray(geopandas.GeoSeries(geoms, crs=gdf.crs).to_crs(EA).array, dtype=object)
+
+
 def geos_floor(pred: geopandas.GeoDataFrame, ref: geopandas.GeoDataFrame) -> int:
     """Repair, reproject, STRtree query, intersection area of every candidate pair; returns the pair count."""
-    p = _repair(pred).to_crs(EA).geometry.values
-    r = _repair(ref).to_crs(EA).geometry.values
+    p = _floor_layer(pred)
+    r = _floor_layer(ref)
     i_ref, i_pred = shapely.STRtree(p).query(r, predicate="intersects")
     areas = shapely.area(shapely.intersection(r[i_ref], p[i_pred]))
     return int((areas > 0).sum())
