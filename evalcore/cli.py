@@ -417,10 +417,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from flows.evaluate import evaluate_layers
     from flows.params import EvaluateParams
 
-    _check_output_dir(args.output_dir, "-o/--output-dir")
-    if args.workdir:
-        _check_output_dir(args.workdir, "--workdir")
-    _check_columns_up_front(args)
     try:
         params = EvaluateParams(
             predicted=args.predicted,
@@ -445,6 +441,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         first = exc.errors()[0]
         raise EvalInputError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
+    _check_output_dir(args.output_dir, "-o/--output-dir")
+    if args.workdir:
+        _check_output_dir(args.workdir, "--workdir")
+    _check_columns_up_front(args)
     started = time.perf_counter()
     metrics = evaluate_layers(params)
     print(format_summary(metrics))

@@ -177,8 +177,10 @@ def repair_polygonal(geoms: GeomArray) -> tuple[GeomArray, BoolArray]:
     """Repair invalid geometries and keep only polygonal parts.
 
     Invalid geometries go through ``shapely.make_valid(method="structure",
-    keep_collapsed=False)``; geometry collections keep their polygonal parts. There
-    is no fallback repair.
+    keep_collapsed=False)``; geometry collections keep their polygonal parts. Where
+    the result is still invalid (GEOS 3.14 can return a MultiPolygon whose parts share
+    an edge; a collection's polygons may overlap), the same repair is applied to it
+    again, at most twice. There is no fallback to another repair method.
 
     Returns
     -------
@@ -199,20 +201,40 @@ def repair_polygonal(geoms: GeomArray) -> tuple[GeomArray, BoolArray]:
     invalid = present & ~shapely.is_valid(np.where(present, geoms, None))
     repaired = invalid.copy()
     if invalid.any():
-        try:
-            fixed = shapely.make_valid(geoms[invalid], method="structure", keep_collapsed=False)
-        except TypeError as exc:  # shapely < 2.1 has no `method`
-            raise ImportError(
-                "Repairing invalid geometries needs shapely >= 2.1 (GEOS >= 3.10) for "
-                "make_valid(method='structure'); upgrade shapely."
-            ) from exc
+        fixed = _make_valid(geoms[invalid])
         geoms[invalid] = fixed
         kinds[invalid] = shapely.get_type_id(fixed)
     mixed = present & ~np.isin(kinds, [_POLYGON, _MULTIPOLYGON])
     if mixed.any():
         geoms[mixed] = _polygonal_parts(geoms[mixed])
         repaired |= mixed & (kinds == _COLLECTION)
+    # The same repair once more where its output, or the polygonal parts of a collection,
+    # is still invalid: GEOS 3.14 returns two parts sharing an edge for a ring that runs
+    # along an edge twice, and a collection's polygons may overlap. Not another method.
+    changed = np.flatnonzero(invalid | mixed)  # rows valid as given are left alone
+    for _ in range(_EXTRA_REPAIR_ROUNDS):
+        changed = changed[~shapely.is_missing(geoms[changed])]
+        again = changed[~shapely.is_valid(geoms[changed])]
+        if len(again) == 0:
+            break
+        geoms[again] = _polygonal_parts(_make_valid(geoms[again]))
+        repaired[again] = True
+        changed = again
     return geoms, repaired & ~shapely.is_missing(geoms)
+
+
+_EXTRA_REPAIR_ROUNDS = 2
+
+
+def _make_valid(geoms: GeomArray) -> GeomArray:
+    """``shapely.make_valid(method="structure", keep_collapsed=False)``; ImportError without it."""
+    try:
+        return shapely.make_valid(geoms, method="structure", keep_collapsed=False)
+    except TypeError as exc:  # shapely < 2.1 has no `method`
+        raise ImportError(
+            "Repairing invalid geometries needs shapely >= 2.1 (GEOS >= 3.10) for "
+            "make_valid(method='structure'); upgrade shapely."
+        ) from exc
 
 
 def _drop_message_rows(name: str, labels: pd.Index, rows: IdArray) -> str:

@@ -448,7 +448,7 @@ class DistributedRun:
         if self.progress:
             self.progress(phase, 0, total)
         if self.log:
-            names = [storage.key_name(k) if isinstance(k, tuple) and len(k) == 3 else "-".join(map(str, k)) for k in futures]
+            names = [_partition_name(k) for k in futures]
             self.log(f"{phase}: {total} partitions running: {', '.join(names[:20])}{' …' if total > 20 else ''}")
         for future in as_completed(list(futures.values())):
             k = by_future[future]
@@ -457,17 +457,16 @@ class DistributedRun:
             except Exception as exc:
                 for other in futures.values():
                     other.cancel()
-                name = storage.key_name(k) if isinstance(k, tuple) else str(k)
                 if isinstance(exc, EvalInputError):
-                    raise
+                    raise  # already names the file, layer, row or column
+                name = _partition_name(k)
                 raise RuntimeError(f"{phase} failed for partition {name}: {type(exc).__name__}: {exc}") from exc
             done += 1
             if self.progress:
                 self.progress(phase, done, total)
             logger.info("%s: partition %s done (%d/%d)", phase, k, done, total)
             if self.log:
-                name = storage.key_name(k) if isinstance(k, tuple) and len(k) == 3 else "-".join(map(str, k))
-                self.log(f"{phase}: partition {name} done ({done}/{total})")
+                self.log(f"{phase}: partition {_partition_name(k)} done ({done}/{total})")
         return out
 
     @property
@@ -813,6 +812,13 @@ def _index_from_json(data: dict) -> dict:
         }
         out[role] = e
     return out
+
+
+def _partition_name(key: tuple) -> str:
+    """``32613_7_41`` for a partition key, ``reference-0`` for a prepare chunk."""
+    if len(key) == 3 and all(isinstance(v, int) for v in key):
+        return storage.key_name(key)
+    return "-".join(map(str, key))
 
 
 def _union(a: Box, b: Box) -> Box:
