@@ -37,6 +37,7 @@ from evalcore.crs import WGS84, to_utm, transform_xy, utm_crs
 from evalcore.prepare import PreparedLayer
 
 __all__ = [
+    "candidate_boxes",
     "pair_boundary_distances",
     "matched_pair_distances",
     "boundary_within_tolerance",
@@ -401,10 +402,10 @@ def _tolerance_candidates(layer: PreparedLayer, other: PreparedLayer, tolerance_
     the equal-area CRS), and pairs of intersecting boxes are kept.
     """
     scale = _max_scale(layer.equal_area_crs, layer.lon, layer.lat)
-    bounds = shapely.bounds(layer.geoms_ea)
+    bounds = candidate_boxes(layer)
     size = np.hypot(bounds[:, 2] - bounds[:, 0], bounds[:, 3] - bounds[:, 1])
     grow = _CANDIDATE_SCALE_SAFETY * scale * tolerance_m + _CANDIDATE_SIZE_MARGIN * size + _CANDIDATE_MARGIN_M
-    o_bounds = shapely.bounds(other.geoms_ea)
+    o_bounds = candidate_boxes(other)
     o_size = np.hypot(o_bounds[:, 2] - o_bounds[:, 0], o_bounds[:, 3] - o_bounds[:, 1])
     o_grow = _CANDIDATE_SIZE_MARGIN * o_size
     tree = shapely.STRtree(
@@ -482,6 +483,30 @@ def tolerance_reach(layer: PreparedLayer, tolerance_m: float) -> F64Array:
     box grown by that row's reach is a candidate pair whichever layer is the query.
     """
     scale = _max_scale(layer.equal_area_crs, layer.lon, layer.lat)
-    bounds = shapely.bounds(layer.geoms_ea)
+    bounds = candidate_boxes(layer)
     size = np.hypot(bounds[:, 2] - bounds[:, 0], bounds[:, 3] - bounds[:, 1])
     return _CANDIDATE_SCALE_SAFETY * scale * tolerance_m + 2.0 * _CANDIDATE_SIZE_MARGIN * size + _CANDIDATE_MARGIN_M
+
+
+def candidate_boxes(layer: PreparedLayer) -> F64Array:
+    """Equal-area boxes that hold each row's measured boundary, shape (n, 4).
+
+    The union of the equal-area geometry's bounds and the equal-area image of the
+    source geometry's box corners: the repair after reprojection can drop a collapsed
+    sliver that the UTM geometry (which is what gets measured) still has.
+    """
+    bounds = shapely.bounds(layer.geoms_ea)
+    if len(layer) == 0 or layer.crs is None:
+        return bounds
+    from evalcore.crs import transform_xy
+
+    src = shapely.bounds(layer.geoms_source)
+    x, y = transform_xy(src[:, [0, 2, 0, 2]].ravel(), src[:, [1, 1, 3, 3]].ravel(), layer.crs, layer.equal_area_crs)
+    x, y = x.reshape(-1, 4), y.reshape(-1, 4)
+    ok = np.isfinite(x).all(axis=1) & np.isfinite(y).all(axis=1)
+    out = bounds.copy()
+    out[ok, 0] = np.minimum(bounds[ok, 0], x[ok].min(axis=1))
+    out[ok, 1] = np.minimum(bounds[ok, 1], y[ok].min(axis=1))
+    out[ok, 2] = np.maximum(bounds[ok, 2], x[ok].max(axis=1))
+    out[ok, 3] = np.maximum(bounds[ok, 3], y[ok].max(axis=1))
+    return out

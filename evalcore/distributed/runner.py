@@ -168,14 +168,15 @@ def prepare_chunk_task(
     layer = replace(layer, positions=layer.positions + chunk.start)
     strata = strata_all[local] if strata_all is not None else None
     reach = _reach(layer, tolerance_m)
+    boxes = boundary.candidate_boxes(layer)
     keys = np.stack([layer.utm_epsg, layer.tile_x, layer.tile_y], axis=1) if len(layer) else np.empty((0, 3), np.int64)
     _inject_fault("prepare", f"{source.role}-{chunk.index}")
     partitions = {}
     files = []
     for key in {tuple(int(v) for v in row) for row in keys}:
         rows = np.flatnonzero((keys == np.array(key)).all(axis=1))
-        files.append(str(storage.write_prepared_chunk(Path(workdir) / "prepared" / source.role / storage.key_name(key), layer, rows, reach, strata)))
-        b = shapely.bounds(layer.geoms_ea[rows])
+        files.append(str(storage.write_prepared_chunk(Path(workdir) / "prepared" / source.role / storage.key_name(key), layer, rows, reach, strata, boxes)))
+        b = boxes[rows]
         r = reach[rows]
         pools: dict[str | None, int] = {}
         if strata is not None:
@@ -225,7 +226,7 @@ def _read(workdir: str, role: str, key: PartitionKey, info: _LayerInfo, ea_crs: 
 def _own_window(layer: PreparedLayer, reach: np.ndarray) -> Box | None:
     if len(layer) == 0:
         return None
-    b = shapely.bounds(layer.geoms_ea)
+    b = boundary.candidate_boxes(layer)
     return (float((b[:, 0] - reach).min()), float((b[:, 1] - reach).min()), float((b[:, 2] + reach).max()), float((b[:, 3] + reach).max()))
 
 

@@ -80,6 +80,7 @@ def write_prepared_chunk(
     rows: np.ndarray,
     reach_m: F64Array,
     strata: np.ndarray | None,
+    boxes: F64Array,
 ) -> Path:
     """Write some rows of a prepared layer as one GeoParquet file.
 
@@ -95,8 +96,10 @@ def write_prepared_chunk(
         of the other layer within the tolerance.
     strata : ndarray of object or None
         Stratum (str or None) of every row of ``layer``.
+    boxes : ndarray of float64, shape (len(layer), 4)
+        Equal-area box of every row (:func:`evalcore.boundary.candidate_boxes`).
     """
-    bounds = shapely.bounds(layer.geoms_ea[rows])
+    bounds = boxes[rows]
     columns = {
         "position": pa.array(layer.positions[rows]),
         "label": _labels_array(layer.labels[rows]),

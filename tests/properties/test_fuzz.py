@@ -333,10 +333,6 @@ def test_a_random_split_into_partitions_gives_the_sums_of_the_whole(pair, data, 
     counts = [QUANTITY_COLUMNS.index(c) for c in COUNT_COLUMNS]
     assert np.array_equal(split.overall.sums[counts], whole.overall.sums[counts])
     compared = np.ones(len(QUANTITY_COLUMNS), dtype=bool)
-    if tol is not None and (_ea_box_misses_source(ref) or _ea_box_misses_source(pred)):
-        # The known bug of test_a_tolerance_length_does_not_depend_on_the_other_rows_of_its_partition
-        # (strict xfail): only the tolerance lengths are affected. Remove with that marker.
-        compared[[QUANTITY_COLUMNS.index("ref_within_tol_m"), QUANTITY_COLUMNS.index("pred_within_tol_m")]] = False
     np.testing.assert_allclose(split.overall.sums[compared], whole.overall.sums[compared], rtol=1e-9, atol=1e-6)
     assert (math.isnan(split.overall.spacing_max_m) and math.isnan(whole.overall.spacing_max_m)) or split.overall.spacing_max_m == whole.overall.spacing_max_m
     np.testing.assert_array_equal(split.unassigned, whole.unassigned)
@@ -375,12 +371,6 @@ def _ea_box_misses_source(layer) -> bool:
 SLIVER = f"POLYGON (({X0} {Y0}, {X0 + 98.66237309197} {Y0 + 17}, {X0 + 147.9935596379} {Y0 + 25.5}, {X0} {Y0}))"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "evalcore/boundary.py: tolerance candidates are chosen on equal-area boxes, but this sliver's "
-    "equal-area geometry loses its first 55 m in the repair after reprojection (keep_collapsed=False) "
-    "while its UTM geometry, which is measured, keeps them; alone in a partition it finds no candidate "
-    "and gets 0 m instead of 6.09 m. Fix: candidate boxes (and tolerance_reach, and the runner's "
-    "partition boxes) must cover the EA image of the source geometry's box too"))
 def test_a_tolerance_length_does_not_depend_on_the_other_rows_of_its_partition():
     """Found by the fuzzer (slow profile, the random-split property): distributed != single-process."""
     from evalcore.boundary import tolerance_lengths
