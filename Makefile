@@ -24,7 +24,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 fuzz: $(STAMP)
-	HYPOTHESIS_PROFILE=slow $(BIN)/python -m pytest -q tests/properties -p no:cacheprovider
+	HYPOTHESIS_PROFILE=slow $(BIN)/python -m pytest -q -p no:cacheprovider --hypothesis-show-statistics tests/properties/test_fuzz.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

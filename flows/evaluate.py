@@ -30,6 +30,7 @@ from prefect.cache_policies import NO_CACHE
 
 from evalcore.distributed.runner import DistributedRun
 from evalcore.distributed.sources import LayerSource
+from evalcore.errors import EvalInputError
 from evalcore.io import atomic_path, write_json
 from evalcore.report import package_versions, render_report, sha256_path
 from flows.params import EvaluateParams
@@ -51,11 +52,22 @@ def dask_client(address: str | None, n_workers: int) -> Iterator[object]:
             yield client
 
 
+def _retry_unless_bad_input(task: object, task_run: object, state: object) -> bool:
+    """Retry a phase after a transient failure, never after an input error (it would fail again)."""
+    try:
+        state.result()
+    except EvalInputError:
+        return False
+    except Exception:
+        return True
+    return True
+
+
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-@task(name="prepare", retries=2, cache_policy=NO_CACHE)
+@task(name="prepare", retries=2, retry_condition_fn=_retry_unless_bad_input, cache_policy=NO_CACHE)
 def prepare(run: DistributedRun) -> dict:
     """Read, repair, reproject and key both layers; write them partitioned."""
     index = run.prepare()
@@ -69,7 +81,7 @@ def prepare(run: DistributedRun) -> dict:
     return {role: {k: v for k, v in entry.items() if k != "partitions"} for role, entry in index.items()}
 
 
-@task(name="pairs", retries=2, cache_policy=NO_CACHE)
+@task(name="pairs", retries=2, retry_condition_fn=_retry_unless_bad_input, cache_policy=NO_CACHE)
 def pairs(run: DistributedRun) -> int:
     """Candidate pairs, IoU, boundary distances and tolerance lengths per partition."""
     results = run.pairs()
@@ -82,7 +94,7 @@ def resolve(run: DistributedRun) -> None:
     run.resolve()
 
 
-@task(name="sums", retries=2, cache_policy=NO_CACHE)
+@task(name="sums", retries=2, retry_condition_fn=_retry_unless_bad_input, cache_policy=NO_CACHE)
 def sums(run: DistributedRun) -> int:
     """Per-partition field tables and partial sums."""
     return len(run.sums())
