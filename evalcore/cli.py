@@ -206,14 +206,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         reference,
         strata=args.strata_column,
         size_bins=args.size_bins,
-        iou_threshold=args.iou_threshold,
-        matching=args.matching,
-        bootstrap=args.bootstrap,
-        bootstrap_seed=args.bootstrap_seed,
-        boundary_tolerance_m=args.boundary_tolerance_m,
-        equal_area_crs=args.equal_area_crs,
-        boundary_sample_spacing_m=args.boundary_sample_spacing_m,
-        tile_size_m=args.tile_km * 1000.0,
+        **_metric_options(args),
     )
     if args.frame_out:
         write_geoparquet(args.frame_out, frame)
@@ -332,6 +325,20 @@ def _check_columns_up_front(args: argparse.Namespace) -> None:
         _check_score_column(values, args.score_column, where, list(pred_columns))
 
 
+def _metric_options(args: argparse.Namespace) -> dict[str, object]:
+    """The metric options of ``evaluate`` and ``run``, as keyword arguments of :func:`check_options`."""
+    return {
+        "iou_threshold": args.iou_threshold,
+        "matching": args.matching,
+        "bootstrap": args.bootstrap,
+        "bootstrap_seed": args.bootstrap_seed,
+        "boundary_tolerance_m": args.boundary_tolerance_m,
+        "equal_area_crs": args.equal_area_crs,
+        "boundary_sample_spacing_m": args.boundary_sample_spacing_m,
+        "tile_size_m": args.tile_km * 1000.0,
+    }
+
+
 def _finish(args: argparse.Namespace, metrics: dict[str, object], started: float) -> None:
     from evalcore.io import write_json
 
@@ -364,16 +371,7 @@ def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     logging.getLogger("distributed").setLevel(logging.INFO if debug else logging.WARNING)
 
-    options = check_options(
-        iou_threshold=args.iou_threshold,
-        matching=args.matching,
-        bootstrap=args.bootstrap,
-        bootstrap_seed=args.bootstrap_seed,
-        boundary_tolerance_m=args.boundary_tolerance_m,
-        equal_area_crs=args.equal_area_crs,
-        boundary_sample_spacing_m=args.boundary_sample_spacing_m,
-        tile_size_m=args.tile_km * 1000.0,
-    )
+    options = check_options(**_metric_options(args))
     if args.workers < 1:
         raise EvalInputError(f"--workers must be at least 1, but got {args.workers}.")
     cluster = None
@@ -424,16 +422,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             pred_layer=args.pred_layer,
             ref_layer=args.ref_layer,
             output_dir=args.output_dir,
-            iou_threshold=args.iou_threshold,
-            matching=args.matching,
             strata_column=args.strata_column,
             size_bins=args.size_bins,
-            bootstrap=args.bootstrap,
-            bootstrap_seed=args.bootstrap_seed,
-            boundary_tolerance_m=args.boundary_tolerance_m,
-            equal_area_crs=args.equal_area_crs,
-            boundary_sample_spacing_m=args.boundary_sample_spacing_m,
-            tile_size_m=args.tile_km * 1000.0,
+            **_metric_options(args),
             cluster=args.cluster,
             n_workers=args.workers,
             workdir=args.workdir,
