@@ -415,6 +415,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from flows.evaluate import evaluate_layers
     from flows.params import EvaluateParams
 
+    # Importing distributed sets its loggers to INFO; the flow's own log says what runs.
+    if os.environ.get(DEBUG_ENV, "") in ("", "0"):
+        for noisy in ("distributed", "bokeh", "tornado"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
     try:
         params = EvaluateParams(
             predicted=args.predicted,
