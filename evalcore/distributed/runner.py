@@ -37,7 +37,6 @@ from pathlib import Path
 import geopandas
 import numpy as np
 import pandas as pd
-import shapely
 from pyproj import CRS
 
 from evalcore import boundary
@@ -60,7 +59,7 @@ from evalcore.engine import (
     unassigned_row,
 )
 from evalcore.errors import EvalInputError
-from evalcore.groups import encode_strata, size_classes, strata_values
+from evalcore.groups import size_classes, strata_values
 from evalcore.io import write_geoparquet, write_json
 from evalcore.matching import resolve
 from evalcore.pairs import PairTable

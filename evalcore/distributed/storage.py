@@ -218,12 +218,6 @@ def read_summary(path: Path) -> dict[str, np.ndarray]:
         return {name: data[name] for name in data.files}
 
 
-def ensure_dir(path: str | os.PathLike) -> Path:
-    p = Path(path)
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-
-
 # ----------------------------------------------------------------------------- resume
 # A partition's output counts as done only when its record names the run signature
 # (inputs' checksums and every parameter) and the SHA-256 of each file it wrote still

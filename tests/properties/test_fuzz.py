@@ -25,7 +25,6 @@ import math
 import geopandas
 import numpy as np
 import pandas as pd
-import pytest
 import shapely
 from hypothesis import given, note, settings
 from hypothesis import strategies as st

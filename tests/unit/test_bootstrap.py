@@ -24,7 +24,7 @@ from evalcore.bootstrap import (
     pool_id,
 )
 from evalcore.quantities import QUANTITY_COLUMNS
-from tests.common import BOUNDARY_VALUE_KEYS, X0, Y0, assert_metrics_equal, grid_layers, layer, square
+from tests.common import X0, Y0, assert_metrics_equal, grid_layers, layer, square
 
 N_RESAMPLES = 200
 # Metrics with intervals whose values do not come from evalcore/boundary.py.

@@ -14,7 +14,7 @@ import pytest
 
 from evalcore import evaluate, evaluate_frame
 from evalcore.groups import SizeClasses, auto_size_edges, encode_strata, size_classes, strata_values
-from tests.common import EA, UTM, assert_metrics_equal, ea_areas, layer, scenario_a, strip, strips
+from tests.common import EA, UTM, assert_metrics_equal, ea_areas, layer, scenario_a, strips
 
 # --------------------------------------------------------------------------------------
 # auto edges: the 1-2-5 series from the largest value not above the smallest area to
