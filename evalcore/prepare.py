@@ -34,7 +34,7 @@ from evalcore.crs import (
 from evalcore.errors import CRSError, EvalInputError
 from evalcore.io import LINEARIZED_ROWS_ATTR, SOURCE_ATTR
 
-__all__ = ["PreparedLayer", "prepare_layer", "layer_geometries", "repair_polygonal"]
+__all__ = ["PreparedLayer", "prepare_layer", "empty_layer", "layer_geometries", "repair_polygonal"]
 
 logger = logging.getLogger(__name__)
 
@@ -306,7 +306,7 @@ def prepare_layer(
 
     if crs is None:
         crs = None
-        return _empty_layer(name, labels, n_input, ea_crs, tile_size_m)
+        return empty_layer(name, equal_area_crs=ea_crs, tile_size_m=tile_size_m, labels=labels, n_input=n_input)
 
     source = geoms[rows]
     # Before the 50 m split: a polygon across ±180 would otherwise become millions of vertices.
@@ -363,7 +363,17 @@ def prepare_layer(
     )
 
 
-def _empty_layer(name: str, labels: pd.Index, n_input: int, ea_crs: CRS, tile_size_m: float) -> PreparedLayer:
+def empty_layer(
+    name: str,
+    *,
+    equal_area_crs: CRS,
+    tile_size_m: float,
+    crs: CRS | None = None,
+    labels: pd.Index | None = None,
+    n_input: int = 0,
+) -> PreparedLayer:
+    """A prepared layer without rows (``n_input`` rows read, all of them dropped)."""
+    labels = pd.Index([]) if labels is None else labels
     empty_f = np.empty(0, dtype=np.float64)
     empty_i = np.empty(0, dtype=np.int64)
     empty_g = np.empty(0, dtype=object)
@@ -371,7 +381,7 @@ def _empty_layer(name: str, labels: pd.Index, n_input: int, ea_crs: CRS, tile_si
         name=name,
         positions=empty_i,
         labels=labels[:0],
-        crs=None,
+        crs=crs,
         geoms_source=empty_g,
         geoms_ea=empty_g,
         area_m2=empty_f,
@@ -385,7 +395,7 @@ def _empty_layer(name: str, labels: pd.Index, n_input: int, ea_crs: CRS, tile_si
         n_input=n_input,
         n_dropped=n_input,
         n_repaired=0,
-        equal_area_crs=ea_crs,
+        equal_area_crs=equal_area_crs,
         tile_size_m=float(tile_size_m),
     )
 

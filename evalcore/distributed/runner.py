@@ -63,7 +63,7 @@ from evalcore.groups import size_classes, strata_values
 from evalcore.io import write_geoparquet, write_json
 from evalcore.matching import resolve
 from evalcore.pairs import PairTable
-from evalcore.prepare import PreparedLayer, prepare_layer
+from evalcore.prepare import PreparedLayer, empty_layer, prepare_layer
 from evalcore.quantities import QUANTITY_COLUMNS
 from evalcore.stats import QuantitySums
 
@@ -125,11 +125,6 @@ def _concat_layers(layers: list[PreparedLayer]) -> PreparedLayer:
             fields[name] = values[0]
     joined = PreparedLayer(**fields)
     return joined.take(np.argsort(joined.positions, kind="stable"))
-
-
-def _empty_layer(name: str, crs: CRS | None, ea_crs: CRS, tile_size_m: float) -> PreparedLayer:
-    f, i, g = np.empty(0), np.empty(0, np.int64), np.empty(0, dtype=object)
-    return PreparedLayer(name, i, pd.Index([]), crs, g, g, f, f, f, i, g, f, i, i, 0, 0, 0, ea_crs, tile_size_m)
 
 
 def _reach(layer: PreparedLayer, tolerance_m: float | None) -> np.ndarray:
@@ -249,8 +244,8 @@ def pairs_task(
     tile = options.tile_size_m
     tol = options.boundary_tolerance_m
     has_ref, has_pred = key in ref_info.partitions, key in pred_info.partitions
-    ref_own = _read(workdir, "reference", key, ref_info, ea_crs, tile) if has_ref else _empty_layer("reference", ref_info.crs, ea_crs, tile)
-    pred_own = _read(workdir, "predicted", key, pred_info, ea_crs, tile) if has_pred else _empty_layer("predicted", pred_info.crs, ea_crs, tile)
+    ref_own = _read(workdir, "reference", key, ref_info, ea_crs, tile) if has_ref else empty_layer("reference", crs=ref_info.crs, equal_area_crs=ea_crs, tile_size_m=tile)
+    pred_own = _read(workdir, "predicted", key, pred_info, ea_crs, tile) if has_pred else empty_layer("predicted", crs=pred_info.crs, equal_area_crs=ea_crs, tile_size_m=tile)
     # The halo: rows of neighbouring partitions whose (grown) boxes reach this partition's (grown) boxes.
     ref_window = _own_window(ref_own, _reach(ref_own, tol))
     pred_near = [pred_own]
