@@ -11,24 +11,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from evalcore.api import EvalOptions, check_options
 from evalcore.config import BOUNDARY_SAMPLE_SPACING_M, DEFAULT_TILE_SIZE_M
 
-__all__ = ["EvaluateParams", "ReevaluateParams", "METRIC_PARAMETERS", "DEFAULT_LAYER_PATTERN"]
+__all__ = ["MetricParams", "EvaluateParams", "ReevaluateParams", "METRIC_PARAMETERS", "DEFAULT_LAYER_PATTERN"]
 
 
-class EvaluateParams(BaseModel):
-    """Everything one evaluation run needs, validated once when the flow starts.
+class MetricParams(BaseModel):
+    """The options that decide the numbers, shared by both flows' parameters.
 
-    Layer locations are local paths (fsspec URLs are staged by the caller). Metric
-    options mean what they mean in :func:`evalcore.evaluate`; ``tile_size_m`` is the
-    partition tile side in metres; ``cluster`` is a Dask scheduler address, or None for
-    an embedded ``LocalCluster`` with ``n_workers`` worker processes.
+    They mean what they mean in :func:`evalcore.evaluate`; ``tile_size_m`` is the
+    partition tile side in metres.
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    predicted: str = Field(description="predicted layer: a file pyogrio reads, a GeoParquet file or a directory of parts")
-    reference: str = Field(description="reference layer, as for predicted")
-    output_dir: str = Field(description="run directory: metrics.json, fields/, report.md, manifest.json")
-    pred_layer: str | None = Field(None, description="layer name inside the predicted file")
     ref_layer: str | None = Field(None, description="layer name inside the reference file")
     iou_threshold: float = Field(0.5, gt=0.0, le=1.0)
     matching: Literal["one_to_one", "many_to_one"] = "one_to_one"
@@ -40,11 +34,6 @@ class EvaluateParams(BaseModel):
     equal_area_crs: str | None = Field(None, description="equal-area CRS (default EPSG:6933)")
     boundary_sample_spacing_m: float | None = Field(BOUNDARY_SAMPLE_SPACING_M, gt=0.0)
     tile_size_m: float = Field(DEFAULT_TILE_SIZE_M, gt=0.0, description="partition tile side, metres")
-    cluster: str | None = Field(None, description="Dask scheduler address (tcp://host:port); None: embedded LocalCluster")
-    n_workers: int = Field(2, ge=1, description="worker processes of the embedded LocalCluster")
-    workdir: str | None = Field(None, description="work directory (default: <output_dir>/work)")
-    chunk_rows: int = Field(50_000, ge=1, description="input rows per prepare task")
-    keep_workdir: bool = Field(False, description="keep the work directory after a successful run (it is always kept after a failure, for resume)")
 
     @field_validator("size_bins")
     @classmethod
@@ -65,6 +54,28 @@ class EvaluateParams(BaseModel):
             boundary_sample_spacing_m=self.boundary_sample_spacing_m,
             tile_size_m=self.tile_size_m,
         )
+
+
+class EvaluateParams(MetricParams):
+    """Everything one evaluation run needs, validated once when the flow starts.
+
+    Layer locations are local paths (fsspec URLs are staged by the caller). Metric
+    options mean what they mean in :func:`evalcore.evaluate`; ``tile_size_m`` is the
+    partition tile side in metres; ``cluster`` is a Dask scheduler address, or None for
+    an embedded ``LocalCluster`` with ``n_workers`` worker processes.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    predicted: str = Field(description="predicted layer: a file pyogrio reads, a GeoParquet file or a directory of parts")
+    reference: str = Field(description="reference layer, as for predicted")
+    output_dir: str = Field(description="run directory: metrics.json, fields/, report.md, manifest.json")
+    pred_layer: str | None = Field(None, description="layer name inside the predicted file")
+    cluster: str | None = Field(None, description="Dask scheduler address (tcp://host:port); None: embedded LocalCluster")
+    n_workers: int = Field(2, ge=1, description="worker processes of the embedded LocalCluster")
+    workdir: str | None = Field(None, description="work directory (default: <output_dir>/work)")
+    chunk_rows: int = Field(50_000, ge=1, description="input rows per prepare task")
+    keep_workdir: bool = Field(False, description="keep the work directory after a successful run (it is always kept after a failure, for resume)")
 
 
 #: The ``EvaluateParams`` fields that decide the numbers (besides the two input files).
@@ -91,7 +102,7 @@ METRIC_PARAMETERS: tuple[str, ...] = (
 DEFAULT_LAYER_PATTERN = "*.{parquet,geoparquet,gpkg,fgb,geojson}"
 
 
-class ReevaluateParams(BaseModel):
+class ReevaluateParams(MetricParams):
     """Parameters of ``reevaluate-new-imagery``: a reference, a folder of prediction layers.
 
     ``predictions`` is a local directory or an fsspec URL (``file://``, ``s3://``,
@@ -113,17 +124,6 @@ class ReevaluateParams(BaseModel):
     pattern: str = Field(DEFAULT_LAYER_PATTERN, min_length=1, description="glob on file names; {a,b} for alternatives")
     dir_pattern: str | None = Field("*", description="glob on names of sub-directories of GeoParquet parts; None: no directories")
     staging_dir: str | None = Field(None, description="local copies of remote layers (default: <output_root>/.staging)")
-    ref_layer: str | None = Field(None, description="layer name inside the reference file")
-    iou_threshold: float = Field(0.5, gt=0.0, le=1.0)
-    matching: Literal["one_to_one", "many_to_one"] = "one_to_one"
-    strata_column: str | None = Field(None, description="reference column holding the stratum")
-    size_bins: Literal["auto"] | list[float] | None = Field(None, description="'auto' or edges in hectares")
-    bootstrap: int = Field(0, ge=0, description="bootstrap resamples (0: no intervals)")
-    bootstrap_seed: int = Field(42, ge=0)
-    boundary_tolerance_m: float | None = Field(None, gt=0.0, description="boundary tolerance, metres")
-    equal_area_crs: str | None = Field(None, description="equal-area CRS (default EPSG:6933)")
-    boundary_sample_spacing_m: float | None = Field(BOUNDARY_SAMPLE_SPACING_M, gt=0.0)
-    tile_size_m: float = Field(DEFAULT_TILE_SIZE_M, gt=0.0, description="partition tile side, metres")
     cluster: str | None = Field(None, description="Dask scheduler address; None: one embedded LocalCluster for the whole batch")
     n_workers: int = Field(2, ge=1, description="worker processes of the embedded LocalCluster")
 
