@@ -15,7 +15,7 @@ import geopandas
 import numpy as np
 import pandas as pd
 
-from evalcore.bootstrap import ReplicateSums, draw_partition_counts, percentile_intervals, pool_id
+from evalcore.bootstrap import ReplicateSums, percentile_intervals
 from evalcore.config import (
     BOOTSTRAP_CONFIDENCE_LEVEL,
     BOUNDARY_SAMPLE_SPACING_M,
@@ -33,9 +33,9 @@ from evalcore.engine import (
     summarize_partition,
     unassigned_row,
 )
-from evalcore.groups import encode_strata, size_classes, strata_values
+from evalcore.groups import strata_values
 from evalcore.matching import resolve
-from evalcore.options import EvalOptions, RunPlan, check_options, positive_number
+from evalcore.options import EvalOptions, RunPlan, check_options, make_run_plan, positive_number
 from evalcore.pairs import PairTable
 from evalcore.prepare import PreparedLayer, layer_geometries, prepare_layer
 from evalcore.quantities import QUANTITY_COLUMNS
@@ -50,62 +50,10 @@ __all__ = [
     "EvalOptions",
     "check_options",
     "RunPlan",
-    "plan_run",
     "build_summary",
 ]
 
 DISTANCE_CRS = "WGS 84 / UTM zone of each field (EPSG:326xx/327xx)"
-
-
-def plan_run(
-    area_m2: np.ndarray,
-    strata: np.ndarray | None,
-    keys: list[tuple[int, int, int]],
-    size_bins: object,
-    options: EvalOptions,
-) -> tuple[RunPlan, RefRows]:
-    """Strata names, size classes and bootstrap draws for the reference fields of a run.
-
-    Parameters
-    ----------
-    area_m2 : ndarray of float64
-        Area of every kept reference field (position order).
-    strata : ndarray of object or None
-        Stratum of every kept reference field as str (None: missing).
-    keys : list of PartitionKey
-        Partition of every kept reference field.
-    """
-    n = len(area_m2)
-    strata_names = None
-    strata_codes = np.full(n, -1, dtype=np.int64)
-    pools = np.full(n, pool_id(None, False), dtype=np.int64)
-    if strata is not None:
-        encoded = encode_strata(strata)
-        strata_names, strata_codes = encoded.names, encoded.codes
-        pool_of_name = [pool_id(name, True) for name in strata_names] + [pool_id(None, True)]
-        pools = np.asarray(pool_of_name, dtype=np.int64)[strata_codes]  # code -1 -> missing pool
-    sizes = None
-    size_codes = np.full(n, -1, dtype=np.int64)
-    if size_bins is not None:
-        sizes = size_classes(size_bins, area_m2 / 1e4)
-        size_codes = sizes.codes(area_m2 / 1e4)
-    draws: dict = {}
-    if options.bootstrap > 0:
-        pool_sizes: dict[int, dict[tuple[int, int, int], int]] = {}
-        for pool, key in zip(pools.tolist(), keys):
-            per_key = pool_sizes.setdefault(pool, {})
-            per_key[key] = per_key.get(key, 0) + 1
-        draws = draw_partition_counts(pool_sizes, options.bootstrap, options.bootstrap_seed)
-    rows = RefRows(
-        positions=np.empty(0, np.int64),
-        area_m2=np.asarray(area_m2, dtype=np.float64),
-        perimeter_m=np.empty(0),
-        utm_epsg=np.empty(0, np.int64),
-        strata_codes=strata_codes,
-        size_codes=size_codes,
-        pools=pools,
-    )
-    return RunPlan(strata_names, sizes, draws), rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,16 +78,14 @@ def _run(predicted: object, reference: object, strata: object, size_bins: object
     if strata is not None:
         ref_strata = strata_values(reference, strata, ref.n_input)[ref.positions]
     keys = partition_keys(ref)
-    plan, group_rows = plan_run(ref.area_m2, ref_strata, keys, size_bins, options)
-    all_refs = RefRows(
-        positions=ref.positions,
-        area_m2=ref.area_m2,
-        perimeter_m=ref.perimeter_m,
-        utm_epsg=ref.utm_epsg,
-        strata_codes=group_rows.strata_codes,
-        size_codes=group_rows.size_codes,
-        pools=group_rows.pools,
-    )
+    counts: dict[tuple[int, int, int], dict[str | None, int]] = {}
+    for key, name in zip(keys, ref_strata.tolist() if ref_strata is not None else [None] * len(keys)):
+        per_key = counts.setdefault(key, {})
+        per_key[name] = per_key.get(name, 0) + 1
+    area_range = (float(ref.area_m2.min()), float(ref.area_m2.max())) if len(ref) else ()
+    plan = make_run_plan(counts, area_range, stratified=strata is not None, size_bins=size_bins, options=options)
+    strata_codes, size_codes, pools = plan.group_codes(ref.area_m2, ref_strata)
+    all_refs = RefRows(ref.positions, ref.area_m2, ref.perimeter_m, ref.utm_epsg, strata_codes, size_codes, pools)
 
     # Phase 2 once over everything: per-row results do not depend on the grouping.
     results = compute_pairs(

@@ -6,11 +6,14 @@ import math
 from dataclasses import dataclass
 from numbers import Integral, Real
 
+import numpy as np
+
+from evalcore.bootstrap import draw_partition_counts, pool_id
 from evalcore.config import BOUNDARY_SAMPLE_SPACING_M, DEFAULT_TILE_SIZE_M
-from evalcore.groups import SizeClasses
+from evalcore.groups import SizeClasses, size_classes
 from evalcore.matching import check_matching
 
-__all__ = ["EvalOptions", "check_options", "RunPlan", "positive_number"]
+__all__ = ["EvalOptions", "check_options", "RunPlan", "make_run_plan", "positive_number"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,5 +88,58 @@ class RunPlan:
     @property
     def n_sizes(self) -> int:
         return len(self.sizes.keys) if self.sizes is not None else 0
+
+    def group_codes(self, area_m2: np.ndarray, strata: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Stratum code, size-class code (-1: none) and bootstrap pool of each field.
+
+        Parameters
+        ----------
+        area_m2 : ndarray of float64
+            Equal-area areas, square metres.
+        strata : ndarray of object or None
+            Stratum of each field as str (None: missing); ignored without strata.
+        """
+        n = len(area_m2)
+        strata_codes = np.full(n, -1, dtype=np.int64)
+        pools = np.full(n, pool_id(None, False), dtype=np.int64)
+        if self.strata_names is not None:
+            lookup = {name: k for k, name in enumerate(self.strata_names)}
+            strata_codes = np.array([-1 if v is None else lookup[v] for v in strata.tolist()], dtype=np.int64)
+            pool_of_code = [pool_id(name, True) for name in self.strata_names] + [pool_id(None, True)]
+            pools = np.asarray(pool_of_code, dtype=np.int64)[strata_codes]  # code -1 -> the missing pool
+        size_codes = self.sizes.codes(area_m2 / 1e4) if self.sizes is not None else np.full(n, -1, dtype=np.int64)
+        return strata_codes, size_codes, pools
+
+
+def make_run_plan(
+    counts: dict[tuple[int, int, int], dict[str | None, int]],
+    area_range_m2: tuple[float, ...],
+    *,
+    stratified: bool,
+    size_bins: object,
+    options: EvalOptions,
+) -> RunPlan:
+    """The run plan from per-partition counts alone (what the distributed index holds).
+
+    Parameters
+    ----------
+    counts : dict
+        ``{partition key: {stratum or None: number of reference fields}}``; without
+        strata, ``{key: {None: n}}``.
+    area_range_m2 : tuple of float
+        Smallest and largest reference area (empty for an empty layer): all that
+        ``size_bins="auto"`` needs.
+    """
+    names = sorted({name for c in counts.values() for name in c if name is not None}) if stratified else None
+    sizes = size_classes(size_bins, np.asarray(area_range_m2, dtype=np.float64) / 1e4) if size_bins is not None else None
+    draws: dict = {}
+    if options.bootstrap > 0:
+        pool_sizes: dict[int, dict[tuple[int, int, int], int]] = {}
+        for key, per_stratum in counts.items():
+            for name, n in per_stratum.items():
+                per_key = pool_sizes.setdefault(pool_id(name, stratified), {})
+                per_key[key] = per_key.get(key, 0) + n
+        draws = draw_partition_counts(pool_sizes, options.bootstrap, options.bootstrap_seed)
+    return RunPlan(names, sizes, draws)
 
 

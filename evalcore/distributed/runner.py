@@ -41,8 +41,8 @@ from pyproj import CRS
 
 from evalcore import boundary
 from evalcore.api import build_summary
-from evalcore.options import EvalOptions, RunPlan
-from evalcore.bootstrap import PartitionKey, ReplicateSums, draw_partition_counts, pool_id
+from evalcore.options import EvalOptions, RunPlan, make_run_plan
+from evalcore.bootstrap import PartitionKey, ReplicateSums
 from evalcore.crs import equal_area_crs_from
 from evalcore.config import DEFAULT_EQUAL_AREA_CRS
 from evalcore.distributed import storage
@@ -59,7 +59,7 @@ from evalcore.engine import (
     unassigned_row,
 )
 from evalcore.errors import EvalInputError
-from evalcore.groups import size_classes, strata_values
+from evalcore.groups import strata_values
 from evalcore.io import write_geoparquet, write_json
 from evalcore.matching import resolve
 from evalcore.pairs import PairTable
@@ -321,15 +321,7 @@ def sums_task(
 
 
 def _ref_rows(layer: PreparedLayer, strata: np.ndarray, plan: RunPlan) -> RefRows:
-    n = len(layer)
-    strata_codes = np.full(n, -1, dtype=np.int64)
-    pools = np.full(n, pool_id(None, False), dtype=np.int64)
-    if plan.strata_names is not None:
-        lookup = {name: k for k, name in enumerate(plan.strata_names)}
-        strata_codes = np.array([lookup[v] if v is not None else -1 for v in strata.tolist()], dtype=np.int64)
-        pool_of = [pool_id(name, True) for name in plan.strata_names] + [pool_id(None, True)]
-        pools = np.asarray(pool_of, dtype=np.int64)[strata_codes]
-    size_codes = plan.sizes.codes(layer.area_m2 / 1e4) if plan.sizes is not None else np.full(n, -1, dtype=np.int64)
+    strata_codes, size_codes, pools = plan.group_codes(layer.area_m2, strata)
     return RefRows(layer.positions, layer.area_m2, layer.perimeter_m, layer.utm_epsg, strata_codes, size_codes, pools)
 
 
@@ -590,21 +582,9 @@ class DistributedRun:
         """Strata names, size classes and the central bootstrap draws, from the index."""
         ref = self.index["reference"]
         stratified = self.strata_column is not None
-        names = sorted({n for p in ref["partitions"].values() for n in p["strata"] if n is not None}) if stratified else None
-        sizes = None
-        if self.size_bins is not None:
-            extremes = np.array([v for v in (ref["area_min_m2"], ref["area_max_m2"]) if v is not None]) / 1e4
-            sizes = size_classes(self.size_bins, extremes)
-        draws: dict = {}
-        if self.options.bootstrap > 0:
-            pool_sizes: dict[int, dict[PartitionKey, int]] = {}
-            for key, p in ref["partitions"].items():
-                counts = p["strata"] if stratified else {None: p["n"]}
-                for name, n in counts.items():
-                    per_key = pool_sizes.setdefault(pool_id(name, stratified), {})
-                    per_key[key] = per_key.get(key, 0) + n
-            draws = draw_partition_counts(pool_sizes, self.options.bootstrap, self.options.bootstrap_seed)
-        self.plan = RunPlan(names, sizes, draws)
+        counts = {key: (p["strata"] if stratified else {None: p["n"]}) for key, p in ref["partitions"].items()}
+        area_range = tuple(v for v in (ref["area_min_m2"], ref["area_max_m2"]) if v is not None)
+        self.plan = make_run_plan(counts, area_range, stratified=stratified, size_bins=self.size_bins, options=self.options)
         return self.plan
 
     def _neighbours(self, key: PartitionKey, own_role: str, other_role: str) -> list[PartitionKey]:
