@@ -217,13 +217,6 @@ def _read(workdir: str, role: str, key: PartitionKey, info: _LayerInfo, ea_crs: 
     return layer
 
 
-def _own_window(layer: PreparedLayer, reach: np.ndarray) -> Box | None:
-    if len(layer) == 0:
-        return None
-    b = boundary.candidate_boxes(layer)
-    return (float((b[:, 0] - reach).min()), float((b[:, 1] - reach).min()), float((b[:, 2] + reach).max()), float((b[:, 3] + reach).max()))
-
-
 def pairs_task(
     workdir: str,
     key: PartitionKey,
@@ -246,14 +239,15 @@ def pairs_task(
     has_ref, has_pred = key in ref_info.partitions, key in pred_info.partitions
     ref_own = _read(workdir, "reference", key, ref_info, ea_crs, tile) if has_ref else empty_layer("reference", crs=ref_info.crs, equal_area_crs=ea_crs, tile_size_m=tile)
     pred_own = _read(workdir, "predicted", key, pred_info, ea_crs, tile) if has_pred else empty_layer("predicted", crs=pred_info.crs, equal_area_crs=ea_crs, tile_size_m=tile)
-    # The halo: rows of neighbouring partitions whose (grown) boxes reach this partition's (grown) boxes.
-    ref_window = _own_window(ref_own, _reach(ref_own, tol))
+    # The halo: rows of neighbouring partitions whose grown boxes reach this partition's
+    # grown boxes (their union, the partition's reach box, was recorded when preparing).
     pred_near = [pred_own]
-    if ref_window is not None:
+    if has_ref:
+        ref_window = ref_info.partitions[key]["reach_box"]
         pred_near += [_read(workdir, "predicted", j, pred_info, ea_crs, tile, ref_window) for j in pred_neighbours]
-    pred_window = _own_window(pred_own, _reach(pred_own, tol))
     ref_near = [ref_own]
-    if pred_window is not None and tol is not None:
+    if has_pred and tol is not None:
+        pred_window = pred_info.partitions[key]["reach_box"]
         ref_near += [_read(workdir, "reference", j, ref_info, ea_crs, tile, pred_window) for j in ref_neighbours]
     results = compute_pairs(
         ref_own,
