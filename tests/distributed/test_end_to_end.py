@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -76,7 +75,6 @@ def test_cli_against_real_scheduler_and_workers(dask_processes, tmp_path):
     predicted.to_file(pred_path, layer="predictions")
     reference.to_parquet(ref_path)
     out = tmp_path / "metrics.json"
-    started = time.perf_counter()
     proc = subprocess.run(
         [
             str(BIN / "evalcore"), "evaluate", "-p", str(pred_path), "--pred-layer", "predictions", "-r", str(ref_path),
@@ -92,7 +90,7 @@ def test_cli_against_real_scheduler_and_workers(dask_processes, tmp_path):
         assert response.status == 200
     result = json.loads(out.read_text())
     expected = evalcore.evaluate(
-        str(pred_path).replace(".gpkg", ".gpkg"), str(ref_path), strata="stratum", size_bins=[0, 1, 2, 5, float("inf")],
+        str(pred_path), str(ref_path), strata="stratum", size_bins=[0, 1, 2, 5, float("inf")],
         bootstrap=30, boundary_tolerance_m=5.0, tile_size_m=2_000.0,
     )
     from evalcore.io import to_jsonable
@@ -104,4 +102,3 @@ def test_cli_against_real_scheduler_and_workers(dask_processes, tmp_path):
     frame = geopandas.read_parquet(tmp_path / "fields")
     assert len(parts) >= 8 and len(frame) == result["count_reference"]
     assert frame.crs.to_epsg() == 32613 and frame["matched"].sum() == result["count_tp"]
-    assert time.perf_counter() - started < 300
