@@ -36,6 +36,7 @@ from evalcore.errors import CRSError, EvalInputError
 
 __all__ = [
     "read_layer",
+    "check_source",
     "to_jsonable",
     "write_json",
     "write_geoparquet",
@@ -101,11 +102,15 @@ def _is_parquet(p: Path) -> bool:
     return p.is_dir() or p.suffix.lower() in _PARQUET_SUFFIXES
 
 
-def _check_exists(p: Path, where: str) -> None:
+def check_source(p: Path, layer: str | None, where: str) -> None:
+    """The checks every reader makes first: the path exists, is not empty, and a layer
+    name is given only for formats that have layers."""
     if not p.exists():
         raise EvalInputError(f"The {where} does not exist; check the path.")
     if p.is_file() and p.stat().st_size == 0:
         raise EvalInputError(f"The {where} is empty (0 bytes); it was probably not written completely.")
+    if layer and _is_parquet(p):
+        raise EvalInputError(f"The {where}: GeoParquet has no layers; drop the layer option.")
 
 
 def parquet_parts(path: str | os.PathLike, role: str) -> list[Path]:
@@ -458,10 +463,8 @@ def read_layer(path: str | os.PathLike, *, layer: str | None = None, role: str =
     """
     p = Path(path)
     where = describe_source(path, layer, role)
-    _check_exists(p, where)
+    check_source(p, layer, where)
     if _is_parquet(p):
-        if layer:
-            raise EvalInputError(f"The {where}: GeoParquet has no layers; drop the layer option.")
         try:
             frame = _read_parquet(p, role)
         except EvalInputError:
@@ -489,10 +492,8 @@ def layer_columns(path: str | os.PathLike, *, layer: str | None = None, role: st
     """
     p = Path(path)
     where = describe_source(path, layer, role)
-    _check_exists(p, where)
+    check_source(p, layer, where)
     if _is_parquet(p):
-        if layer:
-            raise EvalInputError(f"The {where}: GeoParquet has no layers; drop the layer option.")
         schema = check_parquet_parts(parquet_parts(p, role), role)[0]
         geo = _geo_metadata(schema)
         if not geo:

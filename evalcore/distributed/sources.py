@@ -24,6 +24,7 @@ from evalcore.io import (
     check_layer_crs,
     check_layer_name,
     check_parquet_parts,
+    check_source,
     first_line,
     parquet_parts,
     read_ogr_frame,
@@ -93,15 +94,10 @@ def plan_chunks(source: LayerSource, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> li
         GeoParquet directory disagree on their schema.
     """
     p = Path(source.path)
-    if not p.exists():
-        raise EvalInputError(f"The {source.describe()} does not exist.")
-    if p.is_file() and p.stat().st_size == 0:
-        raise EvalInputError(f"The {source.describe()} is empty (0 bytes).")
+    check_source(p, source.layer, source.describe())
     chunks: list[Chunk] = []
     start = 0
     if source.is_parquet:
-        if source.layer:
-            raise EvalInputError(f"The {source.describe()}: GeoParquet has no layers; drop the layer option.")
         files = _parquet_files(source)
         check_parquet_parts(files, source.role)  # columns, types and CRS agree
         for path in files:
