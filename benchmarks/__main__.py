@@ -88,14 +88,16 @@ def section_anchor(repeat: int) -> dict:
 
 
 def section_workers(workers: list[int]) -> dict:
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from evalcore.distributed.cluster import local_cluster
 
     import evalcore
 
     pred, ref = anchor_layers()
     rows = {}
     for n in workers:
-        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, Client(cluster) as client:
+        with local_cluster(n) as cluster, Client(cluster) as client:
             client.run(lambda: __import__("evalcore.boundary"))
             evalcore.evaluate(pred.iloc[:300], ref.iloc[:300], client=client)  # workers compile / load caches
             t, _ = _timed(lambda: evalcore.evaluate(pred, ref, client=client, tile_size_m=25_000.0))
@@ -109,13 +111,15 @@ def section_workers(workers: list[int]) -> dict:
 def _scale_child(n_ref: int, data: str, out: str) -> None:
     """Run in a fresh process: the flow on a LocalCluster we can ask for the workers' peak RSS."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from evalcore.distributed.cluster import local_cluster
     from prefect.testing.utilities import prefect_test_harness
 
     from flows.evaluate import evaluate_layers
     from flows.params import EvaluateParams
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit=0) as cluster, Client(cluster) as client:
+    with local_cluster(2, memory_limit=0) as cluster, Client(cluster) as client:
         with prefect_test_harness():
             started = time.perf_counter()
             metrics = evaluate_layers(

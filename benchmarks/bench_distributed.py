@@ -30,7 +30,9 @@ def _peak_rss_mib() -> float:
 
 
 def run_once(data: Path, n_workers: int, full: bool, tile_km: float) -> dict:
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from evalcore.distributed.cluster import local_cluster
 
     from evalcore.api import check_options
     from evalcore.distributed.runner import DistributedRun
@@ -41,9 +43,7 @@ def run_once(data: Path, n_workers: int, full: bool, tile_km: float) -> dict:
         boundary_tolerance_m=10.0 if full else None,
         tile_size_m=tile_km * 1000.0,
     )
-    with tempfile.TemporaryDirectory(prefix="evalcore-bench-") as work, LocalCluster(
-        n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit=0
-    ) as cluster, Client(cluster) as client:
+    with tempfile.TemporaryDirectory(prefix="evalcore-bench-") as work, local_cluster(n_workers, memory_limit=0) as cluster, Client(cluster) as client:
         run = DistributedRun(
             client=client,
             predicted=LayerSource(str(data / "predicted.parquet"), None, "predicted"),

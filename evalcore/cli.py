@@ -360,9 +360,10 @@ def _progress_bar(phase: str, done: int, total: int) -> None:
 
 
 def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     from evalcore.api import check_options
+    from evalcore.distributed.cluster import local_cluster
     from evalcore.distributed.runner import run_distributed
 
     # Importing distributed sets its loggers to INFO; task errors reach this process as
@@ -377,10 +378,7 @@ def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
     cluster = None
     try:
         if args.cluster == "local":
-            cluster = LocalCluster(
-                n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                silence_logs=logging.WARNING if debug else logging.CRITICAL,
-            )
+            cluster = local_cluster(args.workers, silence_logs=logging.WARNING if debug else logging.CRITICAL)
             client = Client(cluster)
         elif args.cluster.startswith(("tcp://", "tls://")):
             try:

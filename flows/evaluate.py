@@ -41,13 +41,15 @@ __all__ = ["evaluate_layers", "dask_client"]
 @contextlib.contextmanager
 def dask_client(address: str | None, n_workers: int) -> Iterator[object]:
     """A ``distributed.Client`` on ``address``, or on an embedded ``LocalCluster``."""
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from evalcore.distributed.cluster import local_cluster
 
     if address:
         with Client(address, timeout="30s") as client:
             yield client
         return
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
+    with local_cluster(n_workers) as cluster:
         with Client(cluster) as client:
             yield client
 

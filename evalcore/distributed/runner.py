@@ -75,6 +75,12 @@ LAYERS = ("reference", "predicted")
 Box = tuple[float, float, float, float]
 
 
+CHUNKS_PER_THREAD = 3
+"""Prepare chunks per worker thread when the layers are small enough to need cutting."""
+MIN_CHUNK_ROWS = 5_000
+"""Smallest prepare chunk: below this the per-chunk cost (one file per partition) dominates."""
+
+
 class PartitionMissingError(RuntimeError):
     """A partition's output is missing or incomplete at the merge."""
 
@@ -200,6 +206,7 @@ def prepare_chunk_task(
         "utm_epsg": sorted({int(c) for c in layer.utm_epsg}),
         "partitions": partitions,
         "files": files,
+        "checksums": {f: storage.file_sha256(Path(f)) for f in files},
     }
 
 
@@ -281,7 +288,8 @@ def sums_task(
     _inject_fault("sums", storage.key_name(key))
     ea_crs = CRS.from_user_input(ea_crs_text)
     layer, strata, _ = storage.read_partition(
-        Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, tile_size_m=options.tile_size_m
+        Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, tile_size_m=options.tile_size_m,
+        geometries=("geometry",) if frame_dir is not None else (),
     )
     refs = _ref_rows(layer, strata, plan)
     summary, fields = summarize_partition(
@@ -458,6 +466,27 @@ class DistributedRun:
         entry = self.index[role]
         return _LayerInfo(CRS.from_wkt(entry["crs"]) if entry["crs"] else None, entry["partitions"])
 
+    def _threads(self) -> int:
+        try:
+            return max(1, sum(self.client.nthreads().values()))
+        except Exception:  # a client without workers yet: plan for one
+            return 1
+
+    def _balanced_chunk_rows(self) -> int:
+        """Rows per prepare chunk: at most ``chunk_rows``, and few enough that every worker
+        thread gets :data:`CHUNKS_PER_THREAD` chunks (not fewer than :data:`MIN_CHUNK_ROWS`).
+
+        With 50,000-row chunks a 50,000-field layer would be one task, and one worker
+        would prepare it while the others wait.
+        """
+        total = sum(c.n_rows for source in (self.reference, self.predicted) for c in plan_chunks(source, self.chunk_rows))
+        wanted = -(-total // (CHUNKS_PER_THREAD * self._threads()))
+        return int(min(self.chunk_rows, max(MIN_CHUNK_ROWS, wanted)))
+
+    def _partition_rows(self, key: PartitionKey) -> int:
+        """Rows of both layers in a partition: the task priority (largest first)."""
+        return int(sum(self.index[role]["partitions"].get(key, {}).get("n", 0) for role in LAYERS))
+
     # ---------------------------------------------------------------- phases
     def _signature_of_run(self) -> str:
         """SHA-256 over the inputs' checksums and every parameter that changes an output."""
@@ -522,20 +551,25 @@ class DistributedRun:
             return self.index
         shutil.rmtree(self.workdir / "prepared", ignore_errors=True)
         futures = {}
-        for source in (self.reference, self.predicted):
-            for chunk in plan_chunks(source, self.chunk_rows):
-                futures[(source.role, chunk.index)] = self.client.submit(
-                    prepare_chunk_task,
-                    source,
-                    chunk,
-                    str(self.workdir),
-                    self.options.equal_area_crs,
-                    self.options.tile_size_m,
-                    self.options.boundary_tolerance_m,
-                    self.strata_column,
-                    key=self._task_key("prepare", source.role, chunk.index),
-                    retries=2,
-                )
+        chunk_rows = self._balanced_chunk_rows()
+        planned = [(source, chunk) for source in (self.reference, self.predicted) for chunk in plan_chunks(source, chunk_rows)]
+        # Largest first (and submitted in that order: a free worker takes the first task
+        # that arrives), so the phase does not end waiting on one big chunk.
+        planned.sort(key=lambda sc: -sc[1].weight)
+        for source, chunk in planned:
+            futures[(source.role, chunk.index)] = self.client.submit(
+                prepare_chunk_task,
+                source,
+                chunk,
+                str(self.workdir),
+                self.options.equal_area_crs,
+                self.options.tile_size_m,
+                self.options.boundary_tolerance_m,
+                self.strata_column,
+                key=self._task_key("prepare", source.role, chunk.index),
+                retries=2,
+                priority=chunk.weight,  # largest first, so the last task to finish is a small one
+            )
         entries = self._gather("prepare", futures)
         index: dict = {}
         for role in LAYERS:
@@ -567,8 +601,9 @@ class DistributedRun:
             }
         self.index = index
         files = [Path(f) for entry in entries.values() for f in entry["files"]]
+        checksums = {f: sha for entry in entries.values() for f, sha in entry["checksums"].items()}
         write_json(index_path, _index_to_json(index))
-        storage.write_done_record(record, self.signature, files + [index_path], base=self.workdir / "prepared")
+        storage.write_done_record(record, self.signature, files + [index_path], base=self.workdir / "prepared", checksums=checksums)
         self.timings["prepare"] = time.perf_counter() - started
         return index
 
@@ -619,8 +654,9 @@ class DistributedRun:
                 self.signature,
                 key=self._task_key("pairs", *key),
                 retries=2,
+                priority=self._partition_rows(key),
             )
-            for key in keys
+            for key in sorted(keys, key=lambda k: -self._partition_rows(k))  # largest first
             if key not in reused
         }
         self.results = {**reused, **self._gather("pairs", futures)}
@@ -665,7 +701,7 @@ class DistributedRun:
         ea = self.ea_crs.to_wkt()
         futures = {}
         done: dict[PartitionKey, dict] = {}
-        for key in sorted(ref_info.partitions):
+        for key in sorted(ref_info.partitions, key=lambda k: -self._partition_rows(k)):  # largest first
             npz = self.workdir / "sums" / f"{storage.key_name(key)}.npz"
             if storage.done_record_valid(npz.with_suffix(".done.json"), self.signature):
                 part = _summary_from_arrays(storage.read_summary(npz))
@@ -692,6 +728,7 @@ class DistributedRun:
                 self.signature,
                 key=self._task_key("sums", *key),
                 retries=2,
+                priority=self._partition_rows(key),
             )
         if done and self.log:
             self.log(f"sums: reusing {len(done)} finished partitions (checksums verified)")
@@ -705,12 +742,19 @@ class DistributedRun:
         started = time.perf_counter()
         ref = self.index["reference"]
         parts = []
-        for key in sorted(ref["partitions"]):
-            path = self.workdir / "sums" / f"{storage.key_name(key)}.npz"
-            if not path.exists():
-                raise PartitionMissingError(
-                    f"partition {storage.key_name(key)} has no sums output ({path}); the run is incomplete."
-                )
+        keys = sorted(ref["partitions"])
+        paths = {key: self.workdir / "sums" / f"{storage.key_name(key)}.npz" for key in keys}
+        # Every missing partition is named, not only the first: after a failure the
+        # others may have been cancelled, and the user wants the one that failed.
+        missing = [key for key in keys if not paths[key].exists()]
+        if missing:
+            names = ", ".join(storage.key_name(k) for k in missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+            raise PartitionMissingError(
+                f"{len(missing)} of {len(keys)} partitions have no sums output ({names}) in {self.workdir / 'sums'}; "
+                "the run is incomplete."
+            )
+        for key in keys:
+            path = paths[key]
             if not storage.done_record_valid(path.with_suffix(".done.json"), self.signature):
                 raise PartitionMissingError(
                     f"partition {storage.key_name(key)}: its outputs do not match their recorded checksums or "

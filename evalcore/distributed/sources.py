@@ -14,6 +14,7 @@ from pathlib import Path
 
 import geopandas
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import shapely
 from pyproj import CRS
@@ -68,8 +69,10 @@ class LayerSource:
 class Chunk:
     """Rows ``[start, start + n_rows)`` of a layer.
 
-    For GeoParquet, ``file`` and ``row_groups`` say where they are; otherwise the rows
-    are a pyogrio slice (``skip_features=start``).
+    For GeoParquet, ``file`` and ``row_groups`` say where they are; a row group larger
+    than a chunk is cut into equal slices, the chunk then being rows
+    ``[slice_index * n_slice, ...)`` of its single row group (``n_slice`` > 0). Otherwise
+    the rows are a pyogrio slice (``skip_features=start``).
     """
 
     index: int
@@ -77,6 +80,10 @@ class Chunk:
     n_rows: int
     file: str | None = None
     row_groups: tuple[int, ...] = ()
+    n_slice: int = 0
+    slice_index: int = 0
+    weight: int = 0
+    """Estimated cost: uncompressed bytes for GeoParquet (vertices dominate), else rows."""
 
 
 def _parquet_files(source: LayerSource) -> list[Path]:
@@ -107,15 +114,33 @@ def plan_chunks(source: LayerSource, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> li
                 raise EvalInputError(f"Cannot read the {source.role} file {str(path)!r}: {_first_line(exc)}") from exc
             groups: list[int] = []
             rows = 0
+            size = 0
             for g in range(meta.num_row_groups):
+                group_rows = meta.row_group(g).num_rows
+                group_size = meta.row_group(g).total_byte_size
+                if group_rows > chunk_rows:
+                    # A large row group (pyarrow writes up to 1Mi rows in one by default)
+                    # is cut into equal slices so the chunks keep every worker busy.
+                    if groups:
+                        chunks.append(Chunk(len(chunks), start, rows, str(path), tuple(groups), weight=size))
+                        start += rows
+                        groups, rows, size = [], 0, 0
+                    n_pieces = -(-group_rows // chunk_rows)
+                    n_slice = -(-group_rows // n_pieces)
+                    for k in range(n_pieces):
+                        n = min(n_slice, group_rows - k * n_slice)
+                        chunks.append(Chunk(len(chunks), start, n, str(path), (g,), n_slice, k, group_size * n // group_rows))
+                        start += n
+                    continue
                 groups.append(g)
-                rows += meta.row_group(g).num_rows
+                rows += group_rows
+                size += group_size
                 if rows >= chunk_rows:
-                    chunks.append(Chunk(len(chunks), start, rows, str(path), tuple(groups)))
+                    chunks.append(Chunk(len(chunks), start, rows, str(path), tuple(groups), weight=size))
                     start += rows
-                    groups, rows = [], 0
+                    groups, rows, size = [], 0, 0
             if groups:
-                chunks.append(Chunk(len(chunks), start, rows, str(path), tuple(groups)))
+                chunks.append(Chunk(len(chunks), start, rows, str(path), tuple(groups), weight=size))
                 start += rows
         return chunks
     import pyogrio
@@ -127,13 +152,33 @@ def plan_chunks(source: LayerSource, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> li
         raise EvalInputError(f"Cannot read the {source.describe()}: {_first_line(exc)}") from exc
     total = int(info["features"])
     for begin in range(0, total, chunk_rows):
-        chunks.append(Chunk(len(chunks), begin, min(chunk_rows, total - begin)))
+        chunks.append(Chunk(len(chunks), begin, min(chunk_rows, total - begin), weight=min(chunk_rows, total - begin)))
     if not chunks:
         chunks.append(Chunk(0, 0, 0))
     return chunks
 
 
 _first_line = first_line
+
+
+def _read_slice(parquet: pq.ParquetFile, chunk: Chunk) -> pa.Table:
+    """One slice of a row group, streamed in batches of the slice size.
+
+    The batches before the slice are decoded and dropped, which keeps memory at about
+    one slice instead of the whole row group.
+    """
+    first = chunk.slice_index * chunk.n_slice
+    last = first + chunk.n_rows
+    pieces = []
+    seen = 0
+    for batch in parquet.iter_batches(batch_size=chunk.n_slice, row_groups=list(chunk.row_groups)):
+        begin, seen = seen, seen + batch.num_rows
+        if seen <= first:
+            continue
+        pieces.append(batch.slice(max(first - begin, 0), min(last, seen) - max(first, begin)))
+        if seen >= last:
+            break
+    return pa.Table.from_batches(pieces, schema=parquet.schema_arrow) if pieces else parquet.schema_arrow.empty_table()
 
 
 def _geoparquet_crs(metadata: dict, column: str) -> CRS | None:
@@ -162,7 +207,12 @@ def read_chunk(source: LayerSource, chunk: Chunk) -> geopandas.GeoDataFrame:
     try:
         if source.is_parquet:
             parquet = pq.ParquetFile(chunk.file)
-            table = parquet.read_row_groups(list(chunk.row_groups)) if chunk.row_groups else parquet.schema_arrow.empty_table()
+            if chunk.n_slice:
+                table = _read_slice(parquet, chunk)
+            elif chunk.row_groups:
+                table = parquet.read_row_groups(list(chunk.row_groups))
+            else:
+                table = parquet.schema_arrow.empty_table()
             geo = json.loads((parquet.schema_arrow.metadata or {}).get(b"geo", b"{}") or b"{}")
             column = geo.get("primary_column", "geometry")
             if column not in table.column_names:
@@ -175,7 +225,11 @@ def read_chunk(source: LayerSource, chunk: Chunk) -> geopandas.GeoDataFrame:
             except NotImplementedError as exc:
                 from evalcore.io import _curved_mask
 
-                curved = np.flatnonzero(_curved_mask(table[column])) + chunk.start
+                first = chunk.start
+                if chunk.n_slice:  # name every curved row of the row group, not only this slice's
+                    table = parquet.read_row_groups(list(chunk.row_groups), columns=[column])
+                    first -= chunk.slice_index * chunk.n_slice
+                curved = np.flatnonzero(_curved_mask(table[column])) + first
                 shown = ", ".join(map(str, curved[:5].tolist())) + (f" and {len(curved) - 5} more" if len(curved) > 5 else "")
                 raise EvalInputError(
                     f"The {source.role} file {chunk.file!r} holds curved geometries (CurvePolygon, MultiSurface, ...) at rows "

@@ -131,6 +131,16 @@ def partition_files(workdir: Path, layer_name: str, key: PartitionKey) -> list[P
     return sorted((workdir / "prepared" / layer_name / key_name(key)).glob("chunk-*.parquet"))
 
 
+GEOMETRY_COLUMNS = ("geometry", "geom_ea", "geom_utm")
+"""The WKB columns of a prepared partition: source, equal-area and UTM geometry."""
+
+
+def _geometries(table: pa.Table, column: str) -> np.ndarray:
+    if column not in table.column_names:
+        return np.full(table.num_rows, None, dtype=object)
+    return np.asarray(shapely.from_wkb(table[column].to_numpy(zero_copy_only=False)), dtype=object)
+
+
 def read_partition(
     workdir: Path,
     layer_name: str,
@@ -141,6 +151,7 @@ def read_partition(
     tile_size_m: float,
     window: tuple[float, float, float, float] | None = None,
     grow_by_reach: bool = False,
+    geometries: tuple[str, ...] = GEOMETRY_COLUMNS,
 ) -> tuple[PreparedLayer, np.ndarray, F64Array]:
     """Read a partition's prepared rows back, optionally only those in a window.
 
@@ -149,6 +160,10 @@ def read_partition(
     window : (minx, miny, maxx, maxy), optional
         Keep only rows whose equal-area box (grown by its ``reach`` when
         ``grow_by_reach``) intersects this box.
+    geometries : tuple of str
+        Which of :data:`GEOMETRY_COLUMNS` to read and decode; the others are left
+        out of the read and come back as arrays of None (the sums phase needs only the
+        source geometry, and only when it writes the field table).
 
     Returns
     -------
@@ -161,9 +176,10 @@ def read_partition(
     files = partition_files(workdir, layer_name, key)
     if not files:
         raise FileNotFoundError(f"partition {key_name(key)} of the {layer_name} layer has no prepared rows in {workdir}")
+    columns = [c for c in pq.read_schema(files[0]).names if c not in GEOMETRY_COLUMNS or c in geometries]
     tables = []
     for path in files:
-        table = pq.read_table(path)
+        table = pq.read_table(path, columns=columns)
         if window is not None:
             minx, miny, maxx, maxy = window
             grow = table["reach"].to_numpy() if grow_by_reach else 0.0
@@ -183,13 +199,13 @@ def read_partition(
         positions=table["position"].to_numpy().astype(np.int64),
         labels=pd.Index(table["label"].to_pandas()),
         crs=crs,
-        geoms_source=np.asarray(shapely.from_wkb(table["geometry"].to_numpy(zero_copy_only=False)), dtype=object),
-        geoms_ea=np.asarray(shapely.from_wkb(table["geom_ea"].to_numpy(zero_copy_only=False)), dtype=object),
+        geoms_source=_geometries(table, "geometry"),
+        geoms_ea=_geometries(table, "geom_ea"),
         area_m2=table["area_m2"].to_numpy().astype(np.float64),
         lon=table["lon"].to_numpy().astype(np.float64),
         lat=table["lat"].to_numpy().astype(np.float64),
         utm_epsg=table["utm_epsg"].to_numpy().astype(np.int64),
-        geoms_utm=np.asarray(shapely.from_wkb(table["geom_utm"].to_numpy(zero_copy_only=False)), dtype=object),
+        geoms_utm=_geometries(table, "geom_utm"),
         perimeter_m=table["perimeter_m"].to_numpy().astype(np.float64),
         tile_x=table["tile_x"].to_numpy().astype(np.int64),
         tile_y=table["tile_y"].to_numpy().astype(np.int64),
@@ -234,16 +250,22 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_done_record(record_path: Path, signature: str, files: list[Path], base: Path | None = None) -> Path:
+def write_done_record(
+    record_path: Path, signature: str, files: list[Path], base: Path | None = None, checksums: dict[str, str] | None = None
+) -> Path:
     """Record that ``files`` are the complete output of a step for ``signature``.
 
     File names are stored relative to ``base`` (default: the record's directory).
+    ``checksums`` maps ``str(path)`` to a SHA-256 already computed by the worker that
+    wrote the file (in parallel, while the file is still in the page cache); the others
+    are computed here.
     """
     base = record_path.parent if base is None else base
+    known = checksums or {}
     record = {
         "signature": signature,
         "base": str(base),
-        "files": {os.path.relpath(f, base): file_sha256(f) for f in files},
+        "files": {os.path.relpath(f, base): known.get(str(f)) or file_sha256(f) for f in files},
     }
     text = json.dumps(record, indent=1)
     return atomic_path(record_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
