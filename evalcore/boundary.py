@@ -94,6 +94,9 @@ def _as_geoms(geoms: object, argument: str) -> GeomArray:
     return arr
 
 
+_POLYGON_ID = int(shapely.GeometryType.POLYGON)
+
+
 def _flatten(geoms: GeomArray) -> tuple[F64Array, F64Array, IdArray, IdArray]:
     """Ring coordinates of every geometry, with ring and geometry offsets.
 
@@ -106,7 +109,11 @@ def _flatten(geoms: GeomArray) -> tuple[F64Array, F64Array, IdArray, IdArray]:
     geom_off : int64 (len(geoms) + 1,)
     """
     n = len(geoms)
-    parts, part_geom = shapely.get_parts(geoms, return_index=True)
+    kinds = shapely.get_type_id(geoms)
+    if (kinds == _POLYGON_ID).all():  # no multi-part geometry: skip exploding (a copy of every polygon)
+        parts, part_geom = geoms, np.arange(n)
+    else:
+        parts, part_geom = shapely.get_parts(geoms, return_index=True)
     rings, ring_part = shapely.get_rings(parts, return_index=True)
     coords = shapely.get_coordinates(rings)
     counts = shapely.get_num_coordinates(rings).astype(np.int64)

@@ -330,7 +330,6 @@ def prepare_layer(
     usable = area > 0.0
     rows, source, geoms_ea, area = rows[usable], source[usable], geoms_ea[usable], area[usable]
 
-    _check_antimeridian(where, labels, rows, source, crs)
     if user_crs and ea_crs != CRS.from_user_input(DEFAULT_EQUAL_AREA_CRS) and len(rows):
         _warn_area_change(name, source, crs, ea_crs, area)
 
