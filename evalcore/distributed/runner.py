@@ -173,8 +173,12 @@ def prepare_chunk_task(
     _inject_fault("prepare", f"{source.role}-{chunk.index}")
     partitions = {}
     files = []
-    for key in {tuple(int(v) for v in row) for row in keys}:
-        rows = np.flatnonzero((keys == np.array(key)).all(axis=1))
+    unique_keys, key_of_row = np.unique(keys, axis=0, return_inverse=True)
+    rows_by_key = np.argsort(key_of_row.ravel(), kind="stable")  # each key's rows together, in row order
+    starts = np.searchsorted(key_of_row.ravel()[rows_by_key], np.arange(len(unique_keys) + 1))
+    for k, key_row in enumerate(unique_keys):
+        key = tuple(int(v) for v in key_row)
+        rows = rows_by_key[starts[k] : starts[k + 1]]
         files.append(str(storage.write_prepared_chunk(Path(workdir) / "prepared" / source.role / storage.key_name(key), layer, rows, reach, strata, boxes)))
         b = boxes[rows]
         r = reach[rows]

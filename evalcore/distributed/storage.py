@@ -74,6 +74,21 @@ def _labels_array(labels: pd.Index) -> pa.Array:
         return pa.array([str(v) for v in labels])
 
 
+GEOMETRY_COLUMNS = ("geometry", "geom_ea", "geom_utm")
+"""The WKB columns of a prepared partition: source, equal-area and UTM geometry."""
+
+
+_WKB_WRITE_OPTIONS = {
+    "use_dictionary": ["label", "stratum"],
+    "write_statistics": ["position", "ea_minx", "ea_miny", "ea_maxx", "ea_maxy"],
+    "compression": {name: "NONE" for name in GEOMETRY_COLUMNS},
+}
+"""Parquet options for prepared partitions. WKB neither compresses nor repeats: with
+pyarrow's defaults (a dictionary attempted, min/max statistics of every blob, snappy)
+reading the geometry columns back took about 7x longer (0.066 s against 0.0097 s for
+12,000 predictions), and the pairs phase reads every partition and its halo."""
+
+
 def write_prepared_chunk(
     directory: Path,
     layer: PreparedLayer,
@@ -124,15 +139,11 @@ def write_prepared_chunk(
     table = table.replace_schema_metadata({b"geo": _geo_metadata(layer.crs)})
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / f"chunk-{int(layer.positions[rows[0]]):012d}.parquet"
-    return atomic_path(target, lambda tmp: pq.write_table(table, tmp, row_group_size=16_384))
+    return atomic_path(target, lambda tmp: pq.write_table(table, tmp, row_group_size=16_384, **_WKB_WRITE_OPTIONS))
 
 
 def partition_files(workdir: Path, layer_name: str, key: PartitionKey) -> list[Path]:
     return sorted((workdir / "prepared" / layer_name / key_name(key)).glob("chunk-*.parquet"))
-
-
-GEOMETRY_COLUMNS = ("geometry", "geom_ea", "geom_utm")
-"""The WKB columns of a prepared partition: source, equal-area and UTM geometry."""
 
 
 def _geometries(table: pa.Table, column: str) -> np.ndarray:
@@ -179,18 +190,24 @@ def read_partition(
     columns = [c for c in pq.read_schema(files[0]).names if c not in GEOMETRY_COLUMNS or c in geometries]
     tables = []
     for path in files:
-        table = pq.read_table(path, columns=columns)
-        if window is not None:
-            minx, miny, maxx, maxy = window
-            grow = table["reach"].to_numpy() if grow_by_reach else 0.0
-            keep = (
-                (table["ea_maxx"].to_numpy() + grow >= minx)
-                & (table["ea_minx"].to_numpy() - grow <= maxx)
-                & (table["ea_maxy"].to_numpy() + grow >= miny)
-                & (table["ea_miny"].to_numpy() - grow <= maxy)
-            )
-            table = table.filter(pa.array(keep))
-        tables.append(table)
+        if window is None:
+            tables.append(pq.read_table(path, columns=columns))
+            continue
+        # A halo read: the boxes first, the geometries only when some row is in the window.
+        parquet = pq.ParquetFile(path)
+        boxes = parquet.read(columns=["ea_minx", "ea_miny", "ea_maxx", "ea_maxy", "reach"])
+        minx, miny, maxx, maxy = window
+        grow = boxes["reach"].to_numpy() if grow_by_reach else 0.0
+        keep = (
+            (boxes["ea_maxx"].to_numpy() + grow >= minx)
+            & (boxes["ea_minx"].to_numpy() - grow <= maxx)
+            & (boxes["ea_maxy"].to_numpy() + grow >= miny)
+            & (boxes["ea_miny"].to_numpy() - grow <= maxy)
+        )
+        if keep.any():
+            tables.append(parquet.read(columns=columns).filter(pa.array(keep)))
+    if not tables:  # no row of this partition reaches the window
+        tables.append(pq.read_schema(files[0]).empty_table().select(columns))
     table = pa.concat_tables(tables)
     order = np.argsort(table["position"].to_numpy(), kind="stable")
     table = table.take(pa.array(order))
