@@ -220,10 +220,13 @@ class _LayerInfo:
     partitions: dict[PartitionKey, dict]
 
 
-def _read(workdir: str, role: str, key: PartitionKey, info: _LayerInfo, ea_crs: CRS, tile_size_m: float, window: Box | None = None) -> PreparedLayer:
+def _read(
+    workdir: str, role: str, key: PartitionKey, info: _LayerInfo, ea_crs: CRS, tile_size_m: float,
+    window: Box | None = None, geometries: tuple[str, ...] = storage.GEOMETRY_COLUMNS,
+) -> PreparedLayer:
     layer, _, _ = storage.read_partition(
         Path(workdir), role, key, crs=info.crs, equal_area_crs=ea_crs, tile_size_m=tile_size_m,
-        window=window, grow_by_reach=window is not None,
+        window=window, grow_by_reach=window is not None, geometries=geometries,
     )
     return layer
 
@@ -248,18 +251,27 @@ def pairs_task(
     tile = options.tile_size_m
     tol = options.boundary_tolerance_m
     has_ref, has_pred = key in ref_info.partitions, key in pred_info.partitions
-    ref_own = _read(workdir, "reference", key, ref_info, ea_crs, tile) if has_ref else empty_layer("reference", crs=ref_info.crs, equal_area_crs=ea_crs, tile_size_m=tile)
-    pred_own = _read(workdir, "predicted", key, pred_info, ea_crs, tile) if has_pred else empty_layer("predicted", crs=pred_info.crs, equal_area_crs=ea_crs, tile_size_m=tile)
+    # The source geometry serves only to reproject a row into another zone than its own
+    # (and, with a tolerance, to bound its candidates): without a tolerance, only rows of
+    # partitions in another zone need it, and decoding it for the others is wasted.
+    everything = storage.GEOMETRY_COLUMNS
+    lean = ("geom_ea", "geom_utm") if tol is None else everything
+
+    def geometries(j: PartitionKey) -> tuple[str, ...]:
+        return lean if j[0] == key[0] else everything
+
+    ref_own = _read(workdir, "reference", key, ref_info, ea_crs, tile, geometries=lean) if has_ref else empty_layer("reference", crs=ref_info.crs, equal_area_crs=ea_crs, tile_size_m=tile)
+    pred_own = _read(workdir, "predicted", key, pred_info, ea_crs, tile, geometries=lean) if has_pred else empty_layer("predicted", crs=pred_info.crs, equal_area_crs=ea_crs, tile_size_m=tile)
     # The halo: rows of neighbouring partitions whose grown boxes reach this partition's
     # grown boxes (their union, the partition's reach box, was recorded when preparing).
     pred_near = [pred_own]
     if has_ref:
         ref_window = ref_info.partitions[key]["reach_box"]
-        pred_near += [_read(workdir, "predicted", j, pred_info, ea_crs, tile, ref_window) for j in pred_neighbours]
+        pred_near += [_read(workdir, "predicted", j, pred_info, ea_crs, tile, ref_window, geometries(j)) for j in pred_neighbours]
     ref_near = [ref_own]
     if has_pred and tol is not None:
         pred_window = pred_info.partitions[key]["reach_box"]
-        ref_near += [_read(workdir, "reference", j, ref_info, ea_crs, tile, pred_window) for j in ref_neighbours]
+        ref_near += [_read(workdir, "reference", j, ref_info, ea_crs, tile, pred_window, geometries(j)) for j in ref_neighbours]
     results = compute_pairs(
         ref_own,
         _concat_layers(pred_near),
