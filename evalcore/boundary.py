@@ -35,6 +35,7 @@ from evalcore._typing import F64Array, GeomArray, IdArray
 from evalcore.config import BOUNDARY_MAX_SAMPLES, BOUNDARY_SAMPLE_SPACING_M
 from evalcore.crs import WGS84, to_utm, transform_xy, utm_crs
 from evalcore.prepare import PreparedLayer
+from evalcore.rings import flatten_rings
 
 __all__ = [
     "candidate_boxes",
@@ -94,11 +95,8 @@ def _as_geoms(geoms: object, argument: str) -> GeomArray:
     return arr
 
 
-_POLYGON_ID = int(shapely.GeometryType.POLYGON)
-
-
 def _flatten(geoms: GeomArray) -> tuple[F64Array, F64Array, IdArray, IdArray]:
-    """Ring coordinates of every geometry, with ring and geometry offsets.
+    """Ring coordinates of every geometry, with ring and geometry offsets (:func:`evalcore.rings.flatten_rings`).
 
     Missing and empty geometries get no ring.
 
@@ -108,22 +106,7 @@ def _flatten(geoms: GeomArray) -> tuple[F64Array, F64Array, IdArray, IdArray]:
     ring_off : int64 (n_rings + 1,)
     geom_off : int64 (len(geoms) + 1,)
     """
-    n = len(geoms)
-    kinds = shapely.get_type_id(geoms)
-    if (kinds == _POLYGON_ID).all():  # no multi-part geometry: skip exploding (a copy of every polygon)
-        parts, part_geom = geoms, np.arange(n)
-    else:
-        parts, part_geom = shapely.get_parts(geoms, return_index=True)
-    rings, ring_part = shapely.get_rings(parts, return_index=True)
-    coords = shapely.get_coordinates(rings)
-    counts = shapely.get_num_coordinates(rings).astype(np.int64)
-    ring_off = np.zeros(len(rings) + 1, dtype=np.int64)
-    np.cumsum(counts, out=ring_off[1:])
-    rings_per_geom = np.bincount(part_geom[ring_part], minlength=n).astype(np.int64)
-    geom_off = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(rings_per_geom, out=geom_off[1:])
-    x = np.ascontiguousarray(coords[:, 0], dtype=np.float64)
-    y = np.ascontiguousarray(coords[:, 1], dtype=np.float64)
+    x, y, ring_off, _, geom_off = flatten_rings(geoms)
     return x, y, ring_off, geom_off
 
 

@@ -15,6 +15,7 @@ import shapely
 from evalcore import _area_kernels
 from evalcore._typing import F64Array, GeomArray, IdArray
 from evalcore.prepare import PreparedLayer
+from evalcore.rings import flatten_rings
 
 __all__ = ["PairTable", "candidate_pairs", "intersection_areas", "pair_iou"]
 
@@ -116,7 +117,7 @@ def _overlap_areas(a: GeomArray, b: GeomArray) -> F64Array:
     idx = np.flatnonzero(some & polygonal)
     geos = np.flatnonzero(some & ~polygonal)
     if len(idx):
-        x, y, ring_off, ring_ext, geom_off = _flatten_rings(np.concatenate([a[idx], b[idx]]))
+        x, y, ring_off, ring_ext, geom_off = flatten_rings(np.concatenate([a[idx], b[idx]]))
         ga = np.arange(len(idx), dtype=np.int64)
         area, status = _area_kernels._intersection_areas(
             x, y, ring_off, ring_ext, geom_off, ga, ga + len(idx), int(_area_kernels._MAX_WORK)
@@ -126,49 +127,6 @@ def _overlap_areas(a: GeomArray, b: GeomArray) -> F64Array:
     if len(geos):
         out[geos] = shapely.area(shapely.intersection(a[geos], b[geos]))
     return out
-
-
-def _flatten_rings(geoms: GeomArray) -> tuple[F64Array, F64Array, IdArray, np.ndarray, IdArray]:
-    """Ring coordinates of non-empty polygons, with offsets, as :func:`evalcore.boundary._flatten`.
-
-    Returns
-    -------
-    x, y : float64 (n_coords,)
-    ring_off : int64 (n_rings + 1,)
-    ring_ext : bool (n_rings,)
-        True for the exterior (first) ring of each polygon part.
-    geom_off : int64 (len(geoms) + 1,)
-    """
-    # get_coordinates walks each geometry part by part, exterior ring first, like
-    # get_parts + get_rings, but without copying parts and rings; only geometries with
-    # more than one ring (holes, multipolygons: a minority) need those copies.
-    coords = shapely.get_coordinates(geoms)
-    several = (shapely.get_type_id(geoms) != _POLYGON) | (shapely.get_num_interior_rings(geoms) > 0)
-    rings_per_geom = np.ones(len(geoms), dtype=np.int64)
-    ring_count = shapely.get_num_coordinates(geoms).astype(np.int64)
-    ext = np.ones(0, dtype=np.bool_)
-    counts = np.zeros(0, dtype=np.int64)
-    cidx = np.flatnonzero(several)
-    if len(cidx):
-        parts, part_geom = shapely.get_parts(geoms[cidx], return_index=True)
-        rings, ring_part = shapely.get_rings(parts, return_index=True)
-        rings_per_geom[cidx] = np.bincount(part_geom[ring_part], minlength=len(cidx))
-        ext = np.ones(len(rings), dtype=np.bool_)
-        ext[1:] = ring_part[1:] != ring_part[:-1]
-        counts = shapely.get_num_coordinates(rings).astype(np.int64)
-    geom_off = np.zeros(len(geoms) + 1, dtype=np.int64)
-    np.cumsum(rings_per_geom, out=geom_off[1:])
-    in_several = np.repeat(several, rings_per_geom)
-    per_ring = np.empty(geom_off[-1], dtype=np.int64)
-    per_ring[~in_several] = ring_count[~several]
-    ring_ext = np.ones(geom_off[-1], dtype=np.bool_)
-    per_ring[in_several] = counts
-    ring_ext[in_several] = ext
-    ring_off = np.zeros(geom_off[-1] + 1, dtype=np.int64)
-    np.cumsum(per_ring, out=ring_off[1:])
-    x = np.ascontiguousarray(coords[:, 0], dtype=np.float64)
-    y = np.ascontiguousarray(coords[:, 1], dtype=np.float64)
-    return x, y, ring_off, ring_ext, geom_off
 
 
 def pair_iou(inter: F64Array, area_ref: F64Array, area_pred: F64Array) -> F64Array:

@@ -17,7 +17,8 @@ from shapely.affinity import rotate, translate
 from shapely.geometry import MultiPolygon, Polygon, box
 
 from evalcore import _area_kernels
-from evalcore.pairs import _flatten_rings, intersection_areas
+from evalcore.pairs import intersection_areas
+from evalcore.rings import flatten_rings
 
 OK, UNSAFE, TOO_LARGE = _area_kernels._OK, _area_kernels._UNSAFE, _area_kernels._TOO_LARGE
 
@@ -26,7 +27,7 @@ def kernel(a: list, b: list, max_work: int = 10**12) -> tuple[np.ndarray, np.nda
     """The kernel alone (no covers short-cut, no fallback): areas and status per pair."""
     a = np.array(a, dtype=object)
     b = np.array(b, dtype=object)
-    x, y, ring_off, ring_ext, geom_off = _flatten_rings(np.concatenate([a, b]))
+    x, y, ring_off, ring_ext, geom_off = flatten_rings(np.concatenate([a, b]))
     ga = np.arange(len(a), dtype=np.int64)
     return _area_kernels._intersection_areas(x, y, ring_off, ring_ext, geom_off, ga, ga + len(a), max_work)
 
