@@ -167,6 +167,40 @@ def _fill_ring_samples(x, y, c0: int, c1: int, spacing: float, sx, sy) -> int:
 
 
 @njit(cache=True, nogil=True)
+def _densify_rings(x, y, ring_off, spacing: float):
+    """Every ring with its edges split into pieces of at most ``spacing``, closed again.
+
+    The points of ``shapely.segmentize`` (GEOS ``Densifier``, see
+    :func:`_fill_ring_samples`) with the closing coordinate appended; GEOS's check of the
+    densified polygon's validity is not reproduced (points added on an edge, up to
+    rounding, do not make a valid ring invalid, and evalcore checks and repairs after
+    reprojection anyway).
+
+    Returns
+    -------
+    out_x, out_y : float64 (n_out,)
+    out_off : int64 (n_rings + 1,)
+    """
+    n_rings = ring_off.size - 1
+    cap = 0
+    for r in range(n_rings):
+        cap += _count_ring_samples(x, y, ring_off[r], ring_off[r + 1], spacing) + 1
+    out_x = np.empty(cap, dtype=np.float64)
+    out_y = np.empty(cap, dtype=np.float64)
+    out_off = np.zeros(n_rings + 1, dtype=np.int64)
+    at = 0
+    for r in range(n_rings):
+        n = _fill_ring_samples(x, y, ring_off[r], ring_off[r + 1], spacing, out_x[at:], out_y[at:])
+        if n > 0:
+            out_x[at + n] = out_x[at]
+            out_y[at + n] = out_y[at]
+            n += 1
+        at += n
+        out_off[r + 1] = at
+    return out_x[:at].copy(), out_y[:at].copy(), out_off
+
+
+@njit(cache=True, nogil=True)
 def _ring_samples(x, y, ring_off, ring: int, spacing: float):
     """Samples of one ring and their trapezoidal weights (test and debugging entry point).
 
