@@ -149,7 +149,9 @@ if ((with_prefect)); then
     fi
 fi
 
-# 2. Dask scheduler (comm port and dashboard, which also serves /metrics).
+# 2. Dask scheduler (comm port and dashboard, which also serves /metrics); one coarse
+#    evalcore task per worker thread at a time (docs/operations.md).
+export DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION="${DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION:-1.0}"
 if launch dask-scheduler "$EVALCORE_DASK_PORT" "$EVALCORE_DASK_DASHBOARD_PORT" -- \
     "$EVALCORE_BIN/dask" scheduler --host "$EVALCORE_HOST" --port "$EVALCORE_DASK_PORT" \
     --dashboard-address "$EVALCORE_HOST:$EVALCORE_DASK_DASHBOARD_PORT"; then
