@@ -447,6 +447,7 @@ class DistributedRun:
         from distributed import as_completed
 
         total = len(futures)
+        unit = "chunk" if phase == "prepare" else "partition"  # prepare works on input chunks
         by_future = {f: k for k, f in futures.items()}
         out = {}
         done = 0
@@ -454,7 +455,7 @@ class DistributedRun:
             self.progress(phase, 0, total)
         if self.log:
             names = [_partition_name(k) for k in futures]
-            self.log(f"{phase}: {total} partitions running: {', '.join(names[:20])}{' …' if total > 20 else ''}")
+            self.log(f"{phase}: {total} {unit}s running: {', '.join(names[:20])}{' …' if total > 20 else ''}")
         for future in as_completed(list(futures.values())):
             k = by_future[future]
             try:
@@ -465,13 +466,13 @@ class DistributedRun:
                 if isinstance(exc, EvalInputError):
                     raise  # already names the file, layer, row or column
                 name = _partition_name(k)
-                raise RuntimeError(f"{phase} failed for partition {name}: {type(exc).__name__}: {exc}") from exc
+                raise RuntimeError(f"{phase} failed for {unit} {name}: {type(exc).__name__}: {exc}") from exc
             done += 1
             if self.progress:
                 self.progress(phase, done, total)
             logger.info("%s: partition %s done (%d/%d)", phase, k, done, total)
             if self.log:
-                self.log(f"{phase}: partition {_partition_name(k)} done ({done}/{total})")
+                self.log(f"{phase}: {unit} {_partition_name(k)} done ({done}/{total})")
         return out
 
     @property
