@@ -272,6 +272,21 @@ def _load_geom(x, y, ring_off, ring_ext, r0: int, r1: int, ox: float, oy: float,
 
 
 @njit(cache=True, nogil=True)
+def _box_union(boxes, b0: int, b1: int):
+    """Union of the boxes ``boxes[:, b0:b1]`` (rows min x, min y, max x, max y); empty: +inf/-inf."""
+    mnx = np.inf
+    mny = np.inf
+    mxx = -np.inf
+    mxy = -np.inf
+    for b in range(b0, b1):
+        mnx = min(mnx, boxes[0, b])
+        mny = min(mny, boxes[1, b])
+        mxx = max(mxx, boxes[2, b])
+        mxy = max(mxy, boxes[3, b])
+    return mnx, mny, mxx, mxy
+
+
+@njit(cache=True, nogil=True)
 def _build_blocks(lroff, r0: int, r1: int, ebox, bidx, bbox, nb: int) -> int:
     """Blocks of up to ``_BLOCK`` consecutive edges of each ring of ``r0:r1``; returns the new count.
 
@@ -282,15 +297,7 @@ def _build_blocks(lroff, r0: int, r1: int, ebox, bidx, bbox, nb: int) -> int:
         e1 = lroff[r + 1] - 1  # the closing vertex starts no edge
         for s in range(e0, e1, _BLOCK):
             t = min(s + _BLOCK, e1)
-            mnx = np.inf
-            mny = np.inf
-            mxx = -np.inf
-            mxy = -np.inf
-            for k in range(s, t):
-                mnx = min(mnx, ebox[0, k])
-                mny = min(mny, ebox[1, k])
-                mxx = max(mxx, ebox[2, k])
-                mxy = max(mxy, ebox[3, k])
+            mnx, mny, mxx, mxy = _box_union(ebox, s, t)
             bidx[0, nb] = s
             bidx[1, nb] = t
             bbox[0, nb] = mnx
@@ -795,24 +802,8 @@ def _pair_area(x, y, ring_off, ring_ext, geom_off, ga: int, gb: int, lx, ly, lro
     nba = _build_blocks(lroff, 0, nra, ebox, bidx, bbox, 0)
     nb = _build_blocks(lroff, nra, nr, ebox, bidx, bbox, nba)
     # Boxes of A (grown by _DELTA) and of B.
-    amnx = np.inf
-    amny = np.inf
-    amxx = -np.inf
-    amxy = -np.inf
-    for b in range(nba):
-        amnx = min(amnx, bbox[0, b])
-        amny = min(amny, bbox[1, b])
-        amxx = max(amxx, bbox[2, b])
-        amxy = max(amxy, bbox[3, b])
-    bmnx = np.inf
-    bmny = np.inf
-    bmxx = -np.inf
-    bmxy = -np.inf
-    for b in range(nba, nb):
-        bmnx = min(bmnx, bbox[0, b])
-        bmny = min(bmny, bbox[1, b])
-        bmxx = max(bmxx, bbox[2, b])
-        bmxy = max(bmxy, bbox[3, b])
+    amnx, amny, amxx, amxy = _box_union(bbox, 0, nba)
+    bmnx, bmny, bmxx, bmxy = _box_union(bbox, nba, nb)
     if amnx > bmxx or bmnx > amxx or amny > bmxy or bmny > amxy:
         return 0.0, _OK
     scale3 = 16.0 * _EPS / _DELTA

@@ -108,8 +108,14 @@ def reproject_polygons(geoms: GeomArray, src: CRS, dst: CRS, *, split: float | N
     Flat arrays all the way (:func:`evalcore.rings.flatten_rings`, PROJ on the
     coordinates, ``shapely.from_ragged_array``): the same coordinates as
     :func:`transform_geoms` (and, with ``split``, as ``shapely.segmentize`` before it:
-    GEOS's densifier reproduced point for point), with the geometries built once.
-    Types are kept; empty geometries stay empty.
+    GEOS's densifier reproduced point for point), with the geometries built once
+    instead of after the split and again after the reprojection (0.53 s → 0.32 s for the
+    anchor's 50,606 reference fields). Types are kept; empty geometries stay empty.
+    One difference, on purpose: when a split polygon comes out invalid (points rounded
+    onto the far side of a near-collinear edge), GEOS's densifier repairs it with
+    ``buffer(0)``; here it is left to the one repair SPEC 2.3 allows,
+    ``make_valid(method="structure")``, which :func:`evalcore.prepare.prepare_layer`
+    applies after reprojection.
 
     Parameters
     ----------

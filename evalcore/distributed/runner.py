@@ -489,16 +489,20 @@ class DistributedRun:
         except Exception:  # a client without workers yet: plan for one
             return 1
 
-    def _balanced_chunk_rows(self) -> int:
-        """Rows per prepare chunk: at most ``chunk_rows``, and few enough that every worker
-        thread gets :data:`CHUNKS_PER_THREAD` chunks (not fewer than :data:`MIN_CHUNK_ROWS`).
+    def _balanced_chunks(self) -> list[tuple[LayerSource, Chunk]]:
+        """The prepare chunks: at most ``chunk_rows`` rows each, and small enough that every
+        worker thread gets :data:`CHUNKS_PER_THREAD` of them (not below :data:`MIN_CHUNK_ROWS`).
 
         With 50,000-row chunks a 50,000-field layer would be one task, and one worker
         would prepare it while the others wait.
         """
-        total = sum(c.n_rows for source in (self.reference, self.predicted) for c in plan_chunks(source, self.chunk_rows))
-        wanted = -(-total // (CHUNKS_PER_THREAD * self._threads()))
-        return int(min(self.chunk_rows, max(MIN_CHUNK_ROWS, wanted)))
+        sources = (self.reference, self.predicted)
+        planned = [(source, chunk) for source in sources for chunk in plan_chunks(source, self.chunk_rows)]
+        wanted = -(-sum(c.n_rows for _, c in planned) // (CHUNKS_PER_THREAD * self._threads()))
+        rows = int(min(self.chunk_rows, max(MIN_CHUNK_ROWS, wanted)))
+        if rows == self.chunk_rows:
+            return planned
+        return [(source, chunk) for source in sources for chunk in plan_chunks(source, rows)]
 
     def _partition_rows(self, key: PartitionKey) -> int:
         """Rows of both layers in a partition: the task priority (largest first)."""
@@ -568,8 +572,7 @@ class DistributedRun:
             return self.index
         shutil.rmtree(self.workdir / "prepared", ignore_errors=True)
         futures = {}
-        chunk_rows = self._balanced_chunk_rows()
-        planned = [(source, chunk) for source in (self.reference, self.predicted) for chunk in plan_chunks(source, chunk_rows)]
+        planned = self._balanced_chunks()
         # Largest first (and submitted in that order: a free worker takes the first task
         # that arrives), so the phase does not end waiting on one big chunk.
         planned.sort(key=lambda sc: -sc[1].weight)

@@ -271,13 +271,12 @@ def test_tiles_are_the_floor_of_the_centroid_over_the_tile_size():
     assert prep.tile_size_m == 50_000.0
 
 
-def test_split_and_reproject_gives_the_coordinates_of_segmentize_then_transform():
+def test_reproject_polygons_with_a_split_gives_the_coordinates_of_segmentize_then_transform():
     """The flat split + reprojection equals shapely.segmentize then a vertex-by-vertex transform,
     bit for bit, for polygons, holes and multipolygons; types are kept and empties stay empty."""
     from pyproj import CRS
 
-    from evalcore.crs import transform_geoms
-    from evalcore.prepare import split_and_reproject
+    from evalcore.crs import reproject_polygons, transform_geoms
 
     rng = np.random.default_rng(5)
     x0, y0 = 500_000.0, 4_400_000.0
@@ -291,6 +290,6 @@ def test_split_and_reproject_gives_the_coordinates_of_segmentize_then_transform(
     geoms = np.array(geoms, dtype=object)
     src, dst = CRS.from_epsg(32613), CRS.from_epsg(6933)
     expected = transform_geoms(shapely.segmentize(geoms, 50.0), src, dst)
-    got = split_and_reproject(geoms, 50.0, src, dst)
+    got = reproject_polygons(geoms, src, dst, split=50.0)
     assert [g.geom_type for g in got] == [g.geom_type for g in expected]
     assert shapely.to_wkb(got).tolist() == shapely.to_wkb(expected).tolist()
