@@ -343,6 +343,13 @@ def _push(evf, evi, n: int, lx, ly, edge: int, px: float, py: float, kind: int) 
 
 
 @njit(cache=True, nogil=True)
+def _push_touch(evf, evi, n: int, lx, ly, k: int, j: int, px: float, py: float) -> int:
+    """A touch at the exact input point P on both edge ``k`` of A and edge ``j`` of B."""
+    n = _push(evf, evi, n, lx, ly, k, px, py, _TOUCH)
+    return _push(evf, evi, n, lx, ly, j, px, py, _TOUCH)
+
+
+@njit(cache=True, nogil=True)
 def _within(x0: float, y0: float, x1: float, y1: float, px: float, py: float) -> bool:
     """Whether P, known to be exactly on the line of the edge, lies on the closed edge."""
     if abs(x1 - x0) >= abs(y1 - y0):
@@ -422,17 +429,13 @@ def _edge_pair(k: int, j: int, lx, ly, evf, evi, n: int, scale3: float) -> int:
     # Not collinear, some vertex exactly on the other line: the edges can only meet at
     # such a vertex, an exact input point.
     if sq0 == 0 and _within(px0, py0, px1, py1, qx0, qy0):
-        n = _push(evf, evi, n, lx, ly, k, qx0, qy0, _TOUCH)
-        n = _push(evf, evi, n, lx, ly, j, qx0, qy0, _TOUCH)
+        n = _push_touch(evf, evi, n, lx, ly, k, j, qx0, qy0)
     if sq1 == 0 and _within(px0, py0, px1, py1, qx1, qy1):
-        n = _push(evf, evi, n, lx, ly, k, qx1, qy1, _TOUCH)
-        n = _push(evf, evi, n, lx, ly, j, qx1, qy1, _TOUCH)
+        n = _push_touch(evf, evi, n, lx, ly, k, j, qx1, qy1)
     if sp0 == 0 and _within(qx0, qy0, qx1, qy1, px0, py0):
-        n = _push(evf, evi, n, lx, ly, k, px0, py0, _TOUCH)
-        n = _push(evf, evi, n, lx, ly, j, px0, py0, _TOUCH)
+        n = _push_touch(evf, evi, n, lx, ly, k, j, px0, py0)
     if sp1 == 0 and _within(qx0, qy0, qx1, qy1, px1, py1):
-        n = _push(evf, evi, n, lx, ly, k, px1, py1, _TOUCH)
-        n = _push(evf, evi, n, lx, ly, j, px1, py1, _TOUCH)
+        n = _push_touch(evf, evi, n, lx, ly, k, j, px1, py1)
     return n
 
 

@@ -13,9 +13,11 @@ import numpy as np
 import shapely
 from pyproj import CRS, Transformer
 
+from evalcore import _kernels
 from evalcore._typing import F64Array, GeomArray, IdArray
 from evalcore.config import EDGE_SPLIT_M, METRES_PER_DEGREE
 from evalcore.errors import CRSError
+from evalcore.rings import flatten_rings
 
 __all__ = [
     "WGS84",
@@ -124,9 +126,6 @@ def reproject_polygons(geoms: GeomArray, src: CRS, dst: CRS, *, split: float | N
     split : float, optional
         Largest piece length after splitting, in ``src`` units; None: no split.
     """
-    from evalcore import _kernels
-    from evalcore.rings import flatten_rings
-
     everything = np.asarray(geoms, dtype=object)
     result = everything.copy()
     rows = np.flatnonzero(~shapely.is_empty(everything))

@@ -95,10 +95,7 @@ def intersection_areas(ref_geoms: GeomArray, pred_geoms: GeomArray) -> F64Array:
     return inter
 
 
-_POLYGON = 3
-"""shapely type id of Polygon."""
-_POLYGONAL = (3, 6)
-"""shapely type ids of Polygon and MultiPolygon."""
+_POLYGONAL = (int(shapely.GeometryType.POLYGON), int(shapely.GeometryType.MULTIPOLYGON))
 
 
 def _overlap_areas(a: GeomArray, b: GeomArray) -> F64Array:

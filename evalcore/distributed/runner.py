@@ -209,8 +209,7 @@ def prepare_chunk_task(
         "area_max_m2": float(layer.area_m2.max()) if len(layer) else None,
         "utm_epsg": sorted({int(c) for c in layer.utm_epsg}),
         "partitions": partitions,
-        "files": files,
-        "checksums": {f: storage.file_sha256(Path(f)) for f in files},
+        "checksums": {f: storage.file_sha256(Path(f)) for f in files},  # the files written, hashed here in parallel
     }
 
 
@@ -620,8 +619,8 @@ class DistributedRun:
                 "partitions": partitions,
             }
         self.index = index
-        files = [Path(f) for entry in entries.values() for f in entry["files"]]
         checksums = {f: sha for entry in entries.values() for f, sha in entry["checksums"].items()}
+        files = [Path(f) for f in checksums]
         write_json(index_path, _index_to_json(index))
         storage.write_done_record(record, self.signature, files + [index_path], base=self.workdir / "prepared", checksums=checksums)
         self.timings["prepare"] = time.perf_counter() - started

@@ -20,6 +20,8 @@ Example counts come from the hypothesis profile (tests/conftest.py): each test r
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 import geopandas
@@ -366,9 +368,14 @@ def test_a_tolerance_length_does_not_depend_on_the_other_rows_of_its_partition()
 
     pred = prepare_layer(_layer([box(X0, Y0, X0 + 1, Y0 + 1)]), "predicted")
     sliver = prepare_layer(_layer([shapely.from_wkt(SLIVER)]), "reference")
-    boxes = candidate_boxes(sliver)
+    # The mechanism: shrink the equal-area geometry to a speck at one end, as that repair
+    # did; the candidate box must still hold the source box's image.
+    ea = sliver.geoms_ea[0]
+    speck = np.array([box(ea.bounds[0], ea.bounds[1], ea.bounds[0] + 1e-3, ea.bounds[1] + 1e-3)], dtype=object)
+    boxes = candidate_boxes(dataclasses.replace(sliver, geoms_ea=speck))
     s = shapely.bounds(sliver.geoms_source)
     x, y = transform_xy(s[:, [0, 2, 0, 2]].ravel(), s[:, [1, 1, 3, 3]].ravel(), sliver.crs, sliver.equal_area_crs)
+    assert x.max() - x.min() > 100.0  # the speck's own box misses most of it
     assert boxes[0, 0] <= x.min() and boxes[0, 2] >= x.max() and boxes[0, 1] <= y.min() and boxes[0, 3] >= y.max()
     alone = tolerance_lengths(prepare_layer(_layer([shapely.from_wkt(SLIVER)]), "reference"), pred, 2.0)
     with_a_neighbour = tolerance_lengths(prepare_layer(_layer([box(X0, Y0, X0 + 1, Y0 + 1), shapely.from_wkt(SLIVER)]), "reference"), pred, 2.0)
