@@ -35,7 +35,7 @@ def run_once(data: Path, n_workers: int, full: bool, tile_km: float) -> dict:
     from evalcore.distributed.cluster import local_cluster
 
     from evalcore.api import check_options
-    from evalcore.distributed.runner import DistributedRun
+    from evalcore.distributed.runner import run_phases, start_run
     from evalcore.distributed.sources import LayerSource
 
     options = check_options(
@@ -44,25 +44,25 @@ def run_once(data: Path, n_workers: int, full: bool, tile_km: float) -> dict:
         tile_size_m=tile_km * 1000.0,
     )
     with tempfile.TemporaryDirectory(prefix="evalcore-bench-") as work, local_cluster(n_workers, memory_limit=0) as cluster, Client(cluster) as client:
-        run = DistributedRun(
-            client=client,
-            predicted=LayerSource(str(data / "predicted.parquet"), None, "predicted"),
-            reference=LayerSource(str(data / "reference.parquet"), None, "reference"),
-            options=options,
-            workdir=Path(work),
+        setup = start_run(
+            LayerSource(str(data / "predicted.parquet"), None, "predicted"),
+            LayerSource(str(data / "reference.parquet"), None, "reference"),
+            options,
+            Path(work),
             strata_column="stratum" if full else None,
             size_bins=[0, 0.5, 1, 2, 5, 10, float("inf")] if full else None,
             frame_dir=Path(work) / "fields",
         )
         started = time.perf_counter()
-        result = run.run()
+        run = run_phases(client, setup)
+        result = run.metrics
         wall = time.perf_counter() - started
         worker_rss = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
     return {
         "workers": n_workers,
         "wall_s": wall,
         "phases_s": run.timings,
-        "partitions": len(run.index["reference"]["partitions"]),
+        "partitions": len(run.index.layers["reference"]["partitions"]),
         "worker_peak_rss_mib": sorted(worker_rss.values()),
         "client_peak_rss_mib": _peak_rss_mib(),
         "f1": result["f1"],

@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.profile_workers [--n-workers 1,2] [--tile-km 25]
 
 The anchor data (see ``benchmarks/__main__.py``) is written to GeoParquet once, then run
-through :class:`evalcore.distributed.runner.DistributedRun` on a fresh embedded cluster
+through the phase functions of :mod:`evalcore.distributed.runner` on a fresh embedded cluster
 per worker count. Prints the wall time of each phase, the compute time the task stream
 recorded per worker, and the CPU time (user + system, from psutil) of each worker process
 and of this process, which holds the client and the scheduler (docs/performance.md).
@@ -24,7 +24,7 @@ def profile(n_workers: int, data: Path, tile_km: float) -> None:
 
     import evalcore
     from evalcore.distributed.cluster import local_cluster
-    from evalcore.distributed.runner import DistributedRun
+    from evalcore.distributed.runner import run_phases, start_run
     from evalcore.distributed.sources import LayerSource
     from evalcore.options import check_options
 
@@ -36,14 +36,13 @@ def profile(n_workers: int, data: Path, tile_km: float) -> None:
         own_before = resource.getrusage(resource.RUSAGE_SELF)
         with get_task_stream(client) as stream:
             started = time.perf_counter()
-            run = DistributedRun(
-                client=client,
-                predicted=LayerSource(str(data / "predicted.parquet"), None, "predicted"),
-                reference=LayerSource(str(data / "reference.parquet"), None, "reference"),
-                options=check_options(tile_size_m=tile_km * 1000.0),
-                workdir=Path(work),
+            setup = start_run(
+                LayerSource(str(data / "predicted.parquet"), None, "predicted"),
+                LayerSource(str(data / "reference.parquet"), None, "reference"),
+                check_options(tile_size_m=tile_km * 1000.0),
+                Path(work),
             )
-            run.run()
+            run = run_phases(client, setup)
             wall = time.perf_counter() - started
         own_after = resource.getrusage(resource.RUSAGE_SELF)
         spent = {c.pid: sum(c.cpu_times()[:2]) - cpu_before[c.pid] for c in children}

@@ -18,16 +18,8 @@ __all__ = ["_weighted_group_sums"]
 
 
 @njit(**NUMBA_OPTIONS)
-def _weighted_group_sums(
-    weights: np.ndarray,
-    values: np.ndarray,
-    strata_codes: np.ndarray,
-    size_codes: np.ndarray,
-    overall: np.ndarray,
-    strata: np.ndarray,
-    sizes: np.ndarray,
-) -> None:
-    """Add ``weights @ values`` into ``overall`` and into each field's stratum and size class.
+def _weighted_group_sums(weights: np.ndarray, values: np.ndarray, flat_groups: np.ndarray, out: np.ndarray) -> None:
+    """Add ``weights @ values`` into the overall group and into each field's groups.
 
     Parameters
     ----------
@@ -35,25 +27,23 @@ def _weighted_group_sums(
         How often each field is drawn in each replicate.
     values : float64 (n_fields, n_columns)
         Quantity rows.
-    strata_codes, size_codes : int64 (n_fields,)
-        Group of each field (-1: none).
-    overall : float64 (n_replicates, n_columns), updated in place
-    strata : float64 (n_strata, n_replicates, n_columns), updated in place
-    sizes : float64 (n_sizes, n_replicates, n_columns), updated in place
+    flat_groups : int64 (n_fields, n_groupings)
+        Each field's group on the flat group axis in each grouping (-1: none).
+    out : float64 (n_groups, n_replicates, n_columns), updated in place
+        Group 0 is the overall group.
     """
     n_rep, n_fields = weights.shape
     n_cols = values.shape[1]
+    n_groupings = flat_groups.shape[1]
     for b in range(n_rep):
         for i in range(n_fields):
             w = weights[b, i]
             if w == 0.0:
                 continue
-            s = strata_codes[i]
-            z = size_codes[i]
             for j in range(n_cols):
                 x = w * values[i, j]
-                overall[b, j] += x
-                if s >= 0:
-                    strata[s, b, j] += x
-                if z >= 0:
-                    sizes[z, b, j] += x
+                out[0, b, j] += x
+                for g in range(n_groupings):
+                    k = flat_groups[i, g]
+                    if k >= 0:
+                        out[k, b, j] += x

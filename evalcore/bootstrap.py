@@ -27,7 +27,6 @@ import numpy as np
 from evalcore._sum_kernels import _weighted_group_sums
 from evalcore._typing import F64Array, IdArray
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
-from evalcore.quantities import QUANTITY_COLUMNS
 
 __all__ = [
     "PartitionKey",
@@ -117,23 +116,19 @@ def draw_field_counts(m: IdArray, n_fields: int, seed: int, pool: int, key: Part
 
 @dataclass(frozen=True, slots=True)
 class ReplicateSums:
-    """Per-replicate quantity sums of one partition (or of the merge of several).
+    """Per-replicate quantity sums of every group of one partition (or of a merge).
 
     Attributes
     ----------
-    overall : ndarray, shape (n_replicates, n_columns)
-    strata : ndarray, shape (n_strata, n_replicates, n_columns)
-    size_classes : ndarray, shape (n_classes, n_replicates, n_columns)
+    groups : ndarray, shape (n_groups, n_replicates, n_columns)
+        Group 0 is the overall group, then the groups of each grouping
+        (:attr:`evalcore.options.RunPlan.n_groups`).
     """
 
-    overall: F64Array
-    strata: F64Array
-    size_classes: F64Array
+    groups: F64Array
 
     def merge(self, other: ReplicateSums) -> ReplicateSums:
-        return ReplicateSums(
-            self.overall + other.overall, self.strata + other.strata, self.size_classes + other.size_classes
-        )
+        return ReplicateSums(self.groups + other.groups)
 
 
 def partition_replicate_sums(
@@ -144,12 +139,10 @@ def partition_replicate_sums(
     *,
     n_replicates: int,
     seed: int,
-    strata_codes: IdArray,
-    n_strata: int,
-    size_codes: IdArray,
-    n_size_classes: int,
+    flat_groups: IdArray,
+    n_groups: int,
 ) -> ReplicateSums:
-    """Count-weighted quantity sums of one partition's fields, for every replicate.
+    """Count-weighted quantity sums of one partition's fields, for every replicate and group.
 
     Parameters
     ----------
@@ -160,13 +153,12 @@ def partition_replicate_sums(
     key : PartitionKey
     partition_draws : dict
         The output of :func:`draw_partition_counts`.
-    strata_codes, size_codes : ndarray of int64, shape (n,)
-        Group codes (-1: in no group).
+    flat_groups : ndarray of int64, shape (n, n_groupings)
+        Each field's group on the flat group axis in each grouping (-1: in none).
+    n_groups : int
+        Length of the flat group axis (group 0: overall).
     """
-    c = len(QUANTITY_COLUMNS)
-    overall = np.zeros((n_replicates, c))
-    strata = np.zeros((n_strata, n_replicates, c))
-    sizes = np.zeros((n_size_classes, n_replicates, c))
+    out = np.zeros((n_groups, n_replicates, values.shape[1]))
     weights = np.zeros((n_replicates, len(values)))
     for pool in np.unique(pools):
         rows = np.flatnonzero(pools == pool)
@@ -178,13 +170,10 @@ def partition_replicate_sums(
     _weighted_group_sums(
         weights,
         np.ascontiguousarray(values, dtype=np.float64),
-        np.ascontiguousarray(strata_codes, dtype=np.int64),
-        np.ascontiguousarray(size_codes, dtype=np.int64),
-        overall,
-        strata,
-        sizes,
+        np.ascontiguousarray(flat_groups, dtype=np.int64).reshape(len(values), -1),
+        out,
     )
-    return ReplicateSums(overall, strata, sizes)
+    return ReplicateSums(out)
 
 
 def percentile_intervals(
@@ -195,7 +184,7 @@ def percentile_intervals(
     Parameters
     ----------
     values : dict of str to (value, defined)
-        Replicate values of each metric, from :func:`evalcore.summaries.metric_values`.
+        Replicate values of each metric, from :func:`evalcore.metrics.finalize_all`.
 
     Returns
     -------

@@ -19,11 +19,12 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from evalcore.config import MATCHING_METHODS
 from evalcore.errors import EvalInputError
+from evalcore.metrics.base import Option
+from evalcore.options import all_options
 
 __all__ = ["main", "format_summary"]
 
@@ -55,13 +56,39 @@ def _size_bins(text: str) -> object:
         raise argparse.ArgumentTypeError(f"--size-bins {text!r}: expected 'auto' or comma-separated hectares like 0,0.5,1,inf") from None
 
 
-def _spacing(text: str) -> float | None:
-    if text.strip().lower() == "none":
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--boundary-sample-spacing-m {text!r}: expected metres or 'none'") from None
+def _option_type(option: Option) -> Callable[[str], object]:
+    def parse(text: str) -> object:
+        try:
+            return option.parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = option.name  # argparse names the type in its message
+    return parse
+
+
+def _add_option_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per evaluation option (:func:`evalcore.options.all_options`), help and default from it."""
+    for option in all_options():
+        default = option.cli_default if option.cli_default is not None else option.default
+        parser.add_argument(
+            option.cli_flag,
+            dest=option.name,
+            type=_option_type(option),
+            default=default,
+            choices=option.choices,
+            metavar=None if option.choices else option.cli_flag.lstrip("-").upper().replace("-", "_"),
+            help=option.help.replace("%", "%%"),
+        )
+
+
+def _metric_options(args: argparse.Namespace) -> dict[str, object]:
+    """The evaluation options given on the command line, as keyword arguments of :func:`check_options`."""
+    out = {}
+    for option in all_options():
+        value = getattr(args, option.name)
+        out[option.name] = option.to_option(value) if option.to_option is not None else value
+    return out
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -73,17 +100,10 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("-r", "--reference", required=True, help="reference layer file")
     ev.add_argument("--pred-layer", help="layer name inside the predicted file")
     ev.add_argument("--ref-layer", help="layer name inside the reference file")
-    ev.add_argument("--iou-threshold", type=float, default=0.5)
-    ev.add_argument("--matching", choices=MATCHING_METHODS, default="one_to_one")
     ev.add_argument("--strata-column", help="reference column holding the stratum of each field")
     ev.add_argument("--score-column", help=_SCORE_HELP)
     ev.add_argument("--size-bins", type=_size_bins, help="'auto' or edges in hectares, e.g. 0,0.5,1,2,5,10,inf")
-    ev.add_argument("--bootstrap", type=int, default=0, help="number of bootstrap resamples (0: none)")
-    ev.add_argument("--bootstrap-seed", type=int, default=42)
-    ev.add_argument("--boundary-tolerance-m", type=float, help="boundary tolerance in metres")
-    ev.add_argument("--equal-area-crs", help="equal-area CRS for areas and IoU (default EPSG:6933)")
-    ev.add_argument("--boundary-sample-spacing-m", type=_spacing, default=1.0, help="metres, or 'none'")
-    ev.add_argument("--tile-km", type=float, default=50.0, help="partition tile side in kilometres")
+    _add_option_flags(ev)
     ev.add_argument("--frame-out", help="write the per-field table here as GeoParquet (a directory of parts with --cluster)")
     ev.add_argument(
         "--cluster",
@@ -99,17 +119,10 @@ def _build_parser() -> argparse.ArgumentParser:
     rn.add_argument("-r", "--reference", required=True)
     rn.add_argument("--pred-layer")
     rn.add_argument("--ref-layer")
-    rn.add_argument("--iou-threshold", type=float, default=0.5)
-    rn.add_argument("--matching", choices=MATCHING_METHODS, default="one_to_one")
-    rn.add_argument("--strata-column")
+    rn.add_argument("--strata-column", help="reference column holding the stratum of each field")
     rn.add_argument("--score-column", help=_SCORE_HELP)
-    rn.add_argument("--size-bins", type=_size_bins)
-    rn.add_argument("--bootstrap", type=int, default=0)
-    rn.add_argument("--bootstrap-seed", type=int, default=42)
-    rn.add_argument("--boundary-tolerance-m", type=float)
-    rn.add_argument("--equal-area-crs")
-    rn.add_argument("--boundary-sample-spacing-m", type=_spacing, default=1.0)
-    rn.add_argument("--tile-km", type=float, default=50.0)
+    rn.add_argument("--size-bins", type=_size_bins, help="'auto' or edges in hectares, e.g. 0,0.5,1,2,5,10,inf")
+    _add_option_flags(rn)
     rn.add_argument("--cluster", help="scheduler address tcp://HOST:PORT (default: an embedded LocalCluster)")
     rn.add_argument("--workers", type=int, default=2, help="worker processes of the embedded cluster")
     rn.add_argument("--workdir")
@@ -178,7 +191,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from evalcore.api import evaluate_with_frame
     from evalcore.io import read_layer, write_geoparquet
 
+    from evalcore.options import check_options
+
     started = time.perf_counter()
+    check_options(**_metric_options(args))  # every option checked before any file is read
     _check_output_file(args.output, "-o/--output")
     if args.frame_out:
         (_check_output_dir if args.cluster else _check_output_file)(args.frame_out, "--frame-out")
@@ -325,20 +341,6 @@ def _check_columns_up_front(args: argparse.Namespace) -> None:
         _check_score_column(values, args.score_column, where, list(pred_columns))
 
 
-def _metric_options(args: argparse.Namespace) -> dict[str, object]:
-    """The metric options of ``evaluate`` and ``run``, as keyword arguments of :func:`check_options`."""
-    return {
-        "iou_threshold": args.iou_threshold,
-        "matching": args.matching,
-        "bootstrap": args.bootstrap,
-        "bootstrap_seed": args.bootstrap_seed,
-        "boundary_tolerance_m": args.boundary_tolerance_m,
-        "equal_area_crs": args.equal_area_crs,
-        "boundary_sample_spacing_m": args.boundary_sample_spacing_m,
-        "tile_size_m": args.tile_km * 1000.0,
-    }
-
-
 def _finish(args: argparse.Namespace, metrics: dict[str, object], started: float) -> None:
     from evalcore.io import write_json
 
@@ -434,7 +436,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise EvalInputError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
+        message = str(first["msg"]).removeprefix("Value error, ")
+        if first["loc"]:
+            message = f"--{str(first['loc'][0]).replace('_', '-')}: {message}"
+        raise EvalInputError(message) from None
     _check_output_dir(args.output_dir, "-o/--output-dir")
     if args.workdir:
         _check_output_dir(args.workdir, "--workdir")

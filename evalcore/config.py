@@ -53,3 +53,11 @@ __all__ = [
     "METRES_PER_DEGREE",
     "NUMBA_OPTIONS",
 ]
+
+IOU_SWEEP_THRESHOLDS: tuple[float, ...] = tuple(round(0.5 + 0.05 * k, 2) for k in range(10))
+"""Default thresholds of the IoU sweep (SPEC 6): 0.50, 0.55, ..., 0.95."""
+
+MAJORITY_FRACTION: float = 0.5
+"""A cover or a hold needs strictly more than this share of a polygon (SPEC 6.2)."""
+
+__all__ += ["IOU_SWEEP_THRESHOLDS", "MAJORITY_FRACTION"]

@@ -1,18 +1,20 @@
-"""The phases of one evaluation, as pure functions a partition can run on its own.
+"""The phases of one evaluation, as pure functions from frozen inputs to frozen outputs.
 
 ARCHITECTURE.md's four phases, here without any cluster code:
 
 1. prepare and key: :func:`evalcore.prepare.prepare_layer` (per input chunk);
-2. pairs: :func:`compute_pairs`, for the reference fields and predictions a
-   partition owns, against the other layer's polygons near them (its own and a halo);
-3. resolve: :func:`evalcore.matching.resolve` on all pairs, then
-   :func:`prediction_rows` for every prediction's home and matched state;
+2. pairs: :func:`compute_pairs`, for the reference fields and predictions a partition
+   owns, against the other layer's polygons near them (its own and a halo);
+3. resolve: :func:`resolve_run` on every pair of the run (:func:`concat_pair_results`):
+   the global matching, the families' global per-pair values and what every prediction
+   adds to which reference row; then :func:`route` says which partition gets which
+   pairs and rows;
 4. sums: :func:`summarize_partition` per partition, and :func:`merge_partitions`.
 
-The single-process :func:`evalcore.evaluate` runs the same functions, phase 2 once
-over everything and phase 4 once per partition key, merging in key order; the
-distributed runner calls them per partition on Dask workers. The merge always adds
-partitions in key order, so both give the same bits.
+The single-process :func:`evalcore.evaluate` runs the same functions with phase 2 once
+over everything; the distributed runner (:mod:`evalcore.distributed.runner`) runs
+phases 2 and 4 per partition on Dask workers. Both route with :func:`route` and merge in
+partition-key order, so they give the same bits.
 """
 
 from __future__ import annotations
@@ -25,24 +27,29 @@ import pandas as pd
 from evalcore import boundary
 from evalcore._typing import F64Array, IdArray
 from evalcore.bootstrap import PartitionKey, ReplicateSums, partition_replicate_sums
-from evalcore.matching import Resolution, eligible_pairs
-from evalcore.options import EvalOptions, RunPlan
+from evalcore.matching import Resolution, eligible_pairs, matched_homes, overlap_homes, resolve
+from evalcore.metrics import enabled_families, max_columns, quantity_columns
+from evalcore.metrics.base import PairContext, PredContext, RefContext
+from evalcore.options import EvalOptions, RunPlan, base_threshold
 from evalcore.pairs import PairTable, candidate_pairs
 from evalcore.prepare import PreparedLayer
-from evalcore.quantities import QUANTITY_COLUMNS, prediction_fields, quantity_rows, reference_fields
-from evalcore.stats import QuantitySums, group_sums
+from evalcore.quantities import Contributions, prediction_contributions, prediction_fields, quantity_table, reference_fields
+from evalcore.stats import GroupSums, group_sums
 
 __all__ = [
     "PairResults",
     "compute_pairs",
-    "prediction_rows",
+    "concat_pair_results",
+    "Resolved",
+    "resolve_run",
+    "Routing",
+    "route",
     "RefRows",
     "PartitionSummary",
     "summarize_partition",
     "MergedSums",
     "merge_partitions",
     "partition_keys",
-    "unassigned_row",
     "field_table",
 ]
 
@@ -59,23 +66,24 @@ class PairResults:
     Attributes
     ----------
     pairs : PairTable
-        Candidate pairs of the reference fields.
-    pred_area_of_pair : ndarray of float64
-        Area of each pair's prediction, m².
+        Candidate pairs of the reference fields, sorted by (reference, prediction) position.
+    pred_area_of_pair, ref_area_of_pair : ndarray of float64
+        Area of each pair's prediction and reference field, m².
     hausdorff_m, mean_distance_m, spacing_m : ndarray of float64
         Boundary distances of each eligible pair (NaN for pairs below the threshold).
     ref_pos, ref_within_tol_m : ndarray
-        The reference fields and their boundary length within the tolerance (NaN
-        without a tolerance), metres.
+        The reference fields (increasing positions) and their boundary length within
+        the tolerance (NaN without a tolerance), metres.
     pred_pos, pred_area_m2, pred_perimeter_m, pred_within_tol_m : ndarray
-        The predictions owned by the partition: area (m²), perimeter and boundary
-        length within the tolerance (metres, in their own UTM zone).
+        The predictions owned by the partition (increasing positions): area (m²),
+        perimeter and boundary length within the tolerance (metres, own UTM zone).
     pred_label_of_pair : ndarray of object
         Input label of each pair's prediction (for the per-field table).
     """
 
     pairs: PairTable
     pred_area_of_pair: F64Array
+    ref_area_of_pair: F64Array
     hausdorff_m: F64Array
     mean_distance_m: F64Array
     spacing_m: F64Array
@@ -86,6 +94,31 @@ class PairResults:
     pred_perimeter_m: F64Array
     pred_within_tol_m: F64Array
     pred_label_of_pair: np.ndarray
+
+    def restrict(self, pair_rows: IdArray, ref_rows: IdArray, pred_rows: IdArray | None = None) -> PairResults:
+        """The results of some pairs, reference rows and (optionally) prediction rows."""
+        p = self.pairs
+        preds = slice(None) if pred_rows is None else pred_rows
+        return PairResults(
+            pairs=PairTable(p.ref_pos[pair_rows], p.pred_pos[pair_rows], p.inter_m2[pair_rows], p.iou[pair_rows]),
+            pred_area_of_pair=self.pred_area_of_pair[pair_rows],
+            ref_area_of_pair=self.ref_area_of_pair[pair_rows],
+            hausdorff_m=self.hausdorff_m[pair_rows],
+            mean_distance_m=self.mean_distance_m[pair_rows],
+            spacing_m=self.spacing_m[pair_rows],
+            ref_pos=self.ref_pos[ref_rows],
+            ref_within_tol_m=self.ref_within_tol_m[ref_rows],
+            pred_pos=self.pred_pos[preds],
+            pred_area_m2=self.pred_area_m2[preds],
+            pred_perimeter_m=self.pred_perimeter_m[preds],
+            pred_within_tol_m=self.pred_within_tol_m[preds],
+            pred_label_of_pair=self.pred_label_of_pair[pair_rows],
+        )
+
+    def pred_labels(self) -> pd.Series:
+        """Input label of every prediction in a pair, indexed by prediction position."""
+        labels = pd.Series(self.pred_label_of_pair, index=self.pairs.pred_pos)
+        return labels[~labels.index.duplicated()].infer_objects()
 
 
 def compute_pairs(
@@ -135,6 +168,7 @@ def compute_pairs(
     return PairResults(
         pairs=pairs,
         pred_area_of_pair=pred_near.area_m2[i_pred],
+        ref_area_of_pair=ref.area_m2[i_ref],
         hausdorff_m=hausdorff,
         mean_distance_m=mean,
         spacing_m=spacing,
@@ -148,19 +182,164 @@ def compute_pairs(
     )
 
 
-def prediction_rows(
-    pred_pos: IdArray,
-    area_m2: F64Array,
-    perimeter_m: F64Array,
-    within_tol_m: F64Array,
-    resolution: Resolution,
-) -> pd.DataFrame:
-    """Every prediction's quantities and home (-1: none), indexed by position."""
-    rows = prediction_fields(pred_pos, resolution)
-    rows["area_m2"] = area_m2
-    rows["perimeter_m"] = perimeter_m
-    rows["boundary_within_tolerance_m"] = within_tol_m
-    return rows
+def concat_pair_results(parts: list[PairResults]) -> tuple[PairResults, IdArray]:
+    """Every partition's pairs phase output as one, in position order.
+
+    Returns
+    -------
+    results : PairResults
+        Pairs sorted by (reference, prediction) position, reference and prediction rows
+        by position. A pair computed twice is an error.
+    ref_part : ndarray of int64
+        Index in ``parts`` of each reference row's partition.
+    """
+    if not parts:
+        empty = np.empty(0)
+        e64 = np.empty(0, np.int64)
+        return PairResults(PairTable.empty(), empty, empty, empty, empty, empty, e64, empty, e64, empty, empty, empty,
+                           np.empty(0, dtype=object)), e64
+    table = PairTable.concat([p.pairs for p in parts])  # checks duplicates
+    ref_pos = np.concatenate([p.pairs.ref_pos for p in parts])
+    pred_pos = np.concatenate([p.pairs.pred_pos for p in parts])
+    order = np.lexsort((pred_pos, ref_pos))
+
+    def cat(name: str, rows: np.ndarray) -> np.ndarray:
+        return np.concatenate([getattr(p, name) for p in parts])[rows]
+
+    ref_rows = np.argsort(np.concatenate([p.ref_pos for p in parts]), kind="stable")
+    pred_rows = np.argsort(np.concatenate([p.pred_pos for p in parts]), kind="stable")
+    ref_part = np.concatenate([np.full(len(p.ref_pos), i, dtype=np.int64) for i, p in enumerate(parts)])[ref_rows]
+    results = PairResults(
+        pairs=table,
+        pred_area_of_pair=cat("pred_area_of_pair", order),
+        ref_area_of_pair=cat("ref_area_of_pair", order),
+        hausdorff_m=cat("hausdorff_m", order),
+        mean_distance_m=cat("mean_distance_m", order),
+        spacing_m=cat("spacing_m", order),
+        ref_pos=cat("ref_pos", ref_rows),
+        ref_within_tol_m=cat("ref_within_tol_m", ref_rows),
+        pred_pos=cat("pred_pos", pred_rows),
+        pred_area_m2=cat("pred_area_m2", pred_rows),
+        pred_perimeter_m=cat("pred_perimeter_m", pred_rows),
+        pred_within_tol_m=cat("pred_within_tol_m", pred_rows),
+        pred_label_of_pair=cat("pred_label_of_pair", order),
+    )
+    return results, ref_part
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The resolve phase's output: the global decisions every partition's sums need.
+
+    Attributes
+    ----------
+    resolution : Resolution
+        The matching at the main threshold (and the base matching).
+    pair_values : dict of str to ndarray
+        Per pair of the run (in the order of ``resolution.pairs``): ``is_match``,
+        ``is_eligible``, ``base_match`` and every family's global per-pair values.
+    preds : pandas.DataFrame
+        Every prediction's matching outcome and homes (:class:`PredContext`).
+    contributions : Contributions
+        What the predictions add to each reference row, summed per field.
+    unassigned : dict of str to float
+        What the predictions without any candidate pair add (overall only).
+    """
+
+    resolution: Resolution
+    pair_values: dict[str, np.ndarray]
+    preds: pd.DataFrame
+    contributions: Contributions
+    unassigned: dict[str, float]
+
+
+def resolve_run(results: PairResults, options: EvalOptions) -> Resolved:
+    """Phase 3: match every pair of the run and decide what each prediction adds where.
+
+    Parameters
+    ----------
+    results : PairResults
+        Every pair of the run and every prediction (:func:`concat_pair_results`).
+    options : EvalOptions
+    """
+    pairs = results.pairs
+    resolution = resolve(pairs, options.iou_threshold, options.matching, base_threshold(options))
+    pair_values = {"is_match": resolution.is_match, "is_eligible": resolution.is_eligible, "base_match": resolution.base_match}
+    pair_ctx = PairContext(pairs, results.ref_area_of_pair, results.pred_area_of_pair, resolution.base_match, options)
+    for family in enabled_families(options):
+        pair_values.update(family.pair_values(pair_ctx))
+
+    preds = prediction_fields(results.pred_pos, resolution)
+    preds["area_m2"] = results.pred_area_m2
+    preds["perimeter_m"] = results.pred_perimeter_m
+    preds["boundary_within_tolerance_m"] = results.pred_within_tol_m
+    n = len(preds)
+    positions = results.pred_pos
+    base_home = np.full(n, -1, dtype=np.int64)
+    base_iou = np.full(n, np.nan)
+    p, r, k = matched_homes(pairs, resolution.base_match)
+    rows = np.searchsorted(positions, p)
+    base_home[rows], base_iou[rows] = r, pairs.iou[k]
+    overlap = np.full(n, -1, dtype=np.int64)
+    p, r = overlap_homes(pairs)
+    overlap[np.searchsorted(positions, p)] = r
+    preds["base_home_ref_pos"] = base_home
+    preds["base_home_iou"] = base_iou
+    preds["overlap_ref_pos"] = overlap
+    contributions, unassigned = prediction_contributions(PredContext(preds, pairs, pair_values, options))
+    return Resolved(resolution, pair_values, preds, contributions, unassigned)
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    """Which rows of the run's tables each partition gets (:func:`route`).
+
+    Attributes
+    ----------
+    ref_rows, pair_rows, contribution_rows : list of ndarray of int64
+        Per partition (in the order given to :func:`route`), increasing row indices
+        into the reference rows, the pair table and the contributions.
+    """
+
+    ref_rows: list[IdArray]
+    pair_rows: list[IdArray]
+    contribution_rows: list[IdArray]
+
+
+def _rows_by_part(part: IdArray, n_parts: int) -> list[IdArray]:
+    order = np.argsort(part, kind="stable")
+    bounds = np.searchsorted(part[order], np.arange(n_parts + 1))
+    return [order[bounds[k] : bounds[k + 1]] for k in range(n_parts)]
+
+
+def route(ref_pos: IdArray, ref_part: IdArray, n_parts: int, pair_ref_pos: IdArray, target_ref_pos: IdArray) -> Routing:
+    """Send every pair and every prediction contribution to its reference field's partition.
+
+    The one routing of the engine: the single-process run, the distributed runner and
+    the tests all call it. A pair belongs to its reference field's partition; a
+    prediction's contribution to the partition of the field it is added to.
+
+    Parameters
+    ----------
+    ref_pos : ndarray of int64, shape (n_ref,)
+        Every reference field's position, increasing.
+    ref_part : ndarray of int64, shape (n_ref,)
+        Its partition, in ``[0, n_parts)``.
+    n_parts : int
+    pair_ref_pos, target_ref_pos : ndarray of int64
+        Reference position of each pair and of each contribution row (all present in ``ref_pos``).
+    """
+    def part_of(positions: IdArray) -> IdArray:
+        idx = np.searchsorted(ref_pos, positions)
+        if len(positions) and (idx.max() >= len(ref_pos) or not np.array_equal(ref_pos[idx], positions)):
+            raise KeyError("a pair or a prediction refers to a reference field no partition holds")
+        return ref_part[idx]
+
+    return Routing(
+        ref_rows=_rows_by_part(np.asarray(ref_part, dtype=np.int64), n_parts),
+        pair_rows=_rows_by_part(part_of(pair_ref_pos), n_parts),
+        contribution_rows=_rows_by_part(part_of(target_ref_pos), n_parts),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,35 +378,32 @@ class PartitionSummary:
     key : PartitionKey
     n_ref, n_pred : int
         Reference fields of the partition and predictions homed in them.
-    overall : QuantitySums
-    strata, sizes : list of QuantitySums
+    sums : GroupSums
+        Per group of the flat group axis (overall, strata, size classes).
     replicates : ReplicateSums or None
-    medians : pandas.DataFrame
-        Per-field columns the medians need: ``area_ha``, ``hausdorff_m``,
-        ``boundary_mean_distance_m`` (NaN when unmatched), ``strata_code``, ``size_code``.
+    gathered : pandas.DataFrame
+        Per-field values kept whole (the families' medians), indexed by position, with
+        a ``group_<k>`` column per grouping (flat group index, -1: none).
     """
 
     key: PartitionKey
     n_ref: int
     n_pred: int
-    overall: QuantitySums
-    strata: list[QuantitySums]
-    sizes: list[QuantitySums]
+    sums: GroupSums
     replicates: ReplicateSums | None
-    medians: pd.DataFrame = field(repr=False)
+    gathered: pd.DataFrame = field(repr=False)
 
 
 def summarize_partition(
     key: PartitionKey,
     refs: RefRows,
     results: PairResults,
-    is_match: np.ndarray,
-    is_eligible: np.ndarray,
-    preds: pd.DataFrame,
+    pair_values: dict[str, np.ndarray],
+    contributions: Contributions,
     options: EvalOptions,
     plan: RunPlan,
 ) -> tuple[PartitionSummary, pd.DataFrame]:
-    """The sums phase of one partition.
+    """Phase 4 of one partition.
 
     Parameters
     ----------
@@ -235,15 +411,15 @@ def summarize_partition(
     refs : RefRows
         The partition's reference fields.
     results : PairResults
-        Pairs phase output holding (at least) every pair of these fields, and their
-        tolerance lengths.
-    is_match, is_eligible : ndarray of bool
-        The global matching's verdict on each pair of ``results.pairs``.
-    preds : pandas.DataFrame
-        :func:`prediction_rows` of the predictions whose home is one of ``refs``.
+        Pairs phase output holding exactly the pairs of these fields, in (reference,
+        prediction) order, and their tolerance lengths.
+    pair_values : dict of str to ndarray
+        The resolve phase's per-pair values for those pairs.
+    contributions : Contributions
+        What the predictions homed in these fields add.
     options : EvalOptions
     plan : RunPlan
-        Strata, size classes and the central bootstrap draws of the run.
+        Groupings and the central bootstrap draws of the run.
 
     Returns
     -------
@@ -252,9 +428,15 @@ def summarize_partition(
         The per-field columns of the partition's reference fields, indexed by position.
     """
     pairs = results.pairs
+    if len(pairs) and not np.isin(pairs.ref_pos, refs.positions).all():
+        raise ValueError(f"partition {key}: a pair refers to a reference field of another partition")
+    for name, values in pair_values.items():
+        if len(values) != len(pairs):
+            raise ValueError(f"partition {key}: {len(values)} values of {name!r} for {len(pairs)} pairs")
+    is_match = pair_values["is_match"]
     resolution = Resolution(
         pairs=pairs,
-        is_eligible=is_eligible,
+        is_eligible=pair_values["is_eligible"],
         is_match=is_match,
         home_pred_pos=np.empty(0, np.int64),
         home_ref_pos=np.empty(0, np.int64),
@@ -265,25 +447,36 @@ def summarize_partition(
     fields["area_m2"] = refs.area_m2
     fields["perimeter_m"] = refs.perimeter_m
     fields["utm_epsg"] = refs.utm_epsg
-    # Distances of the matched pair: the pair the field matched, looked up by position.
-    hausdorff = np.full(len(refs.positions), np.nan)
-    mean = np.full(len(refs.positions), np.nan)
-    spacing = np.full(len(refs.positions), np.nan)
-    matched_pairs = np.flatnonzero(is_match & np.isin(pairs.ref_pos, refs.positions))
-    rows = np.searchsorted(refs.positions, pairs.ref_pos[matched_pairs])
+    row_of_pair = np.searchsorted(refs.positions, pairs.ref_pos)
+    # Distances of the matched pair: the pair the field matched.
+    n = len(refs.positions)
+    hausdorff = np.full(n, np.nan)
+    mean = np.full(n, np.nan)
+    spacing = np.full(n, np.nan)
+    matched_pairs = np.flatnonzero(is_match)
+    rows = row_of_pair[matched_pairs]
     hausdorff[rows] = results.hausdorff_m[matched_pairs]
     mean[rows] = results.mean_distance_m[matched_pairs]
     spacing[rows] = results.spacing_m[matched_pairs]
     fields["hausdorff_m"] = hausdorff
     fields["boundary_mean_distance_m"] = mean
     fields["boundary_sample_spacing_m"] = spacing
-    within = np.full(len(refs.positions), np.nan)
+    within = np.full(n, np.nan)
     own = np.isin(results.ref_pos, refs.positions)
     within[np.searchsorted(refs.positions, results.ref_pos[own])] = results.ref_within_tol_m[own]
     fields["boundary_within_tolerance_m"] = within
 
-    preds = preds.sort_index()
-    table = quantity_rows(fields, preds, tolerance_m=options.boundary_tolerance_m)
+    ctx = RefContext(
+        fields=fields,
+        pairs=pairs,
+        row_of_pair=row_of_pair,
+        ref_area_m2=results.ref_area_of_pair,
+        pred_area_m2=results.pred_area_of_pair,
+        pair_values=pair_values,
+        options=options,
+    )
+    table = quantity_table(ctx, contributions)
+    flat_groups = plan.flat_groups(refs.strata_codes, refs.size_codes)
     replicates = None
     if options.bootstrap > 0:
         replicates = partition_replicate_sums(
@@ -293,31 +486,23 @@ def summarize_partition(
             plan.draws,
             n_replicates=options.bootstrap,
             seed=options.bootstrap_seed,
-            strata_codes=refs.strata_codes,
-            n_strata=plan.n_strata,
-            size_codes=refs.size_codes,
-            n_size_classes=plan.n_sizes,
+            flat_groups=flat_groups,
+            n_groups=plan.n_groups,
         )
-    matched = fields["matched"].to_numpy(bool)
-    medians = pd.DataFrame(
-        {
-            "area_ha": refs.area_m2 / 1e4,
-            "hausdorff_m": np.where(matched, hausdorff, np.nan),
-            "boundary_mean_distance_m": np.where(matched, mean, np.nan),
-            "strata_code": refs.strata_codes,
-            "size_code": refs.size_codes,
-        },
-        index=pd.Index(refs.positions, name="ref_pos"),
-    )
+    gathered = pd.DataFrame(index=pd.Index(refs.positions, name="ref_pos"))
+    for family in enabled_families(options):
+        for name, values in family.gathered(ctx).items():
+            gathered[name] = values
+    for g in range(flat_groups.shape[1]):
+        gathered[f"group_{g}"] = flat_groups[:, g]
+    n_pred = int(table.column("n_pred").sum()) if n else 0
     summary = PartitionSummary(
         key=key,
-        n_ref=len(refs.positions),
-        n_pred=len(preds),
-        overall=QuantitySums.from_table(table, with_unassigned=False),
-        strata=group_sums(table, refs.strata_codes, plan.n_strata),
-        sizes=group_sums(table, refs.size_codes, plan.n_sizes),
+        n_ref=n,
+        n_pred=n_pred,
+        sums=group_sums(table.values, table.maxima, flat_groups, plan.n_groups, table.columns, table.max_columns),
         replicates=replicates,
-        medians=medians,
+        gathered=gathered,
     )
     return summary, fields
 
@@ -328,72 +513,49 @@ class MergedSums:
 
     Attributes
     ----------
-    overall : QuantitySums
-        Including the unassigned predictions' row.
-    strata, sizes : list of QuantitySums
+    sums : GroupSums
+        Group 0 (overall) includes the unassigned predictions' row.
     replicates : ReplicateSums or None
-        ``overall`` includes the unassigned row in every replicate.
-    medians : pandas.DataFrame
-        Concatenated per-field median columns, in position order.
-    unassigned : ndarray of float64
+        The overall group includes the unassigned row in every replicate.
+    gathered : pandas.DataFrame
+        Concatenated gathered per-field columns, in position order.
+    unassigned : dict of str to float
     """
 
-    overall: QuantitySums
-    strata: list[QuantitySums]
-    sizes: list[QuantitySums]
+    sums: GroupSums
     replicates: ReplicateSums | None
-    medians: pd.DataFrame
-    unassigned: F64Array
+    gathered: pd.DataFrame
+    unassigned: dict[str, float]
 
 
 def merge_partitions(
-    parts: list[PartitionSummary], unassigned: F64Array, *, n_strata: int, n_sizes: int, n_replicates: int
+    parts: list[PartitionSummary], unassigned: dict[str, float], options: EvalOptions, plan: RunPlan
 ) -> MergedSums:
     """Add the partitions' sums in partition-key order (so the bits never depend on arrival order)."""
     parts = sorted(parts, key=lambda p: p.key)
     keys = [p.key for p in parts]
     if len(set(keys)) != len(keys):
         raise ValueError("a partition was summed twice")
-    overall = QuantitySums.empty()
-    strata = [QuantitySums.empty() for _ in range(n_strata)]
-    sizes = [QuantitySums.empty() for _ in range(n_sizes)]
-    c = len(QUANTITY_COLUMNS)
+    columns, max_cols = quantity_columns(options), max_columns(options)
+    sums = GroupSums.empty(columns, max_cols, plan.n_groups)
     replicates = None
-    if n_replicates > 0:
-        replicates = ReplicateSums(
-            np.zeros((n_replicates, c)), np.zeros((n_strata, n_replicates, c)), np.zeros((n_sizes, n_replicates, c))
-        )
+    if options.bootstrap > 0:
+        replicates = ReplicateSums(np.zeros((plan.n_groups, options.bootstrap, len(columns))))
     for part in parts:
-        overall = overall.merge(part.overall)
-        strata = [a.merge(b) for a, b in zip(strata, part.strata)]
-        sizes = [a.merge(b) for a, b in zip(sizes, part.sizes)]
+        sums = sums.merge(part.sums)
         if replicates is not None:
             replicates = replicates.merge(part.replicates)
-    overall = overall.merge(QuantitySums(QUANTITY_COLUMNS, np.asarray(unassigned, dtype=np.float64), float("nan")))
+    row = np.array([unassigned.get(c, 0.0) for c in columns])
+    sums = sums.add_to_group(0, row)
     if replicates is not None:
-        replicates = ReplicateSums(replicates.overall + unassigned, replicates.strata, replicates.size_classes)
-    medians = pd.concat([p.medians for p in parts]).sort_index() if parts else pd.DataFrame(
-        {"area_ha": [], "hausdorff_m": [], "boundary_mean_distance_m": [], "strata_code": [], "size_code": []}
-    )
-    return MergedSums(overall, strata, sizes, replicates, medians, np.asarray(unassigned, dtype=np.float64))
-
-
-def unassigned_row(preds: pd.DataFrame, tolerance_m: float | None) -> F64Array:
-    """Sum of the quantity rows of the predictions without a home."""
-    homeless = preds[preds["home_ref_pos"].to_numpy() < 0]
-    empty_refs = pd.DataFrame(
-        {
-            name: np.empty(0)
-            for name in (
-                "matched", "iou", "pred_area_m2", "best_iou", "oversegmentation", "undersegmentation",
-                "n_overlapping_pred", "n_eligible_pred", "area_m2", "perimeter_m", "hausdorff_m",
-                "boundary_mean_distance_m", "boundary_sample_spacing_m", "boundary_within_tolerance_m",
-            )
-        },
-        index=pd.Index(np.empty(0, np.int64)),
-    )
-    return quantity_rows(empty_refs, homeless, tolerance_m=tolerance_m).unassigned
-
+        groups = replicates.groups.copy()
+        groups[0] = groups[0] + row
+        replicates = ReplicateSums(groups)
+    if parts:
+        gathered = pd.concat([p.gathered for p in parts]).sort_index()
+    else:
+        gathered = pd.DataFrame(index=pd.Index(np.empty(0, np.int64), name="ref_pos"))
+    return MergedSums(sums, replicates, gathered, dict(unassigned))
 
 
 def _labels_at(pred_labels: pd.Series, positions: np.ndarray) -> pd.api.extensions.ExtensionArray | np.ndarray:

@@ -24,6 +24,8 @@ __all__ = [
     "home_references",
     "resolve",
     "check_matching",
+    "overlap_homes",
+    "matched_homes",
 ]
 
 
@@ -111,6 +113,34 @@ def home_references(pairs: PairTable, is_match: BoolArray) -> tuple[IdArray, IdA
     return pairs.pred_pos[chosen], pairs.ref_pos[chosen]
 
 
+def overlap_homes(pairs: PairTable) -> tuple[IdArray, IdArray]:
+    """Each prediction's largest-intersection reference (ties: first reference position).
+
+    Returns
+    -------
+    pred_pos, ref_pos : ndarray of int64, sorted by prediction position.
+    """
+    every = np.arange(len(pairs))
+    chosen = _first_per_group(pairs.pred_pos, every[np.lexsort((pairs.ref_pos, -pairs.inter_m2, pairs.pred_pos))])
+    return pairs.pred_pos[chosen], pairs.ref_pos[chosen]
+
+
+def matched_homes(pairs: PairTable, is_match: BoolArray) -> tuple[IdArray, IdArray, IdArray]:
+    """Each matched prediction's matched reference (several: highest IoU, ties first reference).
+
+    Returns
+    -------
+    pred_pos, ref_pos : ndarray of int64, sorted by prediction position.
+    pair : ndarray of int64
+        Index of the chosen pair.
+    """
+    matched = np.flatnonzero(is_match)
+    chosen = _first_per_group(
+        pairs.pred_pos, matched[np.lexsort((pairs.ref_pos[matched], -pairs.iou[matched], pairs.pred_pos[matched]))]
+    )
+    return pairs.pred_pos[chosen], pairs.ref_pos[chosen], chosen
+
+
 @dataclass(frozen=True, slots=True)
 class Resolution:
     """The global outcome of matching.
@@ -119,10 +149,14 @@ class Resolution:
     ----------
     pairs : PairTable
     is_eligible, is_match : ndarray of bool, one per pair
+        At the main threshold.
+    base_match : ndarray of bool, one per pair
+        The matching at ``base_threshold`` (the lowest threshold the run needs); the
+        matching at any higher threshold t is ``base_match & (IoU >= t (1 - 1e-9))``.
     home_pred_pos, home_ref_pos : ndarray of int64
         Home reference of each prediction that has one, sorted by prediction position.
     matching : str
-    iou_threshold : float
+    iou_threshold, base_threshold : float
     """
 
     pairs: PairTable
@@ -132,22 +166,36 @@ class Resolution:
     home_ref_pos: IdArray
     matching: str
     iou_threshold: float
+    base_match: BoolArray | None = None
+    base_threshold: float | None = None
 
 
-def resolve(pairs: PairTable, iou_threshold: float, matching: str) -> Resolution:
-    """Match the pairs and find every prediction's home reference."""
+def resolve(pairs: PairTable, iou_threshold: float, matching: str, base_threshold: float | None = None) -> Resolution:
+    """Match the pairs and find every prediction's home reference.
+
+    With ``base_threshold`` below ``iou_threshold``, the matching is made once at the
+    base threshold and restricted to the pairs eligible at ``iou_threshold``: greedy
+    one-to-one visits pairs by descending IoU, so the pairs eligible at a higher
+    threshold are a prefix of its order and get the same decisions; under many-to-one
+    each reference keeps its best prediction while that reaches the threshold.
+    """
     matching = check_matching(matching)
+    base = float(iou_threshold) if base_threshold is None else min(float(base_threshold), float(iou_threshold))
     if matching == "one_to_one":
-        is_match = match_one_to_one(pairs, iou_threshold)
+        base_match = match_one_to_one(pairs, base)
     else:
-        is_match = match_many_to_one(pairs, iou_threshold)
+        base_match = match_many_to_one(pairs, base)
+    is_eligible = eligible_pairs(pairs, iou_threshold)
+    is_match = base_match & is_eligible
     home_pred, home_ref = home_references(pairs, is_match)
     return Resolution(
         pairs=pairs,
-        is_eligible=eligible_pairs(pairs, iou_threshold),
+        is_eligible=is_eligible,
         is_match=is_match,
         home_pred_pos=home_pred,
         home_ref_pos=home_ref,
         matching=matching,
         iou_threshold=float(iou_threshold),
+        base_match=base_match,
+        base_threshold=base,
     )

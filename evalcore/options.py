@@ -1,72 +1,144 @@
-"""Validated evaluation options and the run-wide plan shared by every partition."""
+"""Evaluation options, declared once, and the run-wide plan shared by every partition.
+
+The options are the engine's own (:data:`CORE_OPTIONS`: bootstrap, equal-area CRS,
+partition tile) plus those each metric family declares (:mod:`evalcore.metrics`).
+:func:`all_options` is the one list from which :func:`check_options` (the library's
+validation), the CLI flags (:mod:`evalcore.cli`) and the flow parameters
+(:mod:`flows.params`) are generated.
+"""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from numbers import Integral, Real
+from collections.abc import Mapping
+from dataclasses import FrozenInstanceError, dataclass
 
 import numpy as np
 
 from evalcore.bootstrap import draw_partition_counts, pool_id
-from evalcore.config import BOUNDARY_SAMPLE_SPACING_M, DEFAULT_TILE_SIZE_M
+from evalcore.config import DEFAULT_TILE_SIZE_M
 from evalcore.groups import SizeClasses, size_classes
-from evalcore.matching import check_matching
+from evalcore.metrics import enabled_families, family_options
+from evalcore.metrics.base import Option
+from evalcore.metrics.checks import any_value, non_negative_int, positive
 
-__all__ = ["EvalOptions", "check_options", "RunPlan", "make_run_plan", "positive_number"]
+__all__ = [
+    "CORE_OPTIONS",
+    "EvalOptions",
+    "all_options",
+    "check_options",
+    "RunPlan",
+    "make_run_plan",
+    "positive_number",
+    "base_threshold",
+]
 
 
-@dataclass(frozen=True, slots=True)
+def _km(value: object) -> float:
+    return float(value) * 1000.0
+
+
+CORE_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "bootstrap", 0, "number of bootstrap resamples for 95 % percentile intervals (default 0: none)",
+        non_negative_int, parse=int, annotation=int,
+    ),
+    Option("bootstrap_seed", 42, "seed of the bootstrap draws (default 42)", non_negative_int, parse=int, annotation=int),
+    Option(
+        "equal_area_crs", None, "equal-area CRS for areas and IoU, metres (default EPSG:6933)",
+        any_value, annotation=str | None,
+    ),
+    Option(
+        "tile_size_m", DEFAULT_TILE_SIZE_M,
+        "side of the partition tiles in kilometres; changes no point estimate (default 50)",
+        positive, parse=float, flag="--tile-km", cli_default=DEFAULT_TILE_SIZE_M / 1000.0, to_option=_km, annotation=float,
+    ),
+)
+
+
+def all_options() -> tuple[Option, ...]:
+    """Every option: the engine's, then each registered family's, in registry order."""
+    return CORE_OPTIONS + family_options()
+
+
 class EvalOptions:
-    """Validated evaluation parameters (see :func:`evaluate`)."""
+    """Validated evaluation options, read as attributes (``options.iou_threshold``).
 
-    iou_threshold: float = 0.5
-    matching: str = "one_to_one"
-    bootstrap: int = 0
-    bootstrap_seed: int = 42
-    boundary_tolerance_m: float | None = None
-    equal_area_crs: object = None
-    boundary_sample_spacing_m: float | None = BOUNDARY_SAMPLE_SPACING_M
-    tile_size_m: float = DEFAULT_TILE_SIZE_M
+    Immutable and picklable; made by :func:`check_options`.
+    """
 
+    __slots__ = ("_values",)
 
-def positive_number(name: str, value: object, *, allow_none: bool) -> float | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)) or float(value) <= 0:
-        raise ValueError(f"{name} must be a positive finite number{' or None' if allow_none else ''}, but got {value!r}.")
-    return float(value)
+    def __init__(self, values: Mapping[str, object]) -> None:
+        object.__setattr__(self, "_values", dict(values))
+
+    def __getattr__(self, name: str) -> object:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"no evaluation option {name!r}") from None
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to option {name!r}")
+
+    def __reduce__(self) -> tuple:
+        return (EvalOptions, (self._values,))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EvalOptions) and self._values == other._values
+
+    def __hash__(self) -> int:
+        return hash(repr(sorted(self._values.items(), key=lambda kv: kv[0])))
+
+    def __repr__(self) -> str:
+        return "EvalOptions(" + ", ".join(f"{k}={v!r}" for k, v in self._values.items()) + ")"
+
+    def as_dict(self) -> dict[str, object]:
+        return dict(self._values)
+
+    def replace(self, **changes: object) -> EvalOptions:
+        return check_options(**{**self._values, **changes})
 
 
 def check_options(**kwargs: object) -> EvalOptions:
-    """Validate evaluation parameters; ValueError names the argument and the value."""
-    opts = EvalOptions(**kwargs)  # type: ignore[arg-type]
-    thr = opts.iou_threshold
-    if isinstance(thr, bool) or not isinstance(thr, Real) or not (0.0 < float(thr) <= 1.0):
-        raise ValueError(f"iou_threshold must be in (0, 1], but got {thr!r}.")
-    check_matching(opts.matching)
-    if isinstance(opts.bootstrap, bool) or not isinstance(opts.bootstrap, Integral) or opts.bootstrap < 0:
-        raise ValueError(f"bootstrap must be a non-negative integer (number of resamples), but got {opts.bootstrap!r}.")
-    seed = opts.bootstrap_seed
-    if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
-        raise ValueError(f"bootstrap_seed must be a non-negative integer, but got {seed!r}.")
-    return EvalOptions(
-        iou_threshold=float(thr),
-        matching=opts.matching,
-        bootstrap=int(opts.bootstrap),
-        bootstrap_seed=int(seed),
-        boundary_tolerance_m=positive_number("boundary_tolerance_m", opts.boundary_tolerance_m, allow_none=True),
-        equal_area_crs=opts.equal_area_crs,
-        boundary_sample_spacing_m=positive_number(
-            "boundary_sample_spacing_m", opts.boundary_sample_spacing_m, allow_none=True
-        ),
-        tile_size_m=positive_number("tile_size_m", opts.tile_size_m, allow_none=False),  # type: ignore[arg-type]
-    )
+    """Validate evaluation options; missing ones take their defaults.
+
+    Raises
+    ------
+    ValueError
+        Names the option, its rule and the value.
+    TypeError
+        For an option no family declares.
+    """
+    declared = {option.name: option for option in all_options()}
+    unknown = sorted(set(kwargs) - set(declared))
+    if unknown:
+        raise TypeError(f"unknown evaluation option(s) {', '.join(map(repr, unknown))}; valid: {', '.join(declared)}.")
+    values = {}
+    for name, option in declared.items():
+        value = kwargs.get(name, option.default)
+        values[name] = option.check(name, value)
+    return EvalOptions(values)
+
+
+def positive_number(name: str, value: object, *, allow_none: bool) -> float | None:
+    from evalcore.metrics.checks import positive_or_none
+
+    return positive_or_none(name, value) if allow_none else positive(name, value)
+
+
+def base_threshold(options: EvalOptions) -> float:
+    """The lowest IoU threshold the run's matching must serve (the main one and any family's)."""
+    lows = [f.lowest_threshold(options) for f in enabled_families(options)]
+    return min([options.iou_threshold] + [t for t in lows if t is not None])
 
 
 @dataclass(frozen=True, slots=True)
 class RunPlan:
     """Run-wide decisions taken after preparation, shared by every partition.
+
+    The groupings are data: ``strata`` and ``size classes`` are lists of group keys, and
+    every reference row gets one code per grouping (:meth:`group_codes`). Group 0 of the
+    flat group axis is the overall group; then the strata, then the size classes.
 
     Attributes
     ----------
@@ -89,6 +161,21 @@ class RunPlan:
     def n_sizes(self) -> int:
         return len(self.sizes.keys) if self.sizes is not None else 0
 
+    @property
+    def groupings(self) -> list[tuple[str, list[str]]]:
+        """``(output key, group keys)`` of each grouping besides the overall one."""
+        out = []
+        if self.strata_names is not None:
+            out.append(("per_stratum", list(self.strata_names)))
+        if self.sizes is not None:
+            out.append(("per_size_class", list(self.sizes.keys)))
+        return out
+
+    @property
+    def n_groups(self) -> int:
+        """Length of the flat group axis: overall, then every group of every grouping."""
+        return 1 + sum(len(keys) for _, keys in self.groupings)
+
     def group_codes(self, area_m2: np.ndarray, strata: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Stratum code, size-class code (-1: none) and bootstrap pool of each field.
 
@@ -109,6 +196,19 @@ class RunPlan:
             pools = np.asarray(pool_of_code, dtype=np.int64)[strata_codes]  # code -1 -> the missing pool
         size_codes = self.sizes.codes(area_m2 / 1e4) if self.sizes is not None else np.full(n, -1, dtype=np.int64)
         return strata_codes, size_codes, pools
+
+    def flat_groups(self, strata_codes: np.ndarray, size_codes: np.ndarray) -> np.ndarray:
+        """Each field's index on the flat group axis in every grouping, shape (n, n_groupings); -1: in none."""
+        columns = []
+        offset = 1
+        if self.strata_names is not None:
+            columns.append(np.where(strata_codes >= 0, strata_codes + offset, -1))
+            offset += self.n_strata
+        if self.sizes is not None:
+            columns.append(np.where(size_codes >= 0, size_codes + offset, -1))
+        if not columns:
+            return np.empty((len(strata_codes), 0), dtype=np.int64)
+        return np.ascontiguousarray(np.stack(columns, axis=1), dtype=np.int64)
 
 
 def make_run_plan(
@@ -141,5 +241,3 @@ def make_run_plan(
                 per_key[key] = per_key.get(key, 0) + n
         draws = draw_partition_counts(pool_sizes, options.bootstrap, options.bootstrap_seed)
     return RunPlan(names, sizes, draws)
-
-

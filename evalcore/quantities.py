@@ -7,7 +7,10 @@ predictions whose home it is. Predictions without a home are summed into one ext
 
 * :func:`reference_fields`: the per-reference columns of the per-field table,
 * :func:`prediction_fields`: the per-prediction columns,
-* :func:`quantity_rows`: the quantity table those columns sum into.
+* :func:`prediction_contributions`: what every prediction adds to reference rows,
+  summed per target field (centrally, after the matching),
+* :func:`quantity_table`: the quantity table of one partition, built by the metric
+  families (:mod:`evalcore.metrics`) from those columns.
 """
 
 from __future__ import annotations
@@ -17,71 +20,44 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from evalcore._typing import BoolArray, F64Array, IdArray
+from evalcore._typing import F64Array, IdArray
 from evalcore.matching import Resolution
+from evalcore.metrics import enabled_families, max_columns, quantity_columns
+from evalcore.metrics.base import PredContext, RefContext
 
 __all__ = [
-    "QUANTITY_COLUMNS",
     "QuantityTable",
+    "Contributions",
     "reference_fields",
     "prediction_fields",
-    "quantity_rows",
+    "quantity_table",
+    "prediction_contributions",
 ]
-
-QUANTITY_COLUMNS: tuple[str, ...] = (
-    # reference side
-    "n_ref",  # 1 per reference field
-    "area_ref_m2",
-    "tp",  # 1 when the field is matched
-    "iou_matched",  # IoU of the match, 0 otherwise
-    "area_ref_matched_m2",
-    "area_abs_err_m2",  # |pred - ref| area of the matched pair
-    "area_signed_err_m2",  # pred - ref area of the matched pair
-    "best_iou",
-    "oversegmentation",  # 1 - |r ∩ p'| / |r| (1 when nothing overlaps)
-    "undersegmentation",  # 1 - |r ∩ p'| / |p'| (0 and not counted when nothing overlaps)
-    "n_ref_with_overlap",
-    "n_ref_overseg",  # more than one prediction at IoU >= threshold (0.1.x)
-    "perimeter_ref_m",
-    "ref_within_tol_m",
-    "hausdorff_m",  # of the matched pair
-    "boundary_mean_m",  # symmetric mean distance of the matched pair
-    "n_within_tol",  # matched and mean distance <= tolerance
-    "area_within_tol_m2",
-    # prediction side (summed over the home predictions)
-    "n_pred",
-    "n_pred_matched",
-    "area_pred_m2",
-    "area_pred_matched_m2",
-    "n_pred_underseg",  # more than one reference at IoU >= threshold (0.1.x)
-    "perimeter_pred_m",
-    "pred_within_tol_m",
-)
-_COL = {name: k for k, name in enumerate(QUANTITY_COLUMNS)}
-
 
 @dataclass(frozen=True, slots=True)
 class QuantityTable:
-    """Quantity rows of some reference fields, and the unassigned predictions' row.
+    """Quantity rows of some reference fields (their home predictions' columns added).
 
     Attributes
     ----------
     ref_pos : ndarray of int64, shape (n,)
         Input positions of the reference fields, increasing.
-    values : ndarray of float64, shape (n, len(QUANTITY_COLUMNS))
-    unassigned : ndarray of float64, shape (len(QUANTITY_COLUMNS),)
-        Sum of the rows of the predictions without a home reference.
-    spacing_m : ndarray of float64, shape (n,)
-        Boundary sample spacing of the matched pair (NaN when unmatched); merges by max.
+    columns : tuple of str
+        The summed columns (:func:`evalcore.metrics.quantity_columns`).
+    values : ndarray of float64, shape (n, len(columns))
+    max_columns : tuple of str
+    maxima : ndarray of float64, shape (n, len(max_columns))
+        Values merged by max (NaN: none).
     """
 
     ref_pos: IdArray
+    columns: tuple[str, ...]
     values: F64Array
-    unassigned: F64Array
-    spacing_m: F64Array
+    max_columns: tuple[str, ...]
+    maxima: F64Array
 
     def column(self, name: str) -> F64Array:
-        return self.values[:, _COL[name]]
+        return self.values[:, self.columns.index(name)]
 
 
 def _lookup(sorted_keys: IdArray, keys: IdArray) -> IdArray:
@@ -206,84 +182,89 @@ def prediction_fields(pred_pos: IdArray, resolution: Resolution) -> pd.DataFrame
     )
 
 
-def quantity_rows(
-    ref: pd.DataFrame,
-    pred: pd.DataFrame,
-    *,
-    tolerance_m: float | None,
-) -> QuantityTable:
-    """Sum reference and home-prediction quantities into the quantity table.
+def quantity_table(ctx: RefContext, contributions: Contributions) -> QuantityTable:
+    """The quantity rows of one partition's fields: every family's reference columns plus
+    what the predictions homed in them add (``contributions``, computed centrally).
 
     Parameters
     ----------
-    ref : pandas.DataFrame
-        Indexed by reference position (increasing): the columns of
-        :func:`reference_fields` plus ``area_m2``, ``perimeter_m``, ``hausdorff_m``,
-        ``boundary_mean_distance_m``, ``boundary_sample_spacing_m`` and, with a
-        tolerance, ``boundary_within_tolerance_m``.
-    pred : pandas.DataFrame
-        Indexed by prediction position: the columns of :func:`prediction_fields`
-        plus ``area_m2``, ``perimeter_m`` and, with a tolerance,
-        ``boundary_within_tolerance_m``. Only the predictions whose home is in
-        ``ref`` or that have no home may appear; the latter go to ``unassigned``.
-    tolerance_m : float or None
+    ctx : RefContext
+    contributions : Contributions
+        Rows for some of these fields (any order of families' columns).
+    """
+    options = ctx.options
+    columns = quantity_columns(options)
+    max_cols = max_columns(options)
+    col = {name: k for k, name in enumerate(columns)}
+    values = np.zeros((ctx.n, len(columns)))
+    maxima = np.full((ctx.n, len(max_cols)), np.nan)
+    for family in enabled_families(options):
+        for name, column in family.reference_columns(ctx).items():
+            values[:, col[name]] = column
+        for name, column in family.maximum_values(ctx).items():
+            maxima[:, max_cols.index(name)] = column
+    ref_pos = ctx.fields.index.to_numpy(np.int64)
+    if len(contributions.ref_pos):
+        rows = _lookup(ref_pos, contributions.ref_pos)
+        cols = [col[name] for name in contributions.columns]
+        # One row per field at most, so this is an assignment-add without repeated indices.
+        values[np.ix_(rows, cols)] += contributions.values
+    return QuantityTable(ref_pos, columns, values, max_cols, maxima)
+
+
+@dataclass(frozen=True, slots=True)
+class Contributions:
+    """What predictions add to reference rows, summed per target field.
+
+    Attributes
+    ----------
+    ref_pos : ndarray of int64, shape (n,)
+        Target reference positions, increasing (never -1: the unassigned row is apart).
+    columns : tuple of str
+        The prediction-side columns.
+    values : ndarray of float64, shape (n, len(columns))
+    """
+
+    ref_pos: IdArray
+    columns: tuple[str, ...]
+    values: F64Array
+
+    def take(self, rows: IdArray) -> Contributions:
+        return Contributions(self.ref_pos[rows], self.columns, self.values[rows])
+
+
+def prediction_contributions(ctx: PredContext) -> tuple[Contributions, dict[str, float]]:
+    """Every family's prediction columns, summed per target reference field.
+
+    Targets are visited in a fixed order (home, base home, overlap) and predictions in
+    position order, so the sums have the same bits however the work was partitioned.
 
     Returns
     -------
-    QuantityTable
+    contributions : Contributions
+    unassigned : dict of str to float
+        Sum over predictions without a target (no candidate pair).
     """
-    n = len(ref)
-    values = np.zeros((n, len(QUANTITY_COLUMNS)))
+    per_target: dict[str, dict[str, np.ndarray]] = {}
+    for family in enabled_families(ctx.options):
+        for target, columns in family.prediction_columns(ctx).items():
+            per_target.setdefault(target, {}).update(columns)
+    columns = tuple(dict.fromkeys(c for cols in per_target.values() for c in cols))
+    col = {name: k for k, name in enumerate(columns)}
+    targets = {name: ctx.target(name) for name in _TARGET_ORDER if name in per_target}
+    every = np.concatenate(list(targets.values())) if targets else np.empty(0, np.int64)
+    uniq = np.unique(every)
+    out = np.zeros((len(uniq), len(columns)))
+    for name, target in targets.items():
+        row = np.searchsorted(uniq, target)
+        block = per_target[name]
+        for cname, v in block.items():
+            np.add.at(out[:, col[cname]], row, np.asarray(v, dtype=np.float64))
+    assigned = uniq >= 0
+    unassigned = {c: 0.0 for c in columns}
+    if len(uniq) and not assigned[0]:
+        unassigned = {c: float(out[0, k]) for c, k in col.items()}
+    return Contributions(uniq[assigned], columns, out[assigned]), unassigned
 
-    def put(name: str, column: F64Array | BoolArray) -> None:
-        values[:, _COL[name]] = column
 
-    matched = ref["matched"].to_numpy(bool)
-    area = ref["area_m2"].to_numpy(np.float64)
-    pred_area = ref["pred_area_m2"].to_numpy(np.float64)
-    put("n_ref", 1.0)
-    put("area_ref_m2", area)
-    put("tp", matched)
-    put("iou_matched", np.where(matched, ref["iou"].to_numpy(np.float64), 0.0))
-    put("area_ref_matched_m2", np.where(matched, area, 0.0))
-    put("area_abs_err_m2", np.where(matched, np.abs(pred_area - area), 0.0))
-    put("area_signed_err_m2", np.where(matched, pred_area - area, 0.0))
-    put("best_iou", ref["best_iou"].to_numpy(np.float64))
-    put("oversegmentation", ref["oversegmentation"].to_numpy(np.float64))
-    has_overlap = ref["n_overlapping_pred"].to_numpy() > 0
-    put("undersegmentation", np.where(has_overlap, ref["undersegmentation"].to_numpy(np.float64), 0.0))
-    put("n_ref_with_overlap", has_overlap)
-    put("n_ref_overseg", ref["n_eligible_pred"].to_numpy() > 1)
-    put("perimeter_ref_m", ref["perimeter_m"].to_numpy(np.float64))
-    mean_dist = ref["boundary_mean_distance_m"].to_numpy(np.float64)
-    # Unmatched fields contribute 0; a matched pair without distances (NaN) makes the sum NaN.
-    put("hausdorff_m", np.where(matched, ref["hausdorff_m"].to_numpy(np.float64), 0.0))
-    put("boundary_mean_m", np.where(matched, mean_dist, 0.0))
-    if tolerance_m is not None:
-        within = matched & (mean_dist <= tolerance_m)
-        put("ref_within_tol_m", ref["boundary_within_tolerance_m"].to_numpy(np.float64))
-        put("n_within_tol", within)
-        put("area_within_tol_m2", np.where(within, area, 0.0))
-
-    home = pred["home_ref_pos"].to_numpy(np.int64)
-    pmatched = pred["matched"].to_numpy(bool)
-    parea = pred["area_m2"].to_numpy(np.float64)
-    prow = np.zeros((len(pred), len(QUANTITY_COLUMNS)))
-    prow[:, _COL["n_pred"]] = 1.0
-    prow[:, _COL["n_pred_matched"]] = pmatched
-    prow[:, _COL["area_pred_m2"]] = parea
-    prow[:, _COL["area_pred_matched_m2"]] = np.where(pmatched, parea, 0.0)
-    prow[:, _COL["n_pred_underseg"]] = pred["n_eligible_ref"].to_numpy() > 1
-    prow[:, _COL["perimeter_pred_m"]] = pred["perimeter_m"].to_numpy(np.float64)
-    if tolerance_m is not None:
-        prow[:, _COL["pred_within_tol_m"]] = pred["boundary_within_tolerance_m"].to_numpy(np.float64)
-    homed = home >= 0
-    ref_pos = ref.index.to_numpy(np.int64)
-    np.add.at(values, _lookup(ref_pos, home[homed]), prow[homed])
-    spacing = np.where(matched, ref["boundary_sample_spacing_m"].to_numpy(np.float64), np.nan)
-    return QuantityTable(
-        ref_pos=ref_pos,
-        values=values,
-        unassigned=prow[~homed].sum(axis=0),
-        spacing_m=spacing,
-    )
+_TARGET_ORDER = ("home", "base_home", "overlap")

@@ -73,7 +73,8 @@ def _num(value: object, digits: int = 3) -> str:
 
 def _with_ci(group: dict, key: str) -> str:
     text = _num(group.get(key))
-    ci = (group.get("bootstrap") or {}).get("ci", {}).get(key)
+    # The top level keeps its intervals in the bootstrap block, a group entry directly (SPEC 5.1).
+    ci = (group.get("ci") or (group.get("bootstrap") or {}).get("ci") or {}).get(key)
     if ci is not None and not any(v is None or (isinstance(v, float) and math.isnan(v)) for v in ci):
         text += f" [{_num(ci[0])}, {_num(ci[1])}]"
     return text
@@ -121,6 +122,22 @@ def render_report(metrics: dict, *, title: str = "Evaluation report", inputs: di
         lines += [
             f"Intervals: {b['n_resamples']} stratified bootstrap resamples of the reference fields, seed {b['seed']}, "
             f"tiles of {b['tile_size_m'] / 1000:g} km. They assume fields are independent and are too narrow when errors cluster in space.",
+            "",
+        ]
+    if metrics.get("iou_sweep"):
+        lines += ["## IoU-threshold sweep", "", "| IoU ≥ | precision | recall | F1 | mean IoU | TP | FP | FN |", "|---:|---|---|---|---|---:|---:|---:|"]
+        for e in metrics["iou_sweep"]:
+            lines.append(
+                f"| {e['iou_threshold']:g} | {_with_ci(e, 'precision')} | {_with_ci(e, 'recall')} | {_with_ci(e, 'f1')} | "
+                f"{_num(e['iou_mean'])} | {e['count_tp']} | {e['count_fp']} | {e['count_fn']} |"
+            )
+        lines.append("")
+    if "count_merges" in metrics:
+        lines += [
+            f"Topology (more than {metrics['majority_fraction']:g} of a polygon): {metrics['count_merges']} predictions merge "
+            f"{metrics['count_merged_reference']} reference fields; {metrics['count_splits']} reference fields are split into "
+            f"{metrics['count_split_predictions']} predictions; count ratio (predictions per reference field) "
+            f"{_with_ci(overall, 'count_ratio')}.",
             "",
         ]
     if metrics.get("per_stratum"):

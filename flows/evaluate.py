@@ -1,8 +1,8 @@
 """Flow ``evaluate-layers``: one evaluation on a Dask cluster, published to a run directory.
 
 A handful of coarse Prefect tasks, one per phase; inside each, the per-partition work is
-submitted to Dask by :class:`evalcore.distributed.runner.DistributedRun`, with task keys
-named after the partition. Outputs in ``params.output_dir``:
+submitted to Dask by the phase functions of :mod:`evalcore.distributed.runner`, with
+task keys named after the partition; the tasks pass the phases' frozen outputs along. Outputs in ``params.output_dir``:
 
 * ``metrics.json``: the summary (same as ``evalcore.evaluate``), NaN as null;
 * ``fields/part-<zone>_<tx>_<ty>.parquet``: the per-field table (GeoParquet);
@@ -20,18 +20,34 @@ import contextlib
 import datetime as dt
 import re
 import shutil
+import time
 import traceback
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from evalcore.distributed.runner import DistributedRun
+from evalcore.distributed.runner import (
+    PairsDone,
+    ResolvedRun,
+    RunIndex,
+    RunSetup,
+    SumsDone,
+    merge_phase,
+    pairs_phase,
+    plan_phase,
+    prepare_phase,
+    resolve_phase,
+    start_run,
+    sums_phase,
+)
 from evalcore.distributed.sources import LayerSource
 from evalcore.errors import EvalInputError
 from evalcore.io import atomic_path, write_json
+from evalcore.options import RunPlan
 from evalcore.report import package_versions, render_report, sha256_path
 from flows.params import EvaluateParams
 
@@ -70,54 +86,62 @@ def _now() -> str:
 
 
 @task(name="prepare", retries=2, retry_condition_fn=_retry_unless_bad_input, cache_policy=NO_CACHE)
-def prepare(run: DistributedRun) -> dict:
-    """Read, repair, reproject and key both layers; write them partitioned."""
-    index = run.prepare()
-    run.make_plan()
+def prepare(client: object, setup: RunSetup) -> tuple[RunIndex, RunPlan]:
+    """Read, repair, reproject and key both layers; write them partitioned; plan the groups."""
+    index = prepare_phase(client, setup)
     get_run_logger().info(
         "prepared %d reference fields and %d predictions into %d partitions",
-        index["reference"]["n_kept"],
-        index["predicted"]["n_kept"],
-        len(set(index["reference"]["partitions"]) | set(index["predicted"]["partitions"])),
+        index.layers["reference"]["n_kept"],
+        index.layers["predicted"]["n_kept"],
+        len(index.keys()),
     )
-    return {role: {k: v for k, v in entry.items() if k != "partitions"} for role, entry in index.items()}
+    return index, plan_phase(setup, index)
 
 
 @task(name="pairs", retries=2, retry_condition_fn=_retry_unless_bad_input, cache_policy=NO_CACHE)
-def pairs(run: DistributedRun) -> int:
+def pairs(client: object, setup: RunSetup, index: RunIndex) -> PairsDone:
     """Candidate pairs, IoU, boundary distances and tolerance lengths per partition."""
-    results = run.pairs()
-    return sum(len(r.pairs) for r in results.values())
+    return pairs_phase(client, setup, index)
 
 
 @task(name="resolve", retries=1, cache_policy=NO_CACHE)
-def resolve(run: DistributedRun) -> None:
+def resolve(setup: RunSetup, index: RunIndex, done: PairsDone) -> ResolvedRun:
     """The global matching and every prediction's home reference."""
-    run.resolve()
+    return resolve_phase(setup, index, done)
 
 
 @task(name="sums", retries=2, retry_condition_fn=_retry_unless_bad_input, cache_policy=NO_CACHE)
-def sums(run: DistributedRun) -> int:
+def sums(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun) -> SumsDone:
     """Per-partition field tables and partial sums."""
-    return len(run.sums())
+    return sums_phase(client, setup, index, plan, resolved)
 
 
 @task(name="merge", retries=1, cache_policy=NO_CACHE)
-def merge(run: DistributedRun) -> dict:
+def merge(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, done: SumsDone) -> dict:
     """Check every partition is there and add the partial sums."""
-    return run.merge()
+    return merge_phase(setup, index, plan, resolved, done)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What the manifest says of a run: its setup and the phase outputs that exist."""
+
+    setup: RunSetup
+    index: RunIndex | None = None
+    sums: SumsDone | None = None
+    timings: dict = field(default_factory=dict)
 
 
 @task(name="publish", retries=2, cache_policy=NO_CACHE)
-def publish(run: DistributedRun, metrics: dict, params: EvaluateParams, started: str, dashboard: str) -> dict:
+def publish(record: RunRecord, metrics: dict, params: EvaluateParams, started: str, dashboard: str) -> dict:
     """Write metrics.json, report.md and manifest.json; publish the Prefect artifacts."""
     out = Path(params.output_dir)
-    inputs = _inputs(run, params)
+    inputs = _inputs(record, params)
     metrics_path = write_json(out / "metrics.json", metrics)
     report = render_report(metrics, title="evalcore evaluation", inputs=inputs)
     report_path = atomic_path(out / "report.md", lambda tmp: tmp.write_text(report, encoding="utf-8"))
     outputs = [metrics_path, report_path] + sorted((out / "fields").glob("*.parquet"))
-    manifest = _manifest(run, params, inputs, "succeeded", started, dashboard)
+    manifest = _manifest(record, params, inputs, "succeeded", started, dashboard)
     manifest["outputs"] = [{"path": str(p.relative_to(out)), "sha256": sha256_path(p), "bytes": p.stat().st_size} for p in outputs]
     write_json(out / "manifest.json", manifest)
     write_json(out / "status.json", {"status": "succeeded", "finished": _now()})
@@ -140,14 +164,15 @@ def artifact_key(prefix: str, params: EvaluateParams) -> str:
     return f"{prefix}-{name}"[:100].rstrip("-") if name else prefix
 
 
-def _inputs(run: DistributedRun, params: EvaluateParams) -> dict:
+def _inputs(record: RunRecord, params: EvaluateParams) -> dict:
     out = {}
-    for role, source in (("reference", run.reference), ("predicted", run.predicted)):
-        entry = run.index.get(role, {})
+    setup = record.setup
+    for role, source in (("reference", setup.reference), ("predicted", setup.predicted)):
+        entry = record.index.layers.get(role, {}) if record.index is not None else {}
         out[role] = {
             "path": source.path,
             "layer": source.layer,
-            "sha256": run.input_sha256.get(role) or sha256_path(source.path),
+            "sha256": setup.input_sha256.get(role) or sha256_path(source.path),
             "rows": entry.get("n_input"),
             "kept": entry.get("n_kept"),
             "dropped": entry.get("n_dropped"),
@@ -156,12 +181,14 @@ def _inputs(run: DistributedRun, params: EvaluateParams) -> dict:
     return out
 
 
-def _manifest(run: DistributedRun, params: EvaluateParams, inputs: dict, status: str, started: str, dashboard: str) -> dict:
+def _manifest(record: RunRecord, params: EvaluateParams, inputs: dict, status: str, started: str, dashboard: str) -> dict:
     partitions = []
-    ref_parts = run.index.get("reference", {}).get("partitions", {})
-    pred_parts = run.index.get("predicted", {}).get("partitions", {})
+    layers = record.index.layers if record.index is not None else {}
+    ref_parts = layers.get("reference", {}).get("partitions", {})
+    pred_parts = layers.get("predicted", {}).get("partitions", {})
+    summed = record.sums.partitions if record.sums is not None else {}
     for key in sorted(set(ref_parts) | set(pred_parts)):
-        done = run.sums_info.get(key)
+        done = summed.get(key)
         partitions.append(
             {
                 "key": "_".join(map(str, key)),
@@ -180,7 +207,7 @@ def _manifest(run: DistributedRun, params: EvaluateParams, inputs: dict, status:
         "versions": package_versions(),
         "tile_size_m": params.tile_size_m,
         "dask_dashboard": dashboard,
-        "timings_s": run.timings,
+        "timings_s": record.timings,
         "partitions": partitions,
     }
 
@@ -202,7 +229,7 @@ def evaluate_layers(params: EvaluateParams) -> dict:
     started = _now()
     write_json(out / "status.json", {"status": "running", "started": started})
     workdir = Path(params.workdir) if params.workdir else out / "work"
-    run = None
+    record = None
     dashboard = ""
     try:
         with dask_client(params.cluster, params.n_workers) as client:
@@ -213,32 +240,37 @@ def evaluate_layers(params: EvaluateParams) -> dict:
                     dashboard, link_text="Dask dashboard", key=artifact_key("evalcore-dask-dashboard", params),
                     description="Live task stream of this run",
                 )
-            run = DistributedRun(
-                client=client,
-                predicted=LayerSource(params.predicted, params.pred_layer, "predicted"),
-                reference=LayerSource(params.reference, params.ref_layer, "reference"),
-                options=options,
-                workdir=workdir,
+            setup = start_run(
+                LayerSource(params.predicted, params.pred_layer, "predicted"),
+                LayerSource(params.reference, params.ref_layer, "reference"),
+                options,
+                workdir,
                 strata_column=params.strata_column,
                 size_bins=params.size_bins,
                 frame_dir=out / "fields",
                 chunk_rows=params.chunk_rows,
                 log=logger.info,
             )
-            prepare(run)
-            pairs(run)
-            resolve(run)
-            sums(run)
-            metrics = merge(run)
-            publish(run, metrics, params, started, dashboard)
+            record = RunRecord(setup)
+            index, plan = prepare(client, setup)
+            record = RunRecord(setup, index, timings={"prepare": index.seconds})
+            done_pairs = pairs(client, setup, index)
+            resolved = resolve(setup, index, done_pairs)
+            done_sums = sums(client, setup, index, plan, resolved)
+            timings = {"prepare": index.seconds, "pairs": done_pairs.seconds, "resolve": resolved.seconds, "sums": done_sums.seconds}
+            record = RunRecord(setup, index, done_sums, timings)
+            merge_started = time.perf_counter()
+            metrics = merge(setup, index, plan, resolved, done_sums)
+            record = RunRecord(setup, index, done_sums, {**timings, "merge": time.perf_counter() - merge_started})
+            publish(record, metrics, params, started, dashboard)
     except BaseException as exc:
         for partial in ("metrics.json", "report.md"):
             (out / partial).unlink(missing_ok=True)
         failure = {"status": "failed", "finished": _now(), "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)}
         write_json(out / "status.json", failure)
-        if run is not None:
+        if record is not None:
             with contextlib.suppress(Exception):
-                manifest = _manifest(run, params, {}, "failed", started, dashboard)
+                manifest = _manifest(record, params, {}, "failed", started, dashboard)
                 manifest["error"] = failure["error"]
                 write_json(out / "manifest.json", manifest)
         raise

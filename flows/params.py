@@ -6,34 +6,22 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from evalcore.api import EvalOptions, check_options
-from evalcore.config import BOUNDARY_SAMPLE_SPACING_M, DEFAULT_TILE_SIZE_M
+from evalcore.metrics.base import Option
+from evalcore.options import EvalOptions, all_options, check_options
 
 __all__ = ["MetricParams", "EvaluateParams", "ReevaluateParams", "METRIC_PARAMETERS", "DEFAULT_LAYER_PATTERN"]
 
 
-class MetricParams(BaseModel):
-    """The options that decide the numbers, shared by both flows' parameters.
-
-    They mean what they mean in :func:`evalcore.evaluate`; ``tile_size_m`` is the
-    partition tile side in metres.
-    """
+class _InputParams(BaseModel):
+    """The parameters about the layers themselves (the metric options are generated below)."""
 
     model_config = ConfigDict(extra="forbid")
 
     ref_layer: str | None = Field(None, description="layer name inside the reference file")
-    iou_threshold: float = Field(0.5, gt=0.0, le=1.0)
-    matching: Literal["one_to_one", "many_to_one"] = "one_to_one"
     strata_column: str | None = Field(None, description="reference column holding the stratum")
     size_bins: Literal["auto"] | list[float] | None = Field(None, description="'auto' or edges in hectares")
-    bootstrap: int = Field(0, ge=0, description="bootstrap resamples (0: no intervals)")
-    bootstrap_seed: int = Field(42, ge=0)
-    boundary_tolerance_m: float | None = Field(None, gt=0.0, description="boundary tolerance, metres")
-    equal_area_crs: str | None = Field(None, description="equal-area CRS (default EPSG:6933)")
-    boundary_sample_spacing_m: float | None = Field(BOUNDARY_SAMPLE_SPACING_M, gt=0.0)
-    tile_size_m: float = Field(DEFAULT_TILE_SIZE_M, gt=0.0, description="partition tile side, metres")
 
     @field_validator("size_bins")
     @classmethod
@@ -42,18 +30,32 @@ class MetricParams(BaseModel):
             raise ValueError(f"size_bins must be at least two strictly increasing edges in hectares, got {value}")
         return value
 
+    @model_validator(mode="after")
+    def _engine_checks(self) -> _InputParams:
+        self.options()  # the engine's own validation: the message names the option and the value
+        return self
+
     def options(self) -> EvalOptions:
-        """The metric options, checked by the engine's own validation too."""
-        return check_options(
-            iou_threshold=self.iou_threshold,
-            matching=self.matching,
-            bootstrap=self.bootstrap,
-            bootstrap_seed=self.bootstrap_seed,
-            boundary_tolerance_m=self.boundary_tolerance_m,
-            equal_area_crs=self.equal_area_crs,
-            boundary_sample_spacing_m=self.boundary_sample_spacing_m,
-            tile_size_m=self.tile_size_m,
-        )
+        """The metric options, checked by the engine."""
+        return check_options(**{option.name: getattr(self, option.name) for option in all_options()})
+
+
+def _option_field(option: Option) -> tuple[object, object]:
+    default = list(option.default) if isinstance(option.default, tuple) else option.default
+    return (option.annotation, Field(default, description=option.help))
+
+
+MetricParams = create_model(
+    "MetricParams",
+    __base__=_InputParams,
+    __module__=__name__,
+    __doc__=(
+        "The options that decide the numbers, shared by both flows' parameters: one field per "
+        "option of :func:`evalcore.options.all_options` (they mean what they mean in "
+        ":func:`evalcore.evaluate`), plus the layer parameters."
+    ),
+    **{option.name: _option_field(option) for option in all_options()},
+)
 
 
 class EvaluateParams(MetricParams):
@@ -82,19 +84,7 @@ class EvaluateParams(MetricParams):
 #: Their hash, with the two files' SHA-256, identifies an evaluation in the run registry;
 #: ``cluster``, ``n_workers`` and ``chunk_rows`` are left out because the answer does not
 #: depend on them.
-METRIC_PARAMETERS: tuple[str, ...] = (
-    "ref_layer",
-    "iou_threshold",
-    "matching",
-    "strata_column",
-    "size_bins",
-    "bootstrap",
-    "bootstrap_seed",
-    "boundary_tolerance_m",
-    "equal_area_crs",
-    "boundary_sample_spacing_m",
-    "tile_size_m",
-)
+METRIC_PARAMETERS: tuple[str, ...] = ("ref_layer", "strata_column", "size_bins") + tuple(o.name for o in all_options())
 
 #: File names taken as prediction layers by default (``{a,b}`` lists alternatives).
 #: Shapefiles are left out: a layer is several files, and the content hash and the

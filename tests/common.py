@@ -46,6 +46,8 @@ __all__ = [
     "ea_areas",
     "SUMMARY_KEYS",
     "TOLERANCE_SUMMARY_KEYS",
+    "FAMILY_KEYS",
+    "INTERVAL_BLOCKS",
     "BOUNDARY_VALUE_KEYS",
     "FRAME_COLUMNS",
     "scenario_a",
@@ -138,6 +140,15 @@ SUMMARY_KEYS = frozenset(
         "matching", "equal_area_crs", "distance_crs", "utm_epsg_codes",
     }
 )
+# Keys of the round-2 families that are on by default (SPEC 6.1, 6.2).
+FAMILY_KEYS = frozenset(
+    {
+        "iou_sweep", "count_merges", "count_merged_reference", "count_splits",
+        "count_split_predictions", "count_ratio", "majority_fraction",
+    }
+)
+# Keys that hold bootstrap intervals (the top-level block, and every group's and sweep entry's).
+INTERVAL_BLOCKS = frozenset({"bootstrap", "ci", "ci_n_undefined"})
 # Seed 000, "With boundary_tolerance_m".
 TOLERANCE_SUMMARY_KEYS = frozenset(
     {
@@ -220,6 +231,10 @@ def assert_metrics_equal(a: dict, b: dict, *, rel: float = 1e-9, skip: frozenset
         va, vb = a[key], b[key]
         if isinstance(va, dict):
             assert_metrics_equal(va, vb, rel=rel, skip=skip)
+        elif isinstance(va, list) and va and isinstance(va[0], dict):
+            assert len(va) == len(vb), (key, len(va), len(vb))
+            for x, y in zip(va, vb):
+                assert_metrics_equal(x, y, rel=rel, skip=skip)
         elif isinstance(va, list) and va and isinstance(va[0], float):
             assert len(va) == len(vb) and all(_same(x, y, rel) for x, y in zip(va, vb)), (key, va, vb)
         else:

@@ -1,24 +1,27 @@
 """One evaluation as many partitions on a Dask cluster, merged into the single-process answer.
 
-The phases (ARCHITECTURE.md, docs/architecture.md), each a method of
-:class:`DistributedRun` so an orchestrator (the Prefect flow) can run them as separate
-steps:
+The phases (ARCHITECTURE.md, docs/architecture.md) are functions from frozen values
+to frozen values, so none can run before its input exists and an orchestrator (the
+Prefect flow) passes the values along:
 
-1. :meth:`~DistributedRun.prepare`: input chunks are prepared on the workers and
-   written to the work directory partitioned by key (UTM zone, tile x, tile y);
-   the client keeps only a small index (row counts and boxes per partition).
-2. :meth:`~DistributedRun.pairs`: one task per partition reads its own rows and the
-   halo rows of its neighbours from storage and computes pairs, IoU, boundary
-   distances of eligible pairs and tolerance lengths.
-3. :meth:`~DistributedRun.resolve`: the global matching and home references, on the
-   client (about one row per reference field).
-4. :meth:`~DistributedRun.sums`: one task per partition writes its per-field table part
-   and its partial sums (overall, strata, size classes, bootstrap replicates);
-   :meth:`~DistributedRun.merge` reads them back, checks that every partition is there
-   with the row counts the index expects, and adds them in key order.
+* :func:`start_run` -> :class:`RunSetup` (signature, work directory);
+* :func:`prepare_phase` -> :class:`RunIndex`: input chunks are prepared on the workers
+  and written to the work directory partitioned by key (UTM zone, tile x, tile y); the
+  client keeps only a small index (row counts and boxes per partition);
+* :func:`plan_phase` -> :class:`~evalcore.options.RunPlan` (groupings, bootstrap draws);
+* :func:`pairs_phase` -> :class:`PairsDone`: one task per partition reads its own rows
+  and the halo rows of its neighbours from storage and writes its pairs, IoU, boundary
+  distances of eligible pairs and tolerance lengths back;
+* :func:`resolve_phase` -> :class:`ResolvedRun`: the global matching and homes, the
+  families' global per-pair values and the routing (:func:`evalcore.engine.route`),
+  on the client;
+* :func:`sums_phase` -> :class:`SumsDone`: one task per partition writes its per-field
+  table part and its partial sums;
+* :func:`merge_phase` -> the summary dict: checks that every partition is there with the
+  row counts the index expects, and adds them in key order.
 
 Geometries never travel through the scheduler: tasks receive paths, keys and small
-arrays, and return small arrays. Task keys name the phase and partition
+arrays, and return small dicts. Task keys name the phase and partition
 (``pairs-32613-7-41-<run>``) so the dashboard's task stream is readable.
 """
 
@@ -31,7 +34,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import geopandas
@@ -40,34 +43,54 @@ import pandas as pd
 from pyproj import CRS
 
 from evalcore import boundary
-from evalcore.api import build_summary
-from evalcore.options import EvalOptions, RunPlan, make_run_plan
-from evalcore.bootstrap import PartitionKey, ReplicateSums
-from evalcore.crs import equal_area_crs_from
+from evalcore.bootstrap import PartitionKey
 from evalcore.config import DEFAULT_EQUAL_AREA_CRS
+from evalcore.crs import equal_area_crs_from
 from evalcore.distributed import storage
 from evalcore.distributed.sources import LABEL_COLUMN, Chunk, LayerSource, plan_chunks, read_chunk
 from evalcore.engine import (
-    PairResults,
-    PartitionSummary,
     RefRows,
+    Resolved,
+    Routing,
     compute_pairs,
+    concat_pair_results,
     field_table,
     merge_partitions,
-    prediction_rows,
+    resolve_run,
+    route,
     summarize_partition,
-    unassigned_row,
 )
 from evalcore.errors import EvalInputError
 from evalcore.groups import strata_values
 from evalcore.io import write_geoparquet, write_json
-from evalcore.matching import resolve
-from evalcore.pairs import PairTable
+from evalcore.options import EvalOptions, RunPlan, make_run_plan
 from evalcore.prepare import PreparedLayer, empty_layer, prepare_layer
-from evalcore.quantities import QUANTITY_COLUMNS
-from evalcore.stats import QuantitySums
+from evalcore.quantities import Contributions
+from evalcore.summary import build_summary
 
-__all__ = ["DistributedRun", "PartitionMissingError", "run_distributed", "stage_layer"]
+__all__ = [
+    "RunSetup",
+    "RunIndex",
+    "PairsDone",
+    "ResolvedRun",
+    "SumsDone",
+    "start_run",
+    "prepare_phase",
+    "plan_phase",
+    "pairs_phase",
+    "resolve_phase",
+    "sums_phase",
+    "merge_phase",
+    "run_phases",
+    "RunOutcome",
+    "PartitionMissingError",
+    "run_distributed",
+    "stage_layer",
+    "STAGED_STRATA_COLUMN",
+]
+
+STAGED_STRATA_COLUMN = "__evalcore_stratum__"
+"""Column of an in-memory layer's strata values once staged to the work directory."""
 
 logger = logging.getLogger(__name__)
 
@@ -240,10 +263,11 @@ def pairs_task(
     options: EvalOptions,
     ea_crs_text: str,
     signature: str,
-) -> PairResults:
+) -> dict:
     """The pairs phase of one partition: its own rows plus the halo read from storage.
 
-    The results are also written to ``workdir/pairs`` with a done record, for resume.
+    The results are written to ``workdir/pairs`` with a done record (the resolve phase
+    reads them from there, and a rerun reuses them); the task returns their row counts.
     """
     _inject_fault("pairs", storage.key_name(key))
     ea_crs = CRS.from_user_input(ea_crs_text)
@@ -281,48 +305,43 @@ def pairs_task(
         boundary_sample_spacing_m=options.boundary_sample_spacing_m,
     )
     storage.write_pair_results(Path(workdir) / "pairs", key, results, signature)
-    return results
+    return {"key": key, "n_pairs": len(results.pairs), "n_ref": len(results.ref_pos), "n_pred": len(results.pred_pos)}
 
 
 def sums_task(
     workdir: str,
     key: PartitionKey,
     ref_info: _LayerInfo,
-    results: PairResults,
-    is_match: np.ndarray,
-    is_eligible: np.ndarray,
-    preds: pd.DataFrame,
-    pred_labels: pd.Series,
+    pair_values: dict[str, np.ndarray],
+    contributions: Contributions,
     plan: RunPlan,
     options: EvalOptions,
     ea_crs_text: str,
     frame_dir: str | None,
     signature: str,
 ) -> dict:
-    """The sums phase of one partition: write its field table part and its partial sums."""
+    """The sums phase of one partition: write its field table part and its partial sums.
+
+    Reads the partition's own pairs phase output from the work directory; the resolve
+    phase's per-pair values arrive in the same (reference, prediction) order.
+    """
     _inject_fault("sums", storage.key_name(key))
     ea_crs = CRS.from_user_input(ea_crs_text)
+    results = storage.read_pair_results(Path(workdir) / "pairs", key, signature)
+    if results is None:
+        raise PartitionMissingError(f"partition {storage.key_name(key)}: its pairs output is missing or does not match its checksums")
     layer, strata, _ = storage.read_partition(
         Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, tile_size_m=options.tile_size_m,
         geometries=("geometry",) if frame_dir is not None else (),
     )
     refs = _ref_rows(layer, strata, plan)
-    summary, fields = summarize_partition(
-        key,
-        refs,
-        results,
-        is_match,
-        is_eligible,
-        preds,
-        options,
-        plan,
-    )
+    summary, fields = summarize_partition(key, refs, results, pair_values, contributions, options, plan)
     written = []
     if frame_dir is not None:
         table = field_table(
             fields,
             layer.labels,
-            pred_labels,
+            results.pred_labels(),
             strata_names=plan.strata_names,
             strata_codes=refs.strata_codes,
             size_keys=plan.sizes.keys if plan.sizes is not None else None,
@@ -332,7 +351,7 @@ def sums_task(
         frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=ref_info.crs)
         written.append(write_geoparquet(Path(frame_dir) / f"part-{storage.key_name(key)}.parquet", frame))
     path = Path(workdir) / "sums" / f"{storage.key_name(key)}.npz"
-    written.append(storage.write_summary(path, _summary_arrays(summary)))
+    written.append(storage.write_summary(path, storage.summary_to_arrays(summary)))
     storage.write_done_record(path.with_suffix(".done.json"), signature, written, base=Path("/"))
     return {"key": key, "n_ref": summary.n_ref, "n_pred": summary.n_pred, "path": str(path)}
 
@@ -342,49 +361,9 @@ def _ref_rows(layer: PreparedLayer, strata: np.ndarray, plan: RunPlan) -> RefRow
     return RefRows(layer.positions, layer.area_m2, layer.perimeter_m, layer.utm_epsg, strata_codes, size_codes, pools)
 
 
-def _summary_arrays(s: PartitionSummary) -> dict[str, np.ndarray]:
-    arrays = {
-        "key": np.asarray(s.key, dtype=np.int64),
-        "n_ref": np.asarray(s.n_ref),
-        "n_pred": np.asarray(s.n_pred),
-        "overall": s.overall.sums,
-        "overall_spacing": np.asarray(s.overall.spacing_max_m),
-        "strata": np.array([g.sums for g in s.strata]).reshape(len(s.strata), len(QUANTITY_COLUMNS)),
-        "strata_spacing": np.array([g.spacing_max_m for g in s.strata]),
-        "sizes": np.array([g.sums for g in s.sizes]).reshape(len(s.sizes), len(QUANTITY_COLUMNS)),
-        "sizes_spacing": np.array([g.spacing_max_m for g in s.sizes]),
-        "med_pos": s.medians.index.to_numpy(np.int64),
-    }
-    for column in s.medians.columns:
-        arrays[f"med_{column}"] = s.medians[column].to_numpy()
-    if s.replicates is not None:
-        arrays["rep_overall"] = s.replicates.overall
-        arrays["rep_strata"] = s.replicates.strata
-        arrays["rep_sizes"] = s.replicates.size_classes
-    return arrays
-
-
-def _summary_from_arrays(a: dict[str, np.ndarray]) -> PartitionSummary:
-    def sums(rows: np.ndarray, spacing: np.ndarray) -> list[QuantitySums]:
-        return [QuantitySums(QUANTITY_COLUMNS, rows[g], float(spacing[g])) for g in range(len(rows))]
-
-    medians = pd.DataFrame(
-        {c[4:]: a[c] for c in a if c.startswith("med_") and c != "med_pos"}, index=pd.Index(a["med_pos"], name="ref_pos")
-    )
-    replicates = ReplicateSums(a["rep_overall"], a["rep_strata"], a["rep_sizes"]) if "rep_overall" in a else None
-    return PartitionSummary(
-        key=tuple(int(v) for v in a["key"]),
-        n_ref=int(a["n_ref"]),
-        n_pred=int(a["n_pred"]),
-        overall=QuantitySums(QUANTITY_COLUMNS, a["overall"], float(a["overall_spacing"])),
-        strata=sums(a["strata"], a["strata_spacing"]),
-        sizes=sums(a["sizes"], a["sizes_spacing"]),
-        replicates=replicates,
-        medians=medians,
-    )
-
-
-# --------------------------------------------------------------------------- the run
+# --------------------------------------------------------------------------- the phases
+# Each phase is a function from frozen values to a frozen value: it cannot run before
+# its inputs exist, and an orchestrator (the Prefect flow) passes the values along.
 
 
 def _boxes_overlap(a: Box, b: Box) -> bool:
@@ -394,427 +373,542 @@ def _boxes_overlap(a: Box, b: Box) -> bool:
 ProgressCallback = Callable[[str, int, int], None]
 
 
-@dataclass
-class DistributedRun:
-    """The state of one distributed evaluation, phase by phase.
+@dataclass(frozen=True)
+class RunSetup:
+    """What every phase of one distributed evaluation reads (:func:`start_run`).
 
-    Parameters
+    Attributes
     ----------
-    client : distributed.Client
     predicted, reference : LayerSource
     options : EvalOptions
     workdir : Path
     strata_column : str, optional
+        Reference column of the strata (``__evalcore_stratum__`` for staged values).
+    strata_label : str, optional
+        What the summary reports as ``strata_column`` (None for given values).
     size_bins : "auto" or sequence of float, optional
     frame_dir : Path, optional
         Where the per-field GeoParquet parts go.
     chunk_rows : int
+    token : str
+        Suffix of this run's Dask task keys.
+    signature : str
+        SHA-256 over the inputs' checksums and every parameter that changes an output.
+    input_sha256 : dict
+        Per role.
     progress : callable(phase, done, total), optional
     log : callable(message), optional
-        Receives a line per partition submitted and done (the flow's run logger).
+        Receives a line per phase submitted and per partition done (the flow's logger).
     """
 
-    client: object
     predicted: LayerSource
     reference: LayerSource
     options: EvalOptions
     workdir: Path
-    strata_column: str | None = None
-    size_bins: object = None
-    frame_dir: Path | None = None
-    chunk_rows: int = 50_000
-    progress: ProgressCallback | None = None
-    log: Callable[[str], None] | None = None
-    token: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
-    timings: dict[str, float] = field(default_factory=dict)
-    reused: dict[str, object] = field(default_factory=dict)
-    signature: str = ""
-    input_sha256: dict[str, str] = field(default_factory=dict)
-
-    # Filled by the phases.
-    index: dict = field(default_factory=dict)
-    plan: RunPlan | None = None
-    results: dict[PartitionKey, PairResults] = field(default_factory=dict)
-    sums_info: dict[PartitionKey, dict] = field(default_factory=dict)
-
-    # ---------------------------------------------------------------- helpers
-    def _task_key(self, phase: str, *parts: object) -> str:
-        return "-".join([phase, *(str(p) for p in parts), self.token])
-
-    def _gather(self, phase: str, futures: dict) -> dict:
-        """Wait for futures keyed by partition, reporting progress; re-raise a failure naming it."""
-        from distributed import as_completed
-
-        total = len(futures)
-        unit = "chunk" if phase == "prepare" else "partition"  # prepare works on input chunks
-        by_future = {f: k for k, f in futures.items()}
-        out = {}
-        done = 0
-        if self.progress:
-            self.progress(phase, 0, total)
-        if self.log:
-            names = [_partition_name(k) for k in futures]
-            self.log(f"{phase}: {total} {unit}s running: {', '.join(names[:20])}{' …' if total > 20 else ''}")
-        for future in as_completed(list(futures.values())):
-            k = by_future[future]
-            try:
-                out[k] = future.result()
-            except Exception as exc:
-                for other in futures.values():
-                    other.cancel()
-                if isinstance(exc, EvalInputError):
-                    raise  # already names the file, layer, row or column
-                name = _partition_name(k)
-                raise RuntimeError(f"{phase} failed for {unit} {name}: {type(exc).__name__}: {exc}") from exc
-            done += 1
-            if self.progress:
-                self.progress(phase, done, total)
-            logger.info("%s: partition %s done (%d/%d)", phase, k, done, total)
-            if self.log:
-                self.log(f"{phase}: {unit} {_partition_name(k)} done ({done}/{total})")
-        return out
+    strata_column: str | None
+    strata_label: str | None
+    size_bins: object
+    frame_dir: Path | None
+    chunk_rows: int
+    token: str
+    signature: str
+    input_sha256: dict
+    progress: ProgressCallback | None = field(default=None, compare=False)
+    log: Callable[[str], None] | None = field(default=None, compare=False)
 
     @property
     def ea_crs(self) -> CRS:
         return equal_area_crs_from(self.options.equal_area_crs or DEFAULT_EQUAL_AREA_CRS)
 
-    def _info(self, role: str) -> _LayerInfo:
-        entry = self.index[role]
+    def task_key(self, phase: str, *parts: object) -> str:
+        return "-".join([phase, *(str(p) for p in parts), self.token])
+
+
+@dataclass(frozen=True)
+class RunIndex:
+    """The prepare phase's output: per layer, row counts and boxes per partition.
+
+    Attributes
+    ----------
+    layers : dict
+        ``{role: {"crs", "n_input", "n_kept", "n_dropped", "n_repaired", "area_min_m2",
+        "area_max_m2", "utm_epsg", "partitions": {key: {"n", "box", "reach_box", "strata"}}}}``.
+    reused : bool
+        The prepared partitions of an interrupted run were reused.
+    seconds : float
+    """
+
+    layers: dict
+    reused: bool = False
+    seconds: float = 0.0
+
+    def info(self, role: str) -> _LayerInfo:
+        entry = self.layers[role]
         return _LayerInfo(CRS.from_wkt(entry["crs"]) if entry["crs"] else None, entry["partitions"])
 
-    def _threads(self) -> int:
-        try:
-            return max(1, sum(self.client.nthreads().values()))
-        except Exception:  # a client without workers yet: plan for one
-            return 1
-
-    def _balanced_chunks(self) -> list[tuple[LayerSource, Chunk]]:
-        """The prepare chunks: at most ``chunk_rows`` rows each, and small enough that every
-        worker thread gets :data:`CHUNKS_PER_THREAD` of them (not below :data:`MIN_CHUNK_ROWS`).
-
-        With 50,000-row chunks a 50,000-field layer would be one task, and one worker
-        would prepare it while the others wait.
-        """
-        sources = (self.reference, self.predicted)
-        planned = [(source, chunk) for source in sources for chunk in plan_chunks(source, self.chunk_rows)]
-        wanted = -(-sum(c.n_rows for _, c in planned) // (CHUNKS_PER_THREAD * self._threads()))
-        rows = int(min(self.chunk_rows, max(MIN_CHUNK_ROWS, wanted)))
-        if rows == self.chunk_rows:
-            return planned
-        return [(source, chunk) for source in sources for chunk in plan_chunks(source, rows)]
-
-    def _partition_rows(self, key: PartitionKey) -> int:
+    def rows(self, key: PartitionKey) -> int:
         """Rows of both layers in a partition: the task priority (largest first)."""
-        return int(sum(self.index[role]["partitions"].get(key, {}).get("n", 0) for role in LAYERS))
+        return int(sum(self.layers[role]["partitions"].get(key, {}).get("n", 0) for role in LAYERS))
 
-    # ---------------------------------------------------------------- phases
-    def _signature_of_run(self) -> str:
-        """SHA-256 over the inputs' checksums and every parameter that changes an output."""
-        from evalcore import __version__
-        from evalcore.report import sha256_path
+    def keys(self) -> list[PartitionKey]:
+        """Every partition holding a row of either layer, sorted."""
+        return sorted(set(self.layers["reference"]["partitions"]) | set(self.layers["predicted"]["partitions"]))
 
-        self.input_sha256 = {s.role: sha256_path(s.path) for s in (self.reference, self.predicted)}
-        payload = {
-            "inputs": {
-                s.role: {"path": str(Path(s.path).resolve()), "layer": s.layer, "sha256": self.input_sha256[s.role]}
-                for s in (self.reference, self.predicted)
-            },
-            "options": {k: (str(v) if k == "equal_area_crs" and v is not None else v) for k, v in asdict(self.options).items()},
-            "strata_column": self.strata_column,
-            "size_bins": self.size_bins,
-            "chunk_rows": self.chunk_rows,
-            "frame_dir": str(self.frame_dir.resolve()) if self.frame_dir is not None else None,
-            "evalcore": __version__,
-        }
-        text = json.dumps(payload, sort_keys=True, default=str)
-        import hashlib
-
-        return hashlib.sha256(text.encode()).hexdigest()
-
-    def _start_workdir(self) -> None:
-        """Keep the work directory's outputs only if they belong to this very run."""
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.signature = self._signature_of_run()
-        run_file = self.workdir / "run.json"
-        previous = None
-        if run_file.exists():
-            try:
-                previous = json.loads(run_file.read_text()).get("signature")
-            except ValueError:
-                previous = None
-        if previous != self.signature:
-            for sub in ("prepared", "pairs", "sums"):
-                shutil.rmtree(self.workdir / sub, ignore_errors=True)
-            if self.frame_dir is not None:
-                for stale in self.frame_dir.glob("part-*.parquet"):
-                    stale.unlink()
-            if previous is not None:
-                logger.info("work directory %s held another run (inputs or parameters changed): starting afresh", self.workdir)
-            write_json(run_file, {"signature": self.signature})
-
-    def prepare(self) -> dict:
-        """Phase 1: prepare both layers in chunks on the workers; build the run index.
-
-        A previous run's prepared partitions are reused when the work directory's record
-        names the same signature and every chunk file still has its checksum.
-        """
-        started = time.perf_counter()
-        self._start_workdir()
-        index_path = self.workdir / "prepared" / "index.json"
-        record = self.workdir / "prepared" / "done.json"
-        if storage.done_record_valid(record, self.signature) and index_path.exists():
-            self.index = _index_from_json(json.loads(index_path.read_text()))
-            self.reused["prepare"] = True
-            self.timings["prepare"] = time.perf_counter() - started
-            if self.log:
-                self.log("prepare: reusing the prepared partitions of the interrupted run (checksums verified)")
-            return self.index
-        shutil.rmtree(self.workdir / "prepared", ignore_errors=True)
-        futures = {}
-        planned = self._balanced_chunks()
-        # Largest first (and submitted in that order: a free worker takes the first task
-        # that arrives), so the phase does not end waiting on one big chunk.
-        planned.sort(key=lambda sc: -sc[1].weight)
-        for source, chunk in planned:
-            futures[(source.role, chunk.index)] = self.client.submit(
-                prepare_chunk_task,
-                source,
-                chunk,
-                str(self.workdir),
-                self.options.equal_area_crs,
-                self.options.tile_size_m,
-                self.options.boundary_tolerance_m,
-                self.strata_column,
-                key=self._task_key("prepare", source.role, chunk.index),
-                retries=2,
-                priority=chunk.weight,  # largest first, so the last task to finish is a small one
-            )
-        entries = self._gather("prepare", futures)
-        index: dict = {}
-        for role in LAYERS:
-            chunks = [entries[k] for k in sorted(k for k in entries if k[0] == role)]
-            crs_texts = {c["crs"] for c in chunks if c["crs"] is not None}
-            if len(crs_texts) > 1:
-                raise EvalInputError(f"The {role} layer's chunks disagree on their CRS.")
-            partitions: dict[PartitionKey, dict] = {}
-            for c in chunks:
-                for key, p in c["partitions"].items():
-                    merged = partitions.setdefault(key, {"n": 0, "box": p["box"], "reach_box": p["reach_box"], "strata": {}})
-                    merged["n"] += p["n"]
-                    merged["box"] = _union(merged["box"], p["box"])
-                    merged["reach_box"] = _union(merged["reach_box"], p["reach_box"])
-                    for name, n in p["strata"].items():
-                        merged["strata"][name] = merged["strata"].get(name, 0) + n
-            areas_min = [c["area_min_m2"] for c in chunks if c["area_min_m2"] is not None]
-            areas_max = [c["area_max_m2"] for c in chunks if c["area_max_m2"] is not None]
-            index[role] = {
-                "crs": crs_texts.pop() if crs_texts else None,
-                "n_input": sum(c["n_input"] for c in chunks),
-                "n_kept": sum(c["n_kept"] for c in chunks),
-                "n_dropped": sum(c["n_dropped"] for c in chunks),
-                "n_repaired": sum(c["n_repaired"] for c in chunks),
-                "area_min_m2": min(areas_min) if areas_min else None,
-                "area_max_m2": max(areas_max) if areas_max else None,
-                "utm_epsg": sorted({code for c in chunks for code in c["utm_epsg"]}),
-                "partitions": partitions,
-            }
-        self.index = index
-        checksums = {f: sha for entry in entries.values() for f, sha in entry["checksums"].items()}
-        files = [Path(f) for f in checksums]
-        write_json(index_path, _index_to_json(index))
-        storage.write_done_record(record, self.signature, files + [index_path], base=self.workdir / "prepared", checksums=checksums)
-        self.timings["prepare"] = time.perf_counter() - started
-        return index
-
-    def make_plan(self) -> RunPlan:
-        """Strata names, size classes and the central bootstrap draws, from the index."""
-        ref = self.index["reference"]
-        stratified = self.strata_column is not None
-        counts = {key: (p["strata"] if stratified else {None: p["n"]}) for key, p in ref["partitions"].items()}
-        area_range = tuple(v for v in (ref["area_min_m2"], ref["area_max_m2"]) if v is not None)
-        self.plan = make_run_plan(counts, area_range, stratified=stratified, size_bins=self.size_bins, options=self.options)
-        return self.plan
-
-    def _neighbours(self, key: PartitionKey, own_role: str, other_role: str) -> list[PartitionKey]:
-        own = self.index[own_role]["partitions"].get(key)
+    def neighbours(self, key: PartitionKey, own_role: str, other_role: str) -> list[PartitionKey]:
+        own = self.layers[own_role]["partitions"].get(key)
         if own is None:
             return []
         return sorted(
-            j
-            for j, p in self.index[other_role]["partitions"].items()
-            if j != key and _boxes_overlap(own["reach_box"], p["reach_box"])
+            j for j, p in self.layers[other_role]["partitions"].items() if j != key and _boxes_overlap(own["reach_box"], p["reach_box"])
         )
 
-    def pairs(self) -> dict[PartitionKey, PairResults]:
-        """Phase 2: pairs, IoU, distances and tolerance lengths, one task per partition."""
-        started = time.perf_counter()
-        ref_info, pred_info = self._info("reference"), self._info("predicted")
-        keys = sorted(set(ref_info.partitions) | set(pred_info.partitions))
-        ea = self.ea_crs.to_wkt()
-        reused = {}
-        for key in keys:
-            cached = storage.read_pair_results(self.workdir / "pairs", key, self.signature)
-            if cached is not None:
-                reused[key] = cached
-        if reused and self.log:
-            self.log(f"pairs: reusing {len(reused)} finished partitions (checksums verified)")
-        self.reused["pairs"] = len(reused)
-        futures = {
-            key: self.client.submit(
-                pairs_task,
-                str(self.workdir),
-                key,
-                ref_info,
-                pred_info,
-                self._neighbours(key, "reference", "predicted"),
-                self._neighbours(key, "predicted", "reference"),
-                self.options,
-                ea,
-                self.signature,
-                key=self._task_key("pairs", *key),
-                retries=2,
-                priority=self._partition_rows(key),
-            )
-            for key in sorted(keys, key=lambda k: -self._partition_rows(k))  # largest first
-            if key not in reused
-        }
-        self.results = {**reused, **self._gather("pairs", futures)}
-        self.timings["pairs"] = time.perf_counter() - started
-        return self.results
 
-    def resolve(self) -> None:
-        """Phase 3: the global matching and every prediction's home, on the client."""
-        started = time.perf_counter()
-        keys = sorted(self.results)
-        tables = [self.results[k].pairs for k in keys]
-        everything = PairTable.concat(tables)
-        self._resolution = resolve(everything, self.options.iou_threshold, self.options.matching)
-        # Where each partition's pairs sit in the global (ref_pos, pred_pos) order.
-        width = int(max([int(t.pred_pos.max()) for t in tables if len(t)] + [0])) + 1
-        global_code = everything.ref_pos * width + everything.pred_pos
-        self._pair_index = {k: np.searchsorted(global_code, t.ref_pos * width + t.pred_pos) for k, t in zip(keys, tables)}
-        pred_pos = np.concatenate([self.results[k].pred_pos for k in keys]) if keys else np.empty(0, np.int64)
-        order = np.argsort(pred_pos, kind="stable")
+@dataclass(frozen=True)
+class PairsDone:
+    """The pairs phase's output: which partitions' results are in ``workdir/pairs``.
 
-        def cat(name: str) -> np.ndarray:
-            return np.concatenate([getattr(self.results[k], name) for k in keys])[order] if keys else np.empty(0)
+    Attributes
+    ----------
+    keys : tuple of PartitionKey
+    n_pairs : int
+    reused : int
+        Partitions whose results a previous run had written.
+    seconds : float
+    """
 
-        self._preds = prediction_rows(pred_pos[order], cat("pred_area_m2"), cat("pred_perimeter_m"), cat("pred_within_tol_m"), self._resolution)
-        ref_pos = np.concatenate([self.results[k].ref_pos for k in keys]) if keys else np.empty(0, np.int64)
-        ref_part = np.concatenate([np.full(len(self.results[k].ref_pos), i) for i, k in enumerate(keys)]) if keys else np.empty(0, np.int64)
-        ref_order = np.argsort(ref_pos)
-        home = self._preds["home_ref_pos"].to_numpy()
-        homed = home >= 0
-        part_of_pred = np.full(len(home), -1)
-        part_of_pred[homed] = ref_part[ref_order][np.searchsorted(ref_pos[ref_order], home[homed])]
-        self._pred_partition = {k: np.flatnonzero(part_of_pred == i) for i, k in enumerate(keys)}
-        labels = pd.concat([pd.Series(self.results[k].pred_label_of_pair, index=self.results[k].pairs.pred_pos) for k in keys]) if keys else pd.Series([], dtype=object)
-        self._pred_labels = labels[~labels.index.duplicated()].infer_objects()
-        self._unassigned = unassigned_row(self._preds, self.options.boundary_tolerance_m)
-        self.timings["resolve"] = time.perf_counter() - started
+    keys: tuple
+    n_pairs: int
+    reused: int = 0
+    seconds: float = 0.0
 
-    def sums(self) -> dict[PartitionKey, dict]:
-        """Phase 4a: per-partition field tables and partial sums, written to the work directory."""
-        started = time.perf_counter()
-        ref_info = self._info("reference")
-        ea = self.ea_crs.to_wkt()
-        futures = {}
-        done: dict[PartitionKey, dict] = {}
-        for key in sorted(ref_info.partitions, key=lambda k: -self._partition_rows(k)):  # largest first
-            npz = self.workdir / "sums" / f"{storage.key_name(key)}.npz"
-            if storage.done_record_valid(npz.with_suffix(".done.json"), self.signature):
-                part = _summary_from_arrays(storage.read_summary(npz))
-                done[key] = {"key": key, "n_ref": part.n_ref, "n_pred": part.n_pred, "path": str(npz)}
-                continue
-            results = self.results[key]
-            idx = self._pair_index[key]
-            preds = self._preds.iloc[self._pred_partition[key]]
-            labels = self._pred_labels.reindex(np.unique(results.pairs.pred_pos))
-            futures[key] = self.client.submit(
-                sums_task,
-                str(self.workdir),
-                key,
-                ref_info,
-                results,
-                self._resolution.is_match[idx],
-                self._resolution.is_eligible[idx],
-                preds,
-                labels,
-                self.plan,
-                self.options,
-                ea,
-                str(self.frame_dir) if self.frame_dir is not None else None,
-                self.signature,
-                key=self._task_key("sums", *key),
-                retries=2,
-                priority=self._partition_rows(key),
-            )
-        if done and self.log:
-            self.log(f"sums: reusing {len(done)} finished partitions (checksums verified)")
-        self.reused["sums"] = len(done)
-        self.sums_info = {**done, **self._gather("sums", futures)}
-        self.timings["sums"] = time.perf_counter() - started
-        return self.sums_info
 
-    def merge(self) -> dict[str, object]:
-        """Phase 4b: read every partition's sums, check completeness, add them in key order."""
-        started = time.perf_counter()
-        ref = self.index["reference"]
-        parts = []
-        keys = sorted(ref["partitions"])
-        paths = {key: self.workdir / "sums" / f"{storage.key_name(key)}.npz" for key in keys}
-        # Every missing partition is named, not only the first: after a failure the
-        # others may have been cancelled, and the user wants the one that failed.
-        missing = [key for key in keys if not paths[key].exists()]
-        if missing:
-            names = ", ".join(storage.key_name(k) for k in missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
-            raise PartitionMissingError(
-                f"{len(missing)} of {len(keys)} partitions have no sums output ({names}) in {self.workdir / 'sums'}; "
-                "the run is incomplete."
-            )
-        for key in keys:
-            path = paths[key]
-            if not storage.done_record_valid(path.with_suffix(".done.json"), self.signature):
-                raise PartitionMissingError(
-                    f"partition {storage.key_name(key)}: its outputs do not match their recorded checksums or "
-                    "belong to another run; rerun to recompute it."
-                )
-            part = _summary_from_arrays(storage.read_summary(path))
-            expected = ref["partitions"][key]["n"]
-            if part.n_ref != expected:
-                raise PartitionMissingError(
-                    f"partition {storage.key_name(key)} summed {part.n_ref} reference fields but {expected} were prepared."
-                )
-            parts.append(part)
-        plan = self.plan
-        merged = merge_partitions(
-            parts, self._unassigned, n_strata=plan.n_strata, n_sizes=plan.n_sizes, n_replicates=self.options.bootstrap
+@dataclass(frozen=True)
+class ResolvedRun:
+    """The resolve phase's output: the global decisions and where they go.
+
+    Attributes
+    ----------
+    resolved : Resolved
+    ref_keys : tuple of PartitionKey
+        Partitions with reference fields, in the order of ``routing``.
+    routing : Routing
+    seconds : float
+    """
+
+    resolved: Resolved
+    ref_keys: tuple
+    routing: Routing
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class SumsDone:
+    """The sums phase's output: per partition, its row counts and the path of its sums.
+
+    Attributes
+    ----------
+    partitions : dict
+        ``{key: {"key", "n_ref", "n_pred", "path"}}``.
+    reused : int
+    seconds : float
+    """
+
+    partitions: dict
+    reused: int = 0
+    seconds: float = 0.0
+
+
+def _gather(setup: RunSetup, phase: str, futures: dict) -> dict:
+    """Wait for futures keyed by partition, reporting progress; re-raise a failure naming it."""
+    from distributed import as_completed
+
+    total = len(futures)
+    unit = "chunk" if phase == "prepare" else "partition"  # prepare works on input chunks
+    by_future = {f: k for k, f in futures.items()}
+    out = {}
+    done = 0
+    if setup.progress:
+        setup.progress(phase, 0, total)
+    if setup.log:
+        names = [_partition_name(k) for k in futures]
+        setup.log(f"{phase}: {total} {unit}s running: {', '.join(names[:20])}{' …' if total > 20 else ''}")
+    for future in as_completed(list(futures.values())):
+        k = by_future[future]
+        try:
+            out[k] = future.result()
+        except Exception as exc:
+            for other in futures.values():
+                other.cancel()
+            if isinstance(exc, EvalInputError):
+                raise  # already names the file, layer, row or column
+            name = _partition_name(k)
+            raise RuntimeError(f"{phase} failed for {unit} {name}: {type(exc).__name__}: {exc}") from exc
+        done += 1
+        if setup.progress:
+            setup.progress(phase, done, total)
+        logger.info("%s: partition %s done (%d/%d)", phase, k, done, total)
+        if setup.log:
+            setup.log(f"{phase}: {unit} {_partition_name(k)} done ({done}/{total})")
+    return out
+
+
+def _threads(client: object) -> int:
+    try:
+        return max(1, sum(client.nthreads().values()))
+    except Exception:  # a client without workers yet: plan for one
+        return 1
+
+
+def _balanced_chunks(client: object, setup: RunSetup) -> list[tuple[LayerSource, Chunk]]:
+    """The prepare chunks: at most ``chunk_rows`` rows each, and small enough that every
+    worker thread gets :data:`CHUNKS_PER_THREAD` of them (not below :data:`MIN_CHUNK_ROWS`).
+
+    With 50,000-row chunks a 50,000-field layer would be one task, and one worker
+    would prepare it while the others wait.
+    """
+    sources = (setup.reference, setup.predicted)
+    planned = [(source, chunk) for source in sources for chunk in plan_chunks(source, setup.chunk_rows)]
+    wanted = -(-sum(c.n_rows for _, c in planned) // (CHUNKS_PER_THREAD * _threads(client)))
+    rows = int(min(setup.chunk_rows, max(MIN_CHUNK_ROWS, wanted)))
+    if rows == setup.chunk_rows:
+        return planned
+    return [(source, chunk) for source in sources for chunk in plan_chunks(source, rows)]
+
+
+def _signature_of_run(
+    predicted: LayerSource, reference: LayerSource, options: EvalOptions, strata_column: str | None,
+    size_bins: object, chunk_rows: int, frame_dir: Path | None,
+) -> tuple[str, dict]:
+    """SHA-256 over the inputs' checksums and every parameter that changes an output."""
+    import hashlib
+
+    from evalcore import __version__
+    from evalcore.report import sha256_path
+
+    input_sha256 = {s.role: sha256_path(s.path) for s in (reference, predicted)}
+    payload = {
+        "inputs": {
+            s.role: {"path": str(Path(s.path).resolve()), "layer": s.layer, "sha256": input_sha256[s.role]}
+            for s in (reference, predicted)
+        },
+        "options": {k: (str(v) if k == "equal_area_crs" and v is not None else v) for k, v in options.as_dict().items()},
+        "strata_column": strata_column,
+        "size_bins": size_bins,
+        "chunk_rows": chunk_rows,
+        "frame_dir": str(frame_dir.resolve()) if frame_dir is not None else None,
+        "evalcore": __version__,
+    }
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest(), input_sha256
+
+
+def start_run(
+    predicted: LayerSource,
+    reference: LayerSource,
+    options: EvalOptions,
+    workdir: Path,
+    *,
+    strata_column: str | None = None,
+    strata_label: str | None = None,
+    size_bins: object = None,
+    frame_dir: Path | None = None,
+    chunk_rows: int = 50_000,
+    progress: ProgressCallback | None = None,
+    log: Callable[[str], None] | None = None,
+) -> RunSetup:
+    """Set up a run: its signature, and a work directory holding nothing of another run.
+
+    A previous run's outputs in ``workdir`` are kept only when they belong to this very
+    run (same inputs' checksums and parameters), so an interrupted run resumes.
+    """
+    workdir = Path(workdir)
+    signature, input_sha256 = _signature_of_run(predicted, reference, options, strata_column, size_bins, chunk_rows, frame_dir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    run_file = workdir / "run.json"
+    previous = None
+    if run_file.exists():
+        try:
+            previous = json.loads(run_file.read_text()).get("signature")
+        except ValueError:
+            previous = None
+    if previous != signature:
+        for sub in ("prepared", "pairs", "sums"):
+            shutil.rmtree(workdir / sub, ignore_errors=True)
+        if frame_dir is not None:
+            for stale in Path(frame_dir).glob("part-*.parquet"):
+                stale.unlink()
+        if previous is not None:
+            logger.info("work directory %s held another run (inputs or parameters changed): starting afresh", workdir)
+        write_json(run_file, {"signature": signature})
+    label = strata_label if strata_label is not None else (strata_column if strata_column != STAGED_STRATA_COLUMN else None)
+    return RunSetup(
+        predicted=predicted,
+        reference=reference,
+        options=options,
+        workdir=workdir,
+        strata_column=strata_column,
+        strata_label=label,
+        size_bins=size_bins,
+        frame_dir=Path(frame_dir) if frame_dir is not None else None,
+        chunk_rows=chunk_rows,
+        token=uuid.uuid4().hex[:8],
+        signature=signature,
+        input_sha256=input_sha256,
+        progress=progress,
+        log=log,
+    )
+
+
+def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
+    """Phase 1: prepare both layers in chunks on the workers; build the run index.
+
+    A previous run's prepared partitions are reused when the work directory's record
+    names the same signature and every chunk file still has its checksum.
+    """
+    started = time.perf_counter()
+    index_path = setup.workdir / "prepared" / "index.json"
+    record = setup.workdir / "prepared" / "done.json"
+    if storage.done_record_valid(record, setup.signature) and index_path.exists():
+        if setup.log:
+            setup.log("prepare: reusing the prepared partitions of the interrupted run (checksums verified)")
+        return RunIndex(_index_from_json(json.loads(index_path.read_text())), True, time.perf_counter() - started)
+    shutil.rmtree(setup.workdir / "prepared", ignore_errors=True)
+    options = setup.options
+    futures = {}
+    planned = _balanced_chunks(client, setup)
+    # Largest first (and submitted in that order: a free worker takes the first task
+    # that arrives), so the phase does not end waiting on one big chunk.
+    planned.sort(key=lambda sc: -sc[1].weight)
+    for source, chunk in planned:
+        futures[(source.role, chunk.index)] = client.submit(
+            prepare_chunk_task,
+            source,
+            chunk,
+            str(setup.workdir),
+            options.equal_area_crs,
+            options.tile_size_m,
+            options.boundary_tolerance_m,
+            setup.strata_column,
+            key=setup.task_key("prepare", source.role, chunk.index),
+            retries=2,
+            priority=chunk.weight,  # largest first, so the last task to finish is a small one
         )
-        n_ref = int(merged.overall.as_dict()["n_ref"])
-        n_pred = int(merged.overall.as_dict()["n_pred"])
-        if n_ref != ref["n_kept"] or n_pred != self.index["predicted"]["n_kept"]:
-            raise PartitionMissingError(
-                f"the partitions add up to {n_ref} reference fields and {n_pred} predictions, but "
-                f"{ref['n_kept']} and {self.index['predicted']['n_kept']} were prepared."
-            )
-        counts = {
-            f"count_{name}_{what}": self.index[role][f"n_{what}"]
-            for role, name in (("reference", "reference"), ("predicted", "predicted"))
-            for what in ("dropped", "repaired")
+    entries = _gather(setup, "prepare", futures)
+    index: dict = {}
+    for role in LAYERS:
+        chunks = [entries[k] for k in sorted(k for k in entries if k[0] == role)]
+        crs_texts = {c["crs"] for c in chunks if c["crs"] is not None}
+        if len(crs_texts) > 1:
+            raise EvalInputError(f"The {role} layer's chunks disagree on their CRS.")
+        partitions: dict[PartitionKey, dict] = {}
+        for c in chunks:
+            for key, p in c["partitions"].items():
+                merged = partitions.setdefault(key, {"n": 0, "box": p["box"], "reach_box": p["reach_box"], "strata": {}})
+                merged["n"] += p["n"]
+                merged["box"] = _union(merged["box"], p["box"])
+                merged["reach_box"] = _union(merged["reach_box"], p["reach_box"])
+                for name, n in p["strata"].items():
+                    merged["strata"][name] = merged["strata"].get(name, 0) + n
+        areas_min = [c["area_min_m2"] for c in chunks if c["area_min_m2"] is not None]
+        areas_max = [c["area_max_m2"] for c in chunks if c["area_max_m2"] is not None]
+        index[role] = {
+            "crs": crs_texts.pop() if crs_texts else None,
+            "n_input": sum(c["n_input"] for c in chunks),
+            "n_kept": sum(c["n_kept"] for c in chunks),
+            "n_dropped": sum(c["n_dropped"] for c in chunks),
+            "n_repaired": sum(c["n_repaired"] for c in chunks),
+            "area_min_m2": min(areas_min) if areas_min else None,
+            "area_max_m2": max(areas_max) if areas_max else None,
+            "utm_epsg": sorted({code for c in chunks for code in c["utm_epsg"]}),
+            "partitions": partitions,
         }
-        codes = sorted(set(ref["utm_epsg"]) | set(self.index["predicted"]["utm_epsg"]))
-        result = build_summary(merged, plan, self.options, layer_counts=counts, utm_epsg_codes=codes, equal_area_crs=self.ea_crs.to_string())
-        self.timings["merge"] = time.perf_counter() - started
-        return result
+    checksums = {f: sha for entry in entries.values() for f, sha in entry["checksums"].items()}
+    files = [Path(f) for f in checksums]
+    write_json(index_path, _index_to_json(index))
+    storage.write_done_record(record, setup.signature, files + [index_path], base=setup.workdir / "prepared", checksums=checksums)
+    return RunIndex(index, False, time.perf_counter() - started)
 
-    def run(self) -> dict[str, object]:
-        """All phases in order."""
-        self.prepare()
-        self.make_plan()
-        self.pairs()
-        self.resolve()
-        self.sums()
-        return self.merge()
+
+def plan_phase(setup: RunSetup, index: RunIndex) -> RunPlan:
+    """Strata names, size classes and the central bootstrap draws, from the index alone."""
+    ref = index.layers["reference"]
+    stratified = setup.strata_column is not None
+    counts = {key: (p["strata"] if stratified else {None: p["n"]}) for key, p in ref["partitions"].items()}
+    area_range = tuple(v for v in (ref["area_min_m2"], ref["area_max_m2"]) if v is not None)
+    return make_run_plan(counts, area_range, stratified=stratified, size_bins=setup.size_bins, options=setup.options)
+
+
+def pairs_phase(client: object, setup: RunSetup, index: RunIndex) -> PairsDone:
+    """Phase 2: pairs, IoU, distances and tolerance lengths, one task per partition."""
+    started = time.perf_counter()
+    ref_info, pred_info = index.info("reference"), index.info("predicted")
+    keys = index.keys()
+    ea = setup.ea_crs.to_wkt()
+    pairs_dir = setup.workdir / "pairs"
+    reused = [key for key in keys if storage.done_record_valid(pairs_dir / f"{storage.key_name(key)}.done.json", setup.signature)]
+    if reused and setup.log:
+        setup.log(f"pairs: reusing {len(reused)} finished partitions (checksums verified)")
+    futures = {
+        key: client.submit(
+            pairs_task,
+            str(setup.workdir),
+            key,
+            ref_info,
+            pred_info,
+            index.neighbours(key, "reference", "predicted"),
+            index.neighbours(key, "predicted", "reference"),
+            setup.options,
+            ea,
+            setup.signature,
+            key=setup.task_key("pairs", *key),
+            retries=2,
+            priority=index.rows(key),
+        )
+        for key in sorted(keys, key=lambda k: -index.rows(k))  # largest first
+        if key not in set(reused)
+    }
+    done = _gather(setup, "pairs", futures)
+    return PairsDone(tuple(keys), sum(d["n_pairs"] for d in done.values()), len(reused), time.perf_counter() - started)
+
+
+def resolve_phase(setup: RunSetup, index: RunIndex, pairs: PairsDone) -> ResolvedRun:
+    """Phase 3, on the client: the global matching and where every pair and row goes.
+
+    Reads every partition's pairs output from the work directory.
+    """
+    started = time.perf_counter()
+    parts = []
+    for key in pairs.keys:
+        results = storage.read_pair_results(setup.workdir / "pairs", key, setup.signature)
+        if results is None:
+            raise PartitionMissingError(
+                f"partition {storage.key_name(key)} has no valid pairs output in {setup.workdir / 'pairs'}; rerun to recompute it."
+            )
+        parts.append(results)
+    everything, ref_part = concat_pair_results(parts)
+    resolved = resolve_run(everything, setup.options)
+    # Partitions with reference fields, numbered as route() wants them.
+    holders = sorted({pairs.keys[k] for k in ref_part.tolist()})
+    number = {key: i for i, key in enumerate(holders)}
+    renumbered = np.array([number[pairs.keys[k]] for k in ref_part.tolist()], dtype=np.int64)
+    routing = route(everything.ref_pos, renumbered, len(holders), everything.pairs.ref_pos, resolved.contributions.ref_pos)
+    return ResolvedRun(resolved, tuple(holders), routing, time.perf_counter() - started)
+
+
+def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun) -> SumsDone:
+    """Phase 4a: per-partition field tables and partial sums, written to the work directory."""
+    started = time.perf_counter()
+    ref_info = index.info("reference")
+    ea = setup.ea_crs.to_wkt()
+    futures = {}
+    done: dict[PartitionKey, dict] = {}
+    r = resolved.resolved
+    slot = {key: i for i, key in enumerate(resolved.ref_keys)}
+    for key in sorted(ref_info.partitions, key=lambda k: -index.rows(k)):  # largest first
+        npz = setup.workdir / "sums" / f"{storage.key_name(key)}.npz"
+        if storage.done_record_valid(npz.with_suffix(".done.json"), setup.signature):
+            part = storage.summary_from_arrays(storage.read_summary(npz))
+            done[key] = {"key": key, "n_ref": part.n_ref, "n_pred": part.n_pred, "path": str(npz)}
+            continue
+        if key not in slot:
+            raise PartitionMissingError(f"partition {storage.key_name(key)} has reference fields but no pairs output")
+        i = slot[key]
+        pair_rows = resolved.routing.pair_rows[i]
+        futures[key] = client.submit(
+            sums_task,
+            str(setup.workdir),
+            key,
+            ref_info,
+            {name: values[pair_rows] for name, values in r.pair_values.items()},
+            r.contributions.take(resolved.routing.contribution_rows[i]),
+            plan,
+            setup.options,
+            ea,
+            str(setup.frame_dir) if setup.frame_dir is not None else None,
+            setup.signature,
+            key=setup.task_key("sums", *key),
+            retries=2,
+            priority=index.rows(key),
+        )
+    if done and setup.log:
+        setup.log(f"sums: reusing {len(done)} finished partitions (checksums verified)")
+    info = {**done, **_gather(setup, "sums", futures)}
+    return SumsDone(info, len(done), time.perf_counter() - started)
+
+
+def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, sums: SumsDone) -> dict[str, object]:
+    """Phase 4b: read every partition's sums, check completeness, add them in key order."""
+    ref = index.layers["reference"]
+    keys = sorted(ref["partitions"])
+    paths = {key: setup.workdir / "sums" / f"{storage.key_name(key)}.npz" for key in keys}
+    # Every missing partition is named, not only the first: after a failure the
+    # others may have been cancelled, and the user wants the one that failed.
+    missing = [key for key in keys if not paths[key].exists()]
+    if missing:
+        names = ", ".join(storage.key_name(k) for k in missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+        raise PartitionMissingError(
+            f"{len(missing)} of {len(keys)} partitions have no sums output ({names}) in {setup.workdir / 'sums'}; "
+            "the run is incomplete."
+        )
+    parts = []
+    for key in keys:
+        path = paths[key]
+        if not storage.done_record_valid(path.with_suffix(".done.json"), setup.signature):
+            raise PartitionMissingError(
+                f"partition {storage.key_name(key)}: its outputs do not match their recorded checksums or "
+                "belong to another run; rerun to recompute it."
+            )
+        part = storage.summary_from_arrays(storage.read_summary(path))
+        expected = ref["partitions"][key]["n"]
+        if part.n_ref != expected:
+            raise PartitionMissingError(
+                f"partition {storage.key_name(key)} summed {part.n_ref} reference fields but {expected} were prepared."
+            )
+        parts.append(part)
+    merged = merge_partitions(parts, resolved.resolved.unassigned, setup.options, plan)
+    n_ref = int(merged.sums.as_dict(0)["n_ref"])
+    n_pred = int(merged.sums.as_dict(0)["n_pred"])
+    if n_ref != ref["n_kept"] or n_pred != index.layers["predicted"]["n_kept"]:
+        raise PartitionMissingError(
+            f"the partitions add up to {n_ref} reference fields and {n_pred} predictions, but "
+            f"{ref['n_kept']} and {index.layers['predicted']['n_kept']} were prepared."
+        )
+    counts = {
+        f"count_{role}_{what}": index.layers[role][f"n_{what}"] for role in ("reference", "predicted") for what in ("dropped", "repaired")
+    }
+    codes = sorted(set(ref["utm_epsg"]) | set(index.layers["predicted"]["utm_epsg"]))
+    return build_summary(
+        merged, plan, setup.options, layer_counts=counts, utm_epsg_codes=codes,
+        equal_area_crs=setup.ea_crs.to_string(), strata_column=setup.strata_label,
+    )
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """Every phase's output of a whole run, and its wall time per phase (seconds)."""
+
+    metrics: dict
+    index: RunIndex
+    pairs: PairsDone
+    resolved: ResolvedRun
+    sums: SumsDone
+    timings: dict
+
+
+def run_phases(client: object, setup: RunSetup) -> RunOutcome:
+    """Every phase in order."""
+    index = prepare_phase(client, setup)
+    plan = plan_phase(setup, index)
+    pairs = pairs_phase(client, setup, index)
+    resolved = resolve_phase(setup, index, pairs)
+    sums = sums_phase(client, setup, index, plan, resolved)
+    started = time.perf_counter()
+    metrics = merge_phase(setup, index, plan, resolved, sums)
+    timings = {
+        "prepare": index.seconds, "pairs": pairs.seconds, "resolve": resolved.seconds, "sums": sums.seconds,
+        "merge": time.perf_counter() - started,
+    }
+    return RunOutcome(metrics, index, pairs, resolved, sums, timings)
 
 
 def _index_to_json(index: dict) -> dict:
@@ -868,7 +962,7 @@ def stage_layer(layer: object, role: str, workdir: Path, strata: object = None, 
     geoms, index, crs = layer_geometries(layer, role)
     frame = geopandas.GeoDataFrame({LABEL_COLUMN: np.asarray(index)}, geometry=geopandas.GeoSeries(geoms), crs=crs)
     if strata is not None:
-        frame["__evalcore_stratum__"] = strata_values(layer, strata, len(frame))
+        frame[STAGED_STRATA_COLUMN] = strata_values(layer, strata, len(frame))
     path = workdir / "input" / f"{role}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
     from evalcore.io import atomic_path
@@ -906,13 +1000,13 @@ def run_distributed(
     frame_dir : path, optional
         Directory for the per-field GeoParquet parts.
     """
-    import shutil
     import tempfile
 
     own_tmp = workdir is None
     work = Path(tempfile.mkdtemp(prefix="evalcore-")) if own_tmp else Path(workdir)
     try:
         strata_column = None
+        strata_label = strata if isinstance(strata, str) else None
         sources = []
         for layer, role, name in ((predicted, "predicted", pred_layer), (reference, "reference", ref_layer)):
             if isinstance(layer, (str, Path)):
@@ -925,21 +1019,20 @@ def run_distributed(
                 values = strata if role == "reference" else None
                 sources.append(stage_layer(layer, role, work, values, chunk_rows))
                 if role == "reference" and strata is not None:
-                    strata_column = "__evalcore_stratum__"
-        run = DistributedRun(
-            client=client,
-            predicted=sources[0],
-            reference=sources[1],
-            options=options,
-            workdir=work,
+                    strata_column = STAGED_STRATA_COLUMN
+        setup = start_run(
+            sources[0],
+            sources[1],
+            options,
+            work,
             strata_column=strata_column,
+            strata_label=strata_label,
             size_bins=size_bins,
             frame_dir=Path(frame_dir) if frame_dir is not None else None,
             chunk_rows=chunk_rows,
             progress=progress,
         )
-        return run.run()
+        return run_phases(client, setup).metrics
     finally:
         if own_tmp:
             shutil.rmtree(work, ignore_errors=True)
-

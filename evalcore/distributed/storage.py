@@ -304,7 +304,7 @@ def done_record_valid(record_path: Path, signature: str) -> bool:
     return True
 
 
-_PAIR_COLUMNS = ("pred_area_of_pair", "hausdorff_m", "mean_distance_m", "spacing_m")
+_PAIR_COLUMNS = ("pred_area_of_pair", "ref_area_of_pair", "hausdorff_m", "mean_distance_m", "spacing_m")
 
 
 def write_pair_results(directory: Path, key: PartitionKey, results: object, signature: str) -> None:
@@ -362,4 +362,49 @@ def read_pair_results(directory: Path, key: PartitionKey, signature: str) -> obj
         pred_perimeter_m=col(preds, "pred_perimeter_m", np.float64),
         pred_within_tol_m=col(preds, "pred_within_tol_m", np.float64),
         pred_label_of_pair=np.asarray(pairs["pred_label"].to_pylist(), dtype=object),
+    )
+
+
+def summary_to_arrays(summary: object) -> dict[str, np.ndarray]:
+    """A :class:`~evalcore.engine.PartitionSummary` as plain arrays for :func:`write_summary`.
+
+    The column names travel with the sums, so a merge refuses sums made with other
+    options (or another version's families) instead of adding the wrong columns.
+    """
+    s = summary
+    arrays = {
+        "key": np.asarray(s.key, dtype=np.int64),
+        "n_ref": np.asarray(s.n_ref),
+        "n_pred": np.asarray(s.n_pred),
+        "columns": np.asarray(s.sums.columns, dtype=str),
+        "max_columns": np.asarray(s.sums.max_columns, dtype=str),
+        "sums": s.sums.sums,
+        "maxima": s.sums.maxima,
+        "gathered_pos": s.gathered.index.to_numpy(np.int64),
+        "gathered_names": np.asarray(list(s.gathered.columns), dtype=str),
+    }
+    for k, column in enumerate(s.gathered.columns):
+        arrays[f"gathered_{k}"] = s.gathered[column].to_numpy()
+    if s.replicates is not None:
+        arrays["replicates"] = s.replicates.groups
+    return arrays
+
+
+def summary_from_arrays(a: dict[str, np.ndarray]) -> object:
+    """The inverse of :func:`summary_to_arrays`."""
+    from evalcore.bootstrap import ReplicateSums
+    from evalcore.engine import PartitionSummary
+    from evalcore.stats import GroupSums
+
+    names = [str(n) for n in a["gathered_names"]]
+    gathered = pd.DataFrame({name: a[f"gathered_{k}"] for k, name in enumerate(names)},
+                            index=pd.Index(a["gathered_pos"], name="ref_pos"))
+    sums = GroupSums(tuple(str(c) for c in a["columns"]), tuple(str(c) for c in a["max_columns"]), a["sums"], a["maxima"])
+    return PartitionSummary(
+        key=tuple(int(v) for v in a["key"]),
+        n_ref=int(a["n_ref"]),
+        n_pred=int(a["n_pred"]),
+        sums=sums,
+        replicates=ReplicateSums(a["replicates"]) if "replicates" in a else None,
+        gathered=gathered,
     )

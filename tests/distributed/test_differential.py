@@ -13,7 +13,17 @@ from distributed import Client, LocalCluster
 
 import evalcore
 from evalcore.api import check_options
-from evalcore.distributed.runner import DistributedRun, PartitionMissingError, stage_layer
+from evalcore.distributed.runner import (
+    PartitionMissingError,
+    merge_phase,
+    pairs_phase,
+    plan_phase,
+    prepare_phase,
+    resolve_phase,
+    stage_layer,
+    start_run,
+    sums_phase,
+)
 
 from .seams import seam_layers
 
@@ -108,19 +118,12 @@ def test_missing_partition_fails_the_merge(layers, client, tmp_path):
     predicted, reference = layers
     work = tmp_path / "work"
     options = check_options(bootstrap=0, tile_size_m=2_000.0)
-    run = DistributedRun(
-        client=client,
-        predicted=stage_layer(predicted, "predicted", work),
-        reference=stage_layer(reference, "reference", work),
-        options=options,
-        workdir=work,
-    )
-    run.prepare()
-    run.make_plan()
-    run.pairs()
-    run.resolve()
-    run.sums()
+    setup = start_run(stage_layer(predicted, "predicted", work), stage_layer(reference, "reference", work), options, work)
+    index = prepare_phase(client, setup)
+    plan = plan_phase(setup, index)
+    resolved = resolve_phase(setup, index, pairs_phase(client, setup, index))
+    sums = sums_phase(client, setup, index, plan, resolved)
     victim = sorted((work / "sums").glob("*.npz"))[3]
     victim.unlink()
     with pytest.raises(PartitionMissingError, match=victim.stem):
-        run.merge()
+        merge_phase(setup, index, plan, resolved, sums)

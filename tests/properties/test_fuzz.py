@@ -34,12 +34,9 @@ from shapely.geometry import GeometryCollection, LineString, MultiPolygon, Point
 
 from evalcore.api import evaluate_with_frame
 from evalcore.bootstrap import pool_id
-from evalcore.engine import RefRows, compute_pairs, merge_partitions, prediction_rows, summarize_partition, unassigned_row
-from evalcore.matching import resolve
+from evalcore.engine import RefRows, compute_pairs, concat_pair_results, merge_partitions, resolve_run, route, summarize_partition
 from evalcore.options import RunPlan, check_options
-from evalcore.pairs import PairTable
 from evalcore.prepare import prepare_layer
-from evalcore.quantities import QUANTITY_COLUMNS
 
 X0, Y0 = 500_000.0, 4_400_000.0
 CRS = "EPSG:32613"
@@ -53,6 +50,7 @@ RATE_KEYS = (
     "area_weighted_f1", "over_segmentation", "under_segmentation", "boundary_precision", "boundary_recall",
     "boundary_f1", "coverage_within_tolerance", "coverage_within_tolerance_area",
 )
+TOPOLOGY_COLUMNS = ("merges", "merged_reference", "splits", "split_predictions")
 COUNT_COLUMNS = ("n_ref", "tp", "n_ref_with_overlap", "n_ref_overseg", "n_within_tol", "n_pred", "n_pred_matched", "n_pred_underseg")
 
 # --------------------------------------------------------------------------------------
@@ -273,43 +271,34 @@ def _partitioned_sums(ref, pred, ref_part: np.ndarray, pred_part: np.ndarray, th
 
     Each partition computes the pairs of its own reference fields against every
     prediction (a complete halo) and the tolerance lengths of its own rows; the matching
-    is resolved over all pairs; each partition sums its fields and their home predictions.
+    is resolved over all pairs (:func:`resolve_run`) and routed with the engine's one
+    :func:`route`; each partition sums its fields and their home predictions.
     """
+    options = check_options(iou_threshold=thr, matching=matching, boundary_tolerance_m=tol)
     keys = sorted(set(ref_part.tolist()) | set(pred_part.tolist()))
-    results = {}
+    results = []
     for k in keys:
         own_ref, own_pred = ref.take(np.flatnonzero(ref_part == k)), pred.take(np.flatnonzero(pred_part == k))
-        results[k] = compute_pairs(own_ref, pred, pred_own=own_pred, ref_near=ref, iou_threshold=thr,
-                                   boundary_tolerance_m=tol, boundary_sample_spacing_m=None)
-    tables = [results[k].pairs for k in keys]
-    everything = PairTable.concat(tables)
-    resolution = resolve(everything, thr, matching)
-    width = int(max([int(t.pred_pos.max()) for t in tables if len(t)] + [0])) + 1
-    code = everything.ref_pos * width + everything.pred_pos
-
-    def cat(name: str) -> np.ndarray:
-        return np.concatenate([getattr(results[k], name) for k in keys]) if keys else np.empty(0)
-
-    pred_pos = cat("pred_pos").astype(np.int64)
-    order = np.argsort(pred_pos, kind="stable")
-    preds = prediction_rows(pred_pos[order], cat("pred_area_m2")[order], cat("pred_perimeter_m")[order],
-                            cat("pred_within_tol_m")[order], resolution)
-    home = preds["home_ref_pos"].to_numpy()
+        results.append(compute_pairs(own_ref, pred, pred_own=own_pred, ref_near=ref, iou_threshold=thr,
+                                     boundary_tolerance_m=tol, boundary_sample_spacing_m=None))
+    everything, part_of_ref = concat_pair_results(results)
+    resolved = resolve_run(everything, options)
+    routing = route(everything.ref_pos, part_of_ref, len(keys), everything.pairs.ref_pos, resolved.contributions.ref_pos)
+    plan = RunPlan(None, None, {})
     parts = []
-    for k in keys:
-        rows = np.flatnonzero(ref_part == k)
-        own = ref.take(rows)
-        idx = np.searchsorted(code, results[k].pairs.ref_pos * width + results[k].pairs.pred_pos)
+    for i, k in enumerate(keys):
+        rows = routing.ref_rows[i]
+        own = ref.take(np.searchsorted(ref.positions, everything.ref_pos[rows]))
         refs = RefRows(own.positions, own.area_m2, own.perimeter_m, own.utm_epsg, np.full(len(own), -1), np.full(len(own), -1),
                        np.full(len(own), pool_id(None, False)))
+        pair_rows = routing.pair_rows[i]
         summary, _ = summarize_partition(
-            (0, 0, k), refs, results[k], resolution.is_match[idx], resolution.is_eligible[idx],
-            preds[np.isin(home, own.positions)],
-            check_options(iou_threshold=thr, matching=matching, boundary_tolerance_m=tol),
-            RunPlan(None, None, {}),
+            (0, 0, k), refs, everything.restrict(pair_rows, rows),
+            {name: values[pair_rows] for name, values in resolved.pair_values.items()},
+            resolved.contributions.take(routing.contribution_rows[i]), options, plan,
         )
         parts.append(summary)
-    return merge_partitions(parts, unassigned_row(preds, tol), n_strata=0, n_sizes=0, n_replicates=0)
+    return merge_partitions(parts, resolved.unassigned, options, plan)
 
 
 @FUZZ
@@ -331,13 +320,16 @@ def test_a_random_split_into_partitions_gives_the_sums_of_the_whole(pair, data, 
     whole = _partitioned_sums(ref, pred, np.zeros(len(ref), np.int64), np.zeros(len(pred), np.int64), thr, tol, matching)
     split = _partitioned_sums(ref, pred, ref_part, pred_part, thr, tol, matching)
 
-    counts = [QUANTITY_COLUMNS.index(c) for c in COUNT_COLUMNS]
-    assert np.array_equal(split.overall.sums[counts], whole.overall.sums[counts])
-    np.testing.assert_allclose(split.overall.sums, whole.overall.sums, rtol=1e-9, atol=1e-6)
-    assert (math.isnan(split.overall.spacing_max_m) and math.isnan(whole.overall.spacing_max_m)) or split.overall.spacing_max_m == whole.overall.spacing_max_m
-    np.testing.assert_array_equal(split.unassigned, whole.unassigned)
-    pd.testing.assert_frame_equal(split.medians, whole.medians)
-    n = dict(zip(QUANTITY_COLUMNS, whole.overall.sums))
+    columns = whole.sums.columns
+    counts = [columns.index(c) for c in COUNT_COLUMNS if c in columns] + [
+        k for k, c in enumerate(columns) if (c.startswith("sweep_") and not c.startswith("sweep_iou")) or c in TOPOLOGY_COLUMNS
+    ]
+    assert np.array_equal(split.sums.sums[0, counts], whole.sums.sums[0, counts])
+    np.testing.assert_allclose(split.sums.sums, whole.sums.sums, rtol=1e-9, atol=1e-6)
+    np.testing.assert_array_equal(split.sums.maxima, whole.sums.maxima)
+    assert split.unassigned == whole.unassigned
+    pd.testing.assert_frame_equal(split.gathered, whole.gathered)
+    n = dict(zip(columns, whole.sums.sums[0]))
     assert n["n_ref"] == len(ref) and n["n_pred"] == len(pred)
 
 

@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from shapely.geometry import box
 
 from evalcore import evaluate, evaluate_frame
-from evalcore.quantities import QUANTITY_COLUMNS, QuantityTable
-from evalcore.stats import QuantitySums, group_sums
+from evalcore.metrics import quantity_columns
+from evalcore.options import check_options
+from evalcore.stats import GroupSums, group_sums
 from tests.common import BOUNDARY_VALUE_KEYS, X0, Y0, assert_metrics_equal, layer
 
 MAX_N = 15
@@ -236,7 +237,9 @@ def test_the_frame_and_the_summary_agree(pair):
 # Sufficient statistics: partial sums merge to the whole
 # --------------------------------------------------------------------------------------
 
+QUANTITY_COLUMNS = quantity_columns(check_options())
 C = len(QUANTITY_COLUMNS)
+MAX = ("spacing_m",)
 
 
 @st.composite
@@ -249,10 +252,15 @@ def quantity_tables(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
     return values, spacing
 
 
-def _assert_sums_close(a: QuantitySums, b: QuantitySums) -> None:
-    assert a.columns == b.columns
+def _sums(values: np.ndarray, spacing: np.ndarray, codes: np.ndarray | None = None, n_groups: int = 1) -> GroupSums:
+    flat = np.empty((len(values), 0), np.int64) if codes is None else codes.reshape(-1, 1)
+    return group_sums(values, spacing.reshape(-1, 1), flat, n_groups, QUANTITY_COLUMNS, MAX)
+
+
+def _assert_sums_close(a: GroupSums, b: GroupSums) -> None:
+    assert a.columns == b.columns and a.max_columns == b.max_columns
     np.testing.assert_allclose(a.sums, b.sums, rtol=1e-9, atol=1e-6)
-    assert (math.isnan(a.spacing_max_m) and math.isnan(b.spacing_max_m)) or a.spacing_max_m == b.spacing_max_m
+    np.testing.assert_array_equal(a.maxima, b.maxima)  # NaN equals NaN here
 
 
 @given(table=quantity_tables(), data=st.data())
@@ -261,40 +269,38 @@ def test_merged_partial_sums_equal_the_whole(table, data):
     n = len(values)
     cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=4)))
     bounds = [0, *cuts, n]
-    parts = [QuantitySums.from_rows(values[a:b], spacing[a:b]) for a, b in zip(bounds, bounds[1:])]
-    whole = QuantitySums.from_rows(values, spacing)
-    merged = QuantitySums.empty()
+    parts = [_sums(values[a:b], spacing[a:b]) for a, b in zip(bounds, bounds[1:])]
+    whole = _sums(values, spacing)
+    empty = GroupSums.empty(QUANTITY_COLUMNS, MAX, 1)
+    merged = empty
     for part in data.draw(st.permutations(parts)):  # any order
         merged = merged.merge(part)
     _assert_sums_close(merged, whole)
-    _assert_sums_close(QuantitySums.empty().merge(whole), whole)
-    _assert_sums_close(whole.merge(QuantitySums.empty()), whole)
+    _assert_sums_close(empty.merge(whole), whole)
+    _assert_sums_close(whole.merge(empty), whole)
 
 
 @given(table=quantity_tables(), data=st.data(), n_groups=st.integers(0, 4))
 def test_group_sums_of_parts_merge_to_the_group_sums_of_the_whole(table, data, n_groups):
     values, spacing = table
     n = len(values)
-    codes = np.array(data.draw(st.lists(st.integers(-1, n_groups - 1), min_size=n, max_size=n)), dtype=np.int64)
+    # One grouping of n_groups groups on the flat axis 1..n_groups (0 is overall).
+    codes = np.array(data.draw(st.lists(st.integers(0, n_groups), min_size=n, max_size=n)), dtype=np.int64)
+    codes = np.where(codes == 0, -1, codes)
     k = data.draw(st.integers(0, n))
-    unassigned = np.zeros(C)
-
-    def table_of(rows: slice) -> QuantityTable:
-        return QuantityTable(np.arange(n)[rows], values[rows], unassigned, spacing[rows])
-
-    whole = group_sums(table_of(slice(None)), codes, n_groups)
-    first = group_sums(table_of(slice(0, k)), codes[:k], n_groups)
-    second = group_sums(table_of(slice(k, None)), codes[k:], n_groups)
-    assert len(whole) == n_groups
-    for g in range(n_groups):
-        _assert_sums_close(first[g].merge(second[g]), whole[g])
+    g_axis = n_groups + 1
+    whole = _sums(values, spacing, codes, g_axis)
+    first = _sums(values[:k], spacing[:k], codes[:k], g_axis)
+    second = _sums(values[k:], spacing[k:], codes[k:], g_axis)
+    _assert_sums_close(first.merge(second), whole)
+    for g in range(1, g_axis):
         rows = codes == g
-        _assert_sums_close(whole[g], QuantitySums.from_rows(values[rows], spacing[rows]))
-    # The groups and the rows in none make up the whole.
-    total = QuantitySums.from_rows(values[codes < 0], spacing[codes < 0])
-    for g in range(n_groups):
-        total = total.merge(whole[g])
-    _assert_sums_close(total, QuantitySums.from_rows(values, spacing))
+        alone = _sums(values[rows], spacing[rows])
+        np.testing.assert_allclose(whole.sums[g], alone.sums[0], rtol=1e-9, atol=1e-6)
+        np.testing.assert_array_equal(whole.maxima[g], alone.maxima[0])
+    # The overall group is every row; the groups and the rows in none make it up.
+    np.testing.assert_allclose(whole.sums[1:].sum(axis=0) + _sums(values[codes < 0], spacing[codes < 0]).sums[0],
+                               whole.sums[0], rtol=1e-9, atol=1e-6)
 
 
 @given(pair=layer_pair(), data=st.data(), tile=st.sampled_from([60.0, 137.0, 450.0, 1_000.0]), matching=st.sampled_from(["one_to_one", "many_to_one"]))

@@ -20,7 +20,21 @@ from distributed import Client, LocalCluster
 
 import evalcore
 from evalcore.api import check_options
-from evalcore.distributed.runner import FAULT_ENV, DistributedRun, PartitionMissingError
+from evalcore.distributed.runner import (
+    FAULT_ENV,
+    PairsDone,
+    PartitionMissingError,
+    RunIndex,
+    RunSetup,
+    SumsDone,
+    merge_phase,
+    pairs_phase,
+    plan_phase,
+    prepare_phase,
+    resolve_phase,
+    start_run,
+    sums_phase,
+)
 from evalcore.distributed.sources import LayerSource
 from evalcore.io import to_jsonable
 from evalcore.synth import write_layers
@@ -41,19 +55,28 @@ def expected(data):
     return to_jsonable(evalcore.evaluate(str(pred), str(ref), **OPTIONS))
 
 
-def _run(client, data, work: Path, **kwargs) -> DistributedRun:
+def _setup(data, work: Path, **option_changes) -> RunSetup:
     pred, ref = data
-    options = check_options(bootstrap=OPTIONS["bootstrap"], boundary_tolerance_m=10.0, tile_size_m=OPTIONS["tile_size_m"])
-    return DistributedRun(
-        client=client,
-        predicted=LayerSource(str(pred), None, "predicted"),
-        reference=LayerSource(str(ref), None, "reference"),
-        options=options,
-        workdir=work,
+    options = check_options(
+        **{"bootstrap": OPTIONS["bootstrap"], "boundary_tolerance_m": 10.0, "tile_size_m": OPTIONS["tile_size_m"], **option_changes}
+    )
+    return start_run(
+        LayerSource(str(pred), None, "predicted"),
+        LayerSource(str(ref), None, "reference"),
+        options,
+        work,
         strata_column="stratum",
         size_bins="auto",
-        **kwargs,
     )
+
+
+def _all_phases(client, setup: RunSetup) -> tuple[dict, RunIndex, PairsDone, SumsDone]:
+    index = prepare_phase(client, setup)
+    plan = plan_phase(setup, index)
+    pairs = pairs_phase(client, setup, index)
+    resolved = resolve_phase(setup, index, pairs)
+    sums = sums_phase(client, setup, index, plan, resolved)
+    return merge_phase(setup, index, plan, resolved, sums), index, pairs, sums
 
 
 @pytest.fixture()
@@ -74,9 +97,9 @@ def _worker_pids(client) -> list[int]:
 
 @pytest.mark.parametrize("phase", ["pairs", "sums"])
 def test_worker_killed_mid_phase_gives_identical_metrics(cluster_client, data, expected, tmp_path, phase):
-    run = _run(cluster_client, data, tmp_path / "work")
-    run.prepare()
-    run.make_plan()
+    setup = _setup(data, tmp_path / "work")
+    index = prepare_phase(cluster_client, setup)
+    plan = plan_phase(setup, index)
     victim = _worker_pids(cluster_client)[0]
     killed = threading.Event()
 
@@ -87,76 +110,73 @@ def test_worker_killed_mid_phase_gives_identical_metrics(cluster_client, data, e
 
     if phase == "pairs":
         threading.Thread(target=kill_soon, daemon=True).start()
-    run.pairs()
-    run.resolve()
+    pairs = pairs_phase(cluster_client, setup, index)
+    resolved = resolve_phase(setup, index, pairs)
     if phase == "sums":
         threading.Thread(target=kill_soon, daemon=True).start()
-    run.sums()
+    sums = sums_phase(cluster_client, setup, index, plan, resolved)
     assert killed.wait(10)
-    assert to_jsonable(run.merge()) == expected
+    assert to_jsonable(merge_phase(setup, index, plan, resolved, sums)) == expected
 
 
 def test_worker_killed_during_merge_changes_nothing(cluster_client, data, expected, tmp_path):
-    run = _run(cluster_client, data, tmp_path / "work")
-    run.prepare()
-    run.make_plan()
-    run.pairs()
-    run.resolve()
-    run.sums()
+    setup = _setup(data, tmp_path / "work")
+    index = prepare_phase(cluster_client, setup)
+    plan = plan_phase(setup, index)
+    pairs = pairs_phase(cluster_client, setup, index)
+    resolved = resolve_phase(setup, index, pairs)
+    sums = sums_phase(cluster_client, setup, index, plan, resolved)
     os.kill(_worker_pids(cluster_client)[1], signal.SIGKILL)  # the merge reads only the work directory
-    assert to_jsonable(run.merge()) == expected
+    assert to_jsonable(merge_phase(setup, index, plan, resolved, sums)) == expected
 
 
 def test_transient_fault_is_retried(cluster_client, data, expected, tmp_path):
-    run = _run(cluster_client, data, tmp_path / "work")
-    run.prepare()
-    run.make_plan()
-    first = sorted(run.index["reference"]["partitions"])[0]
+    setup = _setup(data, tmp_path / "work")
+    index = prepare_phase(cluster_client, setup)
+    plan = plan_phase(setup, index)
+    first = sorted(index.layers["reference"]["partitions"])[0]
     marker = tmp_path / "fault-marker"
     _set_fault(cluster_client, phase="pairs", partition="_".join(map(str, first)), mode="once", marker=str(marker))
-    run.pairs()
+    pairs = pairs_phase(cluster_client, setup, index)
     assert marker.exists()  # the fault really happened once, and the retry succeeded
-    run.resolve()
-    run.sums()
-    assert to_jsonable(run.merge()) == expected
+    resolved = resolve_phase(setup, index, pairs)
+    sums = sums_phase(cluster_client, setup, index, plan, resolved)
+    assert to_jsonable(merge_phase(setup, index, plan, resolved, sums)) == expected
 
 
 def test_permanent_fault_names_the_partition(cluster_client, data, tmp_path):
-    run = _run(cluster_client, data, tmp_path / "work")
-    run.prepare()
-    run.make_plan()
-    victim = sorted(run.index["reference"]["partitions"])[1]
+    setup = _setup(data, tmp_path / "work")
+    index = prepare_phase(cluster_client, setup)
+    plan = plan_phase(setup, index)
+    victim = sorted(index.layers["reference"]["partitions"])[1]
     name = "_".join(map(str, victim))
     _set_fault(cluster_client, phase="sums", partition=name, mode="always", marker=str(tmp_path / "m"))
-    run.pairs()
-    run.resolve()
+    pairs = pairs_phase(cluster_client, setup, index)
+    resolved = resolve_phase(setup, index, pairs)
     with pytest.raises(RuntimeError, match=rf"sums failed for partition {name}: InjectedFault"):
-        run.sums()
+        sums_phase(cluster_client, setup, index, plan, resolved)
     with pytest.raises(PartitionMissingError, match=name):
-        run.merge()
+        merge_phase(setup, index, plan, resolved, SumsDone({}))
 
 
 def test_resume_reuses_verified_partitions_and_changed_inputs_invalidate(cluster_client, data, expected, tmp_path):
     work = tmp_path / "work"
-    first = _run(cluster_client, data, work)
-    first.prepare()
-    first.make_plan()
-    first.pairs()
+    first = _setup(data, work)
+    index = prepare_phase(cluster_client, first)
+    pairs_phase(cluster_client, first, index)
     # "Interrupted" here: no sums. A rerun reuses prepare and pairs, computes sums.
-    second = _run(cluster_client, data, work)
-    assert to_jsonable(second.run()) == expected
-    assert second.reused["prepare"] is True and second.reused["pairs"] == len(second.results)
+    metrics, index, pairs, sums = _all_phases(cluster_client, _setup(data, work))
+    assert to_jsonable(metrics) == expected
+    assert index.reused is True and pairs.reused == len(pairs.keys) and sums.reused == 0
     # Tamper with one finished partition: it must be recomputed, not trusted.
     npz = sorted((work / "sums").glob("*.npz"))[0]
     npz.write_bytes(npz.read_bytes()[:-10] + b"0123456789")
-    third = _run(cluster_client, data, work)
-    assert to_jsonable(third.run()) == expected
-    assert third.reused["sums"] == len(third.sums_info) - 1
+    metrics, _, _, sums = _all_phases(cluster_client, _setup(data, work))
+    assert to_jsonable(metrics) == expected
+    assert sums.reused == len(sums.partitions) - 1
     # Changed parameters: nothing is reused.
-    changed = _run(cluster_client, data, work)
-    changed.options = check_options(bootstrap=20, boundary_tolerance_m=5.0, tile_size_m=OPTIONS["tile_size_m"])
-    changed.run()
-    assert changed.reused.get("prepare") is None and changed.reused["pairs"] == 0
+    _, index, pairs, _ = _all_phases(cluster_client, _setup(data, work, boundary_tolerance_m=5.0, bootstrap=20))
+    assert index.reused is False and pairs.reused == 0
 
 
 def test_killed_client_leaves_nothing_complete_looking_and_rerun_is_identical(data, expected, tmp_path):

@@ -30,6 +30,7 @@ from tests.common import (
     SCENARIO_A_REF,
     SUMMARY_KEYS,
     TOLERANCE_SUMMARY_KEYS,
+    FAMILY_KEYS,
     UTM,
     WGS84,
     X0,
@@ -157,18 +158,24 @@ def test_scenario_a_many_to_one_equals_one_to_one_without_conflicts():
 
 def test_summary_has_exactly_the_seed_keys():
     pred, ref = scenario_a(UTM)
-    assert set(evaluate(pred, ref)) == SUMMARY_KEYS
+    assert set(evaluate(pred, ref)) == SUMMARY_KEYS | FAMILY_KEYS
+    assert set(evaluate(pred, ref, iou_sweep_thresholds=None)) == SUMMARY_KEYS | FAMILY_KEYS - {"iou_sweep"}
 
 
 def test_summary_keys_with_tolerance_strata_size_bins_and_bootstrap():
     pred, ref = scenario_a(UTM, county=["a", "b", "a", None])
     m = evaluate(pred, ref, strata="county", size_bins=[0, 1.5, 10], bootstrap=5, boundary_tolerance_m=5.0)
-    extra = {"per_stratum", "count_reference_no_stratum", "per_size_class", "bootstrap"}
-    assert set(m) == SUMMARY_KEYS | TOLERANCE_SUMMARY_KEYS | extra
+    extra = {
+        "per_stratum", "count_reference_no_stratum", "strata_column", "per_size_class", "size_class_edges_ha",
+        "count_reference_outside_size_classes", "bootstrap",
+    }
+    assert set(m) == SUMMARY_KEYS | TOLERANCE_SUMMARY_KEYS | FAMILY_KEYS | extra
     assert m["boundary_tolerance_m"] == 5.0
-    assert set(m["bootstrap"]) == {"n_resamples", "seed", "confidence_level", "tile_size_m", "ci", "n_undefined"}
+    assert set(m["bootstrap"]) == {
+        "n_resamples", "seed", "confidence_level", "method", "resampling", "tile_size_m", "ci", "n_undefined",
+    }
     for entry in list(m["per_stratum"].values()) + list(m["per_size_class"].values()):
-        assert set(entry["bootstrap"]) == {"ci", "n_undefined"}
+        assert "ci" in entry and "bootstrap" not in entry
     for entry in m["per_size_class"].values():
         assert {"lower_ha", "upper_ha", "n"} <= set(entry)
 
@@ -355,7 +362,7 @@ def test_empty_reference_layer(ref_crs):
 @pytest.mark.parametrize("crs", [UTM, None])
 def test_both_layers_empty(crs):
     m = evaluate(empty_layer(crs), empty_layer(crs))
-    assert set(m) == SUMMARY_KEYS
+    assert set(m) == SUMMARY_KEYS | FAMILY_KEYS
     for key in RATES:
         assert m[key] == 1.0, key
     for key in LEGACY:
@@ -499,11 +506,14 @@ def _to(gdf: geopandas.GeoDataFrame, crs: str) -> geopandas.GeoDataFrame:
 
 def test_layers_in_different_crss_give_the_same_results():
     pred, ref = scenario_a(UTM)
-    both_utm = evaluate(pred, ref, 0.3)
+    # Sweep thresholds away from the scenario's IoUs (0.6, 0.75, 0.9 up to reprojection
+    # noise of ~1e-7, which a threshold exactly at them would turn into a count change).
+    sweep = {"iou_sweep_thresholds": [0.3, 0.55, 0.8]}
+    both_utm = evaluate(pred, ref, 0.3, **sweep)
     skip = BOUNDARY_VALUE_KEYS
-    assert_metrics_equal(evaluate(_to(pred, WGS84), ref, 0.3), both_utm, rel=1e-6, skip=skip)
-    assert_metrics_equal(evaluate(pred, _to(ref, WGS84), 0.3), both_utm, rel=1e-6, skip=skip)
-    assert_metrics_equal(evaluate(_to(pred, EA), _to(ref, WGS84), 0.3), both_utm, rel=1e-6, skip=skip)
+    assert_metrics_equal(evaluate(_to(pred, WGS84), ref, 0.3, **sweep), both_utm, rel=1e-6, skip=skip)
+    assert_metrics_equal(evaluate(pred, _to(ref, WGS84), 0.3, **sweep), both_utm, rel=1e-6, skip=skip)
+    assert_metrics_equal(evaluate(_to(pred, EA), _to(ref, WGS84), 0.3, **sweep), both_utm, rel=1e-6, skip=skip)
 
 
 def test_southern_hemisphere_zone():

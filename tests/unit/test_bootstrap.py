@@ -23,8 +23,9 @@ from evalcore.bootstrap import (
     percentile_intervals,
     pool_id,
 )
-from evalcore.quantities import QUANTITY_COLUMNS
-from tests.common import X0, Y0, assert_metrics_equal, grid_layers, layer, square
+from evalcore.metrics import quantity_columns
+from evalcore.options import check_options
+from tests.common import INTERVAL_BLOCKS, X0, Y0, assert_metrics_equal, grid_layers, layer, square
 
 N_RESAMPLES = 200
 # Metrics with intervals whose values do not come from evalcore/boundary.py.
@@ -54,12 +55,15 @@ def test_block_structure(grid_result):
     assert block["seed"] == 42
     assert block["confidence_level"] == 0.95
     assert block["tile_size_m"] == 50_000.0
-    assert set(block) == {"n_resamples", "seed", "confidence_level", "tile_size_m", "ci", "n_undefined"}
-    assert set(block["ci"]) == set(block["n_undefined"])
+    assert block["method"] == "percentile"
+    assert block["resampling"] == "reference fields with replacement"
+    assert set(block) == {"n_resamples", "seed", "confidence_level", "method", "resampling", "tile_size_m", "ci", "n_undefined"}
+    # SPEC 5.1: n_undefined lists only the metrics undefined in some resample.
+    assert set(block["n_undefined"]) <= set(block["ci"]) and all(block["n_undefined"].values())
     assert set(CHECKED) <= set(block["ci"])
     # Medians and counts have no interval.
     for key in block["ci"]:
-        assert "median" not in key and not key.startswith("count_"), key
+        assert "median" not in key and (not key.startswith("count_") or key == "count_ratio"), key
     for key, (lo, hi) in block["ci"].items():
         if not (math.isnan(lo) and math.isnan(hi)):
             assert lo <= hi, key
@@ -69,8 +73,7 @@ def test_point_estimates_are_unchanged_by_the_bootstrap(grid, grid_result):
     pred, ref = grid
     plain = evaluate(pred, ref)
     with_ci = dict(grid_result)
-    with_ci.pop("bootstrap")
-    assert_metrics_equal(with_ci, plain)
+    assert_metrics_equal(with_ci, plain, skip=INTERVAL_BLOCKS)
     assert plain["count_tp"] == 120 and plain["count_fp"] == 90
     assert plain["recall"] == pytest.approx(0.6)
     assert plain["precision"] == pytest.approx(120 / 210)
@@ -93,7 +96,7 @@ def test_intervals_contain_the_point_estimate(grid_result):
 def test_nothing_undefined_when_every_resample_has_fields_and_predictions(grid_result):
     n_undefined = grid_result["bootstrap"]["n_undefined"]
     for key in CHECKED:
-        assert n_undefined[key] == 0, key
+        assert n_undefined.get(key, 0) == 0, key
 
 
 def test_same_seed_same_intervals(grid, grid_result):
@@ -116,8 +119,8 @@ def test_tile_size_changes_intervals_but_no_point_estimate(grid, grid_result):
     small = evaluate(pred, ref, bootstrap=N_RESAMPLES, tile_size_m=1_000)
     assert small["bootstrap"]["tile_size_m"] == 1_000.0
     a, b = dict(small), dict(grid_result)
-    block_a, block_b = a.pop("bootstrap"), b.pop("bootstrap")
-    assert_metrics_equal(a, b)
+    block_a, block_b = a["bootstrap"], b["bootstrap"]
+    assert_metrics_equal(a, b, skip=INTERVAL_BLOCKS)
     differ = [k for k in CHECKED if block_a["ci"][k] != block_b["ci"][k]]
     assert differ
 
@@ -186,13 +189,13 @@ def test_size_class_absent_from_some_resamples_is_undefined_there():
     assert (big["n"], small["n"]) == (1, 39)
     # P(the big field is not drawn in 40 draws) = (39/40)^40 ≈ 0.363: about 73 of 200
     # resamples have no field in "2-10" (binomial s.d. ≈ 6.8).
-    n_undef = big["bootstrap"]["n_undefined"]["recall"]
+    n_undef = big.get("ci_n_undefined", {}).get("recall", 0)
     assert 35 <= n_undef <= 115, n_undef
-    assert big["bootstrap"]["n_undefined"]["precision"] == n_undef  # no TP, no FP either
-    assert big["bootstrap"]["n_undefined"]["best_iou_mean"] == n_undef
-    assert big["bootstrap"]["ci"]["recall"] == [1.0, 1.0]  # when defined, it is 1
-    assert small["bootstrap"]["n_undefined"]["recall"] == 0  # P(no small field) ≈ 40^-40
-    assert m["bootstrap"]["n_undefined"]["recall"] == 0
+    assert big.get("ci_n_undefined", {}).get("precision", 0) == n_undef  # no TP, no FP either
+    assert big.get("ci_n_undefined", {}).get("best_iou_mean", 0) == n_undef
+    assert big["ci"]["recall"] == [1.0, 1.0]  # when defined, it is 1
+    assert small.get("ci_n_undefined", {}).get("recall", 0) == 0  # P(no small field) ≈ 40^-40
+    assert m["bootstrap"]["n_undefined"].get("recall", 0) == 0
 
 
 def test_a_stratum_is_resampled_at_its_own_size():
@@ -201,9 +204,9 @@ def test_a_stratum_is_resampled_at_its_own_size():
     pred, ref = _one_big_among_small()
     strata = ["a"] * 39 + ["b"]
     m = evaluate(pred, ref, strata=strata, size_bins=[0, 2, 10], bootstrap=N_RESAMPLES)
-    assert m["per_stratum"]["b"]["bootstrap"]["n_undefined"]["recall"] == 0
-    assert m["per_size_class"]["2-10"]["bootstrap"]["n_undefined"]["recall"] == 0
-    assert m["per_stratum"]["b"]["bootstrap"]["ci"]["recall"] == [1.0, 1.0]
+    assert m["per_stratum"]["b"].get("ci_n_undefined", {}).get("recall", 0) == 0
+    assert m["per_size_class"]["2-10"].get("ci_n_undefined", {}).get("recall", 0) == 0
+    assert m["per_stratum"]["b"]["ci"]["recall"] == [1.0, 1.0]
 
 
 def test_the_missing_stratum_set_is_resampled_at_its_own_size():
@@ -212,7 +215,7 @@ def test_the_missing_stratum_set_is_resampled_at_its_own_size():
     m = evaluate(pred, ref, strata=strata, size_bins=[0, 2, 10], bootstrap=N_RESAMPLES)
     assert m["count_reference_no_stratum"] == 1
     assert set(m["per_stratum"]) == {"a"}
-    assert m["per_size_class"]["2-10"]["bootstrap"]["n_undefined"]["recall"] == 0
+    assert m["per_size_class"]["2-10"].get("ci_n_undefined", {}).get("recall", 0) == 0
 
 
 def _matched_and_missed(n_matched: int = 30, n_missed: int = 10) -> tuple:
@@ -248,15 +251,15 @@ def test_per_group_intervals_exist(grid):
     strata = np.array(["a", "b", None, "a"] * 50, dtype=object)
     m = evaluate(pred, ref, strata=strata, size_bins=[0, 0.5, 2], bootstrap=50)
     for name, entry in m["per_stratum"].items():
-        assert set(entry["bootstrap"]) == {"ci", "n_undefined"}, name
-        assert set(CHECKED) <= set(entry["bootstrap"]["ci"])
-        lo, hi = entry["bootstrap"]["ci"]["recall"]
+        assert "bootstrap" not in entry and set(entry.get("ci_n_undefined", {})) <= set(entry["ci"]), name
+        assert set(CHECKED) <= set(entry["ci"])
+        lo, hi = entry["ci"]["recall"]
         assert lo <= entry["recall"] <= hi
     # The 1-ha fields are all in "0.5-2"; "0-0.5" is empty in every resample.
     empty = m["per_size_class"]["0-0.5"]
     assert empty["n"] == 0
-    assert empty["bootstrap"]["n_undefined"]["recall"] == 50
-    assert all(math.isnan(v) for v in empty["bootstrap"]["ci"]["recall"])
+    assert empty.get("ci_n_undefined", {}).get("recall", 0) == 50
+    assert all(math.isnan(v) for v in empty["ci"]["recall"])
 
 
 def test_empty_reference_bootstrap():
@@ -265,7 +268,7 @@ def test_empty_reference_bootstrap():
     assert m["bootstrap"]["n_undefined"]["recall"] == 20
     assert all(math.isnan(v) for v in m["bootstrap"]["ci"]["recall"])
     # precision = 0 / (0 + 5) is defined in every resample (the unassigned are always in).
-    assert m["bootstrap"]["n_undefined"]["precision"] == 0
+    assert "precision" not in m["bootstrap"]["n_undefined"]
     assert m["bootstrap"]["ci"]["precision"] == [0.0, 0.0]
 
 
@@ -344,9 +347,10 @@ def test_field_counts_sum_to_the_draws():
 
 def test_replicate_sums_are_the_draw_weighted_sums():
     rng = np.random.default_rng(1)
-    n, c = 12, len(QUANTITY_COLUMNS)
+    columns = quantity_columns(check_options())
+    n, c = 12, len(columns)
     values = rng.uniform(0, 5, (n, c))
-    values[:, QUANTITY_COLUMNS.index("n_ref")] = 1.0
+    values[:, columns.index("n_ref")] = 1.0
     pool_a, pool_b = pool_id("a", True), pool_id("b", True)
     pools = np.array([pool_a] * 8 + [pool_b] * 4)
     strata_codes = np.array([0] * 8 + [1] * 4)
@@ -355,36 +359,34 @@ def test_replicate_sums_are_the_draw_weighted_sums():
     draws = draw_partition_counts({pool_a: {key: 8}, pool_b: {key: 4}}, 30, 5)
 
     def run(vals: np.ndarray) -> ReplicateSums:
-        return partition_replicate_sums(
-            vals, pools, key, draws, n_replicates=30, seed=5, strata_codes=strata_codes,
-            n_strata=2, size_codes=size_codes, n_size_classes=3,
-        )
+        # Flat group axis: 0 overall, 1-2 the strata, 3-5 the size classes.
+        flat = np.stack([strata_codes + 1, np.where(size_codes >= 0, size_codes + 3, -1)], axis=1)
+        return partition_replicate_sums(vals, pools, key, draws, n_replicates=30, seed=5, flat_groups=flat, n_groups=6)
 
     r = run(values)
     # By hand: each pool's field counts, then count-weighted sums of the rows.
     weights = np.zeros((30, n))
     weights[:, :8] = draw_field_counts(draws[(pool_a, key)], 8, 5, pool_a, key)
     weights[:, 8:] = draw_field_counts(draws[(pool_b, key)], 4, 5, pool_b, key)
-    np.testing.assert_allclose(r.overall, weights @ values, rtol=1e-12)
+    np.testing.assert_allclose(r.groups[0], weights @ values, rtol=1e-12)
     for g in range(3):
         rows = size_codes == g
-        np.testing.assert_allclose(r.size_classes[g], weights[:, rows] @ values[rows], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(r.groups[3 + g], weights[:, rows] @ values[rows], rtol=1e-12, atol=1e-12)
     # Each stratum is resampled at its own size, and the strata make up the whole.
-    assert r.strata[0][:, QUANTITY_COLUMNS.index("n_ref")].tolist() == [8.0] * 30
-    assert r.strata[1][:, QUANTITY_COLUMNS.index("n_ref")].tolist() == [4.0] * 30
-    np.testing.assert_allclose(r.strata.sum(axis=0), r.overall, rtol=1e-12)
+    assert r.groups[1][:, columns.index("n_ref")].tolist() == [8.0] * 30
+    assert r.groups[2][:, columns.index("n_ref")].tolist() == [4.0] * 30
+    np.testing.assert_allclose(r.groups[1] + r.groups[2], r.groups[0], rtol=1e-12)
     # The same bits whatever the memory layout of the input.
     again = run(np.asfortranarray(values))
-    assert np.array_equal(again.overall, r.overall)
-    assert np.array_equal(again.strata, r.strata) and np.array_equal(again.size_classes, r.size_classes)
+    assert np.array_equal(again.groups, r.groups)
 
 
 def test_replicate_sums_merge_adds():
-    a = ReplicateSums(np.ones((2, 3)), np.ones((1, 2, 3)), np.zeros((0, 2, 3)))
-    b = ReplicateSums(np.full((2, 3), 2.0), np.full((1, 2, 3), 3.0), np.zeros((0, 2, 3)))
+    a = ReplicateSums(np.stack([np.ones((2, 3)), np.ones((2, 3))]))
+    b = ReplicateSums(np.stack([np.full((2, 3), 2.0), np.full((2, 3), 3.0)]))
     merged = a.merge(b)
-    assert merged.overall.tolist() == [[3.0] * 3] * 2
-    assert merged.strata.tolist() == [[[4.0] * 3] * 2]
+    assert merged.groups[0].tolist() == [[3.0] * 3] * 2
+    assert merged.groups[1].tolist() == [[4.0] * 3] * 2
 
 
 def test_pool_ids_are_stable_and_distinct():

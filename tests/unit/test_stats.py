@@ -1,28 +1,30 @@
-"""Sufficient statistics (evalcore.stats) and the metrics computed from them
-(evalcore.summaries), including the empty-denominator conventions of seed 000."""
+"""Sufficient statistics (evalcore.stats) and the metrics the families compute from them
+(evalcore.metrics), including the empty-denominator conventions of seed 000."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from evalcore.errors import IncompatibleStatsError
-from evalcore.quantities import QUANTITY_COLUMNS, QuantityTable
-from evalcore.stats import QuantitySums, group_sums
-from evalcore.summaries import (
-    INTERVAL_KEYS,
-    LEGACY_ZERO_KEYS,
-    MEAN_KEYS,
-    RATE_KEYS,
-    TOLERANCE_KEYS,
-    metric_values,
-    point_metrics,
-)
+from evalcore.metrics import enabled_families, finalize_all, interval_keys, quantity_columns
+from evalcore.metrics.base import GroupView
+from evalcore.options import check_options
+from evalcore.stats import GroupSums, group_sums
 
+OPTS = check_options()
+OPTS_TOL = check_options(boundary_tolerance_m=1.0)
+QUANTITY_COLUMNS = quantity_columns(OPTS_TOL)
 C = len(QUANTITY_COLUMNS)
 COL = {name: k for k, name in enumerate(QUANTITY_COLUMNS)}
+
+RATE_KEYS = ("precision", "recall", "f1", "iou_mean", "best_iou_mean", "area_weighted_precision", "area_weighted_recall", "area_weighted_f1")
+LEGACY_ZERO_KEYS = ("over_segmentation", "under_segmentation", "area_error_mean_m2")
+MEAN_KEYS = ("area_error_signed_mean_m2", "oversegmentation_mean", "undersegmentation_mean", "hausdorff_mean_m", "boundary_distance_mean_m")
+TOLERANCE_KEYS = ("boundary_precision", "boundary_recall", "boundary_f1", "coverage_within_tolerance", "coverage_within_tolerance_area")
 
 
 def row(**values: float) -> np.ndarray:
@@ -36,63 +38,77 @@ def zero_sums() -> dict[str, float]:
     return {name: 0.0 for name in QUANTITY_COLUMNS}
 
 
+def metric_values(s: dict, *, with_tolerance: bool) -> dict:
+    return finalize_all(s, OPTS_TOL if with_tolerance else OPTS)
+
+
+def point_metrics(sums: dict, *, with_tolerance: bool, both_empty: bool, empty_group: bool = False) -> dict:
+    """A group's entry as the summary writes it (every family's keys)."""
+    options = OPTS_TOL if with_tolerance else OPTS
+    view = GroupView(
+        sums=sums, maxima={"spacing_m": float("nan")}, gathered=pd.DataFrame(), values=finalize_all(sums, options),
+        both_empty=both_empty, empty_group=empty_group, options=options,
+    )
+    out: dict = {}
+    for family in enabled_families(options):
+        out.update(family.summarize(view))
+    return out
+
+
 # --------------------------------------------------------------------------------------
-# QuantitySums
+# GroupSums
 # --------------------------------------------------------------------------------------
 
 
-def test_from_rows_sums_columns_and_takes_max_spacing():
+def _sums(values: np.ndarray, spacing: np.ndarray, codes: np.ndarray | None = None, n_groups: int = 1) -> GroupSums:
+    flat = np.empty((len(values), 0), np.int64) if codes is None else codes.reshape(-1, 1)
+    return group_sums(values, spacing.reshape(-1, 1), flat, n_groups, QUANTITY_COLUMNS, ("spacing_m",))
+
+
+def test_group_sums_sums_columns_and_takes_max_spacing():
     values = np.stack([row(n_ref=1, tp=1, iou_matched=0.8), row(n_ref=1, n_pred=2), row(n_ref=1, tp=1, iou_matched=0.6)])
-    sums = QuantitySums.from_rows(values, np.array([1.0, np.nan, 2.5]))
+    sums = _sums(values, np.array([1.0, np.nan, 2.5]))
     d = sums.as_dict()
     assert (d["n_ref"], d["tp"], d["n_pred"]) == (3.0, 2.0, 2.0)
     assert d["iou_matched"] == pytest.approx(1.4)
-    assert sums.spacing_max_m == 2.5
-    assert math.isnan(QuantitySums.from_rows(values, np.full(3, np.nan)).spacing_max_m)
+    assert sums.maxima_dict()["spacing_m"] == 2.5
+    assert math.isnan(_sums(values, np.full(3, np.nan)).maxima_dict()["spacing_m"])
 
 
-def test_from_rows_adds_the_unassigned_row():
-    values = np.stack([row(n_ref=1, n_pred=1)])
-    sums = QuantitySums.from_rows(values, np.array([np.nan]), unassigned=row(n_pred=4, area_pred_m2=10.0))
-    assert sums.as_dict()["n_pred"] == 5.0
-    assert sums.as_dict()["area_pred_m2"] == 10.0
-
-
-def test_from_table_with_and_without_unassigned():
-    table = QuantityTable(
-        ref_pos=np.array([0, 3]),
-        values=np.stack([row(n_ref=1, n_pred=1), row(n_ref=1)]),
-        unassigned=row(n_pred=2),
-        spacing_m=np.array([1.0, np.nan]),
+def test_add_to_group_adds_the_unassigned_row_to_one_group():
+    sums = _sums(np.stack([row(n_ref=1, n_pred=1)]), np.array([np.nan]), np.array([1]), 2).add_to_group(
+        0, row(n_pred=4, area_pred_m2=10.0)
     )
-    assert QuantitySums.from_table(table).as_dict()["n_pred"] == 3.0
-    assert QuantitySums.from_table(table, with_unassigned=False).as_dict()["n_pred"] == 1.0
+    assert sums.as_dict(0)["n_pred"] == 5.0 and sums.as_dict(0)["area_pred_m2"] == 10.0
+    assert sums.as_dict(1)["n_pred"] == 1.0
 
 
 def test_empty_is_the_identity_and_merge_adds():
-    a = QuantitySums.from_rows(np.stack([row(n_ref=1, tp=1)]), np.array([1.0]))
-    b = QuantitySums.from_rows(np.stack([row(n_ref=2, n_pred=3)]), np.array([3.0]))
-    e = QuantitySums.empty()
-    assert e.sums.tolist() == [0.0] * C and math.isnan(e.spacing_max_m)
-    assert e.merge(a).sums.tolist() == a.sums.tolist() and e.merge(a).spacing_max_m == 1.0
-    assert a.merge(e).sums.tolist() == a.sums.tolist() and a.merge(e).spacing_max_m == 1.0
+    a = _sums(np.stack([row(n_ref=1, tp=1)]), np.array([1.0]))
+    b = _sums(np.stack([row(n_ref=2, n_pred=3)]), np.array([3.0]))
+    e = GroupSums.empty(QUANTITY_COLUMNS, ("spacing_m",), 1)
+    assert e.sums.tolist() == [[0.0] * C] and math.isnan(e.maxima[0, 0])
+    assert e.merge(a).sums.tolist() == a.sums.tolist() and e.merge(a).maxima_dict()["spacing_m"] == 1.0
+    assert a.merge(e).sums.tolist() == a.sums.tolist() and a.merge(e).maxima_dict()["spacing_m"] == 1.0
     ab = a.merge(b)
     assert ab.as_dict()["n_ref"] == 3.0 and ab.as_dict()["n_pred"] == 3.0 and ab.as_dict()["tp"] == 1.0
-    assert ab.spacing_max_m == 3.0
+    assert ab.maxima_dict()["spacing_m"] == 3.0
     assert ab.sums.tolist() == b.merge(a).sums.tolist()
 
 
 def test_merge_refuses_different_columns():
-    a = QuantitySums.empty()
-    other = QuantitySums(QUANTITY_COLUMNS[::-1], np.zeros(C), float("nan"))
+    a = GroupSums.empty(QUANTITY_COLUMNS, ("spacing_m",), 1)
+    other = GroupSums.empty(QUANTITY_COLUMNS[::-1], ("spacing_m",), 1)
     with pytest.raises(IncompatibleStatsError):
         a.merge(other)
     with pytest.raises(ValueError):  # IncompatibleStatsError is a ValueError
         a.merge(other)
+    with pytest.raises(IncompatibleStatsError):
+        a.merge(GroupSums.empty(QUANTITY_COLUMNS, ("spacing_m",), 2))
 
 
 def test_merge_does_not_mutate():
-    a = QuantitySums.from_rows(np.stack([row(n_ref=1)]), np.array([1.0]))
+    a = _sums(np.stack([row(n_ref=1)]), np.array([1.0]))
     before = a.sums.copy()
     a.merge(a)
     assert a.sums.tolist() == before.tolist()
@@ -100,15 +116,14 @@ def test_merge_does_not_mutate():
 
 def test_group_sums_by_hand():
     values = np.stack([row(n_ref=1, tp=1), row(n_ref=1, n_pred=2), row(n_ref=1, tp=1), row(n_ref=1, n_pred=1)])
-    table = QuantityTable(np.arange(4), values, row(n_pred=7), np.array([2.0, np.nan, 5.0, 1.0]))
-    groups = group_sums(table, np.array([0, 2, -1, 0]), 3)
-    assert len(groups) == 3
-    assert groups[0].as_dict()["n_ref"] == 2.0 and groups[0].as_dict()["tp"] == 1.0
-    assert groups[0].as_dict()["n_pred"] == 1.0  # the unassigned row is in no group
-    assert groups[0].spacing_max_m == 2.0
-    assert groups[1].sums.tolist() == [0.0] * C and math.isnan(groups[1].spacing_max_m)
-    assert groups[2].as_dict()["n_pred"] == 2.0 and math.isnan(groups[2].spacing_max_m)
-    assert group_sums(table, np.full(4, -1), 0) == []
+    # Flat group axis: 0 overall, 1-3 one grouping's groups; row 2 is in none of them.
+    sums = _sums(values, np.array([2.0, np.nan, 5.0, 1.0]), np.array([1, 3, -1, 1]), 4)
+    assert sums.as_dict(0)["n_ref"] == 4.0 and sums.maxima_dict(0)["spacing_m"] == 5.0
+    assert sums.as_dict(1)["n_ref"] == 2.0 and sums.as_dict(1)["tp"] == 1.0
+    assert sums.as_dict(1)["n_pred"] == 1.0
+    assert sums.maxima_dict(1)["spacing_m"] == 2.0
+    assert sums.sums[2].tolist() == [0.0] * C and math.isnan(sums.maxima_dict(2)["spacing_m"])
+    assert sums.as_dict(3)["n_pred"] == 2.0 and math.isnan(sums.maxima_dict(3)["spacing_m"])
 
 
 # --------------------------------------------------------------------------------------
@@ -199,13 +214,11 @@ def test_f1_of_zero_precision_and_recall_is_zero():
 # --------------------------------------------------------------------------------------
 
 
-def test_key_families():
-    rates = {"precision", "recall", "f1", "iou_mean", "best_iou_mean", "area_weighted_precision", "area_weighted_recall", "area_weighted_f1"}
-    assert set(RATE_KEYS) == rates
-    assert set(LEGACY_ZERO_KEYS) == {"over_segmentation", "under_segmentation", "area_error_mean_m2"}
-    assert {"area_error_signed_mean_m2", "oversegmentation_mean", "undersegmentation_mean"} <= set(MEAN_KEYS)
-    assert set(INTERVAL_KEYS) == set(RATE_KEYS) | set(LEGACY_ZERO_KEYS) | set(MEAN_KEYS)
-    assert not any("median" in k for k in INTERVAL_KEYS)
+def test_interval_keys_cover_every_rate_and_mean_but_no_median():
+    keys = set(interval_keys(OPTS))
+    assert set(RATE_KEYS) | set(LEGACY_ZERO_KEYS) | set(MEAN_KEYS) <= keys
+    assert set(TOLERANCE_KEYS) <= set(interval_keys(OPTS_TOL)) and not set(TOLERANCE_KEYS) & keys
+    assert not any("median" in k for k in keys)
 
 
 def test_undefined_rates_and_legacy_keys_are_zero_means_nan():

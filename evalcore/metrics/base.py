@@ -1,0 +1,347 @@
+"""The metric family interface: what a family adds to each reference row, how it
+merges, and how its numbers come out of the merged sums.
+
+A family (one module of :mod:`evalcore.metrics`) declares:
+
+* ``options``: its parameters (:class:`Option`), from which the library's
+  validation, the CLI flags and the flow parameters are generated;
+* ``columns(options)``: the per-reference quantity columns it sums (they merge by
+  addition across partitions, strata, size classes and bootstrap replicates);
+* ``reference_columns(ctx)``: those columns for the reference fields of one partition
+  (on the workers, from :class:`RefContext`);
+* ``prediction_columns(ctx)``: what each prediction adds to a reference row, by target
+  (its home reference, or the homes it has at other IoU thresholds), computed once
+  centrally from :class:`PredContext`; predictions without a target form the
+  unassigned row;
+* ``pair_values(ctx)``: optional per-pair values that need every pair of a prediction
+  (a global step next to the matching), sliced to the partitions like the matching;
+* ``gathered(ctx)``: optional per-field values kept whole (medians), and ``maxima``:
+  columns that merge by ``max`` instead of ``+``;
+* ``finalize(s, options)``: its metrics as ``(value, defined)`` from column sums,
+  element-wise on arrays of bootstrap replicates;
+* ``summarize(group)``: the keys it writes into a group's entry of the summary, with
+  the empty-denominator conventions applied (:func:`convention`).
+
+Nothing else in the engine knows a family's columns or keys: the quantity table, the
+sums, the bootstrap, the npz codec and the output layout loop over the registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from evalcore._typing import F64Array, IdArray
+
+__all__ = [
+    "Option",
+    "MetricFamily",
+    "RefContext",
+    "PredContext",
+    "PairContext",
+    "GroupView",
+    "Value",
+    "ratio",
+    "harmonic",
+    "convention",
+    "RATE",
+    "ZERO",
+    "MEAN",
+    "NULL",
+]
+
+Value = tuple[F64Array, F64Array]
+"""A metric as ``(value, defined)``; ``value`` is NaN where ``defined`` is False."""
+
+RATE = "rate"
+"""Section 4 rate: 0.0 when undefined, 1.0 when both layers are empty."""
+ZERO = "zero"
+"""Section 4 legacy key (agribound 0.1.x): 0.0 when undefined."""
+MEAN = "mean"
+"""Section 4 mean or distance: NaN when undefined."""
+NULL = "null"
+"""Section 6 value: NaN (null in JSON) when undefined, never 0 or 1."""
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One evaluation parameter, declared once.
+
+    Attributes
+    ----------
+    name : str
+        Keyword argument of :func:`evalcore.evaluate` and flow parameter name.
+    default : object
+    help : str
+        One line for ``--help`` and the flow parameter's description, with the unit.
+    check : callable(name, value) -> value
+        Validates and normalises a value; raises ValueError naming the option.
+    parse : callable(text) -> value
+        Turns the command-line text into a value (before ``check``).
+    flag : str, optional
+        Command-line flag (default ``--`` + name with dashes).
+    cli_default : object, optional
+        Default shown and used on the command line when it differs in unit from
+        ``default`` (``--tile-km 50`` for ``tile_size_m=50000``).
+    to_option : callable, optional
+        Converts the command-line value to the library value (km to m).
+    annotation : object
+        Type of the flow parameter (pydantic).
+    choices : tuple, optional
+    """
+
+    name: str
+    default: object
+    help: str
+    check: Callable[[str, object], object]
+    parse: Callable[[str], object] = str
+    flag: str | None = None
+    cli_default: object = None
+    to_option: Callable[[object], object] | None = None
+    annotation: object = object
+    choices: tuple | None = None
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True, slots=True)
+class PairContext:
+    """Every candidate pair of the run, for a family's global per-pair step.
+
+    Attributes
+    ----------
+    pairs : evalcore.pairs.PairTable
+    ref_area_m2, pred_area_m2 : ndarray of float64
+        Area of each pair's reference field and prediction, m².
+    base_match : ndarray of bool
+        The matching at the lowest threshold any family needs.
+    options : EvalOptions
+    """
+
+    pairs: object
+    ref_area_m2: F64Array
+    pred_area_m2: F64Array
+    base_match: np.ndarray
+    options: object
+
+
+@dataclass(frozen=True, slots=True)
+class RefContext:
+    """What a family may read to build the quantity columns of one partition's fields.
+
+    Attributes
+    ----------
+    fields : pandas.DataFrame
+        Per-field facts indexed by reference position (increasing): the matching
+        outcome, IoU, overlaps, areas, distances (see :mod:`evalcore.quantities`).
+    pairs : evalcore.pairs.PairTable
+        Every candidate pair of these fields.
+    row_of_pair : ndarray of int64
+        Row of ``fields`` of each pair's reference field.
+    ref_area_m2, pred_area_m2 : ndarray of float64
+        Per pair, m².
+    pair_values : mapping of str to ndarray
+        The global matching's and the families' per-pair values, for these pairs
+        (``is_match``, ``is_eligible``, ``base_match`` and each family's own).
+    options : EvalOptions
+    """
+
+    fields: pd.DataFrame
+    pairs: object
+    row_of_pair: IdArray
+    ref_area_m2: F64Array
+    pred_area_m2: F64Array
+    pair_values: Mapping[str, np.ndarray]
+    options: object
+
+    @property
+    def n(self) -> int:
+        return len(self.fields)
+
+
+@dataclass(frozen=True, slots=True)
+class PredContext:
+    """Every prediction of the run after the global matching (computed centrally).
+
+    Attributes
+    ----------
+    preds : pandas.DataFrame
+        Indexed by prediction position (increasing): ``matched``, ``n_eligible_ref``,
+        ``home_ref_pos`` (-1: none), ``area_m2``, ``perimeter_m``,
+        ``boundary_within_tolerance_m``, ``base_home_ref_pos`` (the matched home at
+        the base threshold, -1: none), ``base_home_iou`` and ``overlap_ref_pos`` (the
+        largest-overlap reference, -1: no candidate pair).
+    pairs : evalcore.pairs.PairTable
+    pair_values : mapping of str to ndarray
+    options : EvalOptions
+    """
+
+    preds: pd.DataFrame
+    pairs: object
+    pair_values: Mapping[str, np.ndarray]
+    options: object
+
+    def target(self, name: str) -> IdArray:
+        """Reference position each prediction adds to under a target name (-1: none)."""
+        column = {"home": "home_ref_pos", "base_home": "base_home_ref_pos", "overlap": "overlap_ref_pos"}[name]
+        return self.preds[column].to_numpy(np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """One group (overall, a stratum, a size class) as a family sees it when summarising.
+
+    Attributes
+    ----------
+    sums : mapping of str to float
+        Column sums of the group's quantity rows.
+    maxima : mapping of str to float
+        Max-merged columns (NaN when no row has a value).
+    gathered : pandas.DataFrame
+        The group's gathered per-field columns.
+    values : mapping of str to Value
+        Every family's finalised metrics for the group.
+    ci, n_undefined : mapping
+        Bootstrap intervals ``[lower, upper]`` and undefined-resample counts of the
+        interval keys (empty without a bootstrap).
+    both_empty : bool
+        Both layers are empty (section 4: rates are 1.0).
+    empty_group : bool
+        A size class or stratum without reference fields (every metric NaN).
+    options : EvalOptions
+    """
+
+    sums: Mapping[str, float]
+    maxima: Mapping[str, float]
+    gathered: pd.DataFrame
+    values: Mapping[str, Value]
+    ci: Mapping[str, list[float]] = field(default_factory=dict)
+    n_undefined: Mapping[str, int] = field(default_factory=dict)
+    both_empty: bool = False
+    empty_group: bool = False
+    options: object = None
+
+    def count(self, column: str) -> int:
+        return int(round(float(self.sums[column])))
+
+    def point(self, key: str, kind: str) -> float:
+        """A finalised metric with the reporting convention of its kind applied."""
+        value, defined = self.values[key]
+        return convention(float(value), bool(defined), kind, both_empty=self.both_empty, empty_group=self.empty_group)
+
+    def median(self, column: str) -> float:
+        if column not in self.gathered.columns:
+            return float("nan")
+        values = self.gathered[column].to_numpy(np.float64)
+        values = values[~np.isnan(values)]
+        return float(np.median(values)) if len(values) else float("nan")
+
+
+class MetricFamily:
+    """Base of every metric family; the defaults describe a family that adds nothing."""
+
+    name: str = ""
+    options: tuple[Option, ...] = ()
+    maxima: tuple[str, ...] = ()
+
+    def enabled(self, options: object) -> bool:
+        return True
+
+    def columns(self, options: object) -> tuple[str, ...]:
+        return ()
+
+    def lowest_threshold(self, options: object) -> float | None:
+        """The lowest IoU threshold at which the family needs the matching (None: the main one)."""
+        return None
+
+    def pair_values(self, ctx: PairContext) -> dict[str, np.ndarray]:
+        return {}
+
+    def reference_columns(self, ctx: RefContext) -> dict[str, F64Array]:
+        return {}
+
+    def prediction_columns(self, ctx: PredContext) -> dict[str, dict[str, F64Array]]:
+        """``{target name: {column: values per prediction}}``; targets as in :meth:`PredContext.target`."""
+        return {}
+
+    def gathered(self, ctx: RefContext) -> dict[str, F64Array]:
+        return {}
+
+    def maximum_values(self, ctx: RefContext) -> dict[str, F64Array]:
+        """Per-field values of the :attr:`maxima` columns (NaN: none)."""
+        return {}
+
+    def finalize(self, s: Mapping[str, F64Array], options: object) -> dict[str, Value]:
+        return {}
+
+    def interval_keys(self, options: object) -> tuple[str, ...]:
+        """Finalised keys that get bootstrap intervals."""
+        return ()
+
+    def block_interval_keys(self, options: object) -> tuple[str, ...]:
+        """The interval keys published in the group's ``ci`` block (SPEC 5.1)."""
+        return self.interval_keys(options)
+
+    def summarize(self, group: GroupView) -> dict[str, object]:
+        return {}
+
+
+def ratio(num: F64Array, den: F64Array) -> Value:
+    """``num / den``, defined where ``den != 0``.
+
+    Examples
+    --------
+    >>> ratio(1.0, 4.0)
+    (array(0.25), array(True))
+    >>> ratio(np.array([1.0, 1.0]), np.array([0.0, 2.0]))[0].tolist()
+    [nan, 0.5]
+    """
+    num = np.asarray(num, dtype=np.float64)
+    den = np.asarray(den, dtype=np.float64)
+    defined = den != 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = np.where(defined, num / np.where(defined, den, 1.0), np.nan)
+    return value, defined
+
+
+def harmonic(p: Value, r: Value) -> Value:
+    """Harmonic mean of two rates; 0 when both are 0, defined when both are."""
+    (pv, pd_), (rv, rd) = p, r
+    defined = pd_ & rd
+    pv0 = np.where(defined, pv, 0.0)
+    rv0 = np.where(defined, rv, 0.0)
+    s = pv0 + rv0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = np.where(s > 0.0, 2.0 * pv0 * rv0 / np.where(s > 0.0, s, 1.0), 0.0)
+    return np.where(defined, value, np.nan), defined
+
+
+def convention(value: float, defined: bool, kind: str, *, both_empty: bool, empty_group: bool) -> float:
+    """The reporting value of a metric (SPEC section 4 and section 6).
+
+    Examples
+    --------
+    >>> convention(float("nan"), False, RATE, both_empty=False, empty_group=False)
+    0.0
+    >>> convention(float("nan"), False, RATE, both_empty=True, empty_group=False)
+    1.0
+    >>> convention(float("nan"), False, NULL, both_empty=True, empty_group=False)
+    nan
+    >>> convention(0.5, True, RATE, both_empty=False, empty_group=True)
+    nan
+    """
+    if empty_group:
+        return float("nan")
+    if defined:
+        return float(value)
+    if kind == RATE:
+        return 1.0 if both_empty else 0.0
+    if kind == ZERO:
+        return 0.0
+    return float("nan")
+

@@ -1,0 +1,90 @@
+"""Detection: counts, precision, recall, F1 and mean IoU of the matching (SPEC 3, 4).
+
+Owns the matching options (``iou_threshold``, ``matching``) and the columns every other
+family may read: ``n_ref`` (1 per reference field), ``tp``, ``n_pred`` and
+``n_pred_matched`` (summed over a field's home predictions).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evalcore.config import MATCHING_METHODS
+from evalcore.metrics.base import RATE, ZERO, GroupView, MetricFamily, Option, PredContext, RefContext, harmonic, ratio
+from evalcore.metrics.checks import choice, unit_interval
+
+__all__ = ["Detection"]
+
+_INTERVALS = ("precision", "recall", "f1", "iou_mean", "best_iou_mean", "over_segmentation", "under_segmentation")
+
+
+class Detection(MetricFamily):
+    name = "detection"
+    options = (
+        Option(
+            "iou_threshold", 0.5, "a pair can match when IoU >= this (relative tolerance 1e-9); in (0, 1] (default 0.5)",
+            unit_interval, parse=float, annotation=float,
+        ),
+        Option(
+            "matching", "one_to_one", "one_to_one (greedy by IoU) or many_to_one (each field its best prediction) "
+            "(default one_to_one)", choice(MATCHING_METHODS), annotation=str, choices=MATCHING_METHODS,
+        ),
+    )
+
+    def columns(self, options: object) -> tuple[str, ...]:
+        return ("n_ref", "tp", "iou_matched", "best_iou", "n_ref_overseg", "n_pred", "n_pred_matched", "n_pred_underseg")
+
+    def reference_columns(self, ctx: RefContext) -> dict[str, np.ndarray]:
+        f = ctx.fields
+        matched = f["matched"].to_numpy(bool)
+        return {
+            "n_ref": np.ones(ctx.n),
+            "tp": matched.astype(np.float64),
+            "iou_matched": np.where(matched, f["iou"].to_numpy(np.float64), 0.0),
+            "best_iou": f["best_iou"].to_numpy(np.float64),
+            # more than one prediction at IoU >= threshold (agribound 0.1.x)
+            "n_ref_overseg": (f["n_eligible_pred"].to_numpy() > 1).astype(np.float64),
+        }
+
+    def prediction_columns(self, ctx: PredContext) -> dict[str, dict[str, np.ndarray]]:
+        p = ctx.preds
+        return {
+            "home": {
+                "n_pred": np.ones(len(p)),
+                "n_pred_matched": p["matched"].to_numpy(bool).astype(np.float64),
+                "n_pred_underseg": (p["n_eligible_ref"].to_numpy() > 1).astype(np.float64),
+            }
+        }
+
+    def finalize(self, s, options):
+        tp = np.asarray(s["tp"], dtype=np.float64)
+        n_ref = np.asarray(s["n_ref"], dtype=np.float64)
+        n_pred = np.asarray(s["n_pred"], dtype=np.float64)
+        fp = n_pred - s["n_pred_matched"]
+        out = {"precision": ratio(tp, tp + fp), "recall": ratio(tp, n_ref)}
+        out["f1"] = harmonic(out["precision"], out["recall"])
+        out["iou_mean"] = ratio(s["iou_matched"], tp)
+        out["over_segmentation"] = ratio(s["n_ref_overseg"], n_ref)
+        out["under_segmentation"] = ratio(s["n_pred_underseg"], n_pred)
+        out["best_iou_mean"] = ratio(s["best_iou"], n_ref)
+        return out
+
+    def interval_keys(self, options: object) -> tuple[str, ...]:
+        return _INTERVALS
+
+    def summarize(self, g: GroupView) -> dict[str, object]:
+        n_pred, n_ref, tp = g.count("n_pred"), g.count("n_ref"), g.count("tp")
+        return {
+            "precision": g.point("precision", RATE),
+            "recall": g.point("recall", RATE),
+            "f1": g.point("f1", RATE),
+            "iou_mean": g.point("iou_mean", RATE),
+            "over_segmentation": g.point("over_segmentation", ZERO),
+            "under_segmentation": g.point("under_segmentation", ZERO),
+            "count_predicted": n_pred,
+            "count_reference": n_ref,
+            "count_tp": tp,
+            "count_fp": n_pred - g.count("n_pred_matched"),
+            "count_fn": n_ref - tp,
+            "best_iou_mean": g.point("best_iou_mean", RATE),
+        }

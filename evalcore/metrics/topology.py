@@ -1,0 +1,81 @@
+"""Topology: merges, splits and the count ratio, by majority overlap (SPEC 6.2, seed 001).
+
+A prediction *covers* a reference field when more than ``majority_fraction`` of the
+field lies in it; covering two or more fields makes it a merge. A reference field
+*holds* a prediction when more than ``majority_fraction`` of the prediction lies in it;
+holding two or more makes it a split. Whether a prediction is a merge needs all of its
+pairs, which span partitions, so that step runs centrally with the matching
+(:meth:`Topology.pair_values`); holding needs only the field's own pairs.
+
+In a group a merge counts with its prediction's home reference,
+``count_merged_reference`` with each covered field's own group, a split with its field.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evalcore.config import MAJORITY_FRACTION
+from evalcore.metrics.base import NULL, GroupView, MetricFamily, Option, PairContext, PredContext, RefContext, ratio
+from evalcore.metrics.checks import open_unit_interval
+
+__all__ = ["Topology"]
+
+
+class Topology(MetricFamily):
+    name = "topology"
+    options = (
+        Option(
+            "majority_fraction", MAJORITY_FRACTION,
+            "share of a polygon (strictly more than this) that makes a cover or a hold; in (0, 1) (default 0.5)",
+            open_unit_interval, parse=float, annotation=float,
+        ),
+    )
+
+    def columns(self, options: object) -> tuple[str, ...]:
+        return ("merges", "merged_reference", "splits", "split_predictions")
+
+    def pair_values(self, ctx: PairContext) -> dict[str, np.ndarray]:
+        f = ctx.options.majority_fraction
+        pairs = ctx.pairs
+        covers = pairs.inter_m2 > f * ctx.ref_area_m2
+        n_pred = int(pairs.pred_pos.max()) + 1 if len(pairs) else 0
+        n_covered = np.bincount(pairs.pred_pos[covers], minlength=n_pred)
+        merging = n_covered >= 2
+        return {"merge_cover": covers & merging[pairs.pred_pos] if len(pairs) else np.zeros(0, bool)}
+
+    def reference_columns(self, ctx: RefContext) -> dict[str, np.ndarray]:
+        f = ctx.options.majority_fraction
+        held = ctx.pairs.inter_m2 > f * ctx.pred_area_m2
+        n_held = np.bincount(ctx.row_of_pair[held], minlength=ctx.n).astype(np.float64)
+        merged = np.zeros(ctx.n, dtype=bool)
+        merged[ctx.row_of_pair[ctx.pair_values["merge_cover"]]] = True
+        split = n_held >= 2
+        return {
+            "merged_reference": merged.astype(np.float64),
+            "splits": split.astype(np.float64),
+            "split_predictions": np.where(split, n_held, 0.0),
+        }
+
+    def prediction_columns(self, ctx: PredContext) -> dict[str, dict[str, np.ndarray]]:
+        pairs = ctx.pairs
+        is_merge = np.zeros(len(ctx.preds), dtype=np.float64)
+        covering = pairs.pred_pos[ctx.pair_values["merge_cover"]]
+        if len(covering):
+            is_merge[np.searchsorted(ctx.preds.index.to_numpy(np.int64), np.unique(covering))] = 1.0
+        return {"home": {"merges": is_merge}}
+
+    def finalize(self, s, options):
+        return {"count_ratio": ratio(s["n_pred"], s["n_ref"])}
+
+    def interval_keys(self, options: object) -> tuple[str, ...]:
+        return ("count_ratio",)
+
+    def summarize(self, g: GroupView) -> dict[str, object]:
+        return {
+            "count_merges": g.count("merges"),
+            "count_merged_reference": g.count("merged_reference"),
+            "count_splits": g.count("splits"),
+            "count_split_predictions": g.count("split_predictions"),
+            "count_ratio": g.point("count_ratio", NULL),
+        }

@@ -1,0 +1,163 @@
+"""The summary dict: agribound 1.0.1's layout (SPEC 5.1) filled by the metric families.
+
+This module owns the output layout and nothing else: which keys a group entry has is
+each family's :meth:`~evalcore.metrics.base.MetricFamily.summarize`; the run-level
+keys, the groupings (``per_stratum``, ``per_size_class``) and the ``bootstrap`` block
+are laid out here once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from evalcore.bootstrap import percentile_intervals
+from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
+from evalcore.engine import MergedSums
+from evalcore.metrics import enabled_families, finalize_all, interval_keys
+from evalcore.metrics.base import GroupView
+from evalcore.options import EvalOptions, RunPlan
+
+__all__ = ["DISTANCE_CRS", "build_summary", "group_summary"]
+
+DISTANCE_CRS = "WGS 84 / UTM zone of each polygon's centroid"
+"""The value of ``distance_crs`` (SPEC 5.1)."""
+
+
+def _gathered_of(merged: MergedSums, group: int) -> pd.DataFrame:
+    if group == 0:
+        return merged.gathered
+    codes = [c for c in merged.gathered.columns if c.startswith("group_")]
+    if not codes:
+        return merged.gathered.iloc[:0]
+    inside = np.zeros(len(merged.gathered), dtype=bool)
+    for c in codes:
+        inside |= merged.gathered[c].to_numpy() == group
+    return merged.gathered[inside]
+
+
+def _replicate_intervals(merged: MergedSums, group: int, options: EvalOptions) -> tuple[dict, dict]:
+    if merged.replicates is None:
+        return {}, {}
+    sums = merged.replicates.groups[group]
+    values = finalize_all({name: sums[:, j] for j, name in enumerate(merged.sums.columns)}, options)
+    return percentile_intervals({k: values[k] for k in interval_keys(options)})
+
+
+def group_summary(
+    merged: MergedSums, group: int, options: EvalOptions, *, both_empty: bool = False, empty_group: bool = False
+) -> tuple[dict[str, object], dict[str, list[float]], dict[str, int]]:
+    """Every family's keys for one group, and the group's ``ci`` block.
+
+    Returns
+    -------
+    entry : dict
+    ci, n_undefined : dict
+        Intervals and undefined counts of the families' block interval keys.
+    """
+    sums = merged.sums.as_dict(group)
+    ci, n_undefined = _replicate_intervals(merged, group, options)
+    view = GroupView(
+        sums=sums,
+        maxima=merged.sums.maxima_dict(group),
+        gathered=_gathered_of(merged, group),
+        values=finalize_all(sums, options),
+        ci=ci,
+        n_undefined=n_undefined,
+        both_empty=both_empty,
+        empty_group=empty_group,
+        options=options,
+    )
+    entry: dict[str, object] = {}
+    block_ci: dict[str, list[float]] = {}
+    block_undefined: dict[str, int] = {}
+    for family in enabled_families(options):
+        entry.update(family.summarize(view))
+        for key in family.block_interval_keys(options) if ci else ():
+            block_ci[key] = ci[key]
+            block_undefined[key] = n_undefined[key]
+    return entry, block_ci, block_undefined
+
+
+def build_summary(
+    merged: MergedSums,
+    plan: RunPlan,
+    options: EvalOptions,
+    *,
+    layer_counts: dict[str, int],
+    utm_epsg_codes: list[int],
+    equal_area_crs: str,
+    strata_column: str | None = None,
+) -> dict[str, object]:
+    """The summary dict from merged partition sums.
+
+    Parameters
+    ----------
+    merged : MergedSums
+    plan : RunPlan
+    options : EvalOptions
+    layer_counts : dict
+        ``count_{predicted,reference}_{dropped,repaired}``.
+    utm_epsg_codes : list of int
+    equal_area_crs : str
+    strata_column : str, optional
+        Name of the reference column the strata came from (None for given values).
+    """
+    overall = merged.sums.as_dict(0)
+    both_empty = overall["n_ref"] == 0 and overall["n_pred"] == 0
+    entry, ci, n_undefined = group_summary(merged, 0, options, both_empty=both_empty)
+    result: dict[str, object] = dict(entry)
+    result["iou_threshold"] = options.iou_threshold
+    result["boundary_sample_spacing_m"] = options.boundary_sample_spacing_m
+    result["count_fp_unassigned"] = int(round(merged.unassigned.get("n_pred", 0.0)))
+    for key in ("count_predicted_dropped", "count_reference_dropped", "count_predicted_repaired", "count_reference_repaired"):
+        result[key] = int(layer_counts[key])
+    result["matching"] = options.matching
+    result["equal_area_crs"] = equal_area_crs
+    result["distance_crs"] = DISTANCE_CRS
+    result["utm_epsg_codes"] = sorted(int(c) for c in utm_epsg_codes)
+    if options.boundary_tolerance_m is not None:
+        result["boundary_tolerance_m"] = options.boundary_tolerance_m
+    result["majority_fraction"] = options.majority_fraction
+
+    with_ci = options.bootstrap > 0 and merged.replicates is not None
+    offset = 1
+    group_codes = [c for c in merged.gathered.columns if c.startswith("group_")]
+    for g, (name, keys) in enumerate(plan.groupings):
+        codes = merged.gathered[group_codes[g]].to_numpy() if group_codes else np.empty(0, np.int64)
+        if name == "per_stratum":
+            result["strata_column"] = strata_column
+            result["count_reference_no_stratum"] = int((codes < 0).sum())
+        else:
+            result["size_class_edges_ha"] = list(plan.sizes.edges)
+            result["count_reference_outside_size_classes"] = int((codes < 0).sum())
+        entries = {}
+        for j, key in enumerate(keys):
+            n = int((codes == offset + j).sum())
+            head: dict[str, object] = {}
+            if name == "per_size_class":
+                head = {"lower_ha": plan.sizes.edges[j], "upper_ha": plan.sizes.edges[j + 1]}
+            head["n"] = n
+            body, gci, gund = group_summary(merged, offset + j, options, empty_group=n == 0)
+            head.update(body)
+            if with_ci:
+                head["ci"] = gci
+                undefined = {k: v for k, v in gund.items() if v}
+                if undefined:
+                    head["ci_n_undefined"] = undefined
+            entries[key] = head
+        result[name] = entries
+        offset += len(keys)
+    if with_ci:
+        stratified = plan.strata_names is not None
+        result["bootstrap"] = {
+            "n_resamples": options.bootstrap,
+            "seed": options.bootstrap_seed,
+            "confidence_level": BOOTSTRAP_CONFIDENCE_LEVEL,
+            "method": "percentile",
+            "resampling": "reference fields with replacement" + (" within strata" if stratified else ""),
+            "tile_size_m": options.tile_size_m,
+            "ci": ci,
+            "n_undefined": {k: v for k, v in n_undefined.items() if v},
+        }
+    return result
