@@ -40,10 +40,13 @@ def _weighted_group_sums(weights: np.ndarray, values: np.ndarray, flat_groups: n
             w = weights[b, i]
             if w == 0.0:
                 continue
+            # One plain loop over the columns per target group: no indirect load inside
+            # it, so it vectorises; each cell still receives the fields in position order.
             for j in range(n_cols):
-                x = w * values[i, j]
-                out[0, b, j] += x
-                for g in range(n_groupings):
-                    k = flat_groups[i, g]
-                    if k >= 0:
-                        out[k, b, j] += x
+                out[0, b, j] += w * values[i, j]
+            for g in range(n_groupings):
+                k = flat_groups[i, g]
+                if k < 0:
+                    continue
+                for j in range(n_cols):
+                    out[k, b, j] += w * values[i, j]
