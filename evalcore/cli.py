@@ -410,45 +410,18 @@ def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
+    """``evalcore run``: the Prefect flow, found through the ``evalcore.commands`` entry point.
 
-    from flows.evaluate import evaluate_layers
-    from flows.params import EvaluateParams
+    The flows package builds on the engine, never the other way round: the engine finds
+    the command the flows package registers (pyproject.toml) instead of importing it.
+    """
+    from importlib.metadata import entry_points
 
-    # Importing distributed sets its loggers to INFO; the flow's own log says what runs.
-    if os.environ.get(DEBUG_ENV, "") in ("", "0"):
-        for noisy in ("distributed", "bokeh", "tornado"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
-
-    try:
-        params = EvaluateParams(
-            predicted=args.predicted,
-            reference=args.reference,
-            pred_layer=args.pred_layer,
-            ref_layer=args.ref_layer,
-            output_dir=args.output_dir,
-            strata_column=args.strata_column,
-            size_bins=args.size_bins,
-            **_metric_options(args),
-            cluster=args.cluster,
-            n_workers=args.workers,
-            workdir=args.workdir,
-        )
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        message = str(first["msg"]).removeprefix("Value error, ")
-        if first["loc"]:
-            message = f"--{str(first['loc'][0]).replace('_', '-')}: {message}"
-        raise EvalInputError(message) from None
-    _check_output_dir(args.output_dir, "-o/--output-dir")
-    if args.workdir:
-        _check_output_dir(args.workdir, "--workdir")
-    _check_columns_up_front(args)
-    started = time.perf_counter()
-    metrics = evaluate_layers(params)
-    print(format_summary(metrics))
-    print(f"run directory {args.output_dir}: metrics.json, report.md, manifest.json, fields/ ({time.perf_counter() - started:.1f} s)")
-    return 0
+    found = entry_points(group="evalcore.commands", name="run")
+    if not found:
+        raise EvalInputError("evalcore run needs the flows package installed (pip install evalcore, which registers it).")
+    command = next(iter(found)).load()
+    return command(args)
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:

@@ -1,0 +1,66 @@
+"""The ``evalcore run`` command: the flow ``evaluate-layers`` from the command line.
+
+Registered as the entry point ``evalcore.commands:run`` (pyproject.toml), which
+:mod:`evalcore.cli` looks up, so the engine never imports the flows package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+
+from evalcore.cli import (
+    DEBUG_ENV,
+    _check_columns_up_front,
+    _check_output_dir,
+    _metric_options,
+    format_summary,
+)
+from evalcore.errors import EvalInputError
+
+__all__ = ["run_command"]
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """``evalcore run``: validate the arguments, run the flow ``evaluate-layers``, print the summary."""
+    from pydantic import ValidationError
+
+    from flows.evaluate import evaluate_layers
+    from flows.params import EvaluateParams
+
+    # Importing distributed sets its loggers to INFO; the flow's own log says what runs.
+    if os.environ.get(DEBUG_ENV, "") in ("", "0"):
+        for noisy in ("distributed", "bokeh", "tornado"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    try:
+        params = EvaluateParams(
+            predicted=args.predicted,
+            reference=args.reference,
+            pred_layer=args.pred_layer,
+            ref_layer=args.ref_layer,
+            output_dir=args.output_dir,
+            strata_column=args.strata_column,
+            size_bins=args.size_bins,
+            **_metric_options(args),
+            cluster=args.cluster,
+            n_workers=args.workers,
+            workdir=args.workdir,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        message = str(first["msg"]).removeprefix("Value error, ")
+        if first["loc"]:
+            message = f"--{str(first['loc'][0]).replace('_', '-')}: {message}"
+        raise EvalInputError(message) from None
+    _check_output_dir(args.output_dir, "-o/--output-dir")
+    if args.workdir:
+        _check_output_dir(args.workdir, "--workdir")
+    _check_columns_up_front(args)
+    started = time.perf_counter()
+    metrics = evaluate_layers(params)
+    print(format_summary(metrics))
+    print(f"run directory {args.output_dir}: metrics.json, report.md, manifest.json, fields/ ({time.perf_counter() - started:.1f} s)")
+    return 0
