@@ -246,12 +246,15 @@ def evaluate_frame(
     *,
     strata: object = None,
     size_bins: object = None,
+    geometry: bool = False,
     **options: object,
 ) -> pd.DataFrame:
     """The per-reference-field table the summary of :func:`evaluate` is computed from.
 
     Takes the options of :func:`evaluate` (those that change no per-field column, such
-    as ``bootstrap``, are accepted and ignored).
+    as ``bootstrap``, are accepted and ignored). With ``geometry=True`` the table is a
+    GeoDataFrame with each field's (repaired) geometry in the reference layer's CRS,
+    ready for ``to_file`` or ``to_parquet`` (QGIS, pandas).
 
     Returns
     -------
@@ -264,6 +267,8 @@ def evaluate_frame(
     checked = check_options(**{**options, "bootstrap": 0})
     predicted, reference = _read_if_path(predicted, "predicted"), _read_if_path(reference, "reference")
     ev = _run(predicted, reference, strata, size_bins, checked)
+    if geometry:
+        return geopandas.GeoDataFrame(_frame(ev, reference), geometry=ev.ref.geoms_source, crs=ev.ref.crs)
     return _frame(ev, reference)
 
 

@@ -17,16 +17,18 @@ import logging
 import math
 import os
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from evalcore.errors import EvalInputError
+from evalcore.logs import configure_logging
 from evalcore.metrics.base import Option
 from evalcore.options import all_options
 
-__all__ = ["main", "format_summary"]
+__all__ = ["main", "format_summary", "unassigned_note"]
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -44,16 +46,24 @@ class _UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2, no usage dump
-        raise _UsageError(f"{self.prog}: {message}")
+        # main() prefixes "evalcore: error:"; the subcommand is named once, after it.
+        command = self.prog.removeprefix("evalcore").strip()
+        raise _UsageError(f"{command + ': ' if command else ''}{message}")
 
 
 def _size_bins(text: str) -> object:
+    """``auto`` or at least two strictly increasing, non-negative edges in hectares (checked before any file is read)."""
     if text.strip().lower() == "auto":
         return "auto"
     try:
-        return [float(part) for part in text.split(",")]
+        edges = [float(part) for part in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--size-bins {text!r}: expected 'auto' or comma-separated hectares like 0,0.5,1,inf") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 'auto' or comma-separated hectares like 0,0.5,1,inf") from None
+    if len(edges) < 2 or any(math.isnan(e) for e in edges) or edges[0] < 0 or any(b <= a for a, b in zip(edges, edges[1:])):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected at least two strictly increasing edges in hectares, from 0 or more (e.g. 0,0.5,1,2,5,10,inf)"
+        )
+    return edges
 
 
 def _option_type(option: Option) -> Callable[[str], object]:
@@ -91,48 +101,55 @@ def _metric_options(args: argparse.Namespace) -> dict[str, object]:
     return out
 
 
+def _add_layer_arguments(parser: argparse.ArgumentParser) -> None:
+    """The inputs, shared by ``evaluate`` and ``run``."""
+    parser.add_argument("-p", "--predicted", required=True, help="predicted layer: any file pyogrio reads (GeoPackage, GeoParquet, FlatGeobuf, Shapefile, GeoJSON) or a directory of GeoParquet parts")
+    parser.add_argument("-r", "--reference", required=True, help="reference layer, as for --predicted")
+    parser.add_argument("--pred-layer", help="layer name inside the predicted file (default: its only layer)")
+    parser.add_argument("--ref-layer", help="layer name inside the reference file (default: its only layer)")
+    parser.add_argument("--strata-column", help="reference column holding the stratum of each field (default: no strata)")
+    parser.add_argument("--score-column", help=_SCORE_HELP)
+    parser.add_argument("--size-bins", type=_size_bins, help="field-size classes: 'auto' or edges in hectares, e.g. 0,0.5,1,2,5,10,inf (default: none)")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="evalcore", description="Object-level evaluation of predicted polygons against a reference layer.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     ev = sub.add_parser("evaluate", help="evaluate a predicted layer against a reference layer")
-    ev.add_argument("-p", "--predicted", required=True, help="predicted layer file (GeoPackage, GeoParquet, ...)")
-    ev.add_argument("-r", "--reference", required=True, help="reference layer file")
-    ev.add_argument("--pred-layer", help="layer name inside the predicted file")
-    ev.add_argument("--ref-layer", help="layer name inside the reference file")
-    ev.add_argument("--strata-column", help="reference column holding the stratum of each field")
-    ev.add_argument("--score-column", help=_SCORE_HELP)
-    ev.add_argument("--size-bins", type=_size_bins, help="'auto' or edges in hectares, e.g. 0,0.5,1,2,5,10,inf")
+    _add_layer_arguments(ev)
+    ev.add_argument("--ref-id-column", help="reference column of field ids, kept as the per-field table's id column (default: the layer's index, as column ref_index)")
+    ev.add_argument("--pred-id-column", help="predicted column of ids, used for the matched prediction columns of the per-field table (default: the layer's index)")
     _add_option_flags(ev)
-    ev.add_argument("--frame-out", help="write the per-field table here as GeoParquet (a directory of parts with --cluster)")
+    ev.add_argument(
+        "--frame-out",
+        help="write the per-field table: the suffix names the format (.parquet GeoParquet, .gpkg GeoPackage, .fgb FlatGeobuf); "
+        "a path ending with / is a directory of GeoParquet parts (the only form with --cluster) (default: not written)",
+    )
     ev.add_argument(
         "--cluster",
-        help="run on Dask: 'local' starts a LocalCluster, tcp://HOST:PORT connects to a running scheduler",
+        help="run on Dask: 'local' starts a LocalCluster, tcp://HOST:PORT connects to a running scheduler (default: in this process)",
     )
-    ev.add_argument("--workers", type=int, default=2, help="worker processes of a local cluster")
-    ev.add_argument("--workdir", help="work directory of a distributed run (default: a temporary one)")
-    ev.add_argument("-o", "--output", required=True, help="metrics JSON file to write")
+    ev.add_argument("--workers", type=int, help="worker processes of --cluster local (default 2)")
+    ev.add_argument("--workdir", help="work directory of a --cluster run; keep it to resume an interrupted run (default: a temporary one)")
+    ev.add_argument("-o", "--output", required=True, help="metrics JSON file to write (its directory must exist)")
     ev.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
+    ev.add_argument("-v", "--verbose", action="count", default=0, help="more log lines (-v: evalcore's progress, -vv: also Dask's)")
 
     rn = sub.add_parser("run", help="run the Prefect flow evaluate-layers (Dask cluster, run directory with report and manifest)")
-    rn.add_argument("-p", "--predicted", required=True)
-    rn.add_argument("-r", "--reference", required=True)
-    rn.add_argument("--pred-layer")
-    rn.add_argument("--ref-layer")
-    rn.add_argument("--strata-column", help="reference column holding the stratum of each field")
-    rn.add_argument("--score-column", help=_SCORE_HELP)
-    rn.add_argument("--size-bins", type=_size_bins, help="'auto' or edges in hectares, e.g. 0,0.5,1,2,5,10,inf")
+    _add_layer_arguments(rn)
     _add_option_flags(rn)
-    rn.add_argument("--cluster", help="scheduler address tcp://HOST:PORT (default: an embedded LocalCluster)")
-    rn.add_argument("--workers", type=int, default=2, help="worker processes of the embedded cluster")
-    rn.add_argument("--workdir")
-    rn.add_argument("-o", "--output-dir", required=True, help="run directory")
+    rn.add_argument("--cluster", help="Dask scheduler address tcp://HOST:PORT (default: an embedded LocalCluster)")
+    rn.add_argument("--workers", type=int, default=2, help="worker processes of the embedded LocalCluster (default 2)")
+    rn.add_argument("--workdir", help="work directory; keep it to resume an interrupted run (default: RUN_DIR/work, removed after success)")
+    rn.add_argument("-o", "--output-dir", required=True, help="run directory: metrics.json, report.md, manifest.json, fields/ (its parent must exist)")
+    rn.add_argument("-v", "--verbose", action="count", default=0, help="more log lines (-v: every partition, -vv: also Prefect's and Dask's); the run directory keeps the whole log")
 
     sy = sub.add_parser("synth", help="write a generated multi-zone dataset")
     sy.add_argument("--n-ref", type=int, required=True, help="number of reference fields")
-    sy.add_argument("--seed", type=int, default=0)
-    sy.add_argument("--out", required=True, help="output directory")
-    sy.add_argument("--format", choices=("parquet", "gpkg"), default="parquet")
+    sy.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    sy.add_argument("--out", required=True, help="output directory (its parent must exist)")
+    sy.add_argument("--format", choices=("parquet", "gpkg"), default="parquet", help="file format (default parquet)")
     return parser
 
 
@@ -154,10 +171,12 @@ def format_summary(metrics: dict[str, object]) -> str:
             text += f" [{_fmt(ci[0])}, {_fmt(ci[1])}]"
         return text
 
+    # agribound reports a mean IoU of 0.0 without matches; a reader must not take it for a measured 0.
+    iou = with_ci("iou_mean") if metrics["count_tp"] else "n/a (no matches)"
     lines = [
         f"reference fields {metrics['count_reference']}  predictions {metrics['count_predicted']}  "
         f"TP {metrics['count_tp']}  FP {metrics['count_fp']} ({metrics['count_fp_unassigned']} overlap nothing)  FN {metrics['count_fn']}",
-        f"precision {with_ci('precision')}  recall {with_ci('recall')}  F1 {with_ci('f1')}  mean IoU {with_ci('iou_mean')}",
+        f"precision {with_ci('precision')}  recall {with_ci('recall')}  F1 {with_ci('f1')}  mean IoU {iou}",
         f"area-weighted precision {with_ci('area_weighted_precision')}  recall {with_ci('area_weighted_recall')}  "
         f"over-/under-segmentation {_fmt(metrics.get('oversegmentation_mean'))} / {_fmt(metrics.get('undersegmentation_mean'))}",
         f"Hausdorff mean {_fmt(metrics.get('hausdorff_mean_m'), 2)} m, median {_fmt(metrics.get('hausdorff_median_m'), 2)} m;  "
@@ -180,27 +199,107 @@ def format_summary(metrics: dict[str, object]) -> str:
         width = max(len(title), *(len(str(k)) for k in groups))
         lines.append(f"{title:<{width}}  {'n':>7}  {'precision':>9}  {'recall':>7}  {'F1':>6}  {'mean IoU':>8}")
         for name, g in groups.items():
+            iou = _fmt(g["iou_mean"]) if g["count_tp"] else "n/a"
             lines.append(
                 f"{name:<{width}}  {g['count_reference']:>7}  {_fmt(g['precision']):>9}  {_fmt(g['recall']):>7}  "
-                f"{_fmt(g['f1']):>6}  {_fmt(g['iou_mean']):>8}"
+                f"{_fmt(g['f1']):>6}  {iou:>8}"
             )
+    note = unassigned_note(metrics)
+    if note:
+        lines.append(note)
     return "\n".join(lines)
+
+
+def unassigned_note(metrics: dict[str, object]) -> str | None:
+    """The sentence that explains a group precision above the overall one, where it can happen."""
+    n = metrics.get("count_fp_unassigned", 0)
+    if not n or not (metrics.get("per_stratum") or metrics.get("per_size_class")):
+        return None
+    return (
+        f"note: {n} false positives overlap no reference field, so they belong to no stratum or size class: they lower "
+        "the overall precision but no group's, and a group's precision can be above the overall one."
+    )
+
+
+def _frame_out_kind(args: argparse.Namespace) -> str | None:
+    """``"dir"`` (a directory of parts), ``"file"`` (one table in the format of its suffix) or None."""
+    path = args.frame_out
+    if path is None:
+        return None
+    from evalcore.io import table_format
+
+    is_dir = path.endswith(("/", os.sep)) or Path(path).is_dir()
+    if args.cluster and not is_dir:
+        if Path(path).suffix:
+            raise EvalInputError(
+                f"--frame-out {path!r}: with --cluster the per-field table is written as a directory of GeoParquet parts, "
+                f"one per partition; give a directory, e.g. {str(Path(path).with_suffix('')) + '/'!r}."
+            )
+        return "dir"
+    if is_dir:
+        return "dir"
+    table_format(path, "--frame-out")  # an unknown suffix is refused here, before any work
+    return "file"
+
+
+def _check_evaluate_arguments(args: argparse.Namespace) -> str | None:
+    """Every check of ``evaluate`` that needs no data: options, silent no-ops, outputs. Returns the frame-out kind."""
+    from evalcore.options import check_options
+
+    check_options(**_metric_options(args))
+    if not args.cluster:
+        given = [flag for flag, value in (("--workers", args.workers), ("--workdir", args.workdir)) if value is not None]
+        if given:
+            raise EvalInputError(
+                f"{' and '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a Dask run: add --cluster local (or --cluster tcp://HOST:PORT), "
+                "or leave them out to evaluate in this process."
+            )
+    kind = _frame_out_kind(args)
+    _check_output_file(args.output, "-o/--output")
+    if kind == "dir":
+        _check_output_dir(args.frame_out, "--frame-out")
+    elif kind == "file":
+        _check_output_file(args.frame_out, "--frame-out")
+    if args.workdir:
+        _check_output_dir(args.workdir, "--workdir")
+    _check_not_inputs(
+        {"-p/--predicted": args.predicted, "-r/--reference": args.reference},
+        {"-o/--output": args.output, "--frame-out": args.frame_out, "--workdir": args.workdir},
+        directories={"--workdir"} | ({"--frame-out"} if kind == "dir" else set()),
+    )
+    return kind
+
+
+def _with_id_column(frame: object, column: str | None, option: str, where: str) -> object:
+    """The layer indexed by its id column (checked: present, no missing or repeated id)."""
+    if column is None:
+        return frame
+    if column not in frame.columns:
+        shown = ", ".join(repr(c) for c in frame.columns if c != frame.geometry.name) or "(none)"
+        raise EvalInputError(f"{option} {column!r} is not a column of the {where}; its columns are: {shown}.")
+    ids = frame[column]
+    if ids.isna().any():
+        row = int(ids.isna().to_numpy().nonzero()[0][0])
+        raise EvalInputError(f"{option} {column!r} of the {where}: row {row} (0-based) has no id; every row needs one.")
+    repeated = ids.duplicated(keep=False).to_numpy()
+    if repeated.any():
+        rows = repeated.nonzero()[0][:2].tolist()
+        raise EvalInputError(
+            f"{option} {column!r} of the {where}: rows {rows[0]} and {rows[1]} (0-based) share the id {_plain(ids.iloc[rows[0]])!r}; "
+            "ids must be unique."
+        )
+    return frame.set_index(column, drop=False)
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from evalcore.api import evaluate_with_frame
-    from evalcore.io import read_layer, write_geoparquet
-
-    from evalcore.options import check_options
+    from evalcore.io import read_layer, write_table
 
     started = time.perf_counter()
-    check_options(**_metric_options(args))  # every option checked before any file is read
-    _check_output_file(args.output, "-o/--output")
-    if args.frame_out:
-        (_check_output_dir if args.cluster else _check_output_file)(args.frame_out, "--frame-out")
-    if args.workdir:
-        _check_output_dir(args.workdir, "--workdir")
+    kind = _check_evaluate_arguments(args)  # before any file is read
     if args.cluster:
+        if args.ref_id_column or args.pred_id_column:
+            raise EvalInputError("--ref-id-column and --pred-id-column are not available with --cluster yet; evaluate in this process.")
         _check_columns_up_front(args)
         metrics = _evaluate_on_cluster(args)
         _finish(args, metrics, started)
@@ -217,6 +316,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         where = _where(args.predicted, args.pred_layer, "predicted")
         columns = [str(c) for c in predicted.columns if c != predicted.geometry.name]
         _check_score_column(predicted[args.score_column] if args.score_column in columns else None, args.score_column, where, columns)
+    reference = _with_id_column(reference, args.ref_id_column, "--ref-id-column", _where(args.reference, args.ref_layer, "reference"))
+    predicted = _with_id_column(predicted, args.pred_id_column, "--pred-id-column", _where(args.predicted, args.pred_layer, "predicted"))
     metrics, frame = evaluate_with_frame(
         predicted,
         reference,
@@ -224,13 +325,18 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         size_bins=args.size_bins,
         **_metric_options(args),
     )
-    if args.frame_out:
-        write_geoparquet(args.frame_out, frame)
+    written = None
+    if kind is not None:
+        # The reference id as a named column users can join on (the index has no name in a file).
+        id_name = args.ref_id_column or "ref_index"
+        table = frame.drop(columns=[id_name], errors="ignore").rename_axis(id_name).reset_index()
+        written = Path(args.frame_out) / "part-0.parquet" if kind == "dir" else Path(args.frame_out)
+        write_table(written, table, "--frame-out")
     try:
         _finish(args, metrics, started)
     except BaseException:
-        if args.frame_out:  # no half of the outputs without the other
-            Path(args.frame_out).unlink(missing_ok=True)
+        if written is not None:  # no half of the outputs without the other
+            written.unlink(missing_ok=True)
         raise
     return 0
 
@@ -245,42 +351,79 @@ def _where(path: str, layer: str | None, role: str) -> str:
 
 
 def _writable(directory: Path) -> bool:
-    """Whether this process may create files in ``directory`` (a seam for tests)."""
-    return os.access(directory, os.W_OK | os.X_OK)
+    """Whether this process can create a file in ``directory`` (a seam for tests).
+
+    Tried for real: ``os.access`` says yes to root in ``/proc``, where creating fails.
+    """
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return False
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".evalcore-write-probe-", dir=directory)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
 
 
-def _check_parent_writable(path: Path, option: str) -> None:
-    """The nearest existing ancestor of ``path`` must be a directory this process can write in."""
-    ancestor = path.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise EvalInputError(f"{option} {str(path)!r}: {str(ancestor)!r} is a file, not a directory; choose another path.")
-    if not _writable(ancestor):
+def _check_directory_writable(directory: Path, path: str, option: str) -> None:
+    if not directory.exists():
         raise EvalInputError(
-            f"{option} {str(path)!r}: the directory {str(ancestor)!r} is not writable by this user; "
+            f"{option} {path!r}: the directory {str(directory)!r} does not exist; create it first (evalcore does not create "
+            "missing parent directories)."
+        )
+    if not directory.is_dir():
+        raise EvalInputError(f"{option} {path!r}: {str(directory)!r} is a file, not a directory; choose another path.")
+    if not _writable(directory):
+        raise EvalInputError(
+            f"{option} {path!r}: the directory {str(directory)!r} is not writable by this user; "
             "choose another location or fix its permissions."
         )
 
 
 def _check_output_file(path: str, option: str) -> None:
-    """An output file path: not a directory, inside a writable directory (checked before any work)."""
+    """An output file path: not a directory, in an existing directory this process can write in."""
     p = Path(path)
-    if p.is_dir():
+    if p.is_dir() or path.endswith(("/", os.sep)):
         raise EvalInputError(f"{option} {path!r} is a directory; give a file name, e.g. {str(p / 'metrics.json')!r}.")
-    _check_parent_writable(p, option)
+    _check_directory_writable(p.parent if str(p.parent) else Path("."), path, option)
 
 
 def _check_output_dir(path: str, option: str) -> None:
-    """An output directory: not a file; writable, or creatable in a writable directory."""
+    """An output directory: not a file; writable, or creatable in an existing writable directory."""
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise EvalInputError(f"{option} {path!r} is a file, not a directory; give a directory.")
-    if p.is_dir():
-        if not _writable(p):
-            raise EvalInputError(f"{option} {path!r} is not writable by this user; choose another directory or fix its permissions.")
-        return
-    _check_parent_writable(p, option)
+    _check_directory_writable(p if p.is_dir() else p.parent, path, option)
+
+
+def _check_not_inputs(inputs: dict[str, str], outputs: dict[str, str | None], directories: set[str]) -> None:
+    """Refuse an output that is an input, another output, or a directory holding an input (resolved paths).
+
+    Parameters
+    ----------
+    inputs : dict
+        ``{option: path}`` of the layers read.
+    outputs : dict
+        ``{option: path or None}`` of everything written.
+    directories : set of str
+        The options of ``outputs`` that are directories (an input inside one could be
+        overwritten or removed when the run cleans it).
+    """
+    resolved_in = {opt: Path(path).resolve() for opt, path in inputs.items() if "://" not in path}
+    seen: dict[Path, str] = {}
+    for opt, path in outputs.items():
+        if path is None:
+            continue
+        target = Path(path).resolve()
+        for in_opt, source in resolved_in.items():
+            if target == source:
+                raise EvalInputError(f"{opt} {path!r} is the input layer of {in_opt}; writing it would destroy the input. Choose another path.")
+            if opt in directories and target in source.parents:
+                raise EvalInputError(f"{opt} {path!r} holds the input layer of {in_opt} ({str(source)!r}); choose a directory of its own.")
+        if target in seen:
+            raise EvalInputError(f"{opt} {path!r} is also {seen[target]}; give each output its own path.")
+        seen[target] = opt
 
 
 def _check_score_column(values: object, column: str, where: str, columns: list[str]) -> None:
@@ -375,12 +518,13 @@ def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
     logging.getLogger("distributed").setLevel(logging.INFO if debug else logging.WARNING)
 
     options = check_options(**_metric_options(args))
-    if args.workers < 1:
-        raise EvalInputError(f"--workers must be at least 1, but got {args.workers}.")
+    workers = 2 if args.workers is None else args.workers
+    if workers < 1:
+        raise EvalInputError(f"--workers must be at least 1, but got {workers}.")
     cluster = None
     try:
         if args.cluster == "local":
-            cluster = local_cluster(args.workers, silence_logs=logging.WARNING if debug else logging.CRITICAL)
+            cluster = local_cluster(workers, silence_logs=logging.WARNING if debug else logging.CRITICAL)
             client = Client(cluster)
         elif args.cluster.startswith(("tcp://", "tls://")):
             try:
@@ -464,15 +608,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     location), one line on standard error. 1: any other failure, one line on standard
     error (the traceback only with ``EVALCORE_DEBUG=1``). 130: interrupted.
     """
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for noisy in ("distributed", "bokeh", "tornado"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging(0)
     parser = _build_parser()
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     with warnings.catch_warnings():
         warnings.showwarning = _one_line_warning
         try:
             args = parser.parse_args(argv)
+            configure_logging(getattr(args, "verbose", 0))
             handler = {"evaluate": _cmd_evaluate, "run": _cmd_run, "synth": _cmd_synth}[args.command]
             return handler(args)
         except (_UsageError, EvalInputError, ValueError, TypeError, ImportError, OSError) as exc:

@@ -560,16 +560,37 @@ def atomic_path(target: str | os.PathLike, write: Callable[[Path], None]) -> Pat
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:  # name the user's path, not the temporary one
+        raise OSError(exc.errno, f"cannot write {str(target)!r}: {exc.strerror}") from None
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         write(tmp_path)
+        # mkstemp makes the file 0600; an output gets the permissions the umask implies,
+        # as if it had been created by open(), so colleagues can read it.
+        if tmp_path.is_file():
+            os.chmod(tmp_path, 0o666 & ~_UMASK)
         os.replace(tmp_path, target)
+    except OSError as exc:
+        tmp_path.unlink(missing_ok=True)
+        if exc.filename is not None and str(tmp_path) in str(exc.filename):
+            raise OSError(exc.errno, f"cannot write {str(target)!r}: {exc.strerror}") from None
+        raise
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
     return target
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)  # the only way to read it; set back at once
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
 
 
 def write_json(path: str | os.PathLike, obj: object) -> Path:
@@ -587,5 +608,45 @@ def write_geoparquet(path: str | os.PathLike, frame: geopandas.GeoDataFrame) -> 
 
     def _write(tmp: Path) -> None:
         frame.to_parquet(tmp, index=True)
+
+    return atomic_path(path, _write)
+
+
+TABLE_FORMATS: dict[str, str | None] = {
+    ".parquet": None,  # GeoParquet
+    ".geoparquet": None,
+    ".gpkg": "GPKG",
+    ".fgb": "FlatGeobuf",
+}
+"""Output table formats by file suffix: None is GeoParquet, else the OGR driver."""
+
+
+def table_format(path: str | os.PathLike, option: str) -> str | None:
+    """The format a table output path asks for (its suffix); EvalInputError for an unknown one."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in TABLE_FORMATS:
+        known = ", ".join(TABLE_FORMATS)
+        raise EvalInputError(
+            f"{option} {str(path)!r}: the file name must end in one of {known} (the format), or end with / "
+            "for a directory of GeoParquet parts."
+        )
+    return TABLE_FORMATS[suffix]
+
+
+def write_table(path: str | os.PathLike, frame: geopandas.GeoDataFrame, option: str = "output") -> Path:
+    """Write a GeoDataFrame in the format its file suffix names (GeoParquet, GeoPackage, FlatGeobuf), atomically."""
+    driver = table_format(path, option)
+    if driver is None:
+        return write_geoparquet(path, frame)
+    layer = Path(path).stem
+
+    def _write(tmp: Path) -> None:
+        # GDAL checks a GeoPackage's extension; write under it, then move to the temporary name.
+        named = tmp.with_name(tmp.name + Path(path).suffix)
+        try:
+            frame.to_file(named, driver=driver, layer=layer, engine="pyogrio")
+            os.replace(named, tmp)
+        finally:
+            named.unlink(missing_ok=True)
 
     return atomic_path(path, _write)

@@ -85,7 +85,7 @@ def _group_table(title: str, groups: dict, first_column: str) -> list[str]:
     for name, g in groups.items():
         lines.append(
             f"| {name} | {g['count_reference']} | {g['count_predicted']} | {_with_ci(g, 'precision')} | "
-            f"{_with_ci(g, 'recall')} | {_with_ci(g, 'f1')} | {_with_ci(g, 'iou_mean')} |"
+            f"{_with_ci(g, 'recall')} | {_with_ci(g, 'f1')} | {_with_ci(g, 'iou_mean') if g['count_tp'] else 'n/a (no matches)'} |"
         )
     return lines + [""]
 
@@ -138,6 +138,13 @@ def render_report(metrics: dict, *, title: str = "Evaluation report", inputs: di
             f"{metrics['count_merged_reference']} reference fields; {metrics['count_splits']} reference fields are split into "
             f"{metrics['count_split_predictions']} predictions; count ratio (predictions per reference field) "
             f"{_with_ci(overall, 'count_ratio')}.",
+            "",
+        ]
+    n_unassigned = metrics.get("count_fp_unassigned", 0)
+    if n_unassigned and (metrics.get("per_stratum") or metrics.get("per_size_class")):
+        lines += [
+            f"{n_unassigned} false positives overlap no reference field: they belong to no stratum or size class, so they "
+            "lower the overall precision but no group's, and a group's precision can be above the overall one.",
             "",
         ]
     if metrics.get("per_stratum"):

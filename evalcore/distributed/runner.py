@@ -75,6 +75,7 @@ __all__ = [
     "ResolvedRun",
     "SumsDone",
     "start_run",
+    "check_workers_see",
     "prepare_phase",
     "plan_phase",
     "pairs_phase",
@@ -602,6 +603,44 @@ def _signature_of_run(
     return hashlib.sha256(text.encode()).hexdigest(), input_sha256
 
 
+def _absolute_source(source: LayerSource) -> LayerSource:
+    if "://" in source.path:
+        return source
+    return replace(source, path=str(Path(source.path).resolve()))
+
+
+def check_workers_see(client: object, paths: dict[str, Path]) -> None:
+    """Fail early, and clearly, when a worker cannot see the inputs or the work directory.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    paths : dict
+        ``{what: absolute local path}``; URLs are not checked.
+
+    Raises
+    ------
+    EvalInputError
+        Naming the path and the first worker that cannot see it, and what the workers need.
+    """
+    local = {what: str(p) for what, p in paths.items() if "://" not in str(p)}
+    if not local:
+        return
+    seen = client.run(_paths_exist, list(local.values()))
+    for worker, exists in sorted(seen.items()):
+        for (what, path), ok in zip(local.items(), exists):
+            if not ok:
+                raise EvalInputError(
+                    f"the Dask worker {worker} cannot see the {what} {path!r}: the workers need the inputs and the work "
+                    "directory on a file system they share with this client, at the same path (or give fsspec URLs "
+                    "such as s3://...), see docs/national-run.md."
+                )
+
+
+def _paths_exist(paths: list[str]) -> list[bool]:
+    return [os.path.exists(p) for p in paths]
+
+
 def start_run(
     predicted: LayerSource,
     reference: LayerSource,
@@ -621,7 +660,11 @@ def start_run(
     A previous run's outputs in ``workdir`` are kept only when they belong to this very
     run (same inputs' checksums and parameters), so an interrupted run resumes.
     """
-    workdir = Path(workdir)
+    # Workers have their own working directory: every local path is made absolute here,
+    # on the client, before anything is submitted (URLs are left as they are).
+    predicted, reference = _absolute_source(predicted), _absolute_source(reference)
+    workdir = Path(workdir).resolve()
+    frame_dir = Path(frame_dir).resolve() if frame_dir is not None else None
     signature, input_sha256 = _signature_of_run(predicted, reference, options, strata_column, size_bins, chunk_rows, frame_dir)
     workdir.mkdir(parents=True, exist_ok=True)
     run_file = workdir / "run.json"
@@ -666,6 +709,10 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
     names the same signature and every chunk file still has its checksum.
     """
     started = time.perf_counter()
+    check_workers_see(
+        client,
+        {"predicted layer": Path(setup.predicted.path), "reference layer": Path(setup.reference.path), "work directory": setup.workdir},
+    )
     index_path = setup.workdir / "prepared" / "index.json"
     record = setup.workdir / "prepared" / "done.json"
     if storage.done_record_valid(record, setup.signature) and index_path.exists():

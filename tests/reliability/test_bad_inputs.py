@@ -412,6 +412,7 @@ def test_bad_input(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str
         case.setup(monkeypatch, tmp_path)
     args, needles = case.build(tmp_path)
     out = tmp_path / "out" / "metrics.json"
+    out.parent.mkdir(exist_ok=True)  # evalcore creates no missing parent directory
     if "-o" not in args:
         args = [*args, "-o", str(out)]
     before = _files(tmp_path)
@@ -560,6 +561,7 @@ def test_cli_on_a_cluster_reports_a_task_error_in_one_line(tmp_path: Path):
     case = next(c for c in CASES if c.kind == "nan_coordinates")
     args, needles = case.build(tmp_path)
     out = tmp_path / "out" / "metrics.json"
+    out.parent.mkdir(exist_ok=True)
     proc = subprocess.run(
         [sys.executable, "-m", "evalcore.cli", "evaluate", "-q", *args, "--cluster", "local", "--workers", "1",
          "--workdir", str(tmp_path / "work"), "-o", str(out)],

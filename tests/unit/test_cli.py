@@ -42,6 +42,7 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
 def test_evaluate_writes_json_with_nulls_and_frame(layer_files, tmp_path, capsys):
     pred, ref = layer_files
     out = tmp_path / "out" / "metrics.json"
+    out.parent.mkdir()  # evalcore creates no missing parent directory
     frame_out = tmp_path / "fields.parquet"
     status, stdout, _ = _run(
         capsys, "evaluate", "-p", str(pred), "-r", str(ref), "--ref-layer", "fields",
@@ -59,6 +60,7 @@ def test_evaluate_writes_json_with_nulls_and_frame(layer_files, tmp_path, capsys
     assert "precision" in stdout and "recall" in stdout
     frame = geopandas.read_parquet(frame_out)
     assert len(frame) == 3 and frame.crs.to_epsg() == 32613
+    assert frame["ref_index"].tolist() == list(range(3))  # the reference index as a named column
     assert frame["matched"].tolist() == [True, False, False]
     assert not list(tmp_path.glob("**/*.tmp"))
 
