@@ -102,3 +102,41 @@ def test_cli_against_real_scheduler_and_workers(dask_processes, tmp_path):
     frame = geopandas.read_parquet(tmp_path / "fields")
     assert len(parts) >= 8 and len(frame) == result["count_reference"]
     assert frame.crs.to_epsg() == 32613 and frame["matched"].sum() == result["count_tp"]
+
+
+def test_relative_paths_from_another_directory_reach_the_workers(dask_processes, tmp_path):
+    """The workers run in another working directory than the client: local paths given
+    relative to the client's directory must be made absolute before anything is submitted."""
+    address, _ = dask_processes
+    data = tmp_path / "data"
+    data.mkdir()
+    predicted, reference = seam_layers(seed=5)
+    predicted.to_parquet(data / "predicted.parquet")
+    reference.to_parquet(data / "reference.parquet")
+    (data / "out").mkdir()
+    proc = subprocess.run(
+        [
+            str(BIN / "evalcore"), "evaluate", "-p", "predicted.parquet", "-r", "reference.parquet", "--tile-km", "5",
+            "--cluster", address, "--workdir", "work", "--frame-out", "fields/", "-o", "out/metrics.json", "-q",
+        ],
+        capture_output=True, text=True, timeout=300, cwd=data,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((data / "out" / "metrics.json").read_text())
+    from evalcore.io import to_jsonable
+
+    expected = evalcore.evaluate(str(data / "predicted.parquet"), str(data / "reference.parquet"), tile_size_m=5_000.0)
+    assert differences(result, to_jsonable(expected)) == []
+    assert sorted((data / "fields").glob("part-*.parquet"))
+
+
+def test_a_path_the_workers_cannot_see_is_named_before_any_work():
+    from distributed import Client, LocalCluster
+
+    from evalcore.distributed.runner import check_workers_see
+    from evalcore.errors import EvalInputError
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, Client(cluster) as client:
+        check_workers_see(client, {"reference layer": Path(__file__)})  # visible: no error
+        with pytest.raises(EvalInputError, match=r"cannot see the work directory '/nonexistent/shared/work'.*same path"):
+            check_workers_see(client, {"work directory": Path("/nonexistent/shared/work")})
