@@ -291,6 +291,27 @@ def _with_id_column(frame: object, column: str | None, option: str, where: str) 
     return frame.set_index(column, drop=False)
 
 
+def _check_id_columns_up_front(args: argparse.Namespace) -> None:
+    """For runs that read layers on workers: the id columns exist and hold unique ids (reads only those columns)."""
+    from evalcore.io import layer_columns, read_columns
+
+    for option, column, path, layer, role in (
+        ("--ref-id-column", args.ref_id_column, args.reference, args.ref_layer, "reference"),
+        ("--pred-id-column", args.pred_id_column, args.predicted, args.pred_layer, "predicted"),
+    ):
+        if column is None:
+            continue
+        where = _where(path, layer, role)
+        columns = layer_columns(path, layer=layer, role=role)
+        if column not in columns:
+            shown = ", ".join(repr(c) for c in columns) or "(none)"
+            raise EvalInputError(f"{option} {column!r} is not a column of the {where}; its columns are: {shown}.")
+        ids = read_columns(path, [column], layer=layer, role=role)
+        import geopandas
+
+        _with_id_column(geopandas.GeoDataFrame(ids, geometry=geopandas.GeoSeries([None] * len(ids))), column, option, where)
+
+
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from evalcore.api import evaluate_with_frame
     from evalcore.io import read_layer, write_table
@@ -298,9 +319,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     kind = _check_evaluate_arguments(args)  # before any file is read
     if args.cluster:
-        if args.ref_id_column or args.pred_id_column:
-            raise EvalInputError("--ref-id-column and --pred-id-column are not available with --cluster yet; evaluate in this process.")
         _check_columns_up_front(args)
+        _check_id_columns_up_front(args)
         metrics = _evaluate_on_cluster(args)
         _finish(args, metrics, started)
         return 0
@@ -547,6 +567,8 @@ def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
                 pred_layer=args.pred_layer,
                 ref_layer=args.ref_layer,
                 progress=None if args.quiet else _progress_bar,
+                ref_id_column=args.ref_id_column,
+                pred_id_column=args.pred_id_column,
             )
     finally:
         if cluster is not None:

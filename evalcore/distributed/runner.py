@@ -320,6 +320,7 @@ def sums_task(
     ea_crs_text: str,
     frame_dir: str | None,
     signature: str,
+    id_column: str | None = None,
 ) -> dict:
     """The sums phase of one partition: write its field table part and its partial sums.
 
@@ -349,6 +350,9 @@ def sums_task(
             size_codes=refs.size_codes,
             tolerance_m=options.boundary_tolerance_m,
         )
+        # The reference id as a named column users can join on (an unnamed index is __index_level_0__ in a file).
+        id_name = id_column or "ref_index"
+        table = table.drop(columns=[id_name], errors="ignore").rename_axis(id_name).reset_index()
         frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=ref_info.crs)
         written.append(write_geoparquet(Path(frame_dir) / f"part-{storage.key_name(key)}.parquet", frame))
     path = Path(workdir) / "sums" / f"{storage.key_name(key)}.npz"
@@ -589,7 +593,7 @@ def _signature_of_run(
     input_sha256 = {s.role: sha256_path(s.path) for s in (reference, predicted)}
     payload = {
         "inputs": {
-            s.role: {"path": str(Path(s.path).resolve()), "layer": s.layer, "sha256": input_sha256[s.role]}
+            s.role: {"path": str(Path(s.path).resolve()), "layer": s.layer, "id_column": s.id_column, "sha256": input_sha256[s.role]}
             for s in (reference, predicted)
         },
         "options": {k: (str(v) if k == "equal_area_crs" and v is not None else v) for k, v in options.as_dict().items()},
@@ -873,6 +877,7 @@ def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, 
             ea,
             str(setup.frame_dir) if setup.frame_dir is not None else None,
             setup.signature,
+            setup.reference.id_column,
             key=setup.task_key("sums", *key),
             retries=2,
             priority=index.rows(key),
@@ -1032,6 +1037,8 @@ def run_distributed(
     ref_layer: str | None = None,
     progress: ProgressCallback | None = None,
     chunk_rows: int = 50_000,
+    ref_id_column: str | None = None,
+    pred_id_column: str | None = None,
 ) -> dict[str, object]:
     """Evaluate on a Dask cluster; the result equals :func:`evalcore.evaluate` in one process.
 
@@ -1046,6 +1053,8 @@ def run_distributed(
         The work directory (a temporary one when None, removed afterwards).
     frame_dir : path, optional
         Directory for the per-field GeoParquet parts.
+    ref_id_column, pred_id_column : str, optional
+        Columns of unique row ids of layer files, used as labels in the per-field table.
     """
     import tempfile
 
@@ -1055,9 +1064,10 @@ def run_distributed(
         strata_column = None
         strata_label = strata if isinstance(strata, str) else None
         sources = []
+        ids = {"predicted": pred_id_column, "reference": ref_id_column}
         for layer, role, name in ((predicted, "predicted", pred_layer), (reference, "reference", ref_layer)):
             if isinstance(layer, (str, Path)):
-                sources.append(LayerSource(str(layer), name, role))
+                sources.append(LayerSource(str(layer), name, role, ids[role]))
                 if role == "reference" and strata is not None:
                     if not isinstance(strata, str):
                         raise TypeError("With a reference file, strata must be a column name.")

@@ -50,11 +50,14 @@ class LayerSource:
         Layer name inside a multi-layer file.
     role : str
         ``"reference"`` or ``"predicted"`` (named in errors).
+    id_column : str, optional
+        Column of row ids, used as the rows' labels instead of their positions.
     """
 
     path: str
     layer: str | None
     role: str
+    id_column: str | None = None
 
     @property
     def is_parquet(self) -> bool:
@@ -252,7 +255,13 @@ def read_chunk(source: LayerSource, chunk: Chunk) -> geopandas.GeoDataFrame:
             f"The {source.describe()} returned {len(gdf)} rows for {rows}; "
             "the file changed or is truncated."
         )
-    if LABEL_COLUMN in gdf.columns:  # an in-memory layer written by evalcore keeps its index here
+    if source.id_column is not None:
+        if source.id_column not in gdf.columns:
+            shown = ", ".join(repr(c) for c in gdf.columns if c != gdf.geometry.name) or "(none)"
+            raise EvalInputError(f"The id column {source.id_column!r} is not in the {source.describe()}; its columns are: {shown}.")
+        gdf = gdf.set_index(source.id_column, drop=False)
+        gdf.index.name = None
+    elif LABEL_COLUMN in gdf.columns:  # an in-memory layer written by evalcore keeps its index here
         gdf = gdf.set_index(LABEL_COLUMN)
         gdf.index.name = None
     else:

@@ -239,3 +239,19 @@ def test_no_match_reads_na_not_zero_and_the_group_precision_note(tmp_path):
     assert "mean IoU n/a (no matches)" in proc.stdout and "mean IoU 0.000" not in proc.stdout
     proc = cli("evaluate", "-p", str(tmp_path / "far.gpkg"), "-r", str(tmp_path / "ref.gpkg"), "--strata-column", "county", "-o", str(tmp_path / "m.json"))
     assert "overlap no reference field" in proc.stdout and "above the overall one" in proc.stdout
+
+
+def test_ids_on_a_cluster_equal_ids_in_process(tmp_path):
+    from shapely.geometry import box
+
+    crs = "EPSG:32613"
+    ref = geopandas.GeoDataFrame({"field_id": ["A-1", "A-2", "A-3"]}, geometry=[box(0, 0, 100, 100), box(500, 0, 600, 100), box(900, 0, 990, 90)], crs=crs)
+    pred = geopandas.GeoDataFrame({"det": ["d9", "d8"]}, geometry=[box(0, 0, 100, 101), box(500, 0, 600, 99)], crs=crs)
+    ref.to_parquet(tmp_path / "ref.parquet")
+    pred.to_parquet(tmp_path / "pred.parquet")
+    common = ["-p", str(tmp_path / "pred.parquet"), "-r", str(tmp_path / "ref.parquet"), "--ref-id-column", "field_id", "--pred-id-column", "det", "-q"]
+    proc = cli("evaluate", *common, "--cluster", "local", "--workers", "1", "--frame-out", f"{tmp_path / 'parts'}/", "-o", str(tmp_path / "c.json"))
+    assert proc.returncode == 0, proc.stderr
+    frame = geopandas.read_parquet(tmp_path / "parts").sort_values("field_id")
+    assert frame["field_id"].tolist() == ["A-1", "A-2", "A-3"]
+    assert frame["pred_index"].tolist()[:2] == ["d9", "d8"] and frame["pred_index"].isna().tolist() == [False, False, True]
