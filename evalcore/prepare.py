@@ -10,7 +10,6 @@ position of every kept row so that every tie-break can be made by position.
 from __future__ import annotations
 
 import logging
-import warnings
 from dataclasses import dataclass
 
 import geopandas
@@ -34,7 +33,16 @@ from evalcore.crs import (
 from evalcore.errors import CRSError, EvalInputError
 from evalcore.io import LINEARIZED_ROWS_ATTR, SOURCE_ATTR
 
-__all__ = ["PreparedLayer", "prepare_layer", "empty_layer", "layer_geometries", "repair_polygonal"]
+__all__ = [
+    "PreparedLayer",
+    "prepare_layer",
+    "empty_layer",
+    "layer_geometries",
+    "repair_polygonal",
+    "split_vertex_counts",
+    "crosses_antimeridian",
+    "MAX_SPLIT_VERTICES",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +50,32 @@ _POLYGON = int(shapely.GeometryType.POLYGON)
 _MULTIPOLYGON = int(shapely.GeometryType.MULTIPOLYGON)
 _COLLECTION = int(shapely.GeometryType.GEOMETRYCOLLECTION)
 
-# A boundary longer than this (in metres, or the equivalent in the CRS's units) is not a
-# field: its coordinates are wrong, and splitting its edges at 50 m would exhaust memory.
-MAX_BOUNDARY_M = 1e8
+MAX_SPLIT_VERTICES = 200_000_000
+"""Most vertices the 50 m edge split (SPEC 2.3) may give one polygon.
+
+The split is what a long boundary costs: :func:`evalcore.crs.reproject_polygons` holds
+every piece of it at once. Natural Earth's Canada (about 82,600 km of boundary, in
+EPSG:4326) splits into a few million vertices; 200 million (about 15 GiB) is far above
+any real polygon and below what exhausts an ordinary machine. The bound is per polygon,
+not per layer, so that it does not depend on how a layer is cut into chunks.
+"""
+
+SPLIT_BYTES_PER_VERTEX = 80
+"""Peak memory per vertex of the split, bytes: 73 B measured (growth of the peak resident
+size while :func:`evalcore.crs.reproject_polygons` split polygons into 11 M and 33 M
+vertices), rounded up. It holds the split x and y and their trimmed copy, the
+reprojected x and y, the stacked coordinates and GEOS's copy at once."""
+
+# Antimeridian pre-filter (_near_antimeridian): boxes whose corners transform to finite
+# longitudes at most _AM_MAX_SPREAD_DEG apart are clear. For two vertices of a polygon in
+# such a box to be more than 180 degrees apart, the polygon would have to reach more than
+# (180 - 45) / 2 = 67.5 degrees of longitude beyond the range of its box's corners.
+_AM_GRID = 32  # cells per side of the grid over the layer's bounds
+_AM_MAX_SPREAD_DEG = 45.0
+# Two vertices this close to ±180 are both on the antimeridian: an edge between them runs
+# along it (a polar cap such as Antarctica) and does not cross it. 1e-6 degree is 0.1 m,
+# far above what a round trip through a projection moves a point (1e-12 degree).
+_AM_SEAM_TOL_DEG = 1e-6
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +310,9 @@ def prepare_layer(
     CRSError
         When the layer has geometries but no CRS.
     EvalInputError
-        When a polygon crosses the antimeridian (the message names the row).
+        When a polygon crosses the antimeridian, has coordinates out of range for its CRS,
+        or would split into more than :data:`MAX_SPLIT_VERTICES` vertices (the messages
+        name the rows).
     """
     user_crs = equal_area_crs is not None
     ea_crs = equal_area_crs_from(equal_area_crs if user_crs else DEFAULT_EQUAL_AREA_CRS)
@@ -309,10 +342,12 @@ def prepare_layer(
         return empty_layer(name, equal_area_crs=ea_crs, tile_size_m=tile_size_m, labels=labels, n_input=n_input)
 
     source = geoms[rows]
-    # Before the 50 m split: a polygon across ±180 would otherwise become millions of vertices.
-    _check_antimeridian(where, labels, rows, source, crs)
+    # All before the 50 m split. Longitudes out of range first (PROJ would wrap them into a
+    # crossing), then the split's size (absurd coordinates transform to meaningless longitudes).
+    _check_longitude_range(where, labels, rows, source, crs)
     split = edge_split_length(crs)
-    _check_extent(where, labels, rows, source, crs, split)
+    _check_split_size(where, labels, rows, source, crs, split)
+    _check_antimeridian(where, labels, rows, source, crs)
     geoms_ea = reproject_polygons(source, crs, ea_crs, split=split)
     _check_reprojected(where, labels, rows, source, geoms_ea, crs, ea_crs)
     ea_invalid = ~shapely.is_valid(geoms_ea)
@@ -427,26 +462,101 @@ def _check_finite(where: str, labels: pd.Index, geoms: GeomArray, rows: IdArray)
     )
 
 
-def _check_extent(where: str, labels: pd.Index, rows: IdArray, source: GeomArray, crs: CRS, split: float) -> None:
-    """Refuse coordinates no CRS can hold: outside ±180/±90 degrees, or boundaries longer than 100 000 km."""
+def _check_longitude_range(where: str, labels: pd.Index, rows: IdArray, source: GeomArray, crs: CRS) -> None:
+    """Refuse coordinates outside ±180/±90 when the CRS is in degrees."""
+    if len(source) == 0 or not crs.is_geographic:
+        return
+    b = shapely.bounds(source)
+    bad = np.flatnonzero((b[:, 0] < -180.0) | (b[:, 2] > 180.0) | (b[:, 1] < -90.0) | (b[:, 3] > 90.0))
+    if len(bad):
+        x0, y0, x1, y1 = b[bad[0]]
+        raise EvalInputError(
+            f"The {where} has coordinates outside longitude [-180, 180] / latitude [-90, 90] in "
+            f"{_rows_text(labels, rows[bad])} (bounds {x0:g}, {y0:g}, {x1:g}, {y1:g}), but its CRS {crs.name!r} is in degrees. "
+            "Normalise longitudes to [-180, 180] (splitting polygons at ±180), or set the CRS the coordinates are really in."
+        )
+
+
+def _check_split_size(where: str, labels: pd.Index, rows: IdArray, source: GeomArray, crs: CRS, split: float) -> None:
+    """Refuse polygons whose 50 m edge split would give more than :data:`MAX_SPLIT_VERTICES` vertices.
+
+    A real country passes; what is refused would exhaust memory, and almost always has
+    coordinates in other units than the CRS's. The count is first bounded from above
+    by ``length / split + vertices`` (each edge gives at most ``length / split + 1``
+    pieces), which is cheap; only polygons over the limit by that bound are counted
+    exactly.
+    """
     if len(source) == 0:
         return
-    if crs.is_geographic:
-        b = shapely.bounds(source)
-        bad = np.flatnonzero((b[:, 0] < -180.0) | (b[:, 2] > 180.0) | (b[:, 1] < -90.0) | (b[:, 3] > 90.0))
-        if len(bad):
-            x0, y0, x1, y1 = b[bad[0]]
-            raise EvalInputError(
-                f"The {where} has coordinates outside longitude [-180, 180] / latitude [-90, 90] in "
-                f"{_rows_text(labels, rows[bad])} (bounds {x0:g}, {y0:g}, {x1:g}, {y1:g}), but its CRS {crs.name!r} is in degrees. "
-                "Normalise longitudes to [-180, 180] (splitting polygons at ±180), or set the CRS the coordinates are really in."
-            )
-    too_long = np.flatnonzero(shapely.length(source) / split * 50.0 > MAX_BOUNDARY_M)
-    if len(too_long):
-        raise EvalInputError(
-            f"The {where} has polygons with a boundary longer than {MAX_BOUNDARY_M / 1e3:,.0f} km in "
-            f"{_rows_text(labels, rows[too_long])} (CRS {crs.name!r}); their coordinates or the CRS are wrong."
-        )
+    upper = shapely.length(source) / split + shapely.get_num_coordinates(source)
+    over = np.flatnonzero(upper > MAX_SPLIT_VERTICES)
+    if len(over) == 0:
+        return
+    counts = split_vertex_counts(source[over], split)
+    too_many = counts > MAX_SPLIT_VERTICES
+    over, counts = over[too_many], counts[too_many]
+    if len(over) == 0:
+        return
+    worst = int(np.argmax(counts))
+    n_worst = float(counts[worst])
+    length = float(shapely.length(source[over[worst]]))
+    unit = crs.axis_info[0].unit_name if crs.axis_info else "CRS unit"
+    gib = 2.0**30
+    # Row labels are listed worst first, so the polygon whose numbers are quoted comes first.
+    order = np.argsort(-counts, kind="stable")
+    whose = "its split" if len(over) == 1 else f"the split of the first, {_rows_text(labels, rows[over[worst:worst + 1]])},"
+    raise EvalInputError(
+        f"The {where} has polygons too long to split into pieces of at most 50 m (SPEC 2.3) in "
+        f"{_rows_text(labels, rows[over[order]])} (CRS {crs.name!r}): {whose} would create "
+        f"{_count_text(n_worst)} vertices (boundary length {length:.4g} {unit}), about "
+        f"{_count_text(n_worst * SPLIT_BYTES_PER_VERTEX / gib)} GiB of memory, where at most "
+        f"{MAX_SPLIT_VERTICES:,} vertices (about {MAX_SPLIT_VERTICES * SPLIT_BYTES_PER_VERTEX / gib:.0f} GiB) "
+        "are allowed per polygon. A boundary that much longer than a country's means the coordinates "
+        "are not in the CRS's units or the CRS is wrong: check both. If the polygons are real, "
+        "simplify them (e.g. shapely.simplify) or split them into several rows."
+    )
+
+
+def _count_text(value: float) -> str:
+    """``"1,234,567"`` up to a trillion, ``"2.5e+28"`` beyond (broken inputs give absurd counts)."""
+    return f"{value:,.0f}" if value < 1e12 else f"{value:.2g}"
+
+
+def split_vertex_counts(geoms: GeomArray, split: float) -> F64Array:
+    """Vertices of each polygon after splitting its edges into pieces of at most ``split``.
+
+    Each edge of length ``L`` gives ``max(ceil(L / split), 1)`` pieces and each closed
+    ring one more vertex, as :func:`evalcore._kernels._densify_rings` counts them (its
+    output can be a few vertices shorter where inserted points coincide).
+
+    Parameters
+    ----------
+    geoms : ndarray of shapely Polygons / MultiPolygons, shape (n,), none missing
+    split : float
+        Largest piece length, in the geometries' units.
+
+    Returns
+    -------
+    ndarray of float64, shape (n,)
+        Float, so that absurd counts (coordinates of 1e30) do not overflow.
+
+    Examples
+    --------
+    >>> from shapely.geometry import box
+    >>> split_vertex_counts(np.array([box(0, 0, 100, 50), box(0, 0, 1, 1)]), 50.0).tolist()
+    [7.0, 5.0]
+    """
+    geoms = np.asarray(geoms, dtype=object)
+    if len(geoms) == 0:
+        return np.zeros(0, dtype=np.float64)
+    parts, part_geom = shapely.get_parts(geoms, return_index=True)
+    rings, ring_part = shapely.get_rings(parts, return_index=True)
+    coords, vertex_ring = shapely.get_coordinates(rings, return_index=True)
+    edge = np.hypot(np.diff(coords[:, 0]), np.diff(coords[:, 1]))
+    in_ring = vertex_ring[1:] == vertex_ring[:-1]  # not the step from one ring to the next
+    pieces = np.maximum(np.ceil(edge[in_ring] / split), 1.0)
+    per_ring = np.bincount(vertex_ring[1:][in_ring], weights=pieces, minlength=len(rings)) + 1.0
+    return np.bincount(part_geom[ring_part], weights=per_ring, minlength=len(geoms))
 
 
 def _check_reprojected(
@@ -477,28 +587,131 @@ def _tiles(lon: F64Array, lat: F64Array, epsg: IdArray, tile_size_m: float) -> t
 
 
 def _check_antimeridian(where: str, labels: pd.Index, rows: IdArray, source: GeomArray, crs: CRS) -> None:
-    """Refuse polygons whose longitude extent exceeds 180 degrees (they cross ±180)."""
+    """Refuse polygons with an edge across the antimeridian (longitude ±180).
+
+    The decision is made on each polygon's own vertices in longitude and latitude (not on
+    its bounding box, whose corners in a pseudo-cylindrical projection such as Equal
+    Earth are not longitudes of the polygon); see :func:`crosses_antimeridian`. Only the
+    polygons the cheap pre-filter :func:`_near_antimeridian` cannot clear are transformed
+    vertex by vertex.
+    """
     if len(source) == 0:
         return
-    bounds = shapely.bounds(source)
-    if crs.is_geographic:
-        lon_min, lon_max = bounds[:, 0], bounds[:, 2]
-    else:
-        corners_x = bounds[:, [0, 2, 0, 2]].ravel()
-        corners_y = bounds[:, [1, 1, 3, 3]].ravel()
-        lon, _ = transform_xy(corners_x, corners_y, crs, WGS84)
-        lon = lon.reshape(-1, 4)
-        lon = np.where(np.isfinite(lon), lon, np.nan)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # rows whose corners PROJ cannot transform
-            lon_min, lon_max = np.nanmin(lon, axis=1), np.nanmax(lon, axis=1)
-    crossing = np.flatnonzero((lon_max - lon_min) > 180.0)
+    suspects = _near_antimeridian(source, crs)
+    if len(suspects) == 0:
+        return
+    crossing = suspects[crosses_antimeridian(source[suspects], crs)]
     if len(crossing):
         raise EvalInputError(
             f"The {where} has polygons crossing the antimeridian (longitude ±180), which "
             f"evalcore does not support: {_rows_text(labels, rows[crossing])}. "
             "Split them at ±180 or evaluate each side separately."
         )
+
+
+def crosses_antimeridian(geoms: GeomArray, crs: CRS) -> BoolArray:
+    """Whether each polygon has an edge that crosses longitude ±180.
+
+    The vertices are transformed to longitude and latitude (EPSG:4326). An edge crosses
+    when its ends are more than 180 degrees of longitude apart: it is taken the short
+    way, across ±180, as GeoJSON (RFC 7946, 3.1.9) and every tool that splits at the
+    antimeridian read it. That is the trace a crossing polygon leaves in a geographic
+    CRS (179.9 to -179.9), in a projection centred away from 0 where it is an ordinary
+    polygon (EPSG:3832), and in one centred on 0 where, projected vertex by vertex, it
+    spans the whole map (EPSG:8857). An edge with both ends on ±180 runs along the
+    antimeridian and does not cross it: a polar cap such as Antarctica is accepted, and
+    so is a multipolygon split at ±180 into parts on both sides (Fiji, Russia), whose
+    edges do not jump. Vertices PROJ cannot transform are ignored here:
+    :func:`_check_reprojected` refuses their polygons.
+
+    Parameters
+    ----------
+    geoms : ndarray of shapely Polygons / MultiPolygons, shape (n,), none missing
+    crs : pyproj.CRS
+        Their CRS.
+
+    Returns
+    -------
+    ndarray of bool, shape (n,)
+
+    Examples
+    --------
+    >>> from shapely.geometry import Polygon, box
+    >>> fiji = Polygon([(179.9, -17), (-179.9, -17), (-179.9, -16), (179.9, -16)])
+    >>> crosses_antimeridian(np.array([fiji, box(170, -17, 180, -16)]), WGS84).tolist()
+    [True, False]
+    """
+    geoms = np.asarray(geoms, dtype=object)
+    out = np.zeros(len(geoms), dtype=bool)
+    if len(geoms) == 0:
+        return out
+    parts, part_geom = shapely.get_parts(geoms, return_index=True)
+    rings, ring_part = shapely.get_rings(parts, return_index=True)
+    coords, vertex_ring = shapely.get_coordinates(rings, return_index=True)
+    lon, _ = transform_xy(coords[:, 0], coords[:, 1], crs, WGS84)
+    lon[~np.isfinite(lon)] = np.nan  # PROJ gives inf where it fails: neither a jump nor the seam
+    with np.errstate(invalid="ignore"):
+        on_seam = np.abs(lon) >= 180.0 - _AM_SEAM_TOL_DEG
+        jump = np.abs(np.diff(lon)) > 180.0
+    jump &= vertex_ring[1:] == vertex_ring[:-1]  # consecutive vertices of one ring
+    jump &= ~(on_seam[1:] & on_seam[:-1])
+    out[part_geom[ring_part[vertex_ring[1:][jump]]]] = True
+    return out
+
+
+def _near_antimeridian(source: GeomArray, crs: CRS) -> IdArray:
+    """Positions of the polygons a cheap test cannot clear of crossing ±180 (a superset).
+
+    Transforming every vertex to longitude and latitude costs 0.6 s of the 2.2 s it takes
+    to prepare 50,000 fields, so a polygon is first cleared by a box around it. A box is
+    clear when its four corners transform to finite longitudes at most
+    :data:`_AM_MAX_SPREAD_DEG` apart: a polygon inside it would otherwise have to reach
+    67.5 degrees of longitude beyond its corners, which no projection does inside its
+    domain. The boxes that are not clear are those around a pole (corners in all
+    directions), across the antimeridian (corners on both sides), across the edge of the
+    map (corners PROJ cannot transform, or wraps to the other side) and boxes too large
+    for their corners to say anything.
+    The boxes tried are the cells of a grid over the layer's bounds (for the polygons
+    inside one cell: nearly every field, for 1,089 corners transformed per layer),
+    then each remaining polygon's own bounding box. In a geographic CRS the corners are
+    the longitudes, and the test is exact.
+    """
+    bounds = shapely.bounds(source)
+    present = np.flatnonzero(~np.isnan(bounds[:, 0]))  # an empty polygon has nothing to cross
+    if len(present) == 0:
+        return present
+    bounds = bounds[present]
+    x0, y0 = bounds[:, 0].min(), bounds[:, 1].min()
+    x1, y1 = bounds[:, 2].max(), bounds[:, 3].max()
+    dx = (x1 - x0) / _AM_GRID or 1.0  # a layer of one point or one line: one cell
+    dy = (y1 - y0) / _AM_GRID or 1.0
+    edges_x = x0 + dx * np.arange(_AM_GRID + 1)
+    edges_y = y0 + dy * np.arange(_AM_GRID + 1)
+    gx, gy = np.meshgrid(edges_x, edges_y, indexing="ij")
+    lon, _ = transform_xy(gx.ravel(), gy.ravel(), crs, WGS84)
+    lon = lon.reshape(gx.shape)
+    cell_corners = np.stack([lon[:-1, :-1], lon[1:, :-1], lon[:-1, 1:], lon[1:, 1:]], axis=-1)
+    cell_clear = _narrow(cell_corners)
+    i0 = np.clip(np.floor((bounds[:, 0] - x0) / dx), 0, _AM_GRID - 1).astype(np.int64)
+    i1 = np.clip(np.floor((bounds[:, 2] - x0) / dx), 0, _AM_GRID - 1).astype(np.int64)
+    j0 = np.clip(np.floor((bounds[:, 1] - y0) / dy), 0, _AM_GRID - 1).astype(np.int64)
+    j1 = np.clip(np.floor((bounds[:, 3] - y0) / dy), 0, _AM_GRID - 1).astype(np.int64)
+    clear = (i0 == i1) & (j0 == j1) & cell_clear[i0, j0]
+    rest = np.flatnonzero(~clear)
+    if len(rest) == 0:
+        return present[rest]
+    b = bounds[rest]
+    corner_x = b[:, [0, 2, 0, 2]].ravel()
+    corner_y = b[:, [1, 1, 3, 3]].ravel()
+    lon, _ = transform_xy(corner_x, corner_y, crs, WGS84)
+    return present[rest[~_narrow(lon.reshape(-1, 4))]]
+
+
+def _narrow(corner_lon: F64Array) -> BoolArray:
+    """True where the corners' longitudes (last axis) are finite and within the allowed spread."""
+    with np.errstate(invalid="ignore"):
+        spread = corner_lon.max(axis=-1) - corner_lon.min(axis=-1)
+        return np.isfinite(corner_lon).all(axis=-1) & (spread <= _AM_MAX_SPREAD_DEG)
 
 
 def _warn_area_change(name: str, source: GeomArray, crs: CRS, ea_crs: CRS, area: F64Array) -> None:

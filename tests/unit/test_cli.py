@@ -71,7 +71,7 @@ def test_evaluate_writes_json_with_nulls_and_frame(layer_files, tmp_path, capsys
         (("--iou-threshold", "1.5"), "iou_threshold"),
         (("--bootstrap", "-1"), "bootstrap"),
         (("--strata-column", "nope"), "'nope'"),
-        (("--size-bins", "2,1"), "size_bins"),
+        (("--size-bins", "2,1"), "--size-bins"),
         (("--boundary-tolerance-m", "0"), "boundary_tolerance_m"),
         (("--equal-area-crs", "EPSG:4326"), "equal_area_crs"),
         (("--matching", "best"), "matching"),
