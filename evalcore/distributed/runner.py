@@ -636,8 +636,7 @@ def check_workers_see(client: object, paths: dict[str, Path]) -> None:
             if not ok:
                 raise EvalInputError(
                     f"the Dask worker {worker} cannot see the {what} {path!r}: the workers need the inputs and the work "
-                    "directory on a file system they share with this client, at the same path (or give fsspec URLs "
-                    "such as s3://...), see docs/national-run.md."
+                    "directory on a file system they share with this client, mounted at the same path (docs/national-run.md)."
                 )
 
 
