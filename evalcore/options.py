@@ -19,7 +19,7 @@ from evalcore.config import DEFAULT_TILE_SIZE_M
 from evalcore.groups import SizeClasses, size_classes
 from evalcore.metrics import enabled_families, family_options
 from evalcore.metrics.base import Option
-from evalcore.metrics.checks import any_value, non_negative_int, positive
+from evalcore.metrics.checks import any_value, non_negative_int, positive, positive_int
 
 __all__ = [
     "CORE_OPTIONS",
@@ -46,6 +46,11 @@ CORE_OPTIONS: tuple[Option, ...] = (
     Option(
         "equal_area_crs", None, "equal-area CRS for areas and IoU, metres (default EPSG:6933)",
         any_value, annotation=str | None,
+    ),
+    Option(
+        "min_support", 30,
+        "a group with fewer reference fields is marked insufficient_support and never the worst group (default 30)",
+        positive_int, parse=int, annotation=int,
     ),
     Option(
         "tile_size_m", DEFAULT_TILE_SIZE_M,

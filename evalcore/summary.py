@@ -18,7 +18,7 @@ from evalcore.metrics import enabled_families, finalize_all, interval_keys
 from evalcore.metrics.base import GroupView
 from evalcore.options import EvalOptions, RunPlan
 
-__all__ = ["DISTANCE_CRS", "build_summary", "group_summary"]
+__all__ = ["DISTANCE_CRS", "WORST_KEYS", "build_summary", "group_summary", "worst_group"]
 
 DISTANCE_CRS = "WGS 84 / UTM zone of each polygon's centroid"
 """The value of ``distance_crs`` (SPEC 5.1)."""
@@ -77,6 +77,41 @@ def group_summary(
             block_ci[key] = ci[key]
             block_undefined[key] = n_undefined[key]
     return entry, block_ci, block_undefined
+
+
+WORST_KEYS: tuple[str, ...] = ("precision", "recall", "f1")
+"""The metrics :func:`worst_group` names a group for (SPEC 6.3)."""
+
+
+def worst_group(entries: dict[str, dict]) -> dict | None:
+    """The group with the lowest value of each of :data:`WORST_KEYS` among groups with sufficient support.
+
+    Ties go to the first group in key order; groups whose value is undefined (NaN) are
+    passed over. None when no group has sufficient support.
+
+    Examples
+    --------
+    >>> e = {"a": {"precision": 0.5, "recall": 0.9, "f1": 0.6, "support": 40, "insufficient_support": False},
+    ...      "b": {"precision": 0.1, "recall": 0.1, "f1": 0.1, "support": 3, "insufficient_support": True}}
+    >>> worst_group(e)["precision"]
+    {'group': 'a', 'value': 0.5, 'support': 40}
+    >>> worst_group({"b": e["b"]}) is None
+    True
+    """
+    eligible = {k: e for k, e in entries.items() if not e["insufficient_support"]}
+    if not eligible:
+        return None
+    out: dict[str, object] = {}
+    for metric in WORST_KEYS:
+        best = None
+        for key, entry in eligible.items():
+            value = entry[metric]
+            if value is None or (isinstance(value, float) and np.isnan(value)):
+                continue
+            if best is None or value < best[1]:
+                best = (key, value, entry["support"])
+        out[metric] = None if best is None else {"group": best[0], "value": best[1], "support": best[2]}
+    return out
 
 
 def build_summary(
@@ -140,6 +175,8 @@ def build_summary(
             head["n"] = n
             body, gci, gund = group_summary(merged, offset + j, options, empty_group=n == 0)
             head.update(body)
+            head["support"] = n
+            head["insufficient_support"] = n < options.min_support
             if with_ci:
                 head["ci"] = gci
                 undefined = {k: v for k, v in gund.items() if v}
@@ -147,6 +184,7 @@ def build_summary(
                     head["ci_n_undefined"] = undefined
             entries[key] = head
         result[name] = entries
+        result.setdefault("worst", {})[name] = worst_group(entries)
         offset += len(keys)
     if with_ci:
         stratified = plan.strata_names is not None

@@ -144,7 +144,7 @@ SUMMARY_KEYS = frozenset(
 FAMILY_KEYS = frozenset(
     {
         "iou_sweep", "count_merges", "count_merged_reference", "count_splits",
-        "count_split_predictions", "count_ratio", "majority_fraction",
+        "count_split_predictions", "count_ratio", "majority_fraction", "precision_touching",
     }
 )
 # Keys that hold bootstrap intervals (the top-level block, and every group's and sweep entry's).

@@ -16,6 +16,7 @@ from evalcore.metrics.area import Area
 from evalcore.metrics.base import MetricFamily, Option, Value
 from evalcore.metrics.detection import Detection
 from evalcore.metrics.distance import Distance
+from evalcore.metrics.incomplete import Incomplete
 from evalcore.metrics.segmentation import Segmentation
 from evalcore.metrics.sweep import Sweep
 from evalcore.metrics.tolerance import Tolerance
@@ -41,6 +42,7 @@ FAMILIES: list[MetricFamily] = [
     Tolerance(),
     Sweep(),
     Topology(),
+    Incomplete(),
 ]
 
 

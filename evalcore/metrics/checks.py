@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable, Sequence
 from numbers import Integral, Real
 
-__all__ = ["unit_interval", "open_unit_interval", "choice", "positive", "positive_or_none", "non_negative_int", "thresholds", "any_value"]
+__all__ = ["unit_interval", "open_unit_interval", "choice", "positive", "positive_or_none", "non_negative_int", "positive_int", "thresholds", "any_value"]
 
 
 def _is_real(value: object) -> bool:
@@ -53,6 +53,12 @@ def positive_or_none(name: str, value: object) -> float | None:
 def non_negative_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
         raise ValueError(f"{name} must be a non-negative integer, but got {value!r}.")
+    return int(value)
+
+
+def positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, but got {value!r}.")
     return int(value)
 
 

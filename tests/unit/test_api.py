@@ -167,7 +167,7 @@ def test_summary_keys_with_tolerance_strata_size_bins_and_bootstrap():
     m = evaluate(pred, ref, strata="county", size_bins=[0, 1.5, 10], bootstrap=5, boundary_tolerance_m=5.0)
     extra = {
         "per_stratum", "count_reference_no_stratum", "strata_column", "per_size_class", "size_class_edges_ha",
-        "count_reference_outside_size_classes", "bootstrap",
+        "count_reference_outside_size_classes", "bootstrap", "worst",
     }
     assert set(m) == SUMMARY_KEYS | TOLERANCE_SUMMARY_KEYS | FAMILY_KEYS | extra
     assert m["boundary_tolerance_m"] == 5.0

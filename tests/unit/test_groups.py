@@ -221,7 +221,7 @@ def test_groups_leave_the_overall_metrics_unchanged():
     grouped = evaluate(pred, ref, strata="county", size_bins=[0, 1.5, 10])
     for key in (
         "per_stratum", "count_reference_no_stratum", "strata_column", "per_size_class", "size_class_edges_ha",
-        "count_reference_outside_size_classes",
+        "count_reference_outside_size_classes", "worst",
     ):
         grouped.pop(key)
     assert_metrics_equal(grouped, plain)
