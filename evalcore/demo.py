@@ -3,8 +3,13 @@
 Runs ``evaluate-layers`` on an embedded Dask ``LocalCluster`` with 2 worker processes
 and Prefect in its ephemeral mode: strata, size classes, 1000 bootstrap resamples and a
 10 m boundary tolerance. The generated layers and the run directory (metrics.json,
-report.md, manifest.json, fields/) go under ``demo-output/`` or the directory given
-as the first argument.
+report.md, manifest.json, fields/, logs/run.log) go under ``demo-output/`` or the
+directory given as the first argument. ``EVALCORE_DEMO_N_REF`` sets the number of
+reference fields (default 30000).
+
+Each step's exit status is checked: if one fails, the demo prints one line saying
+which step failed and why, and exits with that step's status; it points to a report
+only when the report was written.
 """
 
 from __future__ import annotations
@@ -14,30 +19,104 @@ import sys
 import time
 from pathlib import Path
 
-# No network here and no need for it: keep Prefect's ephemeral server from phoning home.
+# Before Prefect is imported (flows/cli.py sets the same defaults for `evalcore run`):
+# no network here and no need for it, so keep the ephemeral server from phoning home
+# (its telemetry write also collides with the flow's in SQLite: "database is locked");
+# and give that server time to start on a busy machine (Prefect's default is 20 s).
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "300")
 
-from evalcore.cli import main as cli_main
+from evalcore.cli import main as cli_main  # noqa: E402
 
+N_REF_ENV = "EVALCORE_DEMO_N_REF"
 N_REF = 30_000
 SEED = 7
 
 
+class _LastError:
+    """Standard error as it was, remembering the last ``evalcore: error:`` line written.
+
+    The CLI reports a failure as that one line; the demo repeats its reason in its own
+    verdict, so the last line on the screen says what went wrong. Everything but
+    ``write`` (``isatty``, ``fileno``, ``encoding``…) is the real stream's.
+    """
+
+    def __init__(self, stream: object) -> None:
+        self._stream = stream
+        self._pending = ""
+        self.error: str | None = None
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            if line.startswith("evalcore: error: "):
+                self.error = line.removeprefix("evalcore: error: ")
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+def _step(argv: list[str]) -> tuple[int, str | None]:
+    """Run one ``evalcore`` command; return its exit status and its error line, if any."""
+    stderr = _LastError(sys.stderr)
+    previous, sys.stderr = sys.stderr, stderr
+    try:
+        status = cli_main(argv)
+    finally:
+        sys.stderr = previous
+    return status, stderr.error
+
+
+def _failed(step: str, status: int, why: str | None) -> int:
+    """Print the demo's one-line verdict for a failed step; return the exit status to use."""
+    reason = why or f"exit status {status}"
+    if len(reason) > 300:  # a server's captured output can be long; the line above has it all
+        reason = reason[:300] + " …"
+    print(f"demo failed at step {step}: {reason}", file=sys.stderr, flush=True)
+    return status or 1
+
+
+def _n_ref() -> int:
+    """The number of reference fields: ``EVALCORE_DEMO_N_REF`` or :data:`N_REF`."""
+    text = os.environ.get(N_REF_ENV, "").strip()
+    if not text:
+        return N_REF
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise ValueError(f"{N_REF_ENV} must be a positive whole number of fields, but got {text!r}.")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the demo; return the exit status (0 only when the report was written)."""
     argv = sys.argv[1:] if argv is None else argv
     out = Path(argv[0] if argv else "demo-output")
     data = out / "data"
+    run = out / "run"
     started = time.perf_counter()
-    print(f"[1/2] generating {N_REF} reference fields in 3 UTM zones (seed {SEED}) in {data}/", flush=True)
-    status = cli_main(["synth", "--n-ref", str(N_REF), "--seed", str(SEED), "--out", str(data)])
+    try:
+        n_ref = _n_ref()
+    except ValueError as exc:
+        return _failed("0/2 (settings)", 2, str(exc))
+    try:  # the CLI creates its output directories but not their missing parents
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return _failed("0/2 (settings)", 2, f"cannot create the output directory {str(out)!r}: {exc}")
+    print(f"[1/2] generating {n_ref} reference fields in 3 UTM zones (seed {SEED}) in {data}/", flush=True)
+    status, why = _step(["synth", "--n-ref", str(n_ref), "--seed", str(SEED), "--out", str(data)])
     if status:
-        return status
+        return _failed("1/2 (generating the data)", status, why)
     print(
         "[2/2] flow evaluate-layers on a local Dask cluster (2 workers): strata, size classes, "
         "1000 bootstrap resamples, 10 m boundary tolerance; the dashboard link follows",
         flush=True,
     )
-    status = cli_main(
+    status, why = _step(
         [
             "run",
             "-p", str(data / "predicted.parquet"),
@@ -47,11 +126,16 @@ def main(argv: list[str] | None = None) -> int:
             "--bootstrap", "1000",
             "--boundary-tolerance-m", "10",
             "--workers", "2",
-            "-o", str(out / "run"),
+            "-o", str(run),
         ]
     )
-    print(f"demo finished in {time.perf_counter() - started:.1f} s; open {out / 'run' / 'report.md'} for the report")
-    return status
+    if status:
+        return _failed("2/2 (flow evaluate-layers)", status, why)
+    report = run / "report.md"
+    if not report.is_file():  # a zero status without the report is still a failure
+        return _failed("2/2 (flow evaluate-layers)", 1, f"the flow ended without writing {report}")
+    print(f"demo finished in {time.perf_counter() - started:.1f} s; open {report} for the report", flush=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,27 +1,249 @@
 """What the command line prints while it works, and where the rest of the log goes.
 
 :func:`configure_logging` is called once by :func:`evalcore.cli.main` after the
-arguments are parsed.
+arguments are parsed. It decides what reaches the terminal:
+
+======================  ==========================  ===============================  =====================
+records from            default                     ``-v``                           ``-vv``
+======================  ==========================  ===============================  =====================
+any logger              WARNING and above           WARNING and above                WARNING and above
+``prefect.flow_runs``   INFO (phases, dashboard)    INFO                             INFO
+other ``prefect.*``     (warnings only)             INFO (task states, server)       INFO
+``evalcore``, ``flows`` (warnings only)             INFO (a line per partition)      DEBUG
+Dask, Bokeh, Tornado    (warnings only)             (warnings only)                  INFO
+======================  ==========================  ===============================  =====================
+
+:func:`run_log` copies the whole log of a run (DEBUG lines of evalcore and of the
+flows, Prefect's INFO lines, every library's warnings) to a file for as long as the
+run lasts, without changing what any terminal shows. The flow ``evaluate-layers``
+writes ``<output_dir>/logs/run.log`` with it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 
-__all__ = ["configure_logging"]
+__all__ = ["configure_logging", "library_level", "run_log", "TerminalHandler"]
+
+#: Libraries whose INFO lines are only for ``-vv``.
+LIBRARIES = ("distributed", "bokeh", "tornado")
+#: Our own namespaces: their DEBUG lines go to a run's log file.
+OWN = ("evalcore", "flows")
+#: Same switch as :data:`evalcore.cli.DEBUG_ENV` (not imported: the CLI imports this module).
+_DEBUG_ENV = "EVALCORE_DEBUG"
+
+_FILE_FORMAT = "%(asctime)s %(levelname)-7s %(name)s%(run_name)s: %(message)s"
+_TERMINAL_FORMAT = "%(levelname)s %(name)s: %(message)s"
+
+_verbosity = 0  # set by configure_logging; read by library_level
+
+
+def _under(name: str, roots: tuple[str, ...]) -> bool:
+    """Whether logger ``name`` is one of ``roots`` or a descendant of one."""
+    return any(name == root or name.startswith(root + ".") for root in roots)
+
+
+class _TerminalFilter(logging.Filter):
+    """The table of the module docstring, as a handler filter.
+
+    A handler filter rather than logger levels: Prefect's run loggers must keep
+    sending INFO to the Prefect API (its UI shows them), and a run's log file must
+    get DEBUG lines, whatever the terminal shows.
+    """
+
+    def __init__(self, verbosity: int) -> None:
+        super().__init__()
+        self.verbosity = verbosity
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        name, v = record.name, self.verbosity
+        if _under(name, ("prefect.flow_runs",)):
+            return record.levelno >= logging.INFO or v >= 2
+        if _under(name, ("prefect",)):
+            return v >= 1 and (record.levelno >= logging.INFO or v >= 2)
+        if _under(name, OWN):
+            return v >= 2 or (v == 1 and record.levelno >= logging.INFO)
+        return v >= 2 and record.levelno >= logging.INFO
+
+
+class TerminalHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record arrives.
+
+    pytest's ``capsys`` and :func:`contextlib.redirect_stderr` replace ``sys.stderr``
+    after logging is configured; a plain ``StreamHandler`` would keep the old one.
+    The class name has no leading underscore on purpose: Prefect's logging setup
+    keeps the root logger's handlers only when it sees a "user" handler there.
+    """
+
+    def __init__(self, verbosity: int = 0) -> None:
+        super().__init__(sys.stderr)
+        self.setFormatter(logging.Formatter(_TERMINAL_FORMAT))
+        self.addFilter(_TerminalFilter(verbosity))
+
+    @property
+    def stream(self) -> object:  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:  # StreamHandler.__init__ assigns it
+        pass
 
 
 def configure_logging(verbosity: int = 0) -> None:
-    """Set the log levels of evalcore and of the libraries it drives.
+    """Set what evalcore and the libraries it drives print on the terminal.
+
+    Installs one :class:`TerminalHandler` on the root logger (replacing the one of an
+    earlier call), unless the application already put its own handlers there (pytest,
+    a notebook): those are left alone, as :func:`logging.basicConfig` would.
 
     Parameters
     ----------
     verbosity : int
-        0: warnings that matter only; 1 (``-v``): evalcore's progress lines and the
-        libraries' warnings; 2 (``-vv``): everything at INFO.
+        0: Prefect's flow-run lines (one per phase, the dashboard link) and warnings;
+        1 (``-v``): also evalcore's progress (a line per partition and phase) and
+        Prefect's task and server lines; 2 (``-vv``): everything at INFO, and
+        evalcore's DEBUG lines.
     """
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    level = logging.WARNING if verbosity <= 0 else logging.INFO
-    for noisy in ("distributed", "bokeh", "tornado"):
-        logging.getLogger(noisy).setLevel(level if verbosity >= 2 else logging.WARNING)
-    logging.getLogger("evalcore").setLevel(level)
+    global _verbosity
+    _verbosity = max(0, int(verbosity))
+    root = logging.getLogger()
+    ours = [h for h in root.handlers if isinstance(h, TerminalHandler)]
+    if len(ours) == len(root.handlers):
+        for handler in ours:
+            root.removeHandler(handler)
+        root.addHandler(TerminalHandler(_verbosity))
+    own_level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(_verbosity, 2)]
+    for name in OWN:
+        logging.getLogger(name).setLevel(own_level)
+    # Importing distributed sets its loggers to INFO again; local_cluster re-applies this.
+    for name in LIBRARIES:
+        logging.getLogger(name).setLevel(library_level())
+
+
+def library_level() -> int:
+    """The level for Dask's, Bokeh's and Tornado's loggers: INFO at ``-vv`` or with EVALCORE_DEBUG, else WARNING."""
+    debug = os.environ.get(_DEBUG_ENV, "") not in ("", "0")
+    return logging.INFO if _verbosity >= 2 or debug else logging.WARNING
+
+
+class _FileFormatter(logging.Formatter):
+    """:data:`_FILE_FORMAT`, naming the Prefect flow or task run a record comes from.
+
+    Prefect's run loggers attach ``flow_run_name`` / ``task_run_name`` to their
+    records; without them, six "Finished in state Completed()" lines look the same.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        run = getattr(record, "task_run_name", None) or getattr(record, "flow_run_name", None)
+        record.run_name = f" [{run}]" if run else ""
+        return super().format(record)
+
+
+class _AsBefore(logging.Filter):
+    """Drops the records that pass only because :func:`run_log` lowered a logger's level.
+
+    Put on the other handlers of the root logger while a run log is open, so that
+    what a terminal (or pytest's capture) shows does not change.
+    """
+
+    def __init__(self, saved: dict[str, int]) -> None:
+        super().__init__()
+        self.saved = saved
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= self._level_before(record.name)
+
+    def _level_before(self, name: str) -> int:
+        """The effective level logger ``name`` had before the run log opened."""
+        while name:
+            if name in self.saved:
+                return self.saved[name]
+            level = logging.getLogger(name).level
+            if level != logging.NOTSET:
+                return level
+            name = name.rpartition(".")[0]
+        return logging.getLogger().level
+
+
+_open_lock = threading.Lock()
+_open_count = 0
+_saved_levels: dict[str, int] = {}
+_guarded: list[tuple[logging.Handler, _AsBefore]] = []
+
+
+def _open_gates() -> None:
+    """Lower evalcore's and the flows' loggers to DEBUG (first open run log only)."""
+    global _open_count
+    with _open_lock:
+        _open_count += 1
+        if _open_count > 1:  # a run inside a run (a subflow): already open
+            return
+        for name in OWN:
+            _saved_levels[name] = logging.getLogger(name).level
+        guard = _AsBefore({name: logging.getLogger(name).getEffectiveLevel() for name in OWN})
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(guard)
+            _guarded.append((handler, guard))
+        for name in OWN:
+            logging.getLogger(name).setLevel(logging.DEBUG)
+
+
+def _close_gates() -> None:
+    """Undo :func:`_open_gates` when the last open run log closes."""
+    global _open_count
+    with _open_lock:
+        _open_count -= 1
+        if _open_count > 0:
+            return
+        for name, level in _saved_levels.items():
+            logging.getLogger(name).setLevel(level)
+        _saved_levels.clear()
+        # Also from handlers taken off the root meanwhile (pytest's, per test), which may be reused.
+        for handler, guard in _guarded:
+            handler.removeFilter(guard)
+        _guarded.clear()
+
+
+@contextlib.contextmanager
+def run_log(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Append the whole log of this process to ``path`` while the block runs.
+
+    DEBUG and above from evalcore and the flows, and whatever the other loggers let
+    through (Prefect's INFO, Dask's warnings). Records from Dask worker processes
+    stay in those processes. Terminals and other handlers show what they showed
+    before. Runs may nest (the outer one's file gets the inner one's lines too);
+    concurrent runs in one process share each other's lines.
+
+    Parameters
+    ----------
+    path : path-like
+        The log file; its directory is created. An existing file is appended to,
+        so a rerun after an interruption keeps the interrupted run's log.
+
+    Yields
+    ------
+    pathlib.Path
+        ``path``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+    handler.setLevel(logging.DEBUG)
+    handler.setFormatter(_FileFormatter(_FILE_FORMAT))
+    _open_gates()  # before adding ours, so that it is not filtered
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield path
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        _close_gates()

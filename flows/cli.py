@@ -7,33 +7,40 @@ Registered as the entry point ``evalcore.commands:run`` (pyproject.toml), which
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import time
 
-from evalcore.cli import (
-    DEBUG_ENV,
+# Before Prefect is imported (flows.evaluate, inside run_command): it reads its settings
+# once, at import. The flow runs on Prefect's ephemeral server, a subprocess that must
+# answer within this many seconds; Prefect's default of 20 is not enough on a busy
+# machine or for a first start that creates its database. The user's own value wins.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "300")
+# The ephemeral server's telemetry heartbeat writes to the same SQLite database as the
+# flow run at startup and fails with "database is locked", printing a 130-line
+# traceback; the run needs no network anyway.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+from evalcore.cli import (  # noqa: E402
     _check_columns_up_front,
     _check_output_dir,
     _metric_options,
     format_summary,
 )
-from evalcore.errors import EvalInputError
+from evalcore.errors import EvalInputError  # noqa: E402
 
 __all__ = ["run_command"]
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """``evalcore run``: validate the arguments, run the flow ``evaluate-layers``, print the summary."""
+    """``evalcore run``: validate the arguments, run the flow ``evaluate-layers``, print the summary.
+
+    What the terminal shows is set by :func:`evalcore.logs.configure_logging` (``-v``);
+    the whole log goes to ``<output_dir>/logs/run.log``.
+    """
     from pydantic import ValidationError
 
-    from flows.evaluate import evaluate_layers
+    from flows.evaluate import RUN_LOG, evaluate_layers
     from flows.params import EvaluateParams
-
-    # Importing distributed sets its loggers to INFO; the flow's own log says what runs.
-    if os.environ.get(DEBUG_ENV, "") in ("", "0"):
-        for noisy in ("distributed", "bokeh", "tornado"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
 
     try:
         params = EvaluateParams(
@@ -62,5 +69,8 @@ def run_command(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     metrics = evaluate_layers(params)
     print(format_summary(metrics))
-    print(f"run directory {args.output_dir}: metrics.json, report.md, manifest.json, fields/ ({time.perf_counter() - started:.1f} s)")
+    print(
+        f"run directory {args.output_dir}: metrics.json, report.md, manifest.json, fields/, {RUN_LOG.as_posix()} "
+        f"({time.perf_counter() - started:.1f} s)"
+    )
     return 0

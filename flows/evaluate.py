@@ -9,7 +9,10 @@ task keys named after the partition; the tasks pass the phases' frozen outputs a
 * ``report.md``: the readable summary with intervals, per stratum and size class;
 * ``manifest.json``: parameters, input checksums and rows, versions, partitions,
   outputs with checksums, and the run's status;
-* ``status.json``: ``running``, ``succeeded`` or ``failed`` (with the error).
+* ``status.json``: ``running``, ``succeeded`` or ``failed`` (with the error);
+* ``logs/run.log``: the whole log of the run, appended to by a rerun: DEBUG lines, a
+  line per partition and phase, Prefect's lines and Dask's warnings (the Prefect run
+  log and the terminal get one line per phase).
 
 A failed run writes no ``metrics.json``; its ``status.json`` and manifest say it failed.
 """
@@ -18,11 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import re
 import shutil
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,11 +51,17 @@ from evalcore.distributed.runner import (
 from evalcore.distributed.sources import LayerSource
 from evalcore.errors import EvalInputError
 from evalcore.io import atomic_path, write_json
-from evalcore.options import RunPlan
+from evalcore.logs import run_log
+from evalcore.options import EvalOptions, RunPlan
 from evalcore.report import package_versions, render_report, sha256_path
 from flows.params import EvaluateParams
 
-__all__ = ["evaluate_layers", "dask_client"]
+__all__ = ["evaluate_layers", "dask_client", "phase_log", "RUN_LOG"]
+
+#: The run's whole log, relative to the run directory.
+RUN_LOG = Path("logs") / "run.log"
+
+_log = logging.getLogger(__name__)  # lines for the run log only (DEBUG), not the Prefect API
 
 
 @contextlib.contextmanager
@@ -81,6 +91,37 @@ def _retry_unless_bad_input(task: object, task_run: object, state: object) -> bo
     return True
 
 
+# The runner's progress messages: "<phase>: <unit> <name> done (<i>/<n>)", one per partition.
+_PARTITION_DONE = re.compile(r"^\w+: (chunk|partition) \S+ done \(\d+/\d+\)$")
+
+
+def phase_log(logger: logging.Logger | logging.LoggerAdapter) -> Callable[[str], None]:
+    """The ``log`` callback of :func:`~evalcore.distributed.runner.start_run` for ``logger``.
+
+    A line per partition (thousands on a national run) goes at DEBUG, the rest
+    (a line per phase submitted, partitions reused) at INFO. The runner also logs each
+    partition at INFO on ``evalcore.distributed.runner``, which is what ``-v`` shows
+    and what the run's log file keeps; at DEBUG the flow's copy reaches the Prefect
+    API only when Prefect's own level asks for it (``PREFECT_LOGGING_LEVEL=DEBUG``).
+
+    Examples
+    --------
+    >>> lines = []
+    >>> class Log:
+    ...     def debug(self, m): lines.append(("DEBUG", m))
+    ...     def info(self, m): lines.append(("INFO", m))
+    >>> log = phase_log(Log())
+    >>> log("pairs: 2 partitions running: 32613_1_2, 32613_1_3"); log("pairs: partition 32613_1_2 done (1/2)")
+    >>> lines
+    [('INFO', 'pairs: 2 partitions running: 32613_1_2, 32613_1_3'), ('DEBUG', 'pairs: partition 32613_1_2 done (1/2)')]
+    """
+
+    def log(message: str) -> None:
+        (logger.debug if _PARTITION_DONE.match(message) else logger.info)(message)
+
+    return log
+
+
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -89,12 +130,6 @@ def _now() -> str:
 def prepare(client: object, setup: RunSetup) -> tuple[RunIndex, RunPlan]:
     """Read, repair, reproject and key both layers; write them partitioned; plan the groups."""
     index = prepare_phase(client, setup)
-    get_run_logger().info(
-        "prepared %d reference fields and %d predictions into %d partitions",
-        index.layers["reference"]["n_kept"],
-        index.layers["predicted"]["n_kept"],
-        len(index.keys()),
-    )
     return index, plan_phase(setup, index)
 
 
@@ -219,10 +254,17 @@ def evaluate_layers(params: EvaluateParams) -> dict:
     Returns the metrics dict (the same as ``evalcore.evaluate`` with the same
     ``tile_size_m``) and writes the run directory described in this module.
     """
-    logger = get_run_logger()
-    options = params.options()
+    options = params.options()  # bad options fail here, before the run directory exists
     out = Path(params.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    with run_log(out / RUN_LOG):
+        return _evaluate(params, options, out)
+
+
+def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
+    """The body of :func:`evaluate_layers`, inside its run log."""
+    logger = get_run_logger()
+    _log.debug("run %s: predicted %s, reference %s", out, params.predicted, params.reference)
     # A rerun must not leave an earlier result looking current while it runs or if it fails.
     for stale in ("metrics.json", "report.md", "manifest.json"):
         (out / stale).unlink(missing_ok=True)
@@ -249,10 +291,14 @@ def evaluate_layers(params: EvaluateParams) -> dict:
                 size_bins=params.size_bins,
                 frame_dir=out / "fields",
                 chunk_rows=params.chunk_rows,
-                log=logger.info,
+                log=phase_log(logger),
             )
             record = RunRecord(setup)
             index, plan = prepare(client, setup)
+            logger.info(
+                "prepared %d reference fields and %d predictions into %d partitions",
+                index.layers["reference"]["n_kept"], index.layers["predicted"]["n_kept"], len(index.keys()),
+            )
             record = RunRecord(setup, index, timings={"prepare": index.seconds})
             done_pairs = pairs(client, setup, index)
             resolved = resolve(setup, index, done_pairs)
@@ -264,6 +310,7 @@ def evaluate_layers(params: EvaluateParams) -> dict:
             record = RunRecord(setup, index, done_sums, {**timings, "merge": time.perf_counter() - merge_started})
             publish(record, metrics, params, started, dashboard)
     except BaseException as exc:
+        _log.debug("run %s failed", out, exc_info=True)  # the whole traceback, in the run log only
         for partial in ("metrics.json", "report.md"):
             (out / partial).unlink(missing_ok=True)
         failure = {"status": "failed", "finished": _now(), "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)}

@@ -12,6 +12,8 @@ external scheduler (``DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION=1.0``).
 
 from __future__ import annotations
 
+import logging
+
 __all__ = ["WORKER_SATURATION", "local_cluster"]
 
 WORKER_SATURATION = 1.0
@@ -20,16 +22,36 @@ WORKER_SATURATION = 1.0
 def local_cluster(n_workers: int, **kwargs: object) -> object:
     """A ``LocalCluster`` of ``n_workers`` one-thread worker processes.
 
+    Without ``silence_logs`` it prints no INFO lines: the scheduler and nannies in
+    this process and the worker processes log at :func:`evalcore.logs.library_level`
+    (WARNING unless ``-vv`` or EVALCORE_DEBUG). ``LocalCluster``'s own
+    ``silence_logs`` reaches only the stream handlers distributed attaches to its
+    logger, and it attaches none in a process whose root logger already has handlers
+    (the CLI's, Prefect's, and a worker whose main module imports Prefect): there the
+    INFO lines would go through the root logger's handlers.
+
     Parameters
     ----------
     n_workers : int
     **kwargs
         Passed to ``distributed.LocalCluster`` (e.g. ``dashboard_address``,
-        ``memory_limit``, ``silence_logs``).
+        ``memory_limit``, ``silence_logs``). An explicit ``silence_logs`` is passed
+        on unchanged and the logging of every process is left to distributed.
     """
     import dask
     from distributed import LocalCluster
 
+    from evalcore.logs import library_level
+
     options = {"threads_per_worker": 1, "processes": True, "dashboard_address": ":0", **kwargs}
-    with dask.config.set({"distributed.scheduler.worker-saturation": WORKER_SATURATION}):
+    config: dict[str, object] = {"distributed.scheduler.worker-saturation": WORKER_SATURATION}
+    if "silence_logs" not in kwargs:
+        level = library_level()
+        options["silence_logs"] = level
+        # After the import above, which set distributed's loggers to INFO in this process.
+        logging.getLogger("distributed").setLevel(level)
+        # A worker process sets its loggers when it imports distributed, from dask's
+        # config, which it reads from the environment the nanny spawns it with.
+        config["distributed.nanny.pre-spawn-environ.DASK_LOGGING__DISTRIBUTED"] = logging.getLevelName(level).lower()
+    with dask.config.set(config):
         return LocalCluster(n_workers=n_workers, **options)

@@ -189,7 +189,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 from prefect.testing.utilities import prefect_test_harness
 from flows.evaluate import evaluate_layers
 from flows.params import EvaluateParams
-with prefect_test_harness():
+with prefect_test_harness(server_startup_timeout=300):
     evaluate_layers(EvaluateParams(predicted={str(pred)!r}, reference={str(ref)!r}, output_dir={str(out)!r},
         strata_column="stratum", size_bins="auto", bootstrap=20, boundary_tolerance_m=10.0,
         tile_size_m=10000.0, n_workers=2))
@@ -197,7 +197,7 @@ with prefect_test_harness():
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).parents[2], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pairs_dir = out / "work" / "pairs"
-    deadline = time.time() + 240
+    deadline = time.time() + 420  # the ephemeral server may take up to its 300 s start timeout on a busy machine
     while time.time() < deadline and not list(pairs_dir.glob("*.done.json")):
         time.sleep(0.2)
     assert list(pairs_dir.glob("*.done.json")), "the flow never reached the pairs phase"
@@ -211,7 +211,7 @@ with prefect_test_harness():
     from flows.evaluate import evaluate_layers
     from flows.params import EvaluateParams
 
-    with prefect_test_harness():
+    with prefect_test_harness(server_startup_timeout=300):
         metrics = evaluate_layers(
             EvaluateParams(predicted=str(pred), reference=str(ref), output_dir=str(out), strata_column="stratum",
                            size_bins="auto", bootstrap=20, boundary_tolerance_m=10.0, tile_size_m=10_000.0, n_workers=2)
