@@ -551,7 +551,7 @@ def _gather(setup: RunSetup, phase: str, futures: dict) -> dict:
         done += 1
         if setup.progress:
             setup.progress(phase, done, total)
-        logger.info("%s: partition %s done (%d/%d)", phase, k, done, total)
+        logger.info("%s: %s %s done (%d/%d)", phase, unit, _partition_name(k), done, total)
         if setup.log:
             setup.log(f"{phase}: {unit} {_partition_name(k)} done ({done}/{total})")
     return out

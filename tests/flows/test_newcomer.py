@@ -7,7 +7,8 @@
   dashboard link), warnings and the summary: no traceback, no Dask INFO lines, no
   line per partition; ``-v`` adds the partition lines; ``logs/run.log`` has them all.
 * On a loaded machine (4 busy processes on this 2-core machine) the demo, on a
-  small dataset, still succeeds (``slow``: set EVALCORE_SLOW=1).
+  small dataset, still succeeds (about 80 s; it is in ``make test`` because the issue
+  it guards against was seen there).
 
 Every subprocess gets a clean environment: no ``PREFECT_*`` or ``EVALCORE_*``
 variables from the caller (the session's test harness, a developer's settings), and
@@ -29,7 +30,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 N_REF = 300  # fields: enough for 6 partitions in 3 UTM zones, small enough for seconds of work
 TIMEOUT_S = 300  # per subprocess: a hang fails the test instead of the suite
-SLOW = pytest.mark.skipif(os.environ.get("EVALCORE_SLOW") != "1", reason="slow: set EVALCORE_SLOW=1")
 # The runner's line per partition (evalcore.distributed.runner, or the flow's copy).
 PARTITION_LINE = re.compile(r"(pairs|sums): partition \S.* done \(\d+/\d+\)")
 NOISE = ("Traceback", "database is locked", "docket", "INFO distributed")
@@ -131,7 +131,6 @@ def test_verbose_run_shows_every_partition(layers, prefect_home, tmp_path):
 
 
 @pytest.mark.slow
-@SLOW
 def test_demo_succeeds_on_a_loaded_machine(tmp_path):
     """4 busy processes on 2 cores; a Prefect home of its own, so its server also creates its database."""
     out = tmp_path / "demo"
