@@ -604,10 +604,14 @@ def write_json(path: str | os.PathLike, obj: object) -> Path:
 
 
 def write_geoparquet(path: str | os.PathLike, frame: geopandas.GeoDataFrame) -> Path:
-    """Write a GeoDataFrame as GeoParquet, atomically."""
+    """Write a GeoDataFrame as GeoParquet, atomically.
+
+    A meaningful index is kept as a column; a plain RangeIndex is not written (it would
+    become an anonymous ``__index_level_0__`` column in QGIS and pandas).
+    """
 
     def _write(tmp: Path) -> None:
-        frame.to_parquet(tmp, index=True)
+        frame.to_parquet(tmp, index=None)
 
     return atomic_path(path, _write)
 

@@ -118,7 +118,7 @@ def test_frame_out_writes_what_its_extension_says(data, tmp_path, name, driver):
         frame = geopandas.read_file(target)
     metrics = json.loads((tmp_path / "m.json").read_text())
     assert len(frame) == metrics["count_reference"] and frame.crs is not None
-    assert "ref_index" in frame.columns
+    assert "ref_index" in frame.columns and "__index_level_0__" not in frame.columns
 
 
 def test_frame_out_with_a_trailing_slash_is_a_directory_of_parts(data, tmp_path):
