@@ -108,6 +108,7 @@ def watched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def test_cli_writes_only_its_outputs(watched, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     pred, ref, changed = watched
     out, frame = tmp_path / "out" / "metrics.json", tmp_path / "out" / "fields.parquet"
+    out.parent.mkdir()  # evalcore creates no missing parent directory (a directory is no file: not a change here)
     status = main(["evaluate", "-q", "-p", str(pred), "--pred-layer", "/etc/passwd", "-r", str(ref), "--ref-layer", HOSTILE_LAYER,
                    "--strata-column", "county", "--frame-out", str(frame), "-o", str(out)])
     assert status == 0, capsys.readouterr().err
