@@ -27,7 +27,8 @@ from evalcore.engine import (
     summarize_partition,
 )
 from evalcore.groups import strata_values
-from evalcore.options import EvalOptions, RunPlan, check_options, make_run_plan, positive_number
+from evalcore.metrics.checks import positive
+from evalcore.options import EvalOptions, RunPlan, check_options, make_run_plan
 from evalcore.prepare import PreparedLayer, layer_geometries, prepare_layer
 from evalcore.summary import build_summary
 
@@ -81,8 +82,7 @@ def _run(predicted: object, reference: object, strata: object, size_bins: object
         per_key[name] = per_key.get(name, 0) + 1
     area_range = (float(ref.area_m2.min()), float(ref.area_m2.max())) if len(ref) else ()
     plan = make_run_plan(counts, area_range, stratified=strata is not None, size_bins=size_bins, options=options)
-    strata_codes, size_codes, pools = plan.group_codes(ref.area_m2, ref_strata)
-    all_refs = RefRows(ref.positions, ref.area_m2, ref.perimeter_m, ref.utm_epsg, strata_codes, size_codes, pools)
+    all_refs = RefRows.of_layer(ref, ref_strata, plan)
 
     # Phase 2 once over everything: per-row results do not depend on the grouping.
     results = compute_pairs(
@@ -117,7 +117,7 @@ def _run(predicted: object, reference: object, strata: object, size_bins: object
     fields["matched_pred_pos"] = fields["matched_pred_pos"].astype(np.int64)
     fields["max_overlap_pred_pos"] = fields["max_overlap_pred_pos"].astype(np.int64)
     strata_column = strata if isinstance(strata, str) else None
-    return _Evaluation(options, plan, ref, pred, fields, strata_codes, size_codes, merged, strata_column)
+    return _Evaluation(options, plan, ref, pred, fields, all_refs.strata_codes, all_refs.size_codes, merged, strata_column)
 
 
 def _empty_fields() -> pd.DataFrame:
@@ -302,7 +302,7 @@ def pixels_per_field(reference: object, gsd_m: float, equal_area_crs: object = N
         ``area_m2 / gsd_m**2`` for every input row, indexed like ``reference``; NaN
         for rows that evaluation drops (null, empty, non-polygonal, zero area).
     """
-    gsd = positive_number("gsd_m", gsd_m, allow_none=False)
+    gsd = positive("gsd_m", gsd_m)
     layer = prepare_layer(reference, "reference", equal_area_crs=equal_area_crs)
     _, index, _ = layer_geometries(reference, "reference")
     values = np.full(layer.n_input, np.nan)

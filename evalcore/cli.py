@@ -277,7 +277,12 @@ def _with_id_column(frame: object, column: str | None, option: str, where: str) 
     if column not in frame.columns:
         shown = ", ".join(repr(c) for c in frame.columns if c != frame.geometry.name) or "(none)"
         raise EvalInputError(f"{option} {column!r} is not a column of the {where}; its columns are: {shown}.")
-    ids = frame[column]
+    _check_ids(frame[column], column, option, where)
+    return frame.set_index(column, drop=False)
+
+
+def _check_ids(ids: object, column: str, option: str, where: str) -> None:
+    """Every row has an id and no two share one; the message names the rows (0-based)."""
     if ids.isna().any():
         row = int(ids.isna().to_numpy().nonzero()[0][0])
         raise EvalInputError(f"{option} {column!r} of the {where}: row {row} (0-based) has no id; every row needs one.")
@@ -288,7 +293,6 @@ def _with_id_column(frame: object, column: str | None, option: str, where: str) 
             f"{option} {column!r} of the {where}: rows {rows[0]} and {rows[1]} (0-based) share the id {_plain(ids.iloc[rows[0]])!r}; "
             "ids must be unique."
         )
-    return frame.set_index(column, drop=False)
 
 
 def _check_id_columns_up_front(args: argparse.Namespace) -> None:
@@ -306,10 +310,7 @@ def _check_id_columns_up_front(args: argparse.Namespace) -> None:
         if column not in columns:
             shown = ", ".join(repr(c) for c in columns) or "(none)"
             raise EvalInputError(f"{option} {column!r} is not a column of the {where}; its columns are: {shown}.")
-        ids = read_columns(path, [column], layer=layer, role=role)
-        import geopandas
-
-        _with_id_column(geopandas.GeoDataFrame(ids, geometry=geopandas.GeoSeries([None] * len(ids))), column, option, where)
+        _check_ids(read_columns(path, [column], layer=layer, role=role)[column], column, option, where)
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:

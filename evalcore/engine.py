@@ -27,13 +27,20 @@ import pandas as pd
 from evalcore import boundary
 from evalcore._typing import F64Array, IdArray
 from evalcore.bootstrap import PartitionKey, ReplicateSums, partition_replicate_sums
-from evalcore.matching import Resolution, eligible_pairs, matched_homes, overlap_homes, resolve
+from evalcore.matching import Resolution, eligible_pairs, resolve
 from evalcore.metrics import enabled_families, max_columns, quantity_columns
 from evalcore.metrics.base import PairContext, PredContext, RefContext
 from evalcore.options import EvalOptions, RunPlan, base_threshold
 from evalcore.pairs import PairTable, candidate_pairs
 from evalcore.prepare import PreparedLayer
-from evalcore.quantities import Contributions, prediction_contributions, prediction_fields, quantity_table, reference_fields
+from evalcore.quantities import (
+    Contributions,
+    index_of,
+    prediction_contributions,
+    prediction_fields,
+    quantity_table,
+    reference_fields,
+)
 from evalcore.stats import GroupSums, group_sums
 
 __all__ = [
@@ -198,10 +205,7 @@ def concat_pair_results(parts: list[PairResults]) -> tuple[PairResults, IdArray]
         e64 = np.empty(0, np.int64)
         return PairResults(PairTable.empty(), empty, empty, empty, empty, empty, e64, empty, e64, empty, empty, empty,
                            np.empty(0, dtype=object)), e64
-    table = PairTable.concat([p.pairs for p in parts])  # checks duplicates
-    ref_pos = np.concatenate([p.pairs.ref_pos for p in parts])
-    pred_pos = np.concatenate([p.pairs.pred_pos for p in parts])
-    order = np.lexsort((pred_pos, ref_pos))
+    table, order = PairTable.concat_with_order([p.pairs for p in parts])  # checks duplicates
 
     def cat(name: str, rows: np.ndarray) -> np.ndarray:
         return np.concatenate([getattr(p, name) for p in parts])[rows]
@@ -277,12 +281,12 @@ def resolve_run(results: PairResults, options: EvalOptions) -> Resolved:
     positions = results.pred_pos
     base_home = np.full(n, -1, dtype=np.int64)
     base_iou = np.full(n, np.nan)
-    p, r, k = matched_homes(pairs, resolution.base_match)
-    rows = np.searchsorted(positions, p)
+    p, r, k = resolution.base_home
+    rows = index_of(positions, p)
     base_home[rows], base_iou[rows] = r, pairs.iou[k]
     overlap = np.full(n, -1, dtype=np.int64)
-    p, r = overlap_homes(pairs)
-    overlap[np.searchsorted(positions, p)] = r
+    p, r = resolution.overlap_home
+    overlap[index_of(positions, p)] = r
     preds["base_home_ref_pos"] = base_home
     preds["base_home_iou"] = base_iou
     preds["overlap_ref_pos"] = overlap
@@ -329,16 +333,11 @@ def route(ref_pos: IdArray, ref_part: IdArray, n_parts: int, pair_ref_pos: IdArr
     pair_ref_pos, target_ref_pos : ndarray of int64
         Reference position of each pair and of each contribution row (all present in ``ref_pos``).
     """
-    def part_of(positions: IdArray) -> IdArray:
-        idx = np.searchsorted(ref_pos, positions)
-        if len(positions) and (idx.max() >= len(ref_pos) or not np.array_equal(ref_pos[idx], positions)):
-            raise KeyError("a pair or a prediction refers to a reference field no partition holds")
-        return ref_part[idx]
-
+    ref_part = np.asarray(ref_part, dtype=np.int64)
     return Routing(
-        ref_rows=_rows_by_part(np.asarray(ref_part, dtype=np.int64), n_parts),
-        pair_rows=_rows_by_part(part_of(pair_ref_pos), n_parts),
-        contribution_rows=_rows_by_part(part_of(target_ref_pos), n_parts),
+        ref_rows=_rows_by_part(ref_part, n_parts),
+        pair_rows=_rows_by_part(ref_part[index_of(ref_pos, pair_ref_pos)], n_parts),
+        contribution_rows=_rows_by_part(ref_part[index_of(ref_pos, target_ref_pos)], n_parts),
     )
 
 
@@ -367,6 +366,12 @@ class RefRows:
 
     def take(self, rows: IdArray) -> RefRows:
         return RefRows(*(getattr(self, name)[rows] for name in self.__slots__))
+
+    @staticmethod
+    def of_layer(layer: PreparedLayer, strata: np.ndarray | None, plan: RunPlan) -> RefRows:
+        """The rows of a prepared reference layer, with the run plan's group codes and pools."""
+        strata_codes, size_codes, pools = plan.group_codes(layer.area_m2, strata)
+        return RefRows(layer.positions, layer.area_m2, layer.perimeter_m, layer.utm_epsg, strata_codes, size_codes, pools)
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,8 +433,7 @@ def summarize_partition(
         The per-field columns of the partition's reference fields, indexed by position.
     """
     pairs = results.pairs
-    if len(pairs) and not np.isin(pairs.ref_pos, refs.positions).all():
-        raise ValueError(f"partition {key}: a pair refers to a reference field of another partition")
+    row_of_pair = index_of(refs.positions, pairs.ref_pos)  # KeyError for a pair of another partition's field
     for name, values in pair_values.items():
         if len(values) != len(pairs):
             raise ValueError(f"partition {key}: {len(values)} values of {name!r} for {len(pairs)} pairs")
@@ -447,7 +451,6 @@ def summarize_partition(
     fields["area_m2"] = refs.area_m2
     fields["perimeter_m"] = refs.perimeter_m
     fields["utm_epsg"] = refs.utm_epsg
-    row_of_pair = np.searchsorted(refs.positions, pairs.ref_pos)
     # Distances of the matched pair: the pair the field matched.
     n = len(refs.positions)
     hausdorff = np.full(n, np.nan)

@@ -19,6 +19,7 @@ from evalcore.pairs import PairTable
 __all__ = [
     "Resolution",
     "eligible_pairs",
+    "eligible",
     "match_one_to_one",
     "match_many_to_one",
     "home_references",
@@ -45,7 +46,12 @@ def eligible_pairs(pairs: PairTable, iou_threshold: float) -> BoolArray:
     >>> eligible_pairs(t, 0.5).tolist()
     [True, True]
     """
-    return pairs.iou >= iou_threshold * (1.0 - IOU_MATCH_RTOL)
+    return eligible(pairs.iou, iou_threshold)
+
+
+def eligible(iou: np.ndarray, iou_threshold: float) -> BoolArray:
+    """``IoU >= iou_threshold * (1 - 1e-9)``, the one rule every threshold uses (NaN: False)."""
+    return iou >= iou_threshold * (1.0 - IOU_MATCH_RTOL)
 
 
 def match_one_to_one(pairs: PairTable, iou_threshold: float) -> BoolArray:
@@ -99,18 +105,15 @@ def home_references(pairs: PairTable, is_match: BoolArray) -> tuple[IdArray, IdA
     pred_pos, ref_pos : ndarray of int64
         Sorted by prediction position; predictions without a candidate pair are absent.
     """
-    matched = np.flatnonzero(is_match)
-    by_match = _first_per_group(
-        pairs.pred_pos, matched[np.lexsort((pairs.ref_pos[matched], -pairs.iou[matched], pairs.pred_pos[matched]))]
-    )
-    every = np.arange(len(pairs))
-    by_overlap = _first_per_group(
-        pairs.pred_pos, every[np.lexsort((pairs.ref_pos, -pairs.inter_m2, pairs.pred_pos))]
-    )
-    has_match = np.isin(pairs.pred_pos[by_overlap], pairs.pred_pos[by_match])
-    chosen = np.concatenate([by_match, by_overlap[~has_match]])
-    chosen = chosen[np.argsort(pairs.pred_pos[chosen], kind="stable")]
-    return pairs.pred_pos[chosen], pairs.ref_pos[chosen]
+    match_pred, match_ref, _ = matched_homes(pairs, is_match)
+    return _homes(match_pred, match_ref, *overlap_homes(pairs))
+
+
+def _homes(match_pred: IdArray, match_ref: IdArray, overlap_pred: IdArray, overlap_ref: IdArray) -> tuple[IdArray, IdArray]:
+    """The matched home where there is one, else the overlap home; sorted by prediction position."""
+    home = overlap_ref.copy()
+    home[np.searchsorted(overlap_pred, match_pred)] = match_ref  # every matched prediction has an overlap home
+    return overlap_pred, home
 
 
 def overlap_homes(pairs: PairTable) -> tuple[IdArray, IdArray]:
@@ -153,6 +156,10 @@ class Resolution:
     base_match : ndarray of bool, one per pair
         The matching at ``base_threshold`` (the lowest threshold the run needs); the
         matching at any higher threshold t is ``base_match & (IoU >= t (1 - 1e-9))``.
+    base_home : (pred_pos, ref_pos, pair) of ndarray of int64
+        Each matched prediction's home under ``base_match`` (:func:`matched_homes`).
+    overlap_home : (pred_pos, ref_pos) of ndarray of int64
+        Each prediction's largest-overlap reference (:func:`overlap_homes`).
     home_pred_pos, home_ref_pos : ndarray of int64
         Home reference of each prediction that has one, sorted by prediction position.
     matching : str
@@ -168,6 +175,8 @@ class Resolution:
     iou_threshold: float
     base_match: BoolArray | None = None
     base_threshold: float | None = None
+    base_home: tuple[IdArray, IdArray, IdArray] | None = None
+    overlap_home: tuple[IdArray, IdArray] | None = None
 
 
 def resolve(pairs: PairTable, iou_threshold: float, matching: str, base_threshold: float | None = None) -> Resolution:
@@ -187,7 +196,13 @@ def resolve(pairs: PairTable, iou_threshold: float, matching: str, base_threshol
         base_match = match_many_to_one(pairs, base)
     is_eligible = eligible_pairs(pairs, iou_threshold)
     is_match = base_match & is_eligible
-    home_pred, home_ref = home_references(pairs, is_match)
+    overlap_pred, overlap_ref = overlap_homes(pairs)
+    base_pred, base_ref, base_pair = matched_homes(pairs, base_match)
+    # The matched home at the main threshold is the base one while its IoU reaches it:
+    # the base home is the prediction's highest-IoU match, so if it falls below the
+    # threshold every other match does too.
+    kept = eligible(pairs.iou[base_pair], iou_threshold)
+    home_pred, home_ref = _homes(base_pred[kept], base_ref[kept], overlap_pred, overlap_ref)
     return Resolution(
         pairs=pairs,
         is_eligible=is_eligible,
@@ -198,4 +213,6 @@ def resolve(pairs: PairTable, iou_threshold: float, matching: str, base_threshol
         iou_threshold=float(iou_threshold),
         base_match=base_match,
         base_threshold=base,
+        base_home=(base_pred, base_ref, base_pair),
+        overlap_home=(overlap_pred, overlap_ref),
     )

@@ -28,7 +28,6 @@ __all__ = [
     "check_options",
     "RunPlan",
     "make_run_plan",
-    "positive_number",
     "base_threshold",
 ]
 
@@ -100,8 +99,6 @@ class EvalOptions:
     def as_dict(self) -> dict[str, object]:
         return dict(self._values)
 
-    def replace(self, **changes: object) -> EvalOptions:
-        return check_options(**{**self._values, **changes})
 
 
 def check_options(**kwargs: object) -> EvalOptions:
@@ -123,12 +120,6 @@ def check_options(**kwargs: object) -> EvalOptions:
         value = kwargs.get(name, option.default)
         values[name] = option.check(name, value)
     return EvalOptions(values)
-
-
-def positive_number(name: str, value: object, *, allow_none: bool) -> float | None:
-    from evalcore.metrics.checks import positive_or_none
-
-    return positive_or_none(name, value) if allow_none else positive(name, value)
 
 
 def base_threshold(options: EvalOptions) -> float:
@@ -161,10 +152,6 @@ class RunPlan:
     @property
     def n_strata(self) -> int:
         return len(self.strata_names) if self.strata_names is not None else 0
-
-    @property
-    def n_sizes(self) -> int:
-        return len(self.sizes.keys) if self.sizes is not None else 0
 
     @property
     def groupings(self) -> list[tuple[str, list[str]]]:

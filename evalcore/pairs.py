@@ -49,8 +49,14 @@ class PairTable:
     @staticmethod
     def concat(tables: list[PairTable]) -> PairTable:
         """Concatenate tables and restore the (ref_pos, pred_pos) order; duplicates are an error."""
+        return PairTable.concat_with_order(tables)[0]
+
+    @staticmethod
+    def concat_with_order(tables: list[PairTable]) -> tuple[PairTable, IdArray]:
+        """:meth:`concat`, and the permutation of the concatenated rows it applied
+        (so aligned per-pair arrays can be put in the same order)."""
         if not tables:
-            return PairTable.empty()
+            return PairTable.empty(), np.empty(0, np.int64)
         ref_pos = np.concatenate([t.ref_pos for t in tables])
         pred_pos = np.concatenate([t.pred_pos for t in tables])
         order = np.lexsort((pred_pos, ref_pos))
@@ -62,12 +68,13 @@ class PairTable:
                 raise ValueError(
                     f"pair (reference {ref_pos[k]}, prediction {pred_pos[k]}) was computed by two partitions"
                 )
-        return PairTable(
+        table = PairTable(
             ref_pos,
             pred_pos,
             np.concatenate([t.inter_m2 for t in tables])[order],
             np.concatenate([t.iou for t in tables])[order],
         )
+        return table, order
 
 
 def intersection_areas(ref_geoms: GeomArray, pred_geoms: GeomArray) -> F64Array:

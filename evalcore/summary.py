@@ -24,16 +24,10 @@ DISTANCE_CRS = "WGS 84 / UTM zone of each polygon's centroid"
 """The value of ``distance_crs`` (SPEC 5.1)."""
 
 
-def _gathered_of(merged: MergedSums, group: int) -> pd.DataFrame:
-    if group == 0:
-        return merged.gathered
-    codes = [c for c in merged.gathered.columns if c.startswith("group_")]
-    if not codes:
-        return merged.gathered.iloc[:0]
-    inside = np.zeros(len(merged.gathered), dtype=bool)
-    for c in codes:
-        inside |= merged.gathered[c].to_numpy() == group
-    return merged.gathered[inside]
+def _gathered_of(merged: MergedSums, group: int, codes: np.ndarray | None) -> pd.DataFrame:
+    """The gathered rows of a group: all of them for the overall group, else those whose
+    code in the group's own grouping (``codes``) is the group."""
+    return merged.gathered if codes is None else merged.gathered[codes == group]
 
 
 def _replicate_intervals(merged: MergedSums, group: int, options: EvalOptions) -> tuple[dict, dict]:
@@ -45,9 +39,18 @@ def _replicate_intervals(merged: MergedSums, group: int, options: EvalOptions) -
 
 
 def group_summary(
-    merged: MergedSums, group: int, options: EvalOptions, *, both_empty: bool = False, empty_group: bool = False
+    merged: MergedSums,
+    group: int,
+    options: EvalOptions,
+    *,
+    codes: np.ndarray | None = None,
+    both_empty: bool = False,
+    empty_group: bool = False,
 ) -> tuple[dict[str, object], dict[str, list[float]], dict[str, int]]:
     """Every family's keys for one group, and the group's ``ci`` block.
+
+    ``codes`` are the gathered rows' groups in the grouping ``group`` belongs to (None
+    for the overall group, 0).
 
     Returns
     -------
@@ -60,7 +63,7 @@ def group_summary(
     view = GroupView(
         sums=sums,
         maxima=merged.sums.maxima_dict(group),
-        gathered=_gathered_of(merged, group),
+        gathered=_gathered_of(merged, group, codes),
         values=finalize_all(sums, options),
         ci=ci,
         n_undefined=n_undefined,
@@ -168,12 +171,12 @@ def build_summary(
             result["count_reference_outside_size_classes"] = int((codes < 0).sum())
         entries = {}
         for j, key in enumerate(keys):
-            n = int((codes == offset + j).sum())
+            n = int(round(merged.sums.as_dict(offset + j)["n_ref"]))
             head: dict[str, object] = {}
             if name == "per_size_class":
                 head = {"lower_ha": plan.sizes.edges[j], "upper_ha": plan.sizes.edges[j + 1]}
             head["n"] = n
-            body, gci, gund = group_summary(merged, offset + j, options, empty_group=n == 0)
+            body, gci, gund = group_summary(merged, offset + j, options, codes=codes, empty_group=n == 0)
             head.update(body)
             head["support"] = n
             head["insufficient_support"] = n < options.min_support

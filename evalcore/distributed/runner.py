@@ -336,7 +336,7 @@ def sums_task(
         Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, tile_size_m=options.tile_size_m,
         geometries=("geometry",) if frame_dir is not None else (),
     )
-    refs = _ref_rows(layer, strata, plan)
+    refs = RefRows.of_layer(layer, strata, plan)
     summary, fields = summarize_partition(key, refs, results, pair_values, contributions, options, plan)
     written = []
     if frame_dir is not None:
@@ -359,11 +359,6 @@ def sums_task(
     written.append(storage.write_summary(path, storage.summary_to_arrays(summary)))
     storage.write_done_record(path.with_suffix(".done.json"), signature, written, base=Path("/"))
     return {"key": key, "n_ref": summary.n_ref, "n_pred": summary.n_pred, "path": str(path)}
-
-
-def _ref_rows(layer: PreparedLayer, strata: np.ndarray, plan: RunPlan) -> RefRows:
-    strata_codes, size_codes, pools = plan.group_codes(layer.area_m2, strata)
-    return RefRows(layer.positions, layer.area_m2, layer.perimeter_m, layer.utm_epsg, strata_codes, size_codes, pools)
 
 
 # --------------------------------------------------------------------------- the phases
@@ -837,12 +832,12 @@ def resolve_phase(setup: RunSetup, index: RunIndex, pairs: PairsDone) -> Resolve
         parts.append(results)
     everything, ref_part = concat_pair_results(parts)
     resolved = resolve_run(everything, setup.options)
-    # Partitions with reference fields, numbered as route() wants them.
-    holders = sorted({pairs.keys[k] for k in ref_part.tolist()})
-    number = {key: i for i, key in enumerate(holders)}
-    renumbered = np.array([number[pairs.keys[k]] for k in ref_part.tolist()], dtype=np.int64)
-    routing = route(everything.ref_pos, renumbered, len(holders), everything.pairs.ref_pos, resolved.contributions.ref_pos)
-    return ResolvedRun(resolved, tuple(holders), routing, time.perf_counter() - started)
+    # Partitions with reference fields, numbered 0.. in key order as route() wants them
+    # (pairs.keys is sorted, so np.unique keeps that order).
+    held, renumbered = np.unique(ref_part, return_inverse=True)
+    holders = tuple(pairs.keys[k] for k in held.tolist())
+    routing = route(everything.ref_pos, renumbered.ravel(), len(holders), everything.pairs.ref_pos, resolved.contributions.ref_pos)
+    return ResolvedRun(resolved, holders, routing, time.perf_counter() - started)
 
 
 def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun) -> SumsDone:

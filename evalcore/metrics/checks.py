@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from numbers import Integral, Real
 
-__all__ = ["unit_interval", "open_unit_interval", "choice", "positive", "positive_or_none", "non_negative_int", "positive_int", "thresholds", "any_value"]
+__all__ = ["unit_interval", "open_unit_interval", "positive", "positive_or_none", "non_negative_int", "positive_int", "thresholds", "any_value"]
 
 
 def _is_real(value: object) -> bool:
@@ -27,15 +27,6 @@ def open_unit_interval(name: str, value: object) -> float:
     return float(value)
 
 
-def choice(valid: Sequence[str]) -> Callable[[str, object], str]:
-    def check(name: str, value: object) -> str:
-        if value not in valid:
-            raise ValueError(f"{name}={value!r} is not one of {', '.join(map(repr, valid))}.")
-        return str(value)
-
-    return check
-
-
 def positive(name: str, value: object) -> float:
     if not _is_real(value) or not math.isfinite(float(value)) or float(value) <= 0:
         raise ValueError(f"{name} must be a positive finite number, but got {value!r}.")
@@ -45,9 +36,10 @@ def positive(name: str, value: object) -> float:
 def positive_or_none(name: str, value: object) -> float | None:
     if value is None:
         return None
-    if not _is_real(value) or not math.isfinite(float(value)) or float(value) <= 0:
-        raise ValueError(f"{name} must be a positive finite number or None, but got {value!r}.")
-    return float(value)
+    try:
+        return positive(name, value)
+    except ValueError:
+        raise ValueError(f"{name} must be a positive finite number or None, but got {value!r}.") from None
 
 
 def non_negative_int(name: str, value: object) -> int:

@@ -11,7 +11,8 @@ import numpy as np
 
 from evalcore.config import MATCHING_METHODS
 from evalcore.metrics.base import RATE, ZERO, GroupView, MetricFamily, Option, PredContext, RefContext, harmonic, ratio
-from evalcore.metrics.checks import choice, unit_interval
+from evalcore.matching import check_matching
+from evalcore.metrics.checks import unit_interval
 
 __all__ = ["Detection"]
 
@@ -27,7 +28,7 @@ class Detection(MetricFamily):
         ),
         Option(
             "matching", "one_to_one", "one_to_one (greedy by IoU) or many_to_one (each field its best prediction) "
-            "(default one_to_one)", choice(MATCHING_METHODS), annotation=str, choices=MATCHING_METHODS,
+            "(default one_to_one)", lambda name, value: check_matching(value), annotation=str, choices=MATCHING_METHODS,
         ),
     )
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from evalcore.config import IOU_MATCH_RTOL, IOU_SWEEP_THRESHOLDS
+from evalcore.config import IOU_SWEEP_THRESHOLDS
+from evalcore.matching import eligible
 from evalcore.metrics.base import RATE, GroupView, MetricFamily, Option, PredContext, RefContext, harmonic, ratio
 from evalcore.metrics.checks import thresholds
 
@@ -38,10 +39,6 @@ def parse_thresholds(text: str) -> tuple[float, ...] | None:
 
 def _name(t: float) -> str:
     return f"{t:g}"
-
-
-def _eligible(iou: np.ndarray, t: float) -> np.ndarray:
-    return iou >= t * (1.0 - IOU_MATCH_RTOL)
 
 
 class Sweep(MetricFamily):
@@ -71,23 +68,21 @@ class Sweep(MetricFamily):
     def reference_columns(self, ctx: RefContext) -> dict[str, np.ndarray]:
         matched = np.flatnonzero(ctx.pair_values["base_match"])
         row = ctx.row_of_pair[matched]
-        iou_of_match = np.full(ctx.n, -1.0)  # every field has at most one base match
+        iou_of_match = np.full(ctx.n, np.nan)  # every field has at most one base match; NaN: none
         iou_of_match[row] = ctx.pairs.iou[matched]
         out = {}
         for t in ctx.options.iou_sweep_thresholds:
-            tp = (iou_of_match >= 0) & _eligible(iou_of_match, t)
+            tp = eligible(iou_of_match, t)
             out[f"sweep_tp@{_name(t)}"] = tp.astype(np.float64)
             out[f"sweep_iou@{_name(t)}"] = np.where(tp, iou_of_match, 0.0)
         return out
 
     def prediction_columns(self, ctx: PredContext) -> dict[str, dict[str, np.ndarray]]:
-        p = ctx.preds
-        has_base = p["base_home_ref_pos"].to_numpy(np.int64) >= 0
-        base_iou = p["base_home_iou"].to_numpy(np.float64)
+        base_iou = ctx.preds["base_home_iou"].to_numpy(np.float64)
         at_base: dict[str, np.ndarray] = {}
         at_overlap: dict[str, np.ndarray] = {}
         for t in ctx.options.iou_sweep_thresholds:
-            matched = has_base & _eligible(base_iou, t)
+            matched = eligible(base_iou, t)  # NaN (no base match) is never eligible
             at_base[f"sweep_n_pred@{_name(t)}"] = matched.astype(np.float64)
             at_base[f"sweep_n_pred_matched@{_name(t)}"] = matched.astype(np.float64)
             # Unmatched at t: home is the largest-overlap reference (or none: unassigned).

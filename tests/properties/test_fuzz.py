@@ -33,7 +33,6 @@ from hypothesis import strategies as st
 from shapely.geometry import GeometryCollection, LineString, MultiPolygon, Point, Polygon, box
 
 from evalcore.api import evaluate_with_frame
-from evalcore.bootstrap import pool_id
 from evalcore.engine import RefRows, compute_pairs, concat_pair_results, merge_partitions, resolve_run, route, summarize_partition
 from evalcore.options import RunPlan, check_options
 from evalcore.prepare import prepare_layer
@@ -289,8 +288,7 @@ def _partitioned_sums(ref, pred, ref_part: np.ndarray, pred_part: np.ndarray, th
     for i, k in enumerate(keys):
         rows = routing.ref_rows[i]
         own = ref.take(np.searchsorted(ref.positions, everything.ref_pos[rows]))
-        refs = RefRows(own.positions, own.area_m2, own.perimeter_m, own.utm_epsg, np.full(len(own), -1), np.full(len(own), -1),
-                       np.full(len(own), pool_id(None, False)))
+        refs = RefRows.of_layer(own, None, plan)
         pair_rows = routing.pair_rows[i]
         summary, _ = summarize_partition(
             (0, 0, k), refs, everything.restrict(pair_rows, rows),
