@@ -17,7 +17,10 @@ Places
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import geopandas
 import numpy as np
@@ -47,6 +50,8 @@ __all__ = [
     "SUMMARY_KEYS",
     "TOLERANCE_SUMMARY_KEYS",
     "FAMILY_KEYS",
+    "GROUP_KEYS",
+    "run_cli",
     "INTERVAL_BLOCKS",
     "BOUNDARY_VALUE_KEYS",
     "FRAME_COLUMNS",
@@ -54,6 +59,8 @@ __all__ = [
     "grid_layers",
     "assert_metrics_equal",
 ]
+
+_ROOT = Path(__file__).resolve().parents[1]
 
 UTM = "EPSG:32613"
 WGS84 = "EPSG:4326"
@@ -140,6 +147,16 @@ SUMMARY_KEYS = frozenset(
         "matching", "equal_area_crs", "distance_crs", "utm_epsg_codes",
     }
 )
+# The seed-000 keys every group entry carries: the summary keys that are values of the
+# group's fields, not settings or facts of the whole run.
+RUN_LEVEL_KEYS = frozenset(
+    {
+        "iou_threshold", "boundary_sample_spacing_m", "count_fp_unassigned", "count_predicted_dropped",
+        "count_reference_dropped", "count_predicted_repaired", "count_reference_repaired", "matching",
+        "equal_area_crs", "distance_crs", "utm_epsg_codes",
+    }
+)
+GROUP_KEYS = SUMMARY_KEYS - RUN_LEVEL_KEYS
 # Keys of the round-2 families that are on by default (SPEC 6.1, 6.2).
 FAMILY_KEYS = frozenset(
     {
@@ -239,3 +256,10 @@ def assert_metrics_equal(a: dict, b: dict, *, rel: float = 1e-9, skip: frozenset
             assert len(va) == len(vb) and all(_same(x, y, rel) for x, y in zip(va, vb)), (key, va, vb)
         else:
             assert _same(va, vb, rel), (key, va, vb)
+
+
+def run_cli(*args: str, cwd: str | Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m evalcore.cli ARGS`` in a subprocess, output captured (what a user sees)."""
+    return subprocess.run(
+        [sys.executable, "-m", "evalcore.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd or _ROOT
+    )

@@ -28,23 +28,11 @@ import pytest
 
 from evalcore import evaluate
 from evalcore.io import write_json
-from tests.common import EA, layer, scenario_a, strips
+from tests.common import EA, GROUP_KEYS, layer, scenario_a, strips
 
 DISTANCE_CRS = "WGS 84 / UTM zone of each polygon's centroid"
 
-# The summary metrics every group entry carries (seed 000's summary keys that are
-# values of the group's fields, not run parameters).
-GROUP_METRIC_KEYS = frozenset(
-    {
-        "precision", "recall", "f1", "iou_mean", "over_segmentation", "under_segmentation",
-        "area_error_mean_m2", "count_predicted", "count_reference", "count_tp", "count_fp",
-        "count_fn", "best_iou_mean", "area_weighted_recall", "area_weighted_precision",
-        "area_weighted_f1", "reference_area_ha", "predicted_area_ha", "median_area_ha",
-        "area_error_signed_mean_m2", "oversegmentation_mean", "undersegmentation_mean",
-        "hausdorff_mean_m", "hausdorff_median_m", "boundary_distance_mean_m",
-        "boundary_distance_median_m", "boundary_sample_spacing_max_m",
-    }
-)
+GROUP_METRIC_KEYS = GROUP_KEYS
 BOOTSTRAP_KEYS = {"n_resamples", "seed", "confidence_level", "method", "resampling", "ci", "n_undefined"}
 
 CURRY = [(0, 1), (2, 3), (4, 5), (6, 7)]

@@ -6,7 +6,6 @@ checks, joinable tables and a summary that reads right."""
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pyogrio
 import pytest
 
 from evalcore.synth import write_layers
+from tests.common import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,8 +29,7 @@ def data(tmp_path_factory):
     return Path(pred), Path(ref)
 
 
-def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evalcore.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd or ROOT)
+cli = run_cli
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:

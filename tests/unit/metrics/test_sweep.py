@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -25,7 +23,7 @@ from hypothesis import strategies as st
 from shapely.geometry import box
 
 from evalcore import evaluate
-from tests.common import EA, EA_X0, EA_Y0, empty_layer, layer, scenario_a, strips
+from tests.common import run_cli, EA, EA_X0, EA_Y0, empty_layer, layer, scenario_a, strips
 
 SWEEP_KEYS = ("precision", "recall", "f1", "iou_mean", "count_tp", "count_fp", "count_fn")
 ENTRY_KEYS = {"iou_threshold", *SWEEP_KEYS}
@@ -470,10 +468,6 @@ def test_no_intervals_without_a_bootstrap():
 # --------------------------------------------------------------------------------------
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evalcore.cli", *args], check=False, capture_output=True, text=True, timeout=120)
-
-
 @pytest.fixture()
 def layer_files(tmp_path):
     pred, ref = _hand_layers()
@@ -486,7 +480,7 @@ def layer_files(tmp_path):
 def test_cli_sweep_thresholds(layer_files, tmp_path):
     pred, ref = layer_files
     out = tmp_path / "m.json"
-    done = _cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "-q", "--strata-column", "crop", "--iou-sweep-thresholds", "0.5,0.8")
+    done = run_cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "-q", "--strata-column", "crop", "--iou-sweep-thresholds", "0.5,0.8")
     assert done.returncode == 0, done.stderr
     metrics = json.loads(out.read_text())
     assert [e["iou_threshold"] for e in metrics["iou_sweep"]] == [0.5, 0.8]
@@ -499,7 +493,7 @@ def test_cli_sweep_thresholds(layer_files, tmp_path):
 def test_cli_sweep_none(layer_files, tmp_path):
     pred, ref = layer_files
     out = tmp_path / "m.json"
-    done = _cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "-q", "--iou-sweep-thresholds", "none")
+    done = run_cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "-q", "--iou-sweep-thresholds", "none")
     assert done.returncode == 0, done.stderr
     metrics = json.loads(out.read_text())
     assert "iou_sweep" not in metrics
@@ -510,7 +504,7 @@ def test_cli_sweep_none(layer_files, tmp_path):
 def test_cli_bad_sweep_thresholds_exit_2_with_one_line(layer_files, tmp_path, value):
     pred, ref = layer_files
     out = tmp_path / "m.json"
-    done = _cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "--iou-sweep-thresholds", value)
+    done = run_cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "--iou-sweep-thresholds", value)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("evalcore: error:")
     assert "unrecognized arguments" not in done.stderr  # the option must exist

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import geopandas
 import pytest
@@ -30,7 +28,7 @@ from shapely.geometry import box
 
 from evalcore import evaluate
 from evalcore.io import write_json
-from tests.common import EA, EA_X0, EA_Y0, empty_layer, layer, scenario_a, strip, strips
+from tests.common import run_cli, EA, EA_X0, EA_Y0, empty_layer, layer, scenario_a, strip, strips
 from tests.reference import naive_topology
 
 TOPOLOGY_KEYS = ("count_merges", "count_merged_reference", "count_splits", "count_split_predictions")
@@ -421,10 +419,6 @@ def test_majority_fraction_outside_the_open_unit_interval(value):
 # --------------------------------------------------------------------------------------
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evalcore.cli", *args], check=False, capture_output=True, text=True, timeout=120)
-
-
 @pytest.fixture()
 def merge_files(tmp_path):
     # 0.55 of each of two 1 ha fields: a merge at 0.5, none at 0.6.
@@ -439,7 +433,7 @@ def merge_files(tmp_path):
 def test_cli_majority_fraction(merge_files, tmp_path):
     pred, ref = merge_files
     out = tmp_path / "m.json"
-    done = _cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "-q", "--majority-fraction", "0.6")
+    done = run_cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "-q", "--majority-fraction", "0.6")
     assert done.returncode == 0, done.stderr
     metrics = json.loads(out.read_text())
     assert topology(metrics) == (0, 0, 0, 0)
@@ -452,7 +446,7 @@ def test_cli_majority_fraction(merge_files, tmp_path):
 def test_cli_bad_majority_fraction_exits_2_with_one_line(merge_files, tmp_path, value):
     pred, ref = merge_files
     out = tmp_path / "m.json"
-    done = _cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "--majority-fraction", value)
+    done = run_cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "--majority-fraction", value)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("evalcore: error:")
     assert "unrecognized arguments" not in done.stderr  # the option must exist
