@@ -156,7 +156,8 @@ def build_summary(
     result["utm_epsg_codes"] = sorted(int(c) for c in utm_epsg_codes)
     if options.boundary_tolerance_m is not None:
         result["boundary_tolerance_m"] = options.boundary_tolerance_m
-    result["majority_fraction"] = options.majority_fraction
+    for family in enabled_families(options):
+        result.update(family.run_keys(options))
 
     with_ci = options.bootstrap > 0 and merged.replicates is not None
     offset = 1

@@ -20,7 +20,8 @@ A family (one module of :mod:`evalcore.metrics`) declares:
 * ``finalize(s, options)``: its metrics as ``(value, defined)`` from column sums,
   element-wise on arrays of bootstrap replicates;
 * ``summarize(group)``: the keys it writes into a group's entry of the summary, with
-  the empty-denominator conventions applied (:func:`convention`).
+  the empty-denominator conventions applied (:func:`convention`), and ``run_keys``: the
+  settings it reports once, at the top level.
 
 Nothing else in the engine knows a family's columns or keys: the quantity table, the
 sums, the bootstrap, the npz codec and the output layout loop over the registry.
@@ -288,6 +289,10 @@ class MetricFamily:
         return self.interval_keys(options)
 
     def summarize(self, group: GroupView) -> dict[str, object]:
+        return {}
+
+    def run_keys(self, options: object) -> dict[str, object]:
+        """Keys written once, at the top level only (the settings the family ran with)."""
         return {}
 
 

@@ -65,6 +65,9 @@ class Topology(MetricFamily):
             is_merge[np.searchsorted(ctx.preds.index.to_numpy(np.int64), np.unique(covering))] = 1.0
         return {"home": {"merges": is_merge}}
 
+    def run_keys(self, options: object) -> dict[str, object]:
+        return {"majority_fraction": options.majority_fraction}
+
     def finalize(self, s, options):
         return {"count_ratio": ratio(s["n_pred"], s["n_ref"])}
 
