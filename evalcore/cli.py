@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from evalcore.errors import EvalInputError
-from evalcore.logs import configure_logging
+from evalcore.logs import DEBUG_ENV, configure_logging, debug_enabled, library_level
 from evalcore.metrics.base import Option
 from evalcore.options import all_options
 
@@ -32,7 +32,6 @@ __all__ = ["main", "format_summary", "unassigned_note"]
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
-DEBUG_ENV = "EVALCORE_DEBUG"
 
 _SCORE_HELP = (
     "predicted column with a confidence score per prediction; checked before the run (it must exist and hold "
@@ -532,11 +531,8 @@ def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
     from evalcore.distributed.cluster import local_cluster
     from evalcore.distributed.runner import run_distributed
 
-    # Importing distributed sets its loggers to INFO; task errors reach this process as
-    # exceptions and are reported in one line, so the workers' own "Compute Failed" logs
-    # (with tracebacks) stay silent unless EVALCORE_DEBUG is set.
-    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
-    logging.getLogger("distributed").setLevel(logging.INFO if debug else logging.WARNING)
+    # Importing distributed sets its loggers to INFO again.
+    logging.getLogger("distributed").setLevel(library_level())
 
     options = check_options(**_metric_options(args))
     workers = 2 if args.workers is None else args.workers
@@ -545,7 +541,9 @@ def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
     cluster = None
     try:
         if args.cluster == "local":
-            cluster = local_cluster(workers, silence_logs=logging.WARNING if debug else logging.CRITICAL)
+            # Task errors reach this process as exceptions, reported in one line: the
+            # workers' own "Compute Failed" logs (with tracebacks) stay silent.
+            cluster = local_cluster(workers, silence_logs=library_level(quiet=logging.CRITICAL))
             client = Client(cluster)
         elif args.cluster.startswith(("tcp://", "tls://")):
             try:
@@ -633,7 +631,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     configure_logging(0)
     parser = _build_parser()
-    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    debug = debug_enabled()
     with warnings.catch_warnings():
         warnings.showwarning = _one_line_warning
         try:

@@ -29,14 +29,14 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["configure_logging", "library_level", "run_log", "TerminalHandler"]
+__all__ = ["DEBUG_ENV", "configure_logging", "debug_enabled", "library_level", "run_log", "TerminalHandler"]
 
 #: Libraries whose INFO lines are only for ``-vv``.
 LIBRARIES = ("distributed", "bokeh", "tornado")
 #: Our own namespaces: their DEBUG lines go to a run's log file.
 OWN = ("evalcore", "flows")
-#: Same switch as :data:`evalcore.cli.DEBUG_ENV` (not imported: the CLI imports this module).
-_DEBUG_ENV = "EVALCORE_DEBUG"
+#: Set to anything but "" or "0": tracebacks and every library's INFO lines.
+DEBUG_ENV = "EVALCORE_DEBUG"
 
 _FILE_FORMAT = "%(asctime)s %(levelname)-7s %(name)s%(run_name)s: %(message)s"
 _TERMINAL_FORMAT = "%(levelname)s %(name)s: %(message)s"
@@ -128,10 +128,15 @@ def configure_logging(verbosity: int = 0) -> None:
         logging.getLogger(name).setLevel(library_level())
 
 
-def library_level() -> int:
-    """The level for Dask's, Bokeh's and Tornado's loggers: INFO at ``-vv`` or with EVALCORE_DEBUG, else WARNING."""
-    debug = os.environ.get(_DEBUG_ENV, "") not in ("", "0")
-    return logging.INFO if _verbosity >= 2 or debug else logging.WARNING
+def debug_enabled() -> bool:
+    """Whether :data:`DEBUG_ENV` asks for tracebacks and every log line."""
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def library_level(quiet: int = logging.WARNING) -> int:
+    """The level for Dask's, Bokeh's and Tornado's loggers: INFO at ``-vv`` or with
+    EVALCORE_DEBUG, else ``quiet`` (WARNING; CRITICAL where errors reach the user another way)."""
+    return logging.INFO if _verbosity >= 2 or debug_enabled() else quiet
 
 
 class _FileFormatter(logging.Formatter):

@@ -26,7 +26,7 @@ import re
 import shutil
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from evalcore.distributed.runner import (
     SumsDone,
     merge_phase,
     pairs_phase,
+    phase_timings,
     plan_phase,
     prepare_phase,
     resolve_phase,
@@ -56,7 +57,7 @@ from evalcore.options import EvalOptions, RunPlan
 from evalcore.report import package_versions, render_report, sha256_path
 from flows.params import EvaluateParams
 
-__all__ = ["evaluate_layers", "dask_client", "phase_log", "RUN_LOG"]
+__all__ = ["evaluate_layers", "dask_client", "RUN_LOG"]
 
 #: The run's whole log, relative to the run directory.
 RUN_LOG = Path("logs") / "run.log"
@@ -89,37 +90,6 @@ def _retry_unless_bad_input(task: object, task_run: object, state: object) -> bo
     except Exception:
         return True
     return True
-
-
-# The runner's progress messages: "<phase>: <unit> <name> done (<i>/<n>)", one per partition.
-_PARTITION_DONE = re.compile(r"^\w+: (chunk|partition) \S+ done \(\d+/\d+\)$")
-
-
-def phase_log(logger: logging.Logger | logging.LoggerAdapter) -> Callable[[str], None]:
-    """The ``log`` callback of :func:`~evalcore.distributed.runner.start_run` for ``logger``.
-
-    A line per partition (thousands on a national run) goes at DEBUG, the rest
-    (a line per phase submitted, partitions reused) at INFO. The runner also logs each
-    partition at INFO on ``evalcore.distributed.runner``, which is what ``-v`` shows
-    and what the run's log file keeps; at DEBUG the flow's copy reaches the Prefect
-    API only when Prefect's own level asks for it (``PREFECT_LOGGING_LEVEL=DEBUG``).
-
-    Examples
-    --------
-    >>> lines = []
-    >>> class Log:
-    ...     def debug(self, m): lines.append(("DEBUG", m))
-    ...     def info(self, m): lines.append(("INFO", m))
-    >>> log = phase_log(Log())
-    >>> log("pairs: 2 partitions running: 32613_1_2, 32613_1_3"); log("pairs: partition 32613_1_2 done (1/2)")
-    >>> lines
-    [('INFO', 'pairs: 2 partitions running: 32613_1_2, 32613_1_3'), ('DEBUG', 'pairs: partition 32613_1_2 done (1/2)')]
-    """
-
-    def log(message: str) -> None:
-        (logger.debug if _PARTITION_DONE.match(message) else logger.info)(message)
-
-    return log
 
 
 def _now() -> str:
@@ -271,8 +241,18 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
     started = _now()
     write_json(out / "status.json", {"status": "running", "started": started})
     workdir = Path(params.workdir) if params.workdir else out / "work"
-    record = None
+    setup = index = done_pairs = resolved = done_sums = merge_seconds = None
     dashboard = ""
+
+    def record() -> RunRecord | None:
+        """What the manifest can say of the run so far (the phases that finished)."""
+        if setup is None:
+            return None
+        timings = phase_timings(prepare=index, pairs=done_pairs, resolve=resolved, sums=done_sums)
+        if merge_seconds is not None:
+            timings["merge"] = merge_seconds
+        return RunRecord(setup, index, done_sums, timings)
+
     try:
         with dask_client(params.cluster, params.n_workers) as client:
             dashboard = client.dashboard_link or ""
@@ -291,33 +271,30 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
                 size_bins=params.size_bins,
                 frame_dir=out / "fields",
                 chunk_rows=params.chunk_rows,
-                log=phase_log(logger),
+                log=logger.info,
             )
-            record = RunRecord(setup)
             index, plan = prepare(client, setup)
             logger.info(
                 "prepared %d reference fields and %d predictions into %d partitions",
                 index.layers["reference"]["n_kept"], index.layers["predicted"]["n_kept"], len(index.keys()),
             )
-            record = RunRecord(setup, index, timings={"prepare": index.seconds})
             done_pairs = pairs(client, setup, index)
             resolved = resolve(setup, index, done_pairs)
             done_sums = sums(client, setup, index, plan, resolved)
-            timings = {"prepare": index.seconds, "pairs": done_pairs.seconds, "resolve": resolved.seconds, "sums": done_sums.seconds}
-            record = RunRecord(setup, index, done_sums, timings)
             merge_started = time.perf_counter()
             metrics = merge(setup, index, plan, resolved, done_sums)
-            record = RunRecord(setup, index, done_sums, {**timings, "merge": time.perf_counter() - merge_started})
-            publish(record, metrics, params, started, dashboard)
+            merge_seconds = time.perf_counter() - merge_started
+            publish(record(), metrics, params, started, dashboard)
     except BaseException as exc:
         _log.debug("run %s failed", out, exc_info=True)  # the whole traceback, in the run log only
         for partial in ("metrics.json", "report.md"):
             (out / partial).unlink(missing_ok=True)
         failure = {"status": "failed", "finished": _now(), "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)}
         write_json(out / "status.json", failure)
-        if record is not None:
+        so_far = record()
+        if so_far is not None:
             with contextlib.suppress(Exception):
-                manifest = _manifest(record, params, {}, "failed", started, dashboard)
+                manifest = _manifest(so_far, params, {}, "failed", started, dashboard)
                 manifest["error"] = failure["error"]
                 write_json(out / "manifest.json", manifest)
         raise

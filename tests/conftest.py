@@ -5,6 +5,8 @@ Profiles
 ``ci`` (default): 50 examples per property, no deadline (the first call of a numba
 kernel compiles). ``slow``: 10 000 examples; select it with
 ``HYPOTHESIS_PROFILE=slow``.
+
+Tests marked ``slow`` (pyproject.toml) are skipped unless ``EVALCORE_SLOW=1``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -32,3 +35,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("EVALCORE_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow: set EVALCORE_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -84,6 +84,7 @@ __all__ = [
     "merge_phase",
     "run_phases",
     "RunOutcome",
+    "phase_timings",
     "PartitionMissingError",
     "run_distributed",
     "stage_layer",
@@ -398,7 +399,8 @@ class RunSetup:
         Per role.
     progress : callable(phase, done, total), optional
     log : callable(message), optional
-        Receives a line per phase submitted and per partition done (the flow's logger).
+        Receives a line per phase submitted and per reuse of finished work (the flow's
+        logger); the line per partition done goes to this module's logger only.
     """
 
     predicted: LayerSource
@@ -546,9 +548,9 @@ def _gather(setup: RunSetup, phase: str, futures: dict) -> dict:
         done += 1
         if setup.progress:
             setup.progress(phase, done, total)
+        # A line per partition (thousands on a national run) only on this module's logger:
+        # the log file keeps it and -v shows it; ``setup.log`` gets a line per phase.
         logger.info("%s: %s %s done (%d/%d)", phase, unit, _partition_name(k), done, total)
-        if setup.log:
-            setup.log(f"{phase}: {unit} {_partition_name(k)} done ({done}/{total})")
     return out
 
 
@@ -941,6 +943,11 @@ class RunOutcome:
     timings: dict
 
 
+def phase_timings(**outputs: object) -> dict[str, float]:
+    """Wall seconds of each phase output given (``prepare=index, pairs=..., ...``); None ones are left out."""
+    return {name: out.seconds for name, out in outputs.items() if out is not None}
+
+
 def run_phases(client: object, setup: RunSetup) -> RunOutcome:
     """Every phase in order."""
     index = prepare_phase(client, setup)
@@ -950,10 +957,7 @@ def run_phases(client: object, setup: RunSetup) -> RunOutcome:
     sums = sums_phase(client, setup, index, plan, resolved)
     started = time.perf_counter()
     metrics = merge_phase(setup, index, plan, resolved, sums)
-    timings = {
-        "prepare": index.seconds, "pairs": pairs.seconds, "resolve": resolved.seconds, "sums": sums.seconds,
-        "merge": time.perf_counter() - started,
-    }
+    timings = {**phase_timings(prepare=index, pairs=pairs, resolve=resolved, sums=sums), "merge": time.perf_counter() - started}
     return RunOutcome(metrics, index, pairs, resolved, sums, timings)
 
 

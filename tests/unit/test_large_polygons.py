@@ -12,7 +12,6 @@ Expected areas and lengths come from pyproj's geodesic computations, not from ev
 
 from __future__ import annotations
 
-import os
 
 import geopandas
 import numpy as np
@@ -30,7 +29,6 @@ from tests.common import UTM, WGS84, X0, Y0, layer
 EQUAL_EARTH = "EPSG:8857"
 PDC_MERCATOR = "EPSG:3832"  # centred on 150 E: the antimeridian is inside the map
 GEOD = Geod(ellps="WGS84")
-SLOW = pytest.mark.skipif(os.environ.get("EVALCORE_SLOW") != "1", reason="slow: set EVALCORE_SLOW=1")
 
 
 # --------------------------------------------------------------------------------------
@@ -150,7 +148,7 @@ def test_canada_passes_the_split_size_guard():
     boundary_km = GEOD.geometry_length(country) / 1e3
     assert 75_000 < boundary_km < 90_000  # Natural Earth's Canada: about 82,600 km
     split = edge_split_length(CRS.from_user_input(WGS84))
-    assert country.length / split * 50.0 > 1e8  # what the old guard refused as "longer than 100,000 km"
+    assert country.length / split * 50.0 > 1e8  # precondition: an input the old guard refused ("longer than 100,000 km")
     prep = prepare_layer(in_crs(country, WGS84), "reference")
     assert len(prep) == 1 and prep.n_dropped == 0
     n_split = split_vertex_counts(np.array([country]), split)[0]
@@ -177,7 +175,6 @@ def test_country_sized_polygon_evaluates():
     _evaluate_against_itself_and_shifted(canada(n_coast=3_000, fjords=0.0, n_islands=8))
 
 
-@SLOW
 @pytest.mark.slow
 def test_canada_evaluates():
     _evaluate_against_itself_and_shifted(canada())
