@@ -32,6 +32,7 @@ from evalcore.crs import (
 )
 from evalcore.errors import CRSError, EvalInputError
 from evalcore.io import LINEARIZED_ROWS_ATTR, SOURCE_ATTR
+from evalcore.rings import flatten_rings
 
 __all__ = [
     "PreparedLayer",
@@ -344,10 +345,11 @@ def prepare_layer(
     source = geoms[rows]
     # All before the 50 m split. Longitudes out of range first (PROJ would wrap them into a
     # crossing), then the split's size (absurd coordinates transform to meaningless longitudes).
-    _check_longitude_range(where, labels, rows, source, crs)
+    bounds = shapely.bounds(source)  # for both the longitude range and the antimeridian pre-filter
+    _check_longitude_range(where, labels, rows, bounds, crs)
     split = edge_split_length(crs)
     _check_split_size(where, labels, rows, source, crs, split)
-    _check_antimeridian(where, labels, rows, source, crs)
+    _check_antimeridian(where, labels, rows, source, bounds, crs)
     geoms_ea = reproject_polygons(source, crs, ea_crs, split=split)
     _check_reprojected(where, labels, rows, source, geoms_ea, crs, ea_crs)
     ea_invalid = ~shapely.is_valid(geoms_ea)
@@ -462,11 +464,11 @@ def _check_finite(where: str, labels: pd.Index, geoms: GeomArray, rows: IdArray)
     )
 
 
-def _check_longitude_range(where: str, labels: pd.Index, rows: IdArray, source: GeomArray, crs: CRS) -> None:
-    """Refuse coordinates outside ±180/±90 when the CRS is in degrees."""
-    if len(source) == 0 or not crs.is_geographic:
+def _check_longitude_range(where: str, labels: pd.Index, rows: IdArray, bounds: F64Array, crs: CRS) -> None:
+    """Refuse coordinates outside ±180/±90 when the CRS is in degrees (``bounds``: the polygons', shape (n, 4))."""
+    if len(bounds) == 0 or not crs.is_geographic:
         return
-    b = shapely.bounds(source)
+    b = bounds
     bad = np.flatnonzero((b[:, 0] < -180.0) | (b[:, 2] > 180.0) | (b[:, 1] < -90.0) | (b[:, 3] > 90.0))
     if len(bad):
         x0, y0, x1, y1 = b[bad[0]]
@@ -497,13 +499,13 @@ def _check_split_size(where: str, labels: pd.Index, rows: IdArray, source: GeomA
     over, counts = over[too_many], counts[too_many]
     if len(over) == 0:
         return
-    worst = int(np.argmax(counts))
+    # Row labels are listed worst first, so the polygon whose numbers are quoted comes first.
+    order = np.argsort(-counts, kind="stable")
+    worst = int(order[0])
     n_worst = float(counts[worst])
     length = float(shapely.length(source[over[worst]]))
     unit = crs.axis_info[0].unit_name if crs.axis_info else "CRS unit"
     gib = 2.0**30
-    # Row labels are listed worst first, so the polygon whose numbers are quoted comes first.
-    order = np.argsort(-counts, kind="stable")
     whose = "its split" if len(over) == 1 else f"the split of the first, {_rows_text(labels, rows[over[worst:worst + 1]])},"
     raise EvalInputError(
         f"The {where} has polygons too long to split into pieces of at most 50 m (SPEC 2.3) in "
@@ -549,14 +551,21 @@ def split_vertex_counts(geoms: GeomArray, split: float) -> F64Array:
     geoms = np.asarray(geoms, dtype=object)
     if len(geoms) == 0:
         return np.zeros(0, dtype=np.float64)
-    parts, part_geom = shapely.get_parts(geoms, return_index=True)
-    rings, ring_part = shapely.get_rings(parts, return_index=True)
-    coords, vertex_ring = shapely.get_coordinates(rings, return_index=True)
-    edge = np.hypot(np.diff(coords[:, 0]), np.diff(coords[:, 1]))
+    x, y, vertex_ring, ring_geom = _flat_rings(geoms)
+    edge = np.hypot(np.diff(x), np.diff(y))
     in_ring = vertex_ring[1:] == vertex_ring[:-1]  # not the step from one ring to the next
     pieces = np.maximum(np.ceil(edge[in_ring] / split), 1.0)
-    per_ring = np.bincount(vertex_ring[1:][in_ring], weights=pieces, minlength=len(rings)) + 1.0
-    return np.bincount(part_geom[ring_part], weights=per_ring, minlength=len(geoms))
+    per_ring = np.bincount(vertex_ring[1:][in_ring], weights=pieces, minlength=len(ring_geom)) + 1.0
+    return np.bincount(ring_geom, weights=per_ring, minlength=len(geoms))
+
+
+def _flat_rings(geoms: GeomArray) -> tuple[F64Array, F64Array, IdArray, IdArray]:
+    """Every ring's coordinates (:func:`evalcore.rings.flatten_rings`), the ring of each
+    vertex and the geometry of each ring."""
+    x, y, ring_off, _, geom_off = flatten_rings(geoms)
+    vertex_ring = np.repeat(np.arange(len(ring_off) - 1), np.diff(ring_off))
+    ring_geom = np.repeat(np.arange(len(geom_off) - 1), np.diff(geom_off))
+    return x, y, vertex_ring, ring_geom
 
 
 def _check_reprojected(
@@ -586,7 +595,7 @@ def _tiles(lon: F64Array, lat: F64Array, epsg: IdArray, tile_size_m: float) -> t
     return tile_x, tile_y
 
 
-def _check_antimeridian(where: str, labels: pd.Index, rows: IdArray, source: GeomArray, crs: CRS) -> None:
+def _check_antimeridian(where: str, labels: pd.Index, rows: IdArray, source: GeomArray, bounds: F64Array, crs: CRS) -> None:
     """Refuse polygons with an edge across the antimeridian (longitude ±180).
 
     The decision is made on each polygon's own vertices in longitude and latitude (not on
@@ -597,7 +606,7 @@ def _check_antimeridian(where: str, labels: pd.Index, rows: IdArray, source: Geo
     """
     if len(source) == 0:
         return
-    suspects = _near_antimeridian(source, crs)
+    suspects = _near_antimeridian(bounds, crs)
     if len(suspects) == 0:
         return
     crossing = suspects[crosses_antimeridian(source[suspects], crs)]
@@ -645,21 +654,19 @@ def crosses_antimeridian(geoms: GeomArray, crs: CRS) -> BoolArray:
     out = np.zeros(len(geoms), dtype=bool)
     if len(geoms) == 0:
         return out
-    parts, part_geom = shapely.get_parts(geoms, return_index=True)
-    rings, ring_part = shapely.get_rings(parts, return_index=True)
-    coords, vertex_ring = shapely.get_coordinates(rings, return_index=True)
-    lon, _ = transform_xy(coords[:, 0], coords[:, 1], crs, WGS84)
+    x, y, vertex_ring, ring_geom = _flat_rings(geoms)
+    lon, _ = transform_xy(x, y, crs, WGS84)
     lon[~np.isfinite(lon)] = np.nan  # PROJ gives inf where it fails: neither a jump nor the seam
     with np.errstate(invalid="ignore"):
         on_seam = np.abs(lon) >= 180.0 - _AM_SEAM_TOL_DEG
         jump = np.abs(np.diff(lon)) > 180.0
     jump &= vertex_ring[1:] == vertex_ring[:-1]  # consecutive vertices of one ring
     jump &= ~(on_seam[1:] & on_seam[:-1])
-    out[part_geom[ring_part[vertex_ring[1:][jump]]]] = True
+    out[ring_geom[vertex_ring[1:][jump]]] = True
     return out
 
 
-def _near_antimeridian(source: GeomArray, crs: CRS) -> IdArray:
+def _near_antimeridian(bounds: F64Array, crs: CRS) -> IdArray:
     """Positions of the polygons a cheap test cannot clear of crossing ±180 (a superset).
 
     Transforming every vertex to longitude and latitude costs 0.6 s of the 2.2 s it takes
@@ -676,7 +683,6 @@ def _near_antimeridian(source: GeomArray, crs: CRS) -> IdArray:
     then each remaining polygon's own bounding box. In a geographic CRS the corners are
     the longitudes, and the test is exact.
     """
-    bounds = shapely.bounds(source)
     present = np.flatnonzero(~np.isnan(bounds[:, 0]))  # an empty polygon has nothing to cross
     if len(present) == 0:
         return present
