@@ -28,7 +28,7 @@ from evalcore.logs import DEBUG_ENV, configure_logging, debug_enabled, library_l
 from evalcore.metrics.base import Option
 from evalcore.options import all_options
 
-__all__ = ["main", "format_summary", "unassigned_note"]
+__all__ = ["main", "run", "format_summary", "unassigned_note"]
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -629,6 +629,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     location), one line on standard error. 1: any other failure, one line on standard
     error (the traceback only with ``EVALCORE_DEBUG=1``). 130: interrupted.
     """
+    return run(argv)[0]
+
+
+def run(argv: Sequence[str] | None = None) -> tuple[int, str | None]:
+    """:func:`main`, also returning the reason of a failure (the error line, without its
+    ``evalcore: error:`` prefix), for callers that report it again (the demo)."""
+
+    def fail(status: int, message: str) -> tuple[int, str]:
+        print(f"evalcore: error: {message}", file=sys.stderr)
+        return status, message
+
+    # Once before parsing (warnings while parsing), again with the -v of the command.
     configure_logging(0)
     parser = _build_parser()
     debug = debug_enabled()
@@ -638,27 +650,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = parser.parse_args(argv)
             configure_logging(getattr(args, "verbose", 0))
             handler = {"evaluate": _cmd_evaluate, "run": _cmd_run, "synth": _cmd_synth}[args.command]
-            return handler(args)
+            return handler(args), None
         except (_UsageError, EvalInputError, ValueError, TypeError, ImportError, OSError) as exc:
             if debug:
                 raise
             exc = _input_error_in_chain(exc) or exc
-            message = str(exc).strip().replace("\n", " ") or type(exc).__name__
-            print(f"evalcore: error: {message}", file=sys.stderr)
-            return EXIT_USAGE
+            return fail(EXIT_USAGE, str(exc).strip().replace("\n", " ") or type(exc).__name__)
         except KeyboardInterrupt:
             print("evalcore: interrupted", file=sys.stderr)
-            return 130
+            return 130, "interrupted"
         except Exception as exc:  # never a traceback on the terminal: one line, exit status 1
             if debug:
                 raise
             cause = _input_error_in_chain(exc)
             if cause is not None:  # a bad input that made something else fail: report the input
-                print(f"evalcore: error: {str(cause).strip().replace(chr(10), ' ')}", file=sys.stderr)
-                return EXIT_USAGE
+                return fail(EXIT_USAGE, str(cause).strip().replace("\n", " "))
             message = str(exc).strip().replace("\n", " ") or "(no message)"
-            print(f"evalcore: error: {type(exc).__name__}: {message} (set {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)
-            return EXIT_FAILURE
+            return fail(EXIT_FAILURE, f"{type(exc).__name__}: {message} (set {DEBUG_ENV}=1 for the traceback)")
 
 
 if __name__ == "__main__":

@@ -19,54 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-# Before Prefect is imported (flows/cli.py sets the same defaults for `evalcore run`):
-# no network here and no need for it, so keep the ephemeral server from phoning home
-# (its telemetry write also collides with the flow's in SQLite: "database is locked");
-# and give that server time to start on a busy machine (Prefect's default is 20 s).
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "300")
-
-from evalcore.cli import main as cli_main  # noqa: E402
+from evalcore.cli import run as run_command  # Prefect's settings: flows/__init__.py
 
 N_REF_ENV = "EVALCORE_DEMO_N_REF"
 N_REF = 30_000
 SEED = 7
-
-
-class _LastError:
-    """Standard error as it was, remembering the last ``evalcore: error:`` line written.
-
-    The CLI reports a failure as that one line; the demo repeats its reason in its own
-    verdict, so the last line on the screen says what went wrong. Everything but
-    ``write`` (``isatty``, ``fileno``, ``encoding``…) is the real stream's.
-    """
-
-    def __init__(self, stream: object) -> None:
-        self._stream = stream
-        self._pending = ""
-        self.error: str | None = None
-
-    def write(self, text: str) -> int:
-        self._pending += text
-        *lines, self._pending = self._pending.split("\n")
-        for line in lines:
-            if line.startswith("evalcore: error: "):
-                self.error = line.removeprefix("evalcore: error: ")
-        return self._stream.write(text)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._stream, name)
-
-
-def _step(argv: list[str]) -> tuple[int, str | None]:
-    """Run one ``evalcore`` command; return its exit status and its error line, if any."""
-    stderr = _LastError(sys.stderr)
-    previous, sys.stderr = sys.stderr, stderr
-    try:
-        status = cli_main(argv)
-    finally:
-        sys.stderr = previous
-    return status, stderr.error
 
 
 def _failed(step: str, status: int, why: str | None) -> int:
@@ -108,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         return _failed("0/2 (settings)", 2, f"cannot create the output directory {str(out)!r}: {exc}")
     print(f"[1/2] generating {n_ref} reference fields in 3 UTM zones (seed {SEED}) in {data}/", flush=True)
-    status, why = _step(["synth", "--n-ref", str(n_ref), "--seed", str(SEED), "--out", str(data)])
+    status, why = run_command(["synth", "--n-ref", str(n_ref), "--seed", str(SEED), "--out", str(data)])
     if status:
         return _failed("1/2 (generating the data)", status, why)
     print(
@@ -116,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         "1000 bootstrap resamples, 10 m boundary tolerance; the dashboard link follows",
         flush=True,
     )
-    status, why = _step(
+    status, why = run_command(
         [
             "run",
             "-p", str(data / "predicted.parquet"),

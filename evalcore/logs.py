@@ -1,7 +1,8 @@
 """What the command line prints while it works, and where the rest of the log goes.
 
-:func:`configure_logging` is called once by :func:`evalcore.cli.main` after the
-arguments are parsed. It decides what reaches the terminal:
+:func:`configure_logging` is called by :func:`evalcore.cli.main` before the arguments
+are parsed and again, with the command's ``-v``, after. It decides what reaches the
+terminal:
 
 ======================  ==========================  ===============================  =====================
 records from            default                     ``-v``                           ``-vv``
@@ -164,6 +165,8 @@ class _AsBefore(logging.Filter):
         self.saved = saved
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if not _under(record.name, OWN):  # only OWN loggers ever have their level lowered
+            return True
         return record.levelno >= self._level_before(record.name)
 
     def _level_before(self, name: str) -> int:

@@ -7,26 +7,15 @@ Registered as the entry point ``evalcore.commands:run`` (pyproject.toml), which
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
-# Before Prefect is imported (flows.evaluate, inside run_command): it reads its settings
-# once, at import. The flow runs on Prefect's ephemeral server, a subprocess that must
-# answer within this many seconds; Prefect's default of 20 is not enough on a busy
-# machine or for a first start that creates its database. The user's own value wins.
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "300")
-# The ephemeral server's telemetry heartbeat writes to the same SQLite database as the
-# flow run at startup and fails with "database is locked", printing a 130-line
-# traceback; the run needs no network anyway.
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-
-from evalcore.cli import (  # noqa: E402
+from evalcore.cli import (
     _check_columns_up_front,
     _check_output_dir,
     _metric_options,
     format_summary,
 )
-from evalcore.errors import EvalInputError  # noqa: E402
+from evalcore.errors import EvalInputError
 
 __all__ = ["run_command"]
 
