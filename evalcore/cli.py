@@ -28,7 +28,7 @@ from evalcore.logs import DEBUG_ENV, configure_logging, debug_enabled, library_l
 from evalcore.metrics.base import Option
 from evalcore.options import all_options
 
-__all__ = ["main", "run", "format_summary", "unassigned_note"]
+__all__ = ["main", "run", "format_summary", "unassigned_note", "metric_options", "check_output_dir", "check_columns_up_front"]
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -91,7 +91,7 @@ def _add_option_flags(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def _metric_options(args: argparse.Namespace) -> dict[str, object]:
+def metric_options(args: argparse.Namespace) -> dict[str, object]:
     """The evaluation options given on the command line, as keyword arguments of :func:`check_options`."""
     out = {}
     for option in all_options():
@@ -245,7 +245,7 @@ def _check_evaluate_arguments(args: argparse.Namespace) -> str | None:
     """Every check of ``evaluate`` that needs no data: options, silent no-ops, outputs. Returns the frame-out kind."""
     from evalcore.options import check_options
 
-    check_options(**_metric_options(args))
+    check_options(**metric_options(args))
     if not args.cluster:
         given = [flag for flag, value in (("--workers", args.workers), ("--workdir", args.workdir)) if value is not None]
         if given:
@@ -256,11 +256,11 @@ def _check_evaluate_arguments(args: argparse.Namespace) -> str | None:
     kind = _frame_out_kind(args)
     _check_output_file(args.output, "-o/--output")
     if kind == "dir":
-        _check_output_dir(args.frame_out, "--frame-out")
+        check_output_dir(args.frame_out, "--frame-out")
     elif kind == "file":
         _check_output_file(args.frame_out, "--frame-out")
     if args.workdir:
-        _check_output_dir(args.workdir, "--workdir")
+        check_output_dir(args.workdir, "--workdir")
     _check_not_inputs(
         {"-p/--predicted": args.predicted, "-r/--reference": args.reference},
         {"-o/--output": args.output, "--frame-out": args.frame_out, "--workdir": args.workdir},
@@ -319,7 +319,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     kind = _check_evaluate_arguments(args)  # before any file is read
     if args.cluster:
-        _check_columns_up_front(args)
+        check_columns_up_front(args)
         _check_id_columns_up_front(args)
         metrics = _evaluate_on_cluster(args)
         _finish(args, metrics, started)
@@ -343,7 +343,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         reference,
         strata=args.strata_column,
         size_bins=args.size_bins,
-        **_metric_options(args),
+        **metric_options(args),
     )
     written = None
     if kind is not None:
@@ -409,7 +409,7 @@ def _check_output_file(path: str, option: str) -> None:
     _check_directory_writable(p.parent if str(p.parent) else Path("."), path, option)
 
 
-def _check_output_dir(path: str, option: str) -> None:
+def check_output_dir(path: str, option: str) -> None:
     """An output directory: not a file; writable, or creatable in an existing writable directory."""
     p = Path(path)
     if p.exists() and not p.is_dir():
@@ -481,7 +481,7 @@ def _plain(value: object) -> object:
     return value.item() if hasattr(value, "item") else value
 
 
-def _check_columns_up_front(args: argparse.Namespace) -> None:
+def check_columns_up_front(args: argparse.Namespace) -> None:
     """For runs that read layers on workers: check the files' headers, strata and score columns first.
 
     Reads only the headers, and the score column's values when one is named.
@@ -534,7 +534,7 @@ def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
     # Importing distributed sets its loggers to INFO again.
     logging.getLogger("distributed").setLevel(library_level())
 
-    options = check_options(**_metric_options(args))
+    options = check_options(**metric_options(args))
     workers = 2 if args.workers is None else args.workers
     if workers < 1:
         raise EvalInputError(f"--workers must be at least 1, but got {workers}.")
@@ -594,7 +594,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
     if args.n_ref <= 0:
         raise EvalInputError(f"--n-ref must be positive, but got {args.n_ref}.")
-    _check_output_dir(args.out, "--out")
+    check_output_dir(args.out, "--out")
     pred_path, ref_path = write_layers(args.out, args.n_ref, args.seed, fmt=args.format)
     print(f"wrote {ref_path} and {pred_path}")
     return 0

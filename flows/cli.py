@@ -10,9 +10,9 @@ import argparse
 import time
 
 from evalcore.cli import (
-    _check_columns_up_front,
-    _check_output_dir,
-    _metric_options,
+    check_columns_up_front,
+    check_output_dir,
+    metric_options,
     format_summary,
 )
 from evalcore.errors import EvalInputError
@@ -40,7 +40,7 @@ def run_command(args: argparse.Namespace) -> int:
             output_dir=args.output_dir,
             strata_column=args.strata_column,
             size_bins=args.size_bins,
-            **_metric_options(args),
+            **metric_options(args),
             cluster=args.cluster,
             n_workers=args.workers,
             workdir=args.workdir,
@@ -51,10 +51,10 @@ def run_command(args: argparse.Namespace) -> int:
         if first["loc"]:
             message = f"--{str(first['loc'][0]).replace('_', '-')}: {message}"
         raise EvalInputError(message) from None
-    _check_output_dir(args.output_dir, "-o/--output-dir")
+    check_output_dir(args.output_dir, "-o/--output-dir")
     if args.workdir:
-        _check_output_dir(args.workdir, "--workdir")
-    _check_columns_up_front(args)
+        check_output_dir(args.workdir, "--workdir")
+    check_columns_up_front(args)
     started = time.perf_counter()
     metrics = evaluate_layers(params)
     print(format_summary(metrics))

@@ -79,7 +79,7 @@ def test_a_registered_family_gets_a_cli_flag_and_a_flow_parameter():
     with registered(LargeFields()):
         parser = cli._build_parser()
         args = parser.parse_args(["evaluate", "-p", "p.parquet", "-r", "r.parquet", "-o", "m.json", "--large-field-ha", "3"])
-        assert cli._metric_options(args)["large_field_ha"] == 3.0
+        assert cli.metric_options(args)["large_field_ha"] == 3.0
         assert "--large-field-ha" in parser._subparsers._group_actions[0].choices["evaluate"].format_help()
 
 
