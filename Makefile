@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench fuzz clean
+.PHONY: demo test bench fuzz slow clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ bench: $(STAMP)
 
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=slow $(BIN)/python -m pytest -q -p no:cacheprovider --hypothesis-show-statistics tests/properties/test_fuzz.py
+
+slow: $(STAMP)
+	EVALCORE_SLOW=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m slow
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
