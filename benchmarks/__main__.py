@@ -109,11 +109,11 @@ def section_workers(workers: list[int], repeat: int) -> dict:
                 times = []
                 for _ in range(repeat):
                     started = time.perf_counter()
-                    evalcore.evaluate(paths["predicted"], paths["reference"], client=client, tile_size_m=25_000.0)
+                    evalcore.evaluate(paths["predicted"], paths["reference"], client=client, partition_size_m=25_000.0)
                     times.append(time.perf_counter() - started)
             rows[n] = statistics.median(times)
             phases[n] = times
-    out = {"tile_size_m": 25_000.0, "input": "GeoParquet files, 50,000-row groups", "wall_s": rows, "runs_s": phases}
+    out = {"partition_size_m": 25_000.0, "input": "GeoParquet files, 50,000-row groups", "wall_s": rows, "runs_s": phases}
     if len(workers) >= 2:
         out["speedup"] = rows[workers[0]] / rows[workers[-1]]
     return out

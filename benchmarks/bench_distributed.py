@@ -29,7 +29,7 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def run_once(data: Path, n_workers: int, full: bool, tile_km: float) -> dict:
+def run_once(data: Path, n_workers: int, full: bool, partition_km: float) -> dict:
     from distributed import Client
 
     from evalcore.distributed.cluster import local_cluster
@@ -41,7 +41,7 @@ def run_once(data: Path, n_workers: int, full: bool, tile_km: float) -> dict:
     options = check_options(
         bootstrap=1000 if full else 0,
         boundary_tolerance_m=10.0 if full else None,
-        tile_size_m=tile_km * 1000.0,
+        partition_size_m=partition_km * 1000.0,
     )
     with tempfile.TemporaryDirectory(prefix="evalcore-bench-") as work, local_cluster(n_workers, memory_limit=0) as cluster, Client(cluster) as client:
         setup = start_run(
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-ref", type=int, default=250_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", default="1,2")
-    parser.add_argument("--tile-km", type=float, default=50.0)
+    parser.add_argument("--partition-km", type=float, default=50.0)
     parser.add_argument("--full", action="store_true", help="strata, size bins, bootstrap 1000, tolerance 10 m")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="evalcore-data-") as tmp:
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, "-m", "evalcore.cli", "synth", "--n-ref", str(args.n_ref), "--seed", str(args.seed), "--out", str(data)],
             check=True, stdout=subprocess.DEVNULL,
         )
-        rows = [run_once(data, int(n), args.full, args.tile_km) for n in args.workers.split(",")]
+        rows = [run_once(data, int(n), args.full, args.partition_km) for n in args.workers.split(",")]
     print(f"{'workers':>7}  {'wall s':>8}  {'prepare':>8}  {'pairs':>8}  {'resolve':>8}  {'sums':>8}  {'merge':>8}  {'worker peak MiB':>18}  {'client peak MiB':>15}")
     for r in rows:
         p = r["phases_s"]
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()} {os.cpu_count()} cores",
         "n_ref": args.n_ref,
         "full": args.full,
-        "tile_km": args.tile_km,
+        "partition_km": args.partition_km,
         "runs": rows,
     }
     out = Path(__file__).parent / "results" / f"{dt.date.today().isoformat()}-distributed.json"

@@ -1,6 +1,6 @@
 """Where a distributed run's time goes on 1 and on 2 workers: phases and CPU per process.
 
-    .venv/bin/python -m benchmarks.profile_workers [--n-workers 1,2] [--tile-km 25]
+    .venv/bin/python -m benchmarks.profile_workers [--n-workers 1,2] [--partition-km 25]
 
 The anchor data (see ``benchmarks/__main__.py``) is written to GeoParquet once, then run
 through the phase functions of :mod:`evalcore.distributed.runner` on a fresh embedded cluster
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 
-def profile(n_workers: int, data: Path, tile_km: float) -> None:
+def profile(n_workers: int, data: Path, partition_km: float) -> None:
     import psutil
     from distributed import Client, get_task_stream
 
@@ -39,7 +39,7 @@ def profile(n_workers: int, data: Path, tile_km: float) -> None:
             setup = start_run(
                 LayerSource(str(data / "predicted.parquet"), None, "predicted"),
                 LayerSource(str(data / "reference.parquet"), None, "reference"),
-                check_options(tile_size_m=tile_km * 1000.0),
+                check_options(partition_size_m=partition_km * 1000.0),
                 Path(work),
             )
             run = run_phases(client, setup)
@@ -65,7 +65,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n-workers", default="1,2")
-    parser.add_argument("--tile-km", type=float, default=25.0)
+    parser.add_argument("--partition-km", type=float, default=25.0)
     args = parser.parse_args()
     pred, ref = anchor_layers()
     with tempfile.TemporaryDirectory(prefix="evalcore-profile-") as tmp:
@@ -73,7 +73,7 @@ def main() -> None:
         pred.to_parquet(data / "predicted.parquet", row_group_size=50_000)
         ref.to_parquet(data / "reference.parquet", row_group_size=50_000)
         for n in (int(v) for v in args.n_workers.split(",")):
-            profile(n, data, args.tile_km)
+            profile(n, data, args.partition_km)
 
 
 if __name__ == "__main__":

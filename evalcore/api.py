@@ -70,8 +70,8 @@ def _partition_of_rows(keys: list[tuple[int, int, int]]) -> tuple[list[tuple[int
 
 def _run(predicted: object, reference: object, strata: object, size_bins: object, options: EvalOptions) -> _Evaluation:
     """The phases of the distributed run, in this process: every partition in turn."""
-    ref = prepare_layer(reference, "reference", equal_area_crs=options.equal_area_crs, tile_size_m=options.tile_size_m)
-    pred = prepare_layer(predicted, "predicted", equal_area_crs=options.equal_area_crs, tile_size_m=options.tile_size_m)
+    ref = prepare_layer(reference, "reference", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m)
+    pred = prepare_layer(predicted, "predicted", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m)
     ref_strata = None
     if strata is not None:
         ref_strata = strata_values(reference, strata, ref.n_input)[ref.positions]
@@ -193,7 +193,7 @@ def evaluate(
         ``bootstrap`` (resamples, default 0), ``bootstrap_seed`` (42),
         ``boundary_tolerance_m`` (metres, None), ``equal_area_crs`` (EPSG:6933),
         ``boundary_sample_spacing_m`` (metres, 1.0; None: perimeter / 1000),
-        ``tile_size_m`` (partition tile side, metres, 50 000; changes no point
+        ``partition_size_m`` (partition tile side, metres, 50 000; changes no point
         estimate, the bootstrap draws depend on it), ``iou_sweep_thresholds`` (the ten
         thresholds 0.50 ... 0.95; None: no sweep), ``majority_fraction`` (0.5).
 

@@ -7,8 +7,8 @@ field is taken. The draw is split in two, exactly:
 1. centrally, from ``SeedSequence(seed, spawn_key=(0, pool))``, how many of each
    replicate's n draws fall in each partition (multinomial over the partition sizes,
    partitions in key order): :func:`draw_partition_counts`;
-2. in each partition, from ``SeedSequence(seed, spawn_key=(1, pool, epsg, tile_x,
-   tile_y))``, which of its fields those draws take (uniform integers, replicate
+2. in each partition, from ``SeedSequence(seed, spawn_key=(1, pool, epsg, partition_x,
+   partition_y))``, which of its fields those draws take (uniform integers, replicate
    after replicate): :func:`draw_field_counts`.
 
 A partition then returns, per replicate, the count-weighted sums of its quantity

@@ -26,8 +26,11 @@ AREA_WARNING_RTOL: float = 1e-4
 IOU_MATCH_RTOL: float = 1e-9
 """A pair can match when ``IoU >= iou_threshold * (1 - IOU_MATCH_RTOL)``."""
 
-DEFAULT_TILE_SIZE_M: float = 50_000.0
-"""Side of the square partition tiles in each UTM zone, metres."""
+DEFAULT_PARTITION_SIZE_M: float = 50_000.0
+"""Side of the square partition tiles in each UTM zone, metres (the work, not the report)."""
+
+DEFAULT_TILE_KM: float = 10.0
+"""Side of the square reporting tiles in each UTM zone, kilometres (SPEC 6.3)."""
 
 METRES_PER_DEGREE: float = 111_320.0
 """Length of one degree of latitude (and of longitude at the equator), metres, rounded up.
@@ -49,7 +52,8 @@ __all__ = [
     "EDGE_SPLIT_M",
     "AREA_WARNING_RTOL",
     "IOU_MATCH_RTOL",
-    "DEFAULT_TILE_SIZE_M",
+    "DEFAULT_PARTITION_SIZE_M",
+    "DEFAULT_TILE_KM",
     "METRES_PER_DEGREE",
     "NUMBA_OPTIONS",
 ]

@@ -63,7 +63,7 @@ __all__ = [
 
 def partition_keys(layer: PreparedLayer) -> list[PartitionKey]:
     """(UTM EPSG, tile x, tile y) of every row."""
-    return list(zip(layer.utm_epsg.tolist(), layer.tile_x.tolist(), layer.tile_y.tolist()))
+    return list(zip(layer.utm_epsg.tolist(), layer.partition_x.tolist(), layer.partition_y.tolist()))
 
 
 @dataclass(frozen=True, slots=True)

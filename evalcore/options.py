@@ -9,13 +9,14 @@ validation), the CLI flags (:mod:`evalcore.cli`) and the flow parameters
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import FrozenInstanceError, dataclass
 
 import numpy as np
 
 from evalcore.bootstrap import draw_partition_counts, pool_id
-from evalcore.config import DEFAULT_TILE_SIZE_M
+from evalcore.config import DEFAULT_PARTITION_SIZE_M, DEFAULT_TILE_KM
 from evalcore.groups import SizeClasses, size_classes
 from evalcore.metrics import enabled_families, family_options
 from evalcore.metrics.base import Option
@@ -52,11 +53,19 @@ CORE_OPTIONS: tuple[Option, ...] = (
         positive_int, parse=int, annotation=int,
     ),
     Option(
-        "tile_size_m", DEFAULT_TILE_SIZE_M,
+        "partition_size_m", DEFAULT_PARTITION_SIZE_M,
         "side of the partition tiles in kilometres; changes no point estimate (default 50)",
-        positive, parse=float, flag="--tile-km", cli_default=DEFAULT_TILE_SIZE_M / 1000.0, to_option=_km, annotation=float,
+        positive, parse=float, flag="--partition-km", cli_default=DEFAULT_PARTITION_SIZE_M / 1000.0, to_option=_km, annotation=float,
+    ),
+    Option(
+        "tile_km", DEFAULT_TILE_KM,
+        "side of the reporting tiles (per-tile metrics, SPEC 6.3) in kilometres, in each UTM zone (default 10)",
+        positive, parse=float, annotation=float,
     ),
 )
+
+RENAMED_OPTIONS: dict[str, str] = {"tile_size_m": "partition_size_m"}
+"""Options of earlier versions under their new name (accepted with a DeprecationWarning)."""
 
 
 def all_options() -> tuple[Option, ...]:
@@ -112,6 +121,12 @@ def check_options(**kwargs: object) -> EvalOptions:
         For an option no family declares.
     """
     declared = {option.name: option for option in all_options()}
+    for old, new in RENAMED_OPTIONS.items():
+        if old in kwargs:
+            if new in kwargs:
+                raise TypeError(f"{old!r} is the old name of {new!r}; give only {new!r}.")
+            warnings.warn(f"the option {old!r} is now {new!r} (the partition size, not the reporting tiles)", DeprecationWarning, stacklevel=3)
+            kwargs[new] = kwargs.pop(old)
     unknown = sorted(set(kwargs) - set(declared))
     if unknown:
         raise TypeError(f"unknown evaluation option(s) {', '.join(map(repr, unknown))}; valid: {', '.join(declared)}.")

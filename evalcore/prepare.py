@@ -19,7 +19,7 @@ import shapely
 from pyproj import CRS
 
 from evalcore._typing import BoolArray, F64Array, GeomArray, IdArray
-from evalcore.config import AREA_WARNING_RTOL, DEFAULT_EQUAL_AREA_CRS, DEFAULT_TILE_SIZE_M
+from evalcore.config import AREA_WARNING_RTOL, DEFAULT_EQUAL_AREA_CRS, DEFAULT_PARTITION_SIZE_M
 from evalcore.crs import (
     WGS84,
     reproject_polygons,
@@ -107,12 +107,12 @@ class PreparedLayer:
         Geometry reprojected from ``geoms_source`` into its home zone, metres.
     perimeter_m : ndarray of float64
         Boundary length (all rings of all parts) in the home zone, metres.
-    tile_x, tile_y : ndarray of int64
+    partition_x, partition_y : ndarray of int64
         Partition tile of the centroid in the home zone's metres.
     n_input, n_dropped, n_repaired : int
         Rows read, rows excluded and rows repaired and kept.
     equal_area_crs : pyproj.CRS
-    tile_size_m : float
+    partition_size_m : float
     """
 
     name: str
@@ -127,13 +127,13 @@ class PreparedLayer:
     utm_epsg: IdArray
     geoms_utm: GeomArray
     perimeter_m: F64Array
-    tile_x: IdArray
-    tile_y: IdArray
+    partition_x: IdArray
+    partition_y: IdArray
     n_input: int
     n_dropped: int
     n_repaired: int
     equal_area_crs: CRS
-    tile_size_m: float
+    partition_size_m: float
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -283,7 +283,7 @@ def prepare_layer(
     name: str,
     *,
     equal_area_crs: object = None,
-    tile_size_m: float = DEFAULT_TILE_SIZE_M,
+    partition_size_m: float = DEFAULT_PARTITION_SIZE_M,
 ) -> PreparedLayer:
     """Prepare one polygon layer for evaluation (SPEC section 2).
 
@@ -297,7 +297,7 @@ def prepare_layer(
         Projected CRS in metres for areas and IoU; default EPSG:6933. A WARNING is
         logged when it changes any polygon's area by more than 0.01 % relative to
         EPSG:6933.
-    tile_size_m : float
+    partition_size_m : float
         Side of the square partition tiles in each UTM zone, metres.
 
     Returns
@@ -340,7 +340,7 @@ def prepare_layer(
 
     if crs is None:
         crs = None
-        return empty_layer(name, equal_area_crs=ea_crs, tile_size_m=tile_size_m, labels=labels, n_input=n_input)
+        return empty_layer(name, equal_area_crs=ea_crs, partition_size_m=partition_size_m, labels=labels, n_input=n_input)
 
     source = geoms[rows]
     # All before the 50 m split. Longitudes out of range first (PROJ would wrap them into a
@@ -368,7 +368,7 @@ def prepare_layer(
     lon, lat = transform_xy(shapely.get_x(centroids), shapely.get_y(centroids), ea_crs, WGS84)
     epsg = utm_epsg_of(lon, lat)
     geoms_utm = to_utm(source, crs, epsg)
-    tile_x, tile_y = _tiles(lon, lat, epsg, tile_size_m)
+    partition_x, partition_y = _tiles(lon, lat, epsg, partition_size_m)
     n_kept = len(rows)
     return PreparedLayer(
         name=name,
@@ -383,13 +383,13 @@ def prepare_layer(
         utm_epsg=epsg.astype(np.int64),
         geoms_utm=geoms_utm,
         perimeter_m=shapely.length(geoms_utm).astype(np.float64),
-        tile_x=tile_x,
-        tile_y=tile_y,
+        partition_x=partition_x,
+        partition_y=partition_y,
         n_input=n_input,
         n_dropped=n_input - n_kept,
         n_repaired=int(repaired[rows].sum()),
         equal_area_crs=ea_crs,
-        tile_size_m=float(tile_size_m),
+        partition_size_m=float(partition_size_m),
     )
 
 
@@ -397,7 +397,7 @@ def empty_layer(
     name: str,
     *,
     equal_area_crs: CRS,
-    tile_size_m: float,
+    partition_size_m: float,
     crs: CRS | None = None,
     labels: pd.Index | None = None,
     n_input: int = 0,
@@ -420,13 +420,13 @@ def empty_layer(
         utm_epsg=empty_i,
         geoms_utm=empty_g,
         perimeter_m=empty_f,
-        tile_x=empty_i,
-        tile_y=empty_i,
+        partition_x=empty_i,
+        partition_y=empty_i,
         n_input=n_input,
         n_dropped=n_input,
         n_repaired=0,
         equal_area_crs=equal_area_crs,
-        tile_size_m=float(tile_size_m),
+        partition_size_m=float(partition_size_m),
     )
 
 
@@ -583,16 +583,16 @@ def _check_reprojected(
         )
 
 
-def _tiles(lon: F64Array, lat: F64Array, epsg: IdArray, tile_size_m: float) -> tuple[IdArray, IdArray]:
+def _tiles(lon: F64Array, lat: F64Array, epsg: IdArray, partition_size_m: float) -> tuple[IdArray, IdArray]:
     """Partition tile of each centroid: floor of its UTM coordinates / tile size."""
-    tile_x = np.zeros(len(lon), dtype=np.int64)
-    tile_y = np.zeros(len(lon), dtype=np.int64)
+    partition_x = np.zeros(len(lon), dtype=np.int64)
+    partition_y = np.zeros(len(lon), dtype=np.int64)
     for code in np.unique(epsg):
         rows = np.flatnonzero(epsg == code)
         x, y = transform_xy(lon[rows], lat[rows], WGS84, utm_crs(int(code)))
-        tile_x[rows] = np.floor(x / tile_size_m).astype(np.int64)
-        tile_y[rows] = np.floor(y / tile_size_m).astype(np.int64)
-    return tile_x, tile_y
+        partition_x[rows] = np.floor(x / partition_size_m).astype(np.int64)
+        partition_y[rows] = np.floor(y / partition_size_m).astype(np.int64)
+    return partition_x, partition_y
 
 
 def _check_antimeridian(where: str, labels: pd.Index, rows: IdArray, source: GeomArray, bounds: F64Array, crs: CRS) -> None:

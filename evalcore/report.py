@@ -121,7 +121,7 @@ def render_report(metrics: dict, *, title: str = "Evaluation report", inputs: di
         b = metrics["bootstrap"]
         lines += [
             f"Intervals: {b['n_resamples']} stratified bootstrap resamples of the reference fields, seed {b['seed']}, "
-            f"tiles of {b['tile_size_m'] / 1000:g} km. They assume fields are independent and are too narrow when errors cluster in space.",
+            f"tiles of {b['partition_size_m'] / 1000:g} km. They assume fields are independent and are too narrow when errors cluster in space.",
             "",
         ]
     if metrics.get("iou_sweep"):

@@ -198,7 +198,7 @@ def build_summary(
             "confidence_level": BOOTSTRAP_CONFIDENCE_LEVEL,
             "method": "percentile",
             "resampling": "reference fields with replacement" + (" within strata" if stratified else ""),
-            "tile_size_m": options.tile_size_m,
+            "partition_size_m": options.partition_size_m,
             "ci": ci,
             "n_undefined": {k: v for k, v in n_undefined.items() if v},
         }

@@ -210,7 +210,7 @@ def _manifest(record: RunRecord, params: EvaluateParams, inputs: dict, status: s
         "parameters": params.model_dump(mode="json"),
         "inputs": inputs,
         "versions": package_versions(),
-        "tile_size_m": params.tile_size_m,
+        "partition_size_m": params.partition_size_m,
         "dask_dashboard": dashboard,
         "timings_s": record.timings,
         "partitions": partitions,
@@ -222,7 +222,7 @@ def evaluate_layers(params: EvaluateParams) -> dict:
     """Evaluate a predicted layer against a reference layer on a Dask cluster.
 
     Returns the metrics dict (the same as ``evalcore.evaluate`` with the same
-    ``tile_size_m``) and writes the run directory described in this module.
+    ``partition_size_m``) and writes the run directory described in this module.
     """
     options = params.options()  # bad options fail here, before the run directory exists
     out = Path(params.output_dir)

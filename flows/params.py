@@ -62,7 +62,7 @@ class EvaluateParams(MetricParams):
     """Everything one evaluation run needs, validated once when the flow starts.
 
     Layer locations are local paths (fsspec URLs are staged by the caller). Metric
-    options mean what they mean in :func:`evalcore.evaluate`; ``tile_size_m`` is the
+    options mean what they mean in :func:`evalcore.evaluate`; ``partition_size_m`` is the
     partition tile side in metres; ``cluster`` is a Dask scheduler address, or None for
     an embedded ``LocalCluster`` with ``n_workers`` worker processes.
     """

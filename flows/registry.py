@@ -332,7 +332,7 @@ def run_summary(metrics: Mapping) -> dict:
         "ci": ci,
         "counts": {key: metrics[key] for key in SUMMARY_COUNTS if key in metrics},
         "bootstrap": (
-            {k: boot.get(k) for k in ("n_resamples", "seed", "confidence_level", "tile_size_m")} if boot else None
+            {k: boot.get(k) for k in ("n_resamples", "seed", "confidence_level", "partition_size_m")} if boot else None
         ),
     }
 

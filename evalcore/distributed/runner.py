@@ -174,7 +174,7 @@ def prepare_chunk_task(
     chunk: Chunk,
     workdir: str,
     equal_area_crs: str | None,
-    tile_size_m: float,
+    partition_size_m: float,
     tolerance_m: float | None,
     strata_column: str | None,
 ) -> dict:
@@ -188,13 +188,13 @@ def prepare_chunk_task(
                 f"The strata column {strata_column!r} is not in the {source.describe()}; its columns are: {columns}."
             )
         strata_all = strata_values(gdf, strata_column, len(gdf))
-    layer = prepare_layer(gdf, source.role, equal_area_crs=equal_area_crs, tile_size_m=tile_size_m)
+    layer = prepare_layer(gdf, source.role, equal_area_crs=equal_area_crs, partition_size_m=partition_size_m)
     local = layer.positions
     layer = replace(layer, positions=layer.positions + chunk.start)
     strata = strata_all[local] if strata_all is not None else None
     reach = _reach(layer, tolerance_m)
     boxes = boundary.candidate_boxes(layer)
-    keys = np.stack([layer.utm_epsg, layer.tile_x, layer.tile_y], axis=1) if len(layer) else np.empty((0, 3), np.int64)
+    keys = np.stack([layer.utm_epsg, layer.partition_x, layer.partition_y], axis=1) if len(layer) else np.empty((0, 3), np.int64)
     _inject_fault("prepare", f"{source.role}-{chunk.index}")
     partitions = {}
     files = []
@@ -245,11 +245,11 @@ class _LayerInfo:
 
 
 def _read(
-    workdir: str, role: str, key: PartitionKey, info: _LayerInfo, ea_crs: CRS, tile_size_m: float,
+    workdir: str, role: str, key: PartitionKey, info: _LayerInfo, ea_crs: CRS, partition_size_m: float,
     window: Box | None = None, geometries: tuple[str, ...] = storage.GEOMETRY_COLUMNS,
 ) -> PreparedLayer:
     layer, _, _ = storage.read_partition(
-        Path(workdir), role, key, crs=info.crs, equal_area_crs=ea_crs, tile_size_m=tile_size_m,
+        Path(workdir), role, key, crs=info.crs, equal_area_crs=ea_crs, partition_size_m=partition_size_m,
         window=window, grow_by_reach=window is not None, geometries=geometries,
     )
     return layer
@@ -273,7 +273,7 @@ def pairs_task(
     """
     _inject_fault("pairs", storage.key_name(key))
     ea_crs = CRS.from_user_input(ea_crs_text)
-    tile = options.tile_size_m
+    tile = options.partition_size_m
     tol = options.boundary_tolerance_m
     has_ref, has_pred = key in ref_info.partitions, key in pred_info.partitions
     # The source geometry serves only to reproject a row into another zone than its own
@@ -285,8 +285,8 @@ def pairs_task(
     def geometries(j: PartitionKey) -> tuple[str, ...]:
         return lean if j[0] == key[0] else everything
 
-    ref_own = _read(workdir, "reference", key, ref_info, ea_crs, tile, geometries=lean) if has_ref else empty_layer("reference", crs=ref_info.crs, equal_area_crs=ea_crs, tile_size_m=tile)
-    pred_own = _read(workdir, "predicted", key, pred_info, ea_crs, tile, geometries=lean) if has_pred else empty_layer("predicted", crs=pred_info.crs, equal_area_crs=ea_crs, tile_size_m=tile)
+    ref_own = _read(workdir, "reference", key, ref_info, ea_crs, tile, geometries=lean) if has_ref else empty_layer("reference", crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=tile)
+    pred_own = _read(workdir, "predicted", key, pred_info, ea_crs, tile, geometries=lean) if has_pred else empty_layer("predicted", crs=pred_info.crs, equal_area_crs=ea_crs, partition_size_m=tile)
     # The halo: rows of neighbouring partitions whose grown boxes reach this partition's
     # grown boxes (their union, the partition's reach box, was recorded when preparing).
     pred_near = [pred_own]
@@ -334,7 +334,7 @@ def sums_task(
     if results is None:
         raise PartitionMissingError(f"partition {storage.key_name(key)}: its pairs output is missing or does not match its checksums")
     layer, strata, _ = storage.read_partition(
-        Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, tile_size_m=options.tile_size_m,
+        Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=options.partition_size_m,
         geometries=("geometry",) if frame_dir is not None else (),
     )
     refs = RefRows.of_layer(layer, strata, plan)
@@ -733,7 +733,7 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
             chunk,
             str(setup.workdir),
             options.equal_area_crs,
-            options.tile_size_m,
+            options.partition_size_m,
             options.boundary_tolerance_m,
             setup.strata_column,
             key=setup.task_key("prepare", source.role, chunk.index),

@@ -86,7 +86,7 @@ class Option:
         Command-line flag (default ``--`` + name with dashes).
     cli_default : object, optional
         Default shown and used on the command line when it differs in unit from
-        ``default`` (``--tile-km 50`` for ``tile_size_m=50000``).
+        ``default`` (``--partition-km 50`` for ``partition_size_m=50000``).
     to_option : callable, optional
         Converts the command-line value to the library value (km to m).
     annotation : object

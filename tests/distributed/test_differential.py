@@ -66,7 +66,7 @@ def layers():
 @pytest.fixture(scope="module")
 def expected(layers):
     predicted, reference = layers
-    return {tile: evalcore.evaluate(predicted, reference, tile_size_m=tile, **OPTIONS) for tile in TILE_SIZES}
+    return {tile: evalcore.evaluate(predicted, reference, partition_size_m=tile, **OPTIONS) for tile in TILE_SIZES}
 
 
 @pytest.fixture(scope="module", params=[1, 2, 3], ids=lambda n: f"{n}workers")
@@ -77,13 +77,13 @@ def client(request):
         yield c
 
 
-@pytest.mark.parametrize("tile_size_m", TILE_SIZES, ids=lambda t: f"tile{int(t)}m")
-def test_distributed_equals_single_process(layers, expected, client, tile_size_m, tmp_path):
+@pytest.mark.parametrize("partition_size_m", TILE_SIZES, ids=lambda t: f"tile{int(t)}m")
+def test_distributed_equals_single_process(layers, expected, client, partition_size_m, tmp_path):
     predicted, reference = layers
     result = evalcore.evaluate(
-        predicted, reference, tile_size_m=tile_size_m, client=client, workdir=tmp_path / "work", **OPTIONS
+        predicted, reference, partition_size_m=partition_size_m, client=client, workdir=tmp_path / "work", **OPTIONS
     )
-    assert differences(result, expected[tile_size_m]) == []
+    assert differences(result, expected[partition_size_m]) == []
 
 
 def test_tile_size_changes_no_point_estimate(expected):
@@ -98,10 +98,10 @@ def test_seams_are_present(layers):
     from evalcore.prepare import prepare_layer
 
     predicted, reference = layers
-    ref = prepare_layer(reference, "reference", tile_size_m=2_000.0)
-    pred = prepare_layer(predicted, "predicted", tile_size_m=2_000.0)
+    ref = prepare_layer(reference, "reference", partition_size_m=2_000.0)
+    pred = prepare_layer(predicted, "predicted", partition_size_m=2_000.0)
     assert set(ref.utm_epsg) == {32612, 32613}
-    ref_keys = set(zip(ref.utm_epsg, ref.tile_x, ref.tile_y))
+    ref_keys = set(zip(ref.utm_epsg, ref.partition_x, ref.partition_y))
     assert len(ref_keys) >= 8
     # A prediction that overlaps reference fields of three partitions.
     import shapely
@@ -110,14 +110,14 @@ def test_seams_are_present(layers):
     i_pred, i_ref = tree.query(pred.geoms_ea, predicate="intersects")
     keys_per_pred: dict[int, set] = {}
     for p, r in zip(i_pred, i_ref):
-        keys_per_pred.setdefault(int(p), set()).add((ref.utm_epsg[r], ref.tile_x[r], ref.tile_y[r]))
+        keys_per_pred.setdefault(int(p), set()).add((ref.utm_epsg[r], ref.partition_x[r], ref.partition_y[r]))
     assert max(len(k) for k in keys_per_pred.values()) >= 3
 
 
 def test_missing_partition_fails_the_merge(layers, client, tmp_path):
     predicted, reference = layers
     work = tmp_path / "work"
-    options = check_options(bootstrap=0, tile_size_m=2_000.0)
+    options = check_options(bootstrap=0, partition_size_m=2_000.0)
     setup = start_run(stage_layer(predicted, "predicted", work), stage_layer(reference, "reference", work), options, work)
     index = prepare_phase(client, setup)
     plan = plan_phase(setup, index)

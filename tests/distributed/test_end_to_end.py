@@ -79,7 +79,7 @@ def test_cli_against_real_scheduler_and_workers(dask_processes, tmp_path):
         [
             str(BIN / "evalcore"), "evaluate", "-p", str(pred_path), "--pred-layer", "predictions", "-r", str(ref_path),
             "--strata-column", "stratum", "--size-bins", "0,1,2,5,inf", "--bootstrap", "30",
-            "--boundary-tolerance-m", "5", "--tile-km", "2", "--cluster", address,
+            "--boundary-tolerance-m", "5", "--partition-km", "2", "--cluster", address,
             "--frame-out", str(tmp_path / "fields"), "-o", str(out),
         ],
         capture_output=True, text=True, timeout=300,
@@ -91,7 +91,7 @@ def test_cli_against_real_scheduler_and_workers(dask_processes, tmp_path):
     result = json.loads(out.read_text())
     expected = evalcore.evaluate(
         str(pred_path), str(ref_path), strata="stratum", size_bins=[0, 1, 2, 5, float("inf")],
-        bootstrap=30, boundary_tolerance_m=5.0, tile_size_m=2_000.0,
+        bootstrap=30, boundary_tolerance_m=5.0, partition_size_m=2_000.0,
     )
     from evalcore.io import to_jsonable
 
@@ -116,7 +116,7 @@ def test_relative_paths_from_another_directory_reach_the_workers(dask_processes,
     (data / "out").mkdir()
     proc = subprocess.run(
         [
-            str(BIN / "evalcore"), "evaluate", "-p", "predicted.parquet", "-r", "reference.parquet", "--tile-km", "5",
+            str(BIN / "evalcore"), "evaluate", "-p", "predicted.parquet", "-r", "reference.parquet", "--partition-km", "5",
             "--cluster", address, "--workdir", "work", "--frame-out", "fields/", "-o", "out/metrics.json", "-q",
         ],
         capture_output=True, text=True, timeout=300, cwd=data,
@@ -125,7 +125,7 @@ def test_relative_paths_from_another_directory_reach_the_workers(dask_processes,
     result = json.loads((data / "out" / "metrics.json").read_text())
     from evalcore.io import to_jsonable
 
-    expected = evalcore.evaluate(str(data / "predicted.parquet"), str(data / "reference.parquet"), tile_size_m=5_000.0)
+    expected = evalcore.evaluate(str(data / "predicted.parquet"), str(data / "reference.parquet"), partition_size_m=5_000.0)
     assert differences(result, to_jsonable(expected)) == []
     assert sorted((data / "fields").glob("part-*.parquet"))
 

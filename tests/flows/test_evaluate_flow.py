@@ -43,7 +43,7 @@ def run(tmp_path_factory):
         size_bins="auto",
         bootstrap=30,
         boundary_tolerance_m=10,
-        tile_size_m=10_000,
+        partition_size_m=10_000,
         n_workers=2,
     )
     state = evaluate_layers(params, return_state=True)
@@ -60,7 +60,7 @@ def _json(path: Path) -> dict:
 def test_metrics_equal_single_process(run):
     expected = to_jsonable(
         evalcore.evaluate(
-            str(run.pred), str(run.ref), strata="stratum", size_bins="auto", bootstrap=30, boundary_tolerance_m=10.0, tile_size_m=10_000.0
+            str(run.pred), str(run.ref), strata="stratum", size_bins="auto", bootstrap=30, boundary_tolerance_m=10.0, partition_size_m=10_000.0
         )
     )
     assert _json(run.out / "metrics.json") == expected  # exact: same partitions, same summation order

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LOCAL = ROOT / "deploy" / "local"
 BIN = Path(sys.executable).parent
 SERVICES = {"prefect-server", "dask-scheduler", "dask-worker-1", "dask-worker-2", "prefect-worker"}
-OPTIONS = {"tile_size_m": 5_000.0, "boundary_tolerance_m": 2.0, "bootstrap": 20}
+OPTIONS = {"partition_size_m": 5_000.0, "boundary_tolerance_m": 2.0, "bootstrap": 20}
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="bash scripts, POSIX sessions")
 
@@ -304,7 +304,7 @@ def test_deployments_worker_and_event_trigger_on_the_stack(stack, tmp_path):
 
     pred_path, ref_path = write_layers(tmp_path / "data", 400, seed=5)
     out = tmp_path / "deployed-run"
-    params = {"predicted": str(pred_path), "reference": str(ref_path), "output_dir": str(out), "tile_size_m": 5_000.0, "cluster": stack.scheduler}
+    params = {"predicted": str(pred_path), "reference": str(ref_path), "output_dir": str(out), "partition_size_m": 5_000.0, "cluster": stack.scheduler}
     with temporary_settings({PREFECT_API_URL: stack.api}), get_client(sync_client=True) as client:
         reevaluate = client.read_deployment_by_name("reevaluate-new-imagery/reevaluate-new-imagery")
         assert [s.schedule.cron for s in reevaluate.schedules] == ["0 2 * * *"]
@@ -314,7 +314,7 @@ def test_deployments_worker_and_event_trigger_on_the_stack(stack, tmp_path):
         # a flow-run subprocess, the stack's Dask cluster.
         flow_run = run_deployment("evaluate-layers/national-evaluation", parameters={"params": params}, timeout=240, poll_interval=1)
         assert flow_run.state.is_completed(), (flow_run.state, (stack.state / "prefect-worker.log").read_text()[-4000:])
-        expected = evalcore.evaluate(pred_path, ref_path, tile_size_m=5_000.0)
+        expected = evalcore.evaluate(pred_path, ref_path, partition_size_m=5_000.0)
         metrics_json = json.loads((out / "metrics.json").read_text())
         assert metrics_json["count_reference"] == expected["count_reference"]
         assert math.isclose(metrics_json["f1"], expected["f1"], rel_tol=1e-9)

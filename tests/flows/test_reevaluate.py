@@ -37,7 +37,7 @@ from flows.reevaluate import artifact_key, expand_braces, list_layers, product_n
 from flows.registry import RunRecord, compare_summaries, default_registry_url, open_registry, run_summary
 
 PRODUCT = "fields-ml"
-OPTIONS = dict(bootstrap=20, boundary_tolerance_m=10, tile_size_m=10_000, strata_column="stratum", n_workers=2)
+OPTIONS = dict(bootstrap=20, boundary_tolerance_m=10, partition_size_m=10_000, strata_column="stratum", n_workers=2)
 
 
 class _Collect(logging.Handler):

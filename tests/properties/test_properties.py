@@ -311,4 +311,4 @@ def test_tile_size_changes_no_point_estimate(pair, data, tile, matching):
     strata = data.draw(st.lists(st.sampled_from(["a", "b", None]), min_size=len(ref), max_size=len(ref)))
     kwargs = dict(matching=matching, strata=strata, size_bins=[0, 1, 4, float("inf")], **FAST)
     base = evaluate(pred, ref, 0.4, **kwargs)
-    assert_metrics_equal(evaluate(pred, ref, 0.4, tile_size_m=tile, **kwargs), base, rel=1e-9, skip=SKIP)
+    assert_metrics_equal(evaluate(pred, ref, 0.4, partition_size_m=tile, **kwargs), base, rel=1e-9, skip=SKIP)

@@ -356,7 +356,7 @@ CASES = [
          setup=_output_not_writable),
     # ---- parameters
     Case("iou_threshold_nan", lambda t: (_pair(predicted(t), reference(t), "--iou-threshold", "nan"), ["iou_threshold", "nan"])),
-    Case("tile_size_zero", lambda t: (_pair(predicted(t), reference(t), "--tile-km", "0"), ["tile_size_m", "0.0"])),
+    Case("tile_size_zero", lambda t: (_pair(predicted(t), reference(t), "--partition-km", "0"), ["partition_size_m", "0.0"])),
     Case("workers_zero", lambda t: (_pair(predicted(t), reference(t), "--cluster", "local", "--workers", "0"), ["--workers", "0"])),
     # ---- documented handling (exit status 0)
     Case("zero_row_layer", _with_pred(_parquet(GOOD.iloc[:0]), "zero.parquet"), 0,

@@ -39,7 +39,7 @@ from evalcore.distributed.sources import LayerSource
 from evalcore.io import to_jsonable
 from evalcore.synth import write_layers
 
-OPTIONS = dict(strata="stratum", size_bins="auto", bootstrap=20, boundary_tolerance_m=10.0, tile_size_m=10_000.0)
+OPTIONS = dict(strata="stratum", size_bins="auto", bootstrap=20, boundary_tolerance_m=10.0, partition_size_m=10_000.0)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def expected(data):
 def _setup(data, work: Path, **option_changes) -> RunSetup:
     pred, ref = data
     options = check_options(
-        **{"bootstrap": OPTIONS["bootstrap"], "boundary_tolerance_m": 10.0, "tile_size_m": OPTIONS["tile_size_m"], **option_changes}
+        **{"bootstrap": OPTIONS["bootstrap"], "boundary_tolerance_m": 10.0, "partition_size_m": OPTIONS["partition_size_m"], **option_changes}
     )
     return start_run(
         LayerSource(str(pred), None, "predicted"),
@@ -192,7 +192,7 @@ from flows.params import EvaluateParams
 with prefect_test_harness(server_startup_timeout=300):
     evaluate_layers(EvaluateParams(predicted={str(pred)!r}, reference={str(ref)!r}, output_dir={str(out)!r},
         strata_column="stratum", size_bins="auto", bootstrap=20, boundary_tolerance_m=10.0,
-        tile_size_m=10000.0, n_workers=2))
+        partition_size_m=10000.0, n_workers=2))
 """
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).parents[2], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -214,7 +214,7 @@ with prefect_test_harness(server_startup_timeout=300):
     with prefect_test_harness(server_startup_timeout=300):
         metrics = evaluate_layers(
             EvaluateParams(predicted=str(pred), reference=str(ref), output_dir=str(out), strata_column="stratum",
-                           size_bins="auto", bootstrap=20, boundary_tolerance_m=10.0, tile_size_m=10_000.0, n_workers=2)
+                           size_bins="auto", bootstrap=20, boundary_tolerance_m=10.0, partition_size_m=10_000.0, n_workers=2)
         )
     assert to_jsonable(metrics) == expected
     assert json.loads((out / "metrics.json").read_text()) == expected

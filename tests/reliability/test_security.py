@@ -128,7 +128,7 @@ def test_distributed_run_writes_only_inside_its_directories(watched, tmp_path: P
     work, frames = tmp_path / "work", tmp_path / "frames"
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
         before_cluster = changed()  # the cluster itself writes nothing into the watched tree
-        metrics = run_distributed(str(pred), str(ref), client, check_options(tile_size_m=500.0), strata="county", workdir=work,
+        metrics = run_distributed(str(pred), str(ref), client, check_options(partition_size_m=500.0), strata="county", workdir=work,
                                   frame_dir=frames, pred_layer="/etc/passwd", ref_layer=HOSTILE_LAYER, chunk_rows=3)
     assert set(metrics["per_stratum"]) == set(HOSTILE_STRATA)
     new = changed() - before_cluster
@@ -259,7 +259,7 @@ def test_tls_cluster_gives_the_single_process_answer(tmp_path: Path):
     other_ca, other_cert = _certificates(tmp_path / "other")  # a valid certificate from another CA
     stranger = Security(tls_ca_file=str(other_ca), tls_client_cert=str(other_cert), require_encryption=True)
     pred, ref = make_layers(800, 3)
-    options = dict(strata="stratum", boundary_tolerance_m=5.0, bootstrap=10, tile_size_m=20_000.0)
+    options = dict(strata="stratum", boundary_tolerance_m=5.0, bootstrap=10, partition_size_m=20_000.0)
     expected = evalcore.evaluate(pred, ref, **options)
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, protocol="tls://", host="127.0.0.1",
                       security=security, dashboard_address=None) as cluster:

@@ -172,7 +172,7 @@ def test_summary_keys_with_tolerance_strata_size_bins_and_bootstrap():
     assert set(m) == SUMMARY_KEYS | TOLERANCE_SUMMARY_KEYS | FAMILY_KEYS | extra
     assert m["boundary_tolerance_m"] == 5.0
     assert set(m["bootstrap"]) == {
-        "n_resamples", "seed", "confidence_level", "method", "resampling", "tile_size_m", "ci", "n_undefined",
+        "n_resamples", "seed", "confidence_level", "method", "resampling", "partition_size_m", "ci", "n_undefined",
     }
     for entry in list(m["per_stratum"].values()) + list(m["per_size_class"].values()):
         assert "ci" in entry and "bootstrap" not in entry
@@ -581,7 +581,7 @@ def test_bad_bootstrap_seed():
         evaluate(pred, ref, bootstrap=2, bootstrap_seed=-1)
 
 
-@pytest.mark.parametrize("name", ["boundary_tolerance_m", "boundary_sample_spacing_m", "tile_size_m"])
+@pytest.mark.parametrize("name", ["boundary_tolerance_m", "boundary_sample_spacing_m", "partition_size_m"])
 @pytest.mark.parametrize("value", [0, 0.0, -1.0, float("nan"), float("inf")])
 def test_non_positive_lengths(name, value):
     pred, ref = scenario_a(UTM)
@@ -793,7 +793,7 @@ def test_check_options_defaults_and_normalisation():
     opts = check_options()
     assert (opts.iou_threshold, opts.matching, opts.bootstrap, opts.bootstrap_seed) == (0.5, "one_to_one", 0, 42)
     assert opts.boundary_tolerance_m is None and opts.boundary_sample_spacing_m == 1.0
-    assert opts.tile_size_m == 50_000.0
+    assert opts.partition_size_m == 50_000.0
     opts = check_options(iou_threshold=1, bootstrap=np.int64(3), boundary_tolerance_m=2)
     assert opts.iou_threshold == 1.0 and isinstance(opts.iou_threshold, float)
     assert opts.bootstrap == 3 and opts.boundary_tolerance_m == 2.0

@@ -4,7 +4,7 @@ Exact interval bounds depend on the random draws and cannot be computed by hand;
 what is tested is what the spec fixes: reproducibility, the pools (each stratum and
 the missing-stratum set at its own size), that a field brings its home predictions,
 that unassigned predictions are in every resample, which resamples leave a metric
-undefined, and that tile_size_m changes the draws but no point estimate.
+undefined, and that partition_size_m changes the draws but no point estimate.
 """
 
 from __future__ import annotations
@@ -54,10 +54,10 @@ def test_block_structure(grid_result):
     assert block["n_resamples"] == N_RESAMPLES
     assert block["seed"] == 42
     assert block["confidence_level"] == 0.95
-    assert block["tile_size_m"] == 50_000.0
+    assert block["partition_size_m"] == 50_000.0
     assert block["method"] == "percentile"
     assert block["resampling"] == "reference fields with replacement"
-    assert set(block) == {"n_resamples", "seed", "confidence_level", "method", "resampling", "tile_size_m", "ci", "n_undefined"}
+    assert set(block) == {"n_resamples", "seed", "confidence_level", "method", "resampling", "partition_size_m", "ci", "n_undefined"}
     # SPEC 5.1: n_undefined lists only the metrics undefined in some resample.
     assert set(block["n_undefined"]) <= set(block["ci"]) and all(block["n_undefined"].values())
     assert set(CHECKED) <= set(block["ci"])
@@ -116,8 +116,8 @@ def test_different_seed_different_intervals(grid, grid_result):
 
 def test_tile_size_changes_intervals_but_no_point_estimate(grid, grid_result):
     pred, ref = grid
-    small = evaluate(pred, ref, bootstrap=N_RESAMPLES, tile_size_m=1_000)
-    assert small["bootstrap"]["tile_size_m"] == 1_000.0
+    small = evaluate(pred, ref, bootstrap=N_RESAMPLES, partition_size_m=1_000)
+    assert small["bootstrap"]["partition_size_m"] == 1_000.0
     a, b = dict(small), dict(grid_result)
     block_a, block_b = a["bootstrap"], b["bootstrap"]
     assert_metrics_equal(a, b, skip=INTERVAL_BLOCKS)
@@ -131,7 +131,7 @@ def test_tile_size_changes_no_point_estimate_with_groups():
     base = evaluate(pred, ref, 0.3, strata=strata, size_bins="auto")
     for tile in (150.0, 700.0, 5_000.0):
         assert_metrics_equal(
-            evaluate(pred, ref, 0.3, strata=strata, size_bins="auto", tile_size_m=tile), base, rel=1e-12
+            evaluate(pred, ref, 0.3, strata=strata, size_bins="auto", partition_size_m=tile), base, rel=1e-12
         )
 
 
@@ -154,12 +154,12 @@ def _degenerate_layers() -> tuple:
     return layer(preds), layer(refs)
 
 
-@pytest.mark.parametrize("tile_size_m", [50_000.0, 100.0])
-def test_a_field_brings_its_home_predictions_and_unassigned_ones_are_always_in(tile_size_m):
+@pytest.mark.parametrize("partition_size_m", [50_000.0, 100.0])
+def test_a_field_brings_its_home_predictions_and_unassigned_ones_are_always_in(partition_size_m):
     # With 100 m tiles each field and its extra prediction have centroids in different
     # tiles: the prediction must still travel with its home field.
     pred, ref = _degenerate_layers()
-    m = evaluate(pred, ref, bootstrap=100, tile_size_m=tile_size_m)
+    m = evaluate(pred, ref, bootstrap=100, partition_size_m=partition_size_m)
     # Every field contributes TP 1 and FP 1; the 5 unassigned FPs are in every resample,
     # and a resample has 10 fields: precision = 10 / (10 + 10 + 5) = 0.4 in each one.
     assert (m["count_tp"], m["count_fp"], m["count_fp_unassigned"]) == (10, 15, 5)
@@ -229,15 +229,15 @@ def _matched_and_missed(n_matched: int = 30, n_missed: int = 10) -> tuple:
     return layer(preds), layer(refs)
 
 
-@pytest.mark.parametrize("tile_size_m", [50_000.0, 250.0])
+@pytest.mark.parametrize("partition_size_m", [50_000.0, 250.0])
 @pytest.mark.parametrize("missed_label", ["b", None])
-def test_stratified_resampling_fixes_the_share_of_each_pool(missed_label, tile_size_m):
+def test_stratified_resampling_fixes_the_share_of_each_pool(missed_label, partition_size_m):
     # Stratum "a": 30 matched fields; the other pool: 10 unmatched fields. With each pool
     # resampled at its own size every resample has 30 TP of 40: recall is 0.75 exactly,
     # however the pools are spread over tiles.
     pred, ref = _matched_and_missed()
     strata = ["a"] * 30 + [missed_label] * 10
-    m = evaluate(pred, ref, strata=strata, bootstrap=N_RESAMPLES, tile_size_m=tile_size_m)
+    m = evaluate(pred, ref, strata=strata, bootstrap=N_RESAMPLES, partition_size_m=partition_size_m)
     assert m["recall"] == 0.75
     assert m["bootstrap"]["ci"]["recall"] == [0.75, 0.75]
     # Without strata the share varies between resamples.

@@ -261,14 +261,14 @@ def test_home_zone_is_the_zone_of_the_centroid():
 
 def test_tiles_are_the_floor_of_the_centroid_over_the_tile_size():
     gdf = layer([square(X0, Y0, 100), square(X0 + 1_200, Y0 - 600, 100), square(X0 - 300, Y0, 100)])
-    prep = prepare_layer(gdf, "reference", tile_size_m=1_000.0)
+    prep = prepare_layer(gdf, "reference", partition_size_m=1_000.0)
     # centroids (500050, 4400050), (501250, 4399450), (499750, 4400050)
-    assert prep.tile_x.tolist() == [500, 501, 499]
-    assert prep.tile_y.tolist() == [4400, 4399, 4400]
+    assert prep.partition_x.tolist() == [500, 501, 499]
+    assert prep.partition_y.tolist() == [4400, 4399, 4400]
     prep = prepare_layer(gdf, "reference")  # 50 km
-    assert prep.tile_x.tolist() == [10, 10, 9]
-    assert prep.tile_y.tolist() == [88, 87, 88]
-    assert prep.tile_size_m == 50_000.0
+    assert prep.partition_x.tolist() == [10, 10, 9]
+    assert prep.partition_y.tolist() == [88, 87, 88]
+    assert prep.partition_size_m == 50_000.0
 
 
 def test_reproject_polygons_with_a_split_gives_the_coordinates_of_segmentize_then_transform():
