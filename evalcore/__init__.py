@@ -4,7 +4,7 @@ The public API is a drop-in for ``agribound.evaluate``: :func:`evaluate`,
 :func:`evaluate_frame`, :func:`pixels_per_field` and the constants below.
 """
 
-from evalcore.api import evaluate, evaluate_frame, pixels_per_field
+from evalcore.api import EvaluationTables, evaluate, evaluate_frame, evaluate_tables, pixels_per_field
 from evalcore.config import (
     BOOTSTRAP_CONFIDENCE_LEVEL,
     BOUNDARY_MAX_SAMPLES,
@@ -18,6 +18,8 @@ __version__ = "0.1.0"
 __all__ = [
     "evaluate",
     "evaluate_frame",
+    "evaluate_tables",
+    "EvaluationTables",
     "pixels_per_field",
     "MATCHING_METHODS",
     "BOUNDARY_SAMPLE_SPACING_M",

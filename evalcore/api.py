@@ -22,6 +22,7 @@ from evalcore.engine import (
     field_table,
     merge_partitions,
     partition_keys,
+    prediction_table,
     resolve_run,
     route,
     summarize_partition,
@@ -29,13 +30,17 @@ from evalcore.engine import (
 from evalcore.groups import strata_values
 from evalcore.metrics.checks import positive
 from evalcore.options import EvalOptions, RunPlan, check_options, make_run_plan
+from evalcore.levels import Sites, aois_frame, prepare_sites, tiles_frame
+from evalcore.quantities import index_of
 from evalcore.prepare import PreparedLayer, layer_geometries, prepare_layer
-from evalcore.summary import build_summary
+from evalcore.summary import build_summary, level_tables
 
 __all__ = [
     "evaluate",
     "evaluate_frame",
     "evaluate_with_frame",
+    "evaluate_tables",
+    "EvaluationTables",
     "pixels_per_field",
     "EvalOptions",
     "check_options",
@@ -57,6 +62,8 @@ class _Evaluation:
     size_codes: np.ndarray
     merged: MergedSums
     strata_column: str | None
+    sites: Sites
+    preds: pd.DataFrame  # every prediction's matching outcome and sites, indexed by position
 
 
 def _partition_of_rows(keys: list[tuple[int, int, int]]) -> tuple[list[tuple[int, int, int]], np.ndarray]:
@@ -70,8 +77,9 @@ def _partition_of_rows(keys: list[tuple[int, int, int]]) -> tuple[list[tuple[int
 
 def _run(predicted: object, reference: object, strata: object, size_bins: object, options: EvalOptions) -> _Evaluation:
     """The phases of the distributed run, in this process: every partition in turn."""
-    ref = prepare_layer(reference, "reference", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m)
-    pred = prepare_layer(predicted, "predicted", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m)
+    sites = prepare_sites(options, options.equal_area_crs)
+    ref = prepare_layer(reference, "reference", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m, sites=sites)
+    pred = prepare_layer(predicted, "predicted", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m, sites=sites)
     ref_strata = None
     if strata is not None:
         ref_strata = strata_values(reference, strata, ref.n_input)[ref.positions]
@@ -112,12 +120,13 @@ def _run(predicted: object, reference: object, strata: object, size_bins: object
         )
         parts.append(summary)
         frames.append(fields)
-    merged = merge_partitions(parts, resolved.unassigned, options, plan)
+    merged = merge_partitions(parts, resolved.unassigned, options, plan, resolved.homeless_tiles, resolved.homeless_aois)
     fields = pd.concat(frames).sort_index() if frames else _empty_fields()
     fields["matched_pred_pos"] = fields["matched_pred_pos"].astype(np.int64)
     fields["max_overlap_pred_pos"] = fields["max_overlap_pred_pos"].astype(np.int64)
     strata_column = strata if isinstance(strata, str) else None
-    return _Evaluation(options, plan, ref, pred, fields, all_refs.strata_codes, all_refs.size_codes, merged, strata_column)
+    return _Evaluation(options, plan, ref, pred, fields, all_refs.strata_codes, all_refs.size_codes, merged, strata_column,
+                       sites, resolved.preds)
 
 
 def _empty_fields() -> pd.DataFrame:
@@ -139,6 +148,9 @@ def _empty_fields() -> pd.DataFrame:
         "boundary_mean_distance_m": np.empty(0),
         "boundary_sample_spacing_m": np.empty(0),
         "boundary_within_tolerance_m": np.empty(0),
+        "tile_x": np.empty(0, np.int64),
+        "tile_y": np.empty(0, np.int64),
+        "aoi": np.empty(0, np.int64),
     }
     return pd.DataFrame(columns, index=pd.Index(np.empty(0, np.int64), name="ref_pos"))
 
@@ -153,7 +165,7 @@ def _summarize(ev: _Evaluation, options: EvalOptions) -> dict[str, object]:
     codes = sorted({int(c) for c in np.concatenate([ev.ref.utm_epsg, ev.pred.utm_epsg])})
     return build_summary(
         ev.merged, ev.plan, options, layer_counts=counts, utm_epsg_codes=codes,
-        equal_area_crs=ev.ref.equal_area_crs.to_string(), strata_column=ev.strata_column,
+        equal_area_crs=ev.ref.equal_area_crs.to_string(), strata_column=ev.strata_column, sites=ev.sites,
     )
 
 
@@ -237,6 +249,7 @@ def _frame(ev: _Evaluation, reference: object) -> pd.DataFrame:
         size_keys=ev.plan.sizes.keys if ev.plan.sizes is not None else None,
         size_codes=ev.size_codes,
         tolerance_m=ev.options.boundary_tolerance_m,
+        aoi_keys=ev.sites.aois.keys if ev.sites.aois is not None else None,
     )
 
 
@@ -284,6 +297,63 @@ def evaluate_with_frame(
     ev = _run(predicted, reference, strata, size_bins, options)
     frame = geopandas.GeoDataFrame(_frame(ev, reference), geometry=ev.ref.geoms_source, crs=ev.ref.crs)
     return _summarize(ev, options), frame
+
+
+@dataclass(frozen=True)
+class EvaluationTables:
+    """Everything one evaluation writes: the summary and its tables.
+
+    Attributes
+    ----------
+    summary : dict
+        What :func:`evaluate` returns.
+    fields : geopandas.GeoDataFrame
+        Per reference field (:func:`evaluate_frame` with ``geometry=True``).
+    tiles : geopandas.GeoDataFrame
+        Per reporting tile, EPSG:4326 (docs/metrics.md, "Tiles and AOIs").
+    aois : geopandas.GeoDataFrame or None
+        Per AOI, every AOI with its polygon in the AOI layer's CRS; None without AOIs.
+    predictions : geopandas.GeoDataFrame
+        Per kept prediction, indexed like the predicted layer, in its CRS.
+    """
+
+    summary: dict
+    fields: geopandas.GeoDataFrame
+    tiles: geopandas.GeoDataFrame
+    aois: geopandas.GeoDataFrame | None
+    predictions: geopandas.GeoDataFrame
+
+
+def _tables(ev: _Evaluation, reference: object) -> EvaluationTables:
+    summary = _summarize(ev, ev.options)
+    fields = geopandas.GeoDataFrame(_frame(ev, reference), geometry=ev.ref.geoms_source, crs=ev.ref.crs)
+    tiles, aois = level_tables(ev.merged, ev.options, ev.sites)
+    preds = prediction_table(
+        ev.preds, aoi_keys=ev.sites.aois.keys if ev.sites.aois is not None else None, annotated=ev.sites.annotated is not None
+    )
+    geoms = ev.pred.geoms_source[index_of(ev.pred.positions, ev.preds.index.to_numpy(np.int64))]
+    predictions = geopandas.GeoDataFrame(preds, geometry=geoms, crs=ev.pred.crs)
+    return EvaluationTables(
+        summary=summary,
+        fields=fields,
+        tiles=tiles_frame(tiles, float(ev.options.tile_km) * 1000.0),
+        aois=aois_frame(aois, ev.sites.aois) if aois is not None else None,
+        predictions=predictions,
+    )
+
+
+def evaluate_tables(
+    predicted: object, reference: object, *, strata: object = None, size_bins: object = None, **options: object
+) -> EvaluationTables:
+    """:func:`evaluate` and every table of the run (per field, tile, AOI and prediction), from one run.
+
+    Takes the arguments of :func:`evaluate` except ``client``. The tables open in QGIS
+    and pandas when written as GeoParquet (``to_parquet``).
+    """
+    checked = check_options(**options)
+    predicted, reference = _read_if_path(predicted, "predicted"), _read_if_path(reference, "reference")
+    ev = _run(predicted, reference, strata, size_bins, checked)
+    return _tables(ev, reference)
 
 
 def pixels_per_field(reference: object, gsd_m: float, equal_area_crs: object = None) -> pd.Series:

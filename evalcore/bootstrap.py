@@ -34,6 +34,8 @@ __all__ = [
     "draw_partition_counts",
     "draw_field_counts",
     "partition_replicate_sums",
+    "field_weights",
+    "replicate_group_sums",
     "ReplicateSums",
     "percentile_intervals",
 ]
@@ -158,14 +160,27 @@ def partition_replicate_sums(
     n_groups : int
         Length of the flat group axis (group 0: overall).
     """
-    out = np.zeros((n_groups, n_replicates, values.shape[1]))
-    weights = np.zeros((n_replicates, len(values)))
+    weights = field_weights(pools, key, partition_draws, n_replicates=n_replicates, seed=seed)
+    return replicate_group_sums(weights, values, flat_groups, n_groups)
+
+
+def field_weights(
+    pools: IdArray, key: PartitionKey, partition_draws: dict[tuple[int, PartitionKey], IdArray], *, n_replicates: int, seed: int
+) -> F64Array:
+    """How often each of a partition's fields is drawn in each replicate, shape (n_replicates, n)."""
+    weights = np.zeros((n_replicates, len(pools)))
     for pool in np.unique(pools):
         rows = np.flatnonzero(pools == pool)
         m = partition_draws.get((int(pool), key))
         if m is None:
             continue
         weights[:, rows] = draw_field_counts(m, len(rows), seed, int(pool), key)
+    return weights
+
+
+def replicate_group_sums(weights: F64Array, values: F64Array, flat_groups: IdArray, n_groups: int) -> ReplicateSums:
+    """Count-weighted sums of quantity rows per replicate and group (:func:`field_weights`)."""
+    out = np.zeros((n_groups, weights.shape[0], values.shape[1]))
     # Fixed-order loops, not BLAS: the bits must not depend on memory alignment.
     _weighted_group_sums(
         weights,

@@ -26,7 +26,7 @@ import pandas as pd
 
 from evalcore import boundary
 from evalcore._typing import F64Array, IdArray
-from evalcore.bootstrap import PartitionKey, ReplicateSums, partition_replicate_sums
+from evalcore.bootstrap import PartitionKey, ReplicateSums, field_weights, replicate_group_sums
 from evalcore.matching import Resolution, eligible_pairs, resolve
 from evalcore.metrics import enabled_families, max_columns, quantity_columns
 from evalcore.metrics.base import PairContext, PredContext, RefContext
@@ -41,6 +41,7 @@ from evalcore.quantities import (
     quantity_table,
     reference_fields,
 )
+from evalcore.levels import UnitSums, aoi_unit_sums, homeless_values, replicate_columns, unit_values
 from evalcore.stats import GroupSums, group_sums
 
 __all__ = [
@@ -58,7 +59,23 @@ __all__ = [
     "merge_partitions",
     "partition_keys",
     "field_table",
+    "prediction_table",
 ]
+
+
+PAIR_ARRAYS: tuple[str, ...] = (
+    "pred_area_of_pair", "ref_area_of_pair", "hausdorff_m", "mean_distance_m", "spacing_m", "pred_label_of_pair",
+)
+"""The :class:`PairResults` arrays with a value per pair."""
+REF_ARRAYS: tuple[str, ...] = (
+    "ref_pos", "ref_within_tol_m", "ref_label", "ref_utm_epsg", "ref_tile_x", "ref_tile_y", "ref_aoi",
+)
+"""The :class:`PairResults` arrays with a value per reference row."""
+PRED_ARRAYS: tuple[str, ...] = (
+    "pred_pos", "pred_area_m2", "pred_perimeter_m", "pred_within_tol_m", "pred_label", "pred_utm_epsg",
+    "pred_tile_x", "pred_tile_y", "pred_aoi", "pred_annotated_fraction",
+)
+"""The :class:`PairResults` arrays with a value per prediction row."""
 
 
 def partition_keys(layer: PreparedLayer) -> list[PartitionKey]:
@@ -86,6 +103,14 @@ class PairResults:
         perimeter and boundary length within the tolerance (metres, own UTM zone).
     pred_label_of_pair : ndarray of object
         Input label of each pair's prediction (for the per-field table).
+    ref_label, pred_label : ndarray of object
+        Input label of each reference row and prediction row.
+    ref_utm_epsg, ref_tile_x, ref_tile_y, ref_aoi : ndarray of int64
+        Home zone, reporting tile and AOI (-1: none) of each reference row.
+    pred_utm_epsg, pred_tile_x, pred_tile_y, pred_aoi : ndarray of int64
+        The same of each prediction row, from its own centroid.
+    pred_annotated_fraction : ndarray of float64
+        Share of each prediction's area inside the annotated area (NaN: none given).
     """
 
     pairs: PairTable
@@ -101,25 +126,26 @@ class PairResults:
     pred_perimeter_m: F64Array
     pred_within_tol_m: F64Array
     pred_label_of_pair: np.ndarray
+    ref_label: np.ndarray
+    ref_utm_epsg: IdArray
+    ref_tile_x: IdArray
+    ref_tile_y: IdArray
+    ref_aoi: IdArray
+    pred_label: np.ndarray
+    pred_utm_epsg: IdArray
+    pred_tile_x: IdArray
+    pred_tile_y: IdArray
+    pred_aoi: IdArray
+    pred_annotated_fraction: F64Array
 
     def restrict(self, pair_rows: IdArray, ref_rows: IdArray, pred_rows: IdArray | None = None) -> PairResults:
         """The results of some pairs, reference rows and (optionally) prediction rows."""
         p = self.pairs
         preds = slice(None) if pred_rows is None else pred_rows
+        rows = {**dict.fromkeys(PAIR_ARRAYS, pair_rows), **dict.fromkeys(REF_ARRAYS, ref_rows), **dict.fromkeys(PRED_ARRAYS, preds)}
         return PairResults(
             pairs=PairTable(p.ref_pos[pair_rows], p.pred_pos[pair_rows], p.inter_m2[pair_rows], p.iou[pair_rows]),
-            pred_area_of_pair=self.pred_area_of_pair[pair_rows],
-            ref_area_of_pair=self.ref_area_of_pair[pair_rows],
-            hausdorff_m=self.hausdorff_m[pair_rows],
-            mean_distance_m=self.mean_distance_m[pair_rows],
-            spacing_m=self.spacing_m[pair_rows],
-            ref_pos=self.ref_pos[ref_rows],
-            ref_within_tol_m=self.ref_within_tol_m[ref_rows],
-            pred_pos=self.pred_pos[preds],
-            pred_area_m2=self.pred_area_m2[preds],
-            pred_perimeter_m=self.pred_perimeter_m[preds],
-            pred_within_tol_m=self.pred_within_tol_m[preds],
-            pred_label_of_pair=self.pred_label_of_pair[pair_rows],
+            **{name: getattr(self, name)[r] for name, r in rows.items()},
         )
 
     def pred_labels(self) -> pd.Series:
@@ -186,6 +212,17 @@ def compute_pairs(
         pred_perimeter_m=pred_own.perimeter_m,
         pred_within_tol_m=pred_within,
         pred_label_of_pair=np.asarray(pred_near.labels, dtype=object)[i_pred],
+        ref_label=np.asarray(ref.labels, dtype=object),
+        ref_utm_epsg=ref.utm_epsg,
+        ref_tile_x=ref.tile_x,
+        ref_tile_y=ref.tile_y,
+        ref_aoi=ref.aoi,
+        pred_label=np.asarray(pred_own.labels, dtype=object),
+        pred_utm_epsg=pred_own.utm_epsg,
+        pred_tile_x=pred_own.tile_x,
+        pred_tile_y=pred_own.tile_y,
+        pred_aoi=pred_own.aoi,
+        pred_annotated_fraction=pred_own.annotated_fraction,
     )
 
 
@@ -201,10 +238,7 @@ def concat_pair_results(parts: list[PairResults]) -> tuple[PairResults, IdArray]
         Index in ``parts`` of each reference row's partition.
     """
     if not parts:
-        empty = np.empty(0)
-        e64 = np.empty(0, np.int64)
-        return PairResults(PairTable.empty(), empty, empty, empty, empty, empty, e64, empty, e64, empty, empty, empty,
-                           np.empty(0, dtype=object)), e64
+        parts = [_empty_pair_results()]
     table, order = PairTable.concat_with_order([p.pairs for p in parts])  # checks duplicates
 
     def cat(name: str, rows: np.ndarray) -> np.ndarray:
@@ -213,22 +247,20 @@ def concat_pair_results(parts: list[PairResults]) -> tuple[PairResults, IdArray]
     ref_rows = np.argsort(np.concatenate([p.ref_pos for p in parts]), kind="stable")
     pred_rows = np.argsort(np.concatenate([p.pred_pos for p in parts]), kind="stable")
     ref_part = np.concatenate([np.full(len(p.ref_pos), i, dtype=np.int64) for i, p in enumerate(parts)])[ref_rows]
-    results = PairResults(
-        pairs=table,
-        pred_area_of_pair=cat("pred_area_of_pair", order),
-        ref_area_of_pair=cat("ref_area_of_pair", order),
-        hausdorff_m=cat("hausdorff_m", order),
-        mean_distance_m=cat("mean_distance_m", order),
-        spacing_m=cat("spacing_m", order),
-        ref_pos=cat("ref_pos", ref_rows),
-        ref_within_tol_m=cat("ref_within_tol_m", ref_rows),
-        pred_pos=cat("pred_pos", pred_rows),
-        pred_area_m2=cat("pred_area_m2", pred_rows),
-        pred_perimeter_m=cat("pred_perimeter_m", pred_rows),
-        pred_within_tol_m=cat("pred_within_tol_m", pred_rows),
-        pred_label_of_pair=cat("pred_label_of_pair", order),
-    )
+    rows = {**dict.fromkeys(PAIR_ARRAYS, order), **dict.fromkeys(REF_ARRAYS, ref_rows), **dict.fromkeys(PRED_ARRAYS, pred_rows)}
+    results = PairResults(pairs=table, **{name: cat(name, r) for name, r in rows.items()})
     return results, ref_part
+
+
+def _empty_pair_results() -> PairResults:
+    objects = ("pred_label_of_pair", "ref_label", "pred_label")
+    ints = ("ref_pos", "pred_pos", "ref_utm_epsg", "ref_tile_x", "ref_tile_y", "ref_aoi", "pred_utm_epsg", "pred_tile_x",
+            "pred_tile_y", "pred_aoi")
+    arrays = {
+        name: np.empty(0, dtype=object if name in objects else np.int64 if name in ints else np.float64)
+        for name in PAIR_ARRAYS + REF_ARRAYS + PRED_ARRAYS
+    }
+    return PairResults(pairs=PairTable.empty(), **arrays)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +280,8 @@ class Resolved:
         What the predictions add to each reference row, summed per field.
     unassigned : dict of str to float
         What the predictions without any candidate pair add (overall only).
+    homeless_tiles, homeless_aois : UnitSums
+        What those predictions add to the tile and the AOI of their own centroid.
     """
 
     resolution: Resolution
@@ -255,6 +289,8 @@ class Resolved:
     preds: pd.DataFrame
     contributions: Contributions
     unassigned: dict[str, float]
+    homeless_tiles: UnitSums
+    homeless_aois: UnitSums
 
 
 def resolve_run(results: PairResults, options: EvalOptions) -> Resolved:
@@ -290,8 +326,48 @@ def resolve_run(results: PairResults, options: EvalOptions) -> Resolved:
     preds["base_home_ref_pos"] = base_home
     preds["base_home_iou"] = base_iou
     preds["overlap_ref_pos"] = overlap
+    _add_prediction_sites(preds, results, resolution)
     contributions, unassigned = prediction_contributions(PredContext(preds, pairs, pair_values, options))
-    return Resolved(resolution, pair_values, preds, contributions, unassigned)
+    homeless = np.flatnonzero(preds["home_ref_pos"].to_numpy() < 0)
+    rows = homeless_values(results.pred_area_m2[homeless])
+    tiles = UnitSums.of_rows(np.stack([results.pred_utm_epsg, results.pred_tile_x, results.pred_tile_y], axis=1)[homeless], rows)
+    aois = UnitSums.of_rows(results.pred_aoi[homeless][:, None], rows)
+    return Resolved(resolution, pair_values, preds, contributions, unassigned, tiles, aois)
+
+
+def _add_prediction_sites(preds: pd.DataFrame, results: PairResults, resolution: Resolution) -> None:
+    """Each prediction's IoU of its match, best IoU, own zone, and the tile and AOI it counts in.
+
+    A prediction counts in its home reference's tile and AOI, and one without a home in
+    those of its own centroid (SPEC 6.3).
+    """
+    pairs = results.pairs
+    n = len(preds)
+    row = index_of(results.pred_pos, pairs.pred_pos)
+    best = np.zeros(n)
+    np.maximum.at(best, row, pairs.iou)
+    iou = np.full(n, np.nan)
+    iou[row[resolution.is_match]] = pairs.iou[resolution.is_match]
+    preds["iou"] = iou
+    preds["best_iou"] = best
+    preds["utm_epsg"] = results.pred_utm_epsg
+    preds["annotated_fraction"] = results.pred_annotated_fraction
+    home = preds["home_ref_pos"].to_numpy(np.int64)
+    has = home >= 0
+    ref_row = index_of(results.ref_pos, home[has])
+    preds["label"] = np.asarray(results.pred_label, dtype=object)
+    home_label = np.full(n, None, dtype=object)
+    home_label[has] = np.asarray(results.ref_label, dtype=object)[ref_row]
+    preds["home_ref_label"] = home_label
+    for name, own, of_ref in (
+        ("tile_epsg", results.pred_utm_epsg, results.ref_utm_epsg),
+        ("tile_x", results.pred_tile_x, results.ref_tile_x),
+        ("tile_y", results.pred_tile_y, results.ref_tile_y),
+        ("aoi", results.pred_aoi, results.ref_aoi),
+    ):
+        values = own.astype(np.int64).copy()
+        values[has] = of_ref[ref_row]
+        preds[name] = values
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +430,8 @@ class RefRows:
         Group codes (-1: none).
     pools : ndarray of int64
         Bootstrap pool of each field.
+    tile_x, tile_y, aoi : ndarray of int64
+        Reporting tile (in zone ``utm_epsg``) and AOI (-1: none) of each field.
     """
 
     positions: IdArray
@@ -363,6 +441,9 @@ class RefRows:
     strata_codes: IdArray
     size_codes: IdArray
     pools: IdArray
+    tile_x: IdArray
+    tile_y: IdArray
+    aoi: IdArray
 
     def take(self, rows: IdArray) -> RefRows:
         return RefRows(*(getattr(self, name)[rows] for name in self.__slots__))
@@ -371,7 +452,8 @@ class RefRows:
     def of_layer(layer: PreparedLayer, strata: np.ndarray | None, plan: RunPlan) -> RefRows:
         """The rows of a prepared reference layer, with the run plan's group codes and pools."""
         strata_codes, size_codes, pools = plan.group_codes(layer.area_m2, strata)
-        return RefRows(layer.positions, layer.area_m2, layer.perimeter_m, layer.utm_epsg, strata_codes, size_codes, pools)
+        return RefRows(layer.positions, layer.area_m2, layer.perimeter_m, layer.utm_epsg, strata_codes, size_codes, pools,
+                       layer.tile_x, layer.tile_y, layer.aoi)
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,6 +471,9 @@ class PartitionSummary:
     gathered : pandas.DataFrame
         Per-field values kept whole (the families' medians), indexed by position, with
         a ``group_<k>`` column per grouping (flat group index, -1: none).
+    tiles, aois : UnitSums
+        Sums per reporting tile and per AOI of the partition's fields (with their home
+        predictions); the AOIs' with bootstrap replicates when drawn.
     """
 
     key: PartitionKey
@@ -397,6 +482,8 @@ class PartitionSummary:
     sums: GroupSums
     replicates: ReplicateSums | None
     gathered: pd.DataFrame = field(repr=False)
+    tiles: UnitSums = field(default_factory=lambda: UnitSums.empty(3), repr=False)
+    aois: UnitSums = field(default_factory=lambda: UnitSums.empty(1), repr=False)
 
 
 def summarize_partition(
@@ -480,18 +567,13 @@ def summarize_partition(
     )
     table = quantity_table(ctx, contributions)
     flat_groups = plan.flat_groups(refs.strata_codes, refs.size_codes)
-    replicates = None
+    replicates = weights = None
     if options.bootstrap > 0:
-        replicates = partition_replicate_sums(
-            table.values,
-            refs.pools,
-            key,
-            plan.draws,
-            n_replicates=options.bootstrap,
-            seed=options.bootstrap_seed,
-            flat_groups=flat_groups,
-            n_groups=plan.n_groups,
-        )
+        weights = field_weights(refs.pools, key, plan.draws, n_replicates=options.bootstrap, seed=options.bootstrap_seed)
+        replicates = replicate_group_sums(weights, table.values, flat_groups, plan.n_groups)
+    units = unit_values(table.columns, table.values)
+    tiles = UnitSums.of_rows(np.stack([refs.utm_epsg, refs.tile_x, refs.tile_y], axis=1), units)
+    aois = aoi_unit_sums(refs.aoi, units, weights, replicate_columns(table.columns, table.values) if weights is not None else None)
     gathered = pd.DataFrame(index=pd.Index(refs.positions, name="ref_pos"))
     for family in enabled_families(options):
         for name, values in family.gathered(ctx).items():
@@ -506,7 +588,12 @@ def summarize_partition(
         sums=group_sums(table.values, table.maxima, flat_groups, plan.n_groups, table.columns, table.max_columns),
         replicates=replicates,
         gathered=gathered,
+        tiles=tiles,
+        aois=aois,
     )
+    fields["tile_x"] = refs.tile_x
+    fields["tile_y"] = refs.tile_y
+    fields["aoi"] = refs.aoi
     return summary, fields
 
 
@@ -523,16 +610,26 @@ class MergedSums:
     gathered : pandas.DataFrame
         Concatenated gathered per-field columns, in position order.
     unassigned : dict of str to float
+    tiles, aois : UnitSums
+        Per reporting tile and per AOI, the homeless predictions included (in every
+        replicate of the AOIs' intervals).
     """
 
     sums: GroupSums
     replicates: ReplicateSums | None
     gathered: pd.DataFrame
     unassigned: dict[str, float]
+    tiles: UnitSums = field(default_factory=lambda: UnitSums.empty(3))
+    aois: UnitSums = field(default_factory=lambda: UnitSums.empty(1))
 
 
 def merge_partitions(
-    parts: list[PartitionSummary], unassigned: dict[str, float], options: EvalOptions, plan: RunPlan
+    parts: list[PartitionSummary],
+    unassigned: dict[str, float],
+    options: EvalOptions,
+    plan: RunPlan,
+    homeless_tiles: UnitSums | None = None,
+    homeless_aois: UnitSums | None = None,
 ) -> MergedSums:
     """Add the partitions' sums in partition-key order (so the bits never depend on arrival order)."""
     parts = sorted(parts, key=lambda p: p.key)
@@ -558,7 +655,12 @@ def merge_partitions(
         gathered = pd.concat([p.gathered for p in parts]).sort_index()
     else:
         gathered = pd.DataFrame(index=pd.Index(np.empty(0, np.int64), name="ref_pos"))
-    return MergedSums(sums, replicates, gathered, dict(unassigned))
+    n_rep = options.bootstrap if options.bootstrap > 0 else None
+    tiles = UnitSums.concat([UnitSums.empty(3)] + [p.tiles for p in parts] + ([homeless_tiles] if homeless_tiles is not None else []))
+    aois = UnitSums.concat([UnitSums.empty(1, n_rep)] + [p.aois for p in parts])
+    if homeless_aois is not None:
+        aois = aois.add_constant_to_replicates(homeless_aois)
+    return MergedSums(sums, replicates, gathered, dict(unassigned), tiles, aois)
 
 
 def _labels_at(pred_labels: pd.Series, positions: np.ndarray) -> pd.api.extensions.ExtensionArray | np.ndarray:
@@ -575,6 +677,62 @@ def _labels_at(pred_labels: pd.Series, positions: np.ndarray) -> pd.api.extensio
     return obj
 
 
+def _label_column(values: np.ndarray) -> pd.api.extensions.ExtensionArray | np.ndarray:
+    """Labels (None: none) as a nullable integer column when every label is an integer."""
+    present = np.array([v is not None for v in values], dtype=bool)
+    if present.any() and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values[present]):
+        out = pd.array(np.zeros(len(values), dtype=np.int64), dtype="Int64")
+        out[present] = np.asarray(values[present].tolist(), dtype=np.int64)
+        out[~present] = pd.NA
+        return out
+    return values
+
+
+def _aoi_column(codes: np.ndarray, aoi_keys: list[str] | None) -> pd.api.extensions.ExtensionArray:
+    keys = np.array(list(aoi_keys or []) + [None], dtype=object)
+    return pd.array(keys[np.where(codes >= 0, codes, len(keys) - 1)], dtype="string")
+
+
+def prediction_table(preds: pd.DataFrame, *, aoi_keys: list[str] | None, annotated: bool) -> pd.DataFrame:
+    """The per-prediction table (issue 13) from the resolve phase's prediction rows.
+
+    Parameters
+    ----------
+    preds : pandas.DataFrame
+        :attr:`Resolved.preds` (or some of its rows), indexed by prediction position.
+    aoi_keys : list of str, optional
+        The AOI keys (None: no AOI layer; the ``aoi`` column is left out).
+    annotated : bool
+        An annotated area was given (``annotated_fraction`` is written).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by the predicted layer's labels: ``area_m2``, ``area_ha``,
+        ``home_ref_index`` (the home reference's label, null without a home),
+        ``matched``, ``iou`` (of its match, NaN when unmatched), ``best_iou`` (0 without
+        a candidate pair), ``utm_epsg`` (its own zone), ``tile_epsg``, ``tile_x``,
+        ``tile_y`` and ``aoi`` (the tile and AOI it counts in: its home's, else its own).
+    """
+    out = pd.DataFrame(index=pd.Index(_label_column(preds["label"].to_numpy(object)), name="pred_index"))
+    area = preds["area_m2"].to_numpy(np.float64)
+    out["area_m2"] = area
+    out["area_ha"] = area / 1e4
+    out["home_ref_index"] = _label_column(preds["home_ref_label"].to_numpy(object))
+    out["matched"] = preds["matched"].to_numpy(bool)
+    out["iou"] = preds["iou"].to_numpy(np.float64)
+    out["best_iou"] = preds["best_iou"].to_numpy(np.float64)
+    out["utm_epsg"] = preds["utm_epsg"].to_numpy(np.int64)
+    out["tile_epsg"] = preds["tile_epsg"].to_numpy(np.int64)
+    out["tile_x"] = preds["tile_x"].to_numpy(np.int64)
+    out["tile_y"] = preds["tile_y"].to_numpy(np.int64)
+    if aoi_keys is not None:
+        out["aoi"] = _aoi_column(preds["aoi"].to_numpy(np.int64), aoi_keys)
+    if annotated:
+        out["annotated_fraction"] = preds["annotated_fraction"].to_numpy(np.float64)
+    return out
+
+
 def field_table(
     fields: pd.DataFrame,
     ref_labels: pd.Index,
@@ -585,8 +743,10 @@ def field_table(
     size_keys: list[str] | None,
     size_codes: np.ndarray,
     tolerance_m: float | None,
+    aoi_keys: list[str] | None = None,
 ) -> pd.DataFrame:
-    """The per-field table of seed 000 from the per-field columns.
+    """The per-field table of seed 000 from the per-field columns, with each field's
+    reporting tile (``tile_x``, ``tile_y`` in zone ``utm_epsg``) and AOI.
 
     Parameters
     ----------
@@ -618,6 +778,10 @@ def field_table(
     out["hausdorff_m"] = fields["hausdorff_m"].to_numpy()
     out["boundary_mean_distance_m"] = fields["boundary_mean_distance_m"].to_numpy()
     out["boundary_sample_spacing_m"] = fields["boundary_sample_spacing_m"].to_numpy()
+    out["tile_x"] = fields["tile_x"].to_numpy(np.int64)
+    out["tile_y"] = fields["tile_y"].to_numpy(np.int64)
+    if aoi_keys is not None:
+        out["aoi"] = _aoi_column(fields["aoi"].to_numpy(np.int64), aoi_keys)
     if strata_names is not None:
         names = np.array(list(strata_names) + [None], dtype=object)
         out["stratum"] = pd.array(names[strata_codes], dtype="string")

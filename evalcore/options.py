@@ -20,7 +20,8 @@ from evalcore.config import DEFAULT_PARTITION_SIZE_M, DEFAULT_TILE_KM
 from evalcore.groups import SizeClasses, size_classes
 from evalcore.metrics import enabled_families, family_options
 from evalcore.metrics.base import Option
-from evalcore.metrics.checks import any_value, non_negative_int, positive, positive_int
+from evalcore.levels import layer_input
+from evalcore.metrics.checks import any_value, non_negative_int, optional_text, positive, positive_int
 
 __all__ = [
     "CORE_OPTIONS",
@@ -62,6 +63,12 @@ CORE_OPTIONS: tuple[Option, ...] = (
         "side of the reporting tiles (per-tile metrics, SPEC 6.3) in kilometres, in each UTM zone (default 10)",
         positive, parse=float, annotation=float,
     ),
+    Option(
+        "aoi", None, "AOI layer (polygons; any format the readers take): metrics per AOI (default: none)",
+        layer_input, annotation=str | None,
+    ),
+    Option("aoi_id_column", None, "column of unique AOI ids (required with --aoi)", optional_text, annotation=str | None),
+    Option("aoi_layer", None, "layer name inside the AOI file (default: its only layer)", optional_text, annotation=str | None),
 )
 
 RENAMED_OPTIONS: dict[str, str] = {"tile_size_m": "partition_size_m"}

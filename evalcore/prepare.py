@@ -19,7 +19,7 @@ import shapely
 from pyproj import CRS
 
 from evalcore._typing import BoolArray, F64Array, GeomArray, IdArray
-from evalcore.config import AREA_WARNING_RTOL, DEFAULT_EQUAL_AREA_CRS, DEFAULT_PARTITION_SIZE_M
+from evalcore.config import AREA_WARNING_RTOL, DEFAULT_EQUAL_AREA_CRS, DEFAULT_PARTITION_SIZE_M, DEFAULT_TILE_KM
 from evalcore.crs import (
     WGS84,
     reproject_polygons,
@@ -32,6 +32,7 @@ from evalcore.crs import (
 )
 from evalcore.errors import CRSError, EvalInputError
 from evalcore.io import LINEARIZED_ROWS_ATTR, SOURCE_ATTR
+from evalcore.levels import Sites, locate
 from evalcore.rings import flatten_rings
 
 __all__ = [
@@ -108,7 +109,13 @@ class PreparedLayer:
     perimeter_m : ndarray of float64
         Boundary length (all rings of all parts) in the home zone, metres.
     partition_x, partition_y : ndarray of int64
-        Partition tile of the centroid in the home zone's metres.
+        Partition tile of the centroid in the home zone's metres (the work).
+    tile_x, tile_y : ndarray of int64
+        Reporting tile of the centroid in the home zone's metres (SPEC 6.3).
+    aoi : ndarray of int64
+        Index of the first AOI containing the equal-area centroid (-1: none).
+    annotated_fraction : ndarray of float64
+        Share of the area inside the annotated area (NaN: not measured).
     n_input, n_dropped, n_repaired : int
         Rows read, rows excluded and rows repaired and kept.
     equal_area_crs : pyproj.CRS
@@ -129,6 +136,10 @@ class PreparedLayer:
     perimeter_m: F64Array
     partition_x: IdArray
     partition_y: IdArray
+    tile_x: IdArray
+    tile_y: IdArray
+    aoi: IdArray
+    annotated_fraction: F64Array
     n_input: int
     n_dropped: int
     n_repaired: int
@@ -284,6 +295,7 @@ def prepare_layer(
     *,
     equal_area_crs: object = None,
     partition_size_m: float = DEFAULT_PARTITION_SIZE_M,
+    sites: Sites | None = None,
 ) -> PreparedLayer:
     """Prepare one polygon layer for evaluation (SPEC section 2).
 
@@ -299,6 +311,9 @@ def prepare_layer(
         EPSG:6933.
     partition_size_m : float
         Side of the square partition tiles in each UTM zone, metres.
+    sites : evalcore.levels.Sites, optional
+        Reporting tiles (default side 10 km), AOIs and annotated area to locate every
+        row in (the annotated fraction is measured for the predicted layer only).
 
     Returns
     -------
@@ -368,7 +383,10 @@ def prepare_layer(
     lon, lat = transform_xy(shapely.get_x(centroids), shapely.get_y(centroids), ea_crs, WGS84)
     epsg = utm_epsg_of(lon, lat)
     geoms_utm = to_utm(source, crs, epsg)
-    partition_x, partition_y = _tiles(lon, lat, epsg, partition_size_m)
+    zone_x, zone_y = _zone_xy(lon, lat, epsg)
+    partition_x, partition_y = _tiles(zone_x, zone_y, partition_size_m)
+    tile_x, tile_y = _tiles(zone_x, zone_y, sites.tile_size_m if sites is not None else DEFAULT_TILE_KM * 1000.0)
+    aoi, annotated_fraction = locate(geoms_ea, area, sites, annotate=name == "predicted")
     n_kept = len(rows)
     return PreparedLayer(
         name=name,
@@ -385,6 +403,10 @@ def prepare_layer(
         perimeter_m=shapely.length(geoms_utm).astype(np.float64),
         partition_x=partition_x,
         partition_y=partition_y,
+        tile_x=tile_x,
+        tile_y=tile_y,
+        aoi=aoi,
+        annotated_fraction=annotated_fraction,
         n_input=n_input,
         n_dropped=n_input - n_kept,
         n_repaired=int(repaired[rows].sum()),
@@ -422,6 +444,10 @@ def empty_layer(
         perimeter_m=empty_f,
         partition_x=empty_i,
         partition_y=empty_i,
+        tile_x=empty_i,
+        tile_y=empty_i,
+        aoi=empty_i,
+        annotated_fraction=empty_f,
         n_input=n_input,
         n_dropped=n_input,
         n_repaired=0,
@@ -583,16 +609,19 @@ def _check_reprojected(
         )
 
 
-def _tiles(lon: F64Array, lat: F64Array, epsg: IdArray, partition_size_m: float) -> tuple[IdArray, IdArray]:
-    """Partition tile of each centroid: floor of its UTM coordinates / tile size."""
-    partition_x = np.zeros(len(lon), dtype=np.int64)
-    partition_y = np.zeros(len(lon), dtype=np.int64)
+def _zone_xy(lon: F64Array, lat: F64Array, epsg: IdArray) -> tuple[F64Array, F64Array]:
+    """Each centroid in its home zone's metres."""
+    x = np.zeros(len(lon))
+    y = np.zeros(len(lon))
     for code in np.unique(epsg):
         rows = np.flatnonzero(epsg == code)
-        x, y = transform_xy(lon[rows], lat[rows], WGS84, utm_crs(int(code)))
-        partition_x[rows] = np.floor(x / partition_size_m).astype(np.int64)
-        partition_y[rows] = np.floor(y / partition_size_m).astype(np.int64)
-    return partition_x, partition_y
+        x[rows], y[rows] = transform_xy(lon[rows], lat[rows], WGS84, utm_crs(int(code)))
+    return x, y
+
+
+def _tiles(x: F64Array, y: F64Array, side_m: float) -> tuple[IdArray, IdArray]:
+    """Square tile of each centroid: floor of its UTM coordinates / side."""
+    return np.floor(x / side_m).astype(np.int64), np.floor(y / side_m).astype(np.int64)
 
 
 def _check_antimeridian(where: str, labels: pd.Index, rows: IdArray, source: GeomArray, bounds: F64Array, crs: CRS) -> None:

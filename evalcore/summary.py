@@ -15,10 +15,11 @@ from evalcore.bootstrap import percentile_intervals
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 from evalcore.engine import MergedSums
 from evalcore.metrics import enabled_families, finalize_all, interval_keys
+from evalcore.levels import Sites, aoi_entries, level_summary, unit_table
 from evalcore.metrics.base import GroupView
 from evalcore.options import EvalOptions, RunPlan
 
-__all__ = ["DISTANCE_CRS", "WORST_KEYS", "build_summary", "group_summary", "worst_group"]
+__all__ = ["DISTANCE_CRS", "WORST_KEYS", "build_summary", "group_summary", "worst_group", "level_tables", "level_blocks"]
 
 DISTANCE_CRS = "WGS 84 / UTM zone of each polygon's centroid"
 """The value of ``distance_crs`` (SPEC 5.1)."""
@@ -117,6 +118,27 @@ def worst_group(entries: dict[str, dict]) -> dict | None:
     return out
 
 
+def level_tables(merged: MergedSums, options: EvalOptions, sites: Sites | None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The per-tile and per-AOI tables (None without AOIs) of a run (:func:`evalcore.levels.unit_table`)."""
+    tile_m = float(options.tile_km) * 1000.0
+    tiles = unit_table(merged.tiles, "tiles", min_support=options.min_support, tile_size_m=tile_m)
+    aois = None
+    if sites is not None and sites.aois is not None:
+        aois = unit_table(merged.aois, "aois", min_support=options.min_support, aois=sites.aois)
+    return tiles, aois
+
+
+def level_blocks(merged: MergedSums, options: EvalOptions, sites: Sites | None) -> dict[str, object]:
+    """The ``tiles`` block, and the ``aois`` block with ``per_aoi`` when there is an AOI layer."""
+    tiles, aois = level_tables(merged, options, sites)
+    out: dict[str, object] = {"tiles": level_summary(tiles, "tiles", tile_km=options.tile_km)}
+    if aois is not None:
+        block = level_summary(aois, "aois", aois=sites.aois)
+        block["per_aoi"] = aoi_entries(aois)
+        out["aois"] = block
+    return out
+
+
 def build_summary(
     merged: MergedSums,
     plan: RunPlan,
@@ -126,6 +148,7 @@ def build_summary(
     utm_epsg_codes: list[int],
     equal_area_crs: str,
     strata_column: str | None = None,
+    sites: Sites | None = None,
 ) -> dict[str, object]:
     """The summary dict from merged partition sums.
 
@@ -140,6 +163,8 @@ def build_summary(
     equal_area_crs : str
     strata_column : str, optional
         Name of the reference column the strata came from (None for given values).
+    sites : Sites, optional
+        The reporting tiles and AOIs (default: 10 km tiles, no AOIs).
     """
     overall = merged.sums.as_dict(0)
     both_empty = overall["n_ref"] == 0 and overall["n_pred"] == 0
@@ -190,6 +215,7 @@ def build_summary(
         result[name] = entries
         result.setdefault("worst", {})[name] = worst_group(entries)
         offset += len(keys)
+    result.update(level_blocks(merged, options, sites))
     if with_ci:
         stratified = plan.strata_names is not None
         result["bootstrap"] = {

@@ -161,7 +161,7 @@ GROUP_KEYS = SUMMARY_KEYS - RUN_LEVEL_KEYS
 FAMILY_KEYS = frozenset(
     {
         "iou_sweep", "count_merges", "count_merged_reference", "count_splits",
-        "count_split_predictions", "count_ratio", "majority_fraction", "precision_touching",
+        "count_split_predictions", "count_ratio", "majority_fraction", "precision_touching", "tiles",
     }
 )
 # Keys that hold bootstrap intervals (the top-level block, and every group's and sweep entry's).
@@ -185,7 +185,7 @@ BOUNDARY_VALUE_KEYS = frozenset(
 FRAME_COLUMNS = [
     "area_m2", "area_ha", "perimeter_m", "utm_epsg", "matched", "pred_index", "iou", "pred_area_m2",
     "best_iou", "n_overlapping_pred", "max_overlap_pred_index", "oversegmentation",
-    "undersegmentation", "hausdorff_m", "boundary_mean_distance_m", "boundary_sample_spacing_m",
+    "undersegmentation", "hausdorff_m", "boundary_mean_distance_m", "boundary_sample_spacing_m", "tile_x", "tile_y",
 ]
 
 # Scenario A, in units of the strip grid (all strips in one row, y extent [0, 1]):

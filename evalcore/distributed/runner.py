@@ -56,6 +56,7 @@ from evalcore.engine import (
     concat_pair_results,
     field_table,
     merge_partitions,
+    prediction_table,
     resolve_run,
     route,
     summarize_partition,
@@ -65,8 +66,9 @@ from evalcore.groups import strata_values
 from evalcore.io import write_geoparquet, write_json
 from evalcore.options import EvalOptions, RunPlan, make_run_plan
 from evalcore.prepare import PreparedLayer, empty_layer, prepare_layer
-from evalcore.quantities import Contributions
-from evalcore.summary import build_summary
+from evalcore.levels import LayerInput, Sites, aois_frame, prepare_sites, tiles_frame
+from evalcore.quantities import Contributions, index_of
+from evalcore.summary import build_summary, level_tables
 
 __all__ = [
     "RunSetup",
@@ -177,6 +179,7 @@ def prepare_chunk_task(
     partition_size_m: float,
     tolerance_m: float | None,
     strata_column: str | None,
+    sites: Sites | None = None,
 ) -> dict:
     """Read, prepare and write one input chunk, partitioned by key; return its index entry."""
     gdf = read_chunk(source, chunk)
@@ -188,7 +191,7 @@ def prepare_chunk_task(
                 f"The strata column {strata_column!r} is not in the {source.describe()}; its columns are: {columns}."
             )
         strata_all = strata_values(gdf, strata_column, len(gdf))
-    layer = prepare_layer(gdf, source.role, equal_area_crs=equal_area_crs, partition_size_m=partition_size_m)
+    layer = prepare_layer(gdf, source.role, equal_area_crs=equal_area_crs, partition_size_m=partition_size_m, sites=sites)
     local = layer.positions
     layer = replace(layer, positions=layer.positions + chunk.start)
     strata = strata_all[local] if strata_all is not None else None
@@ -322,6 +325,7 @@ def sums_task(
     frame_dir: str | None,
     signature: str,
     id_column: str | None = None,
+    aoi_keys: list[str] | None = None,
 ) -> dict:
     """The sums phase of one partition: write its field table part and its partial sums.
 
@@ -350,6 +354,7 @@ def sums_task(
             size_keys=plan.sizes.keys if plan.sizes is not None else None,
             size_codes=refs.size_codes,
             tolerance_m=options.boundary_tolerance_m,
+            aoi_keys=aoi_keys,
         )
         # The reference id as a named column users can join on (an unnamed index is __index_level_0__ in a file).
         id_name = id_column or "ref_index"
@@ -360,6 +365,33 @@ def sums_task(
     written.append(storage.write_summary(path, storage.summary_to_arrays(summary)))
     storage.write_done_record(path.with_suffix(".done.json"), signature, written, base=Path("/"))
     return {"key": key, "n_ref": summary.n_ref, "n_pred": summary.n_pred, "path": str(path)}
+
+
+def predictions_task(
+    workdir: str,
+    key: PartitionKey,
+    pred_info: _LayerInfo,
+    preds: pd.DataFrame,
+    out_dir: str,
+    ea_crs_text: str,
+    aoi_keys: list[str] | None,
+    annotated: bool,
+    id_column: str | None = None,
+) -> dict:
+    """Write the per-prediction table part of one partition's predictions (with their geometry)."""
+    _inject_fault("predictions", storage.key_name(key))
+    layer, _, _ = storage.read_partition(
+        Path(workdir), "predicted", key, crs=pred_info.crs, equal_area_crs=CRS.from_user_input(ea_crs_text),
+        partition_size_m=1.0, geometries=("geometry",),
+    )
+    if not np.array_equal(layer.positions, preds.index.to_numpy(np.int64)):
+        raise PartitionMissingError(f"partition {storage.key_name(key)}: its prepared predictions differ from those resolved")
+    table = prediction_table(preds, aoi_keys=aoi_keys, annotated=annotated)
+    id_name = id_column or "pred_index"
+    table = table.drop(columns=[id_name], errors="ignore").rename_axis(id_name).reset_index()
+    frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=pred_info.crs)
+    path = write_geoparquet(Path(out_dir) / f"part-{storage.key_name(key)}.parquet", frame)
+    return {"key": key, "n_pred": len(frame), "path": str(path)}
 
 
 # --------------------------------------------------------------------------- the phases
@@ -390,6 +422,10 @@ class RunSetup:
     size_bins : "auto" or sequence of float, optional
     frame_dir : Path, optional
         Where the per-field GeoParquet parts go.
+    tiles_out, aois_out : Path, optional
+        GeoParquet files of the per-tile and per-AOI tables.
+    predictions_dir : Path, optional
+        Where the per-prediction GeoParquet parts go.
     chunk_rows : int
     token : str
         Suffix of this run's Dask task keys.
@@ -415,6 +451,9 @@ class RunSetup:
     token: str
     signature: str
     input_sha256: dict
+    tiles_out: Path | None = None
+    aois_out: Path | None = None
+    predictions_dir: Path | None = None
     progress: ProgressCallback | None = field(default=None, compare=False)
     log: Callable[[str], None] | None = field(default=None, compare=False)
 
@@ -438,11 +477,14 @@ class RunIndex:
     reused : bool
         The prepared partitions of an interrupted run were reused.
     seconds : float
+    sites : Sites, optional
+        The reporting tiles, AOIs and annotated area every row was located in.
     """
 
     layers: dict
     reused: bool = False
     seconds: float = 0.0
+    sites: Sites | None = field(default=None, compare=False, repr=False)
 
     def info(self, role: str) -> _LayerInfo:
         entry = self.layers[role]
@@ -495,12 +537,15 @@ class ResolvedRun:
         Partitions with reference fields, in the order of ``routing``.
     routing : Routing
     seconds : float
+    pred_rows : dict, optional
+        ``{partition key: rows of resolved.preds}`` of the predictions each partition owns.
     """
 
     resolved: Resolved
     ref_keys: tuple
     routing: Routing
     seconds: float = 0.0
+    pred_rows: dict = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -579,7 +624,7 @@ def _balanced_chunks(client: object, setup: RunSetup) -> list[tuple[LayerSource,
 
 def _signature_of_run(
     predicted: LayerSource, reference: LayerSource, options: EvalOptions, strata_column: str | None,
-    size_bins: object, chunk_rows: int, frame_dir: Path | None,
+    size_bins: object, chunk_rows: int, frame_dir: Path | None, table_outputs: tuple = (),
 ) -> tuple[str, dict]:
     """SHA-256 over the inputs' checksums and every parameter that changes an output."""
     import hashlib
@@ -588,6 +633,10 @@ def _signature_of_run(
     from evalcore.report import sha256_path
 
     input_sha256 = {s.role: sha256_path(s.path) for s in (reference, predicted)}
+    for name in SITE_OPTIONS:
+        value = getattr(options, name)
+        if value is not None:
+            input_sha256[name] = sha256_path(value)
     payload = {
         "inputs": {
             s.role: {"path": str(Path(s.path).resolve()), "layer": s.layer, "id_column": s.id_column, "sha256": input_sha256[s.role]}
@@ -598,10 +647,34 @@ def _signature_of_run(
         "size_bins": size_bins,
         "chunk_rows": chunk_rows,
         "frame_dir": str(frame_dir.resolve()) if frame_dir is not None else None,
+        "sites": {name: input_sha256.get(name) for name in SITE_OPTIONS},
+        "table_outputs": [str(p) if p is not None else None for p in table_outputs],
         "evalcore": __version__,
     }
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest(), input_sha256
+
+
+SITE_OPTIONS: tuple[str, ...] = ("aoi", "annotated_area")
+"""Options naming a site layer (read on the client, hashed into the run's signature)."""
+
+
+def _stage_site_layers(options: EvalOptions, workdir: Path) -> EvalOptions:
+    """The options with in-memory site layers written to the work directory, paths made absolute."""
+    values = options.as_dict()
+    for name in SITE_OPTIONS:
+        value = values[name]
+        if isinstance(value, LayerInput):
+            path = workdir / "input" / f"{name}.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            frame = value.frame if isinstance(value.frame, geopandas.GeoDataFrame) else geopandas.GeoDataFrame(geometry=value.frame)
+            from evalcore.io import atomic_path
+
+            atomic_path(path, lambda tmp, f=frame: f.to_parquet(tmp, index=False))
+            values[name] = str(path)
+        elif isinstance(value, str) and "://" not in value:
+            values[name] = str(Path(value).resolve())
+    return EvalOptions(values)
 
 
 def _absolute_source(source: LayerSource) -> LayerSource:
@@ -654,6 +727,9 @@ def start_run(
     chunk_rows: int = 50_000,
     progress: ProgressCallback | None = None,
     log: Callable[[str], None] | None = None,
+    tiles_out: Path | None = None,
+    aois_out: Path | None = None,
+    predictions_dir: Path | None = None,
 ) -> RunSetup:
     """Set up a run: its signature, and a work directory holding nothing of another run.
 
@@ -665,7 +741,11 @@ def start_run(
     predicted, reference = _absolute_source(predicted), _absolute_source(reference)
     workdir = Path(workdir).resolve()
     frame_dir = Path(frame_dir).resolve() if frame_dir is not None else None
-    signature, input_sha256 = _signature_of_run(predicted, reference, options, strata_column, size_bins, chunk_rows, frame_dir)
+    options = _stage_site_layers(options, workdir)
+    tiles_out, aois_out, predictions_dir = (Path(p).resolve() if p is not None else None for p in (tiles_out, aois_out, predictions_dir))
+    signature, input_sha256 = _signature_of_run(
+        predicted, reference, options, strata_column, size_bins, chunk_rows, frame_dir, (tiles_out, aois_out, predictions_dir)
+    )
     workdir.mkdir(parents=True, exist_ok=True)
     run_file = workdir / "run.json"
     previous = None
@@ -697,6 +777,9 @@ def start_run(
         token=uuid.uuid4().hex[:8],
         signature=signature,
         input_sha256=input_sha256,
+        tiles_out=tiles_out,
+        aois_out=aois_out,
+        predictions_dir=predictions_dir,
         progress=progress,
         log=log,
     )
@@ -715,10 +798,13 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
     )
     index_path = setup.workdir / "prepared" / "index.json"
     record = setup.workdir / "prepared" / "done.json"
+    # The site layers are small next to the layers: prepared here once, sent to every worker.
+    sites = prepare_sites(setup.options, setup.options.equal_area_crs)
     if storage.done_record_valid(record, setup.signature) and index_path.exists():
         if setup.log:
             setup.log("prepare: reusing the prepared partitions of the interrupted run (checksums verified)")
-        return RunIndex(_index_from_json(json.loads(index_path.read_text())), True, time.perf_counter() - started)
+        return RunIndex(_index_from_json(json.loads(index_path.read_text())), True, time.perf_counter() - started, sites)
+    sites_future = client.scatter(sites, broadcast=True, hash=False) if sites.aois is not None or sites.annotated is not None else sites
     shutil.rmtree(setup.workdir / "prepared", ignore_errors=True)
     options = setup.options
     futures = {}
@@ -736,6 +822,7 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
             options.partition_size_m,
             options.boundary_tolerance_m,
             setup.strata_column,
+            sites_future,
             key=setup.task_key("prepare", source.role, chunk.index),
             retries=2,
             priority=chunk.weight,  # largest first, so the last task to finish is a small one
@@ -773,7 +860,7 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
     files = [Path(f) for f in checksums]
     write_json(index_path, _index_to_json(index))
     storage.write_done_record(record, setup.signature, files + [index_path], base=setup.workdir / "prepared", checksums=checksums)
-    return RunIndex(index, False, time.perf_counter() - started)
+    return RunIndex(index, False, time.perf_counter() - started, sites)
 
 
 def plan_phase(setup: RunSetup, index: RunIndex) -> RunPlan:
@@ -839,7 +926,9 @@ def resolve_phase(setup: RunSetup, index: RunIndex, pairs: PairsDone) -> Resolve
     held, renumbered = np.unique(ref_part, return_inverse=True)
     holders = tuple(pairs.keys[k] for k in held.tolist())
     routing = route(everything.ref_pos, renumbered.ravel(), len(holders), everything.pairs.ref_pos, resolved.contributions.ref_pos)
-    return ResolvedRun(resolved, holders, routing, time.perf_counter() - started)
+    pred_positions = resolved.preds.index.to_numpy(np.int64)
+    pred_rows = {key: index_of(pred_positions, part.pred_pos) for key, part in zip(pairs.keys, parts) if len(part.pred_pos)}
+    return ResolvedRun(resolved, holders, routing, time.perf_counter() - started, pred_rows)
 
 
 def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun) -> SumsDone:
@@ -874,6 +963,7 @@ def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, 
             str(setup.frame_dir) if setup.frame_dir is not None else None,
             setup.signature,
             setup.reference.id_column,
+            _aoi_keys(index),
             key=setup.task_key("sums", *key),
             retries=2,
             priority=index.rows(key),
@@ -881,7 +971,48 @@ def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, 
     if done and setup.log:
         setup.log(f"sums: reusing {len(done)} finished partitions (checksums verified)")
     info = {**done, **_gather(setup, "sums", futures)}
+    if setup.predictions_dir is not None:
+        _write_predictions(client, setup, index, resolved)
     return SumsDone(info, len(done), time.perf_counter() - started)
+
+
+def _aoi_keys(index: RunIndex) -> list[str] | None:
+    sites = index.sites
+    return sites.aois.keys if sites is not None and sites.aois is not None else None
+
+
+def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolved: ResolvedRun) -> None:
+    """The per-prediction table, one GeoParquet part per partition holding predictions."""
+    out = setup.predictions_dir
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("part-*.parquet"):
+        stale.unlink()
+    pred_info = index.info("predicted")
+    ea = setup.ea_crs.to_wkt()
+    preds = resolved.resolved.preds
+    annotated = index.sites is not None and index.sites.annotated is not None
+    futures = {
+        key: client.submit(
+            predictions_task,
+            str(setup.workdir),
+            key,
+            pred_info,
+            preds.iloc[rows],
+            str(out),
+            ea,
+            _aoi_keys(index),
+            annotated,
+            setup.predicted.id_column,
+            key=setup.task_key("predictions", *key),
+            retries=2,
+            priority=len(rows),
+        )
+        for key, rows in sorted(resolved.pred_rows.items(), key=lambda kv: -len(kv[1]))
+    }
+    written = _gather(setup, "predictions", futures)
+    n = sum(w["n_pred"] for w in written.values())
+    if n != len(preds):
+        raise PartitionMissingError(f"the per-prediction parts hold {n} predictions but {len(preds)} were resolved")
 
 
 def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, sums: SumsDone) -> dict[str, object]:
@@ -913,7 +1044,8 @@ def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resol
                 f"partition {storage.key_name(key)} summed {part.n_ref} reference fields but {expected} were prepared."
             )
         parts.append(part)
-    merged = merge_partitions(parts, resolved.resolved.unassigned, setup.options, plan)
+    r = resolved.resolved
+    merged = merge_partitions(parts, r.unassigned, setup.options, plan, r.homeless_tiles, r.homeless_aois)
     n_ref = int(merged.sums.as_dict(0)["n_ref"])
     n_pred = int(merged.sums.as_dict(0)["n_pred"])
     if n_ref != ref["n_kept"] or n_pred != index.layers["predicted"]["n_kept"]:
@@ -925,10 +1057,17 @@ def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resol
         f"count_{role}_{what}": index.layers[role][f"n_{what}"] for role in ("reference", "predicted") for what in ("dropped", "repaired")
     }
     codes = sorted(set(ref["utm_epsg"]) | set(index.layers["predicted"]["utm_epsg"]))
-    return build_summary(
+    metrics = build_summary(
         merged, plan, setup.options, layer_counts=counts, utm_epsg_codes=codes,
-        equal_area_crs=setup.ea_crs.to_string(), strata_column=setup.strata_label,
+        equal_area_crs=setup.ea_crs.to_string(), strata_column=setup.strata_label, sites=index.sites,
     )
+    if setup.tiles_out is not None or setup.aois_out is not None:
+        tiles, aois = level_tables(merged, setup.options, index.sites)
+        if setup.tiles_out is not None:
+            write_geoparquet(setup.tiles_out, tiles_frame(tiles, float(setup.options.tile_km) * 1000.0))
+        if setup.aois_out is not None and aois is not None:
+            write_geoparquet(setup.aois_out, aois_frame(aois, index.sites.aois))
+    return metrics
 
 
 @dataclass(frozen=True)
@@ -1037,6 +1176,9 @@ def run_distributed(
     chunk_rows: int = 50_000,
     ref_id_column: str | None = None,
     pred_id_column: str | None = None,
+    tiles_out: str | Path | None = None,
+    aois_out: str | Path | None = None,
+    predictions_dir: str | Path | None = None,
 ) -> dict[str, object]:
     """Evaluate on a Dask cluster; the result equals :func:`evalcore.evaluate` in one process.
 
@@ -1086,6 +1228,9 @@ def run_distributed(
             frame_dir=Path(frame_dir) if frame_dir is not None else None,
             chunk_rows=chunk_rows,
             progress=progress,
+            tiles_out=tiles_out,
+            aois_out=aois_out,
+            predictions_dir=predictions_dir,
         )
         return run_phases(client, setup).metrics
     finally:

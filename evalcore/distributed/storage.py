@@ -124,6 +124,10 @@ def write_prepared_chunk(
         "utm_epsg": pa.array(layer.utm_epsg[rows]),
         "partition_x": pa.array(layer.partition_x[rows]),
         "partition_y": pa.array(layer.partition_y[rows]),
+        "tile_x": pa.array(layer.tile_x[rows]),
+        "tile_y": pa.array(layer.tile_y[rows]),
+        "aoi": pa.array(layer.aoi[rows]),
+        "annotated_fraction": pa.array(layer.annotated_fraction[rows]),
         "perimeter_m": pa.array(layer.perimeter_m[rows]),
         "ea_minx": pa.array(bounds[:, 0]),
         "ea_miny": pa.array(bounds[:, 1]),
@@ -226,6 +230,10 @@ def read_partition(
         perimeter_m=table["perimeter_m"].to_numpy().astype(np.float64),
         partition_x=table["partition_x"].to_numpy().astype(np.int64),
         partition_y=table["partition_y"].to_numpy().astype(np.int64),
+        tile_x=table["tile_x"].to_numpy().astype(np.int64),
+        tile_y=table["tile_y"].to_numpy().astype(np.int64),
+        aoi=table["aoi"].to_numpy().astype(np.int64),
+        annotated_fraction=table["annotated_fraction"].to_numpy().astype(np.float64),
         n_input=0,
         n_dropped=0,
         n_repaired=0,
@@ -304,33 +312,27 @@ def done_record_valid(record_path: Path, signature: str) -> bool:
     return True
 
 
-_PAIR_COLUMNS = ("pred_area_of_pair", "ref_area_of_pair", "hausdorff_m", "mean_distance_m", "spacing_m")
+_LABEL_ARRAYS = ("pred_label_of_pair", "ref_label", "pred_label")
 
 
 def write_pair_results(directory: Path, key: PartitionKey, results: object, signature: str) -> None:
-    """Persist a partition's :class:`~evalcore.engine.PairResults` as three Parquet tables."""
+    """Persist a partition's :class:`~evalcore.engine.PairResults` as three Parquet tables
+    (per pair, per reference row, per prediction row)."""
+    from evalcore.engine import PAIR_ARRAYS, PRED_ARRAYS, REF_ARRAYS
+
     name = key_name(key)
     directory.mkdir(parents=True, exist_ok=True)
     p = results.pairs
+
+    def column(array_name: str) -> pa.Array:
+        values = getattr(results, array_name)
+        return _labels_array(pd.Index(values)) if array_name in _LABEL_ARRAYS else pa.array(values)
+
     pairs = pa.table(
-        {
-            "ref_pos": p.ref_pos,
-            "pred_pos": p.pred_pos,
-            "inter_m2": p.inter_m2,
-            "iou": p.iou,
-            **{c: getattr(results, c) for c in _PAIR_COLUMNS},
-            "pred_label": _labels_array(pd.Index(results.pred_label_of_pair)),
-        }
+        {"ref_pos": p.ref_pos, "pred_pos": p.pred_pos, "inter_m2": p.inter_m2, "iou": p.iou, **{c: column(c) for c in PAIR_ARRAYS}}
     )
-    refs = pa.table({"ref_pos": results.ref_pos, "ref_within_tol_m": results.ref_within_tol_m})
-    preds = pa.table(
-        {
-            "pred_pos": results.pred_pos,
-            "pred_area_m2": results.pred_area_m2,
-            "pred_perimeter_m": results.pred_perimeter_m,
-            "pred_within_tol_m": results.pred_within_tol_m,
-        }
-    )
+    refs = pa.table({c: column(c) for c in REF_ARRAYS})
+    preds = pa.table({c: column(c) for c in PRED_ARRAYS})
     files = []
     for part, table in (("pairs", pairs), ("refs", refs), ("preds", preds)):
         files.append(atomic_path(directory / f"{name}.{part}.parquet", lambda tmp, t=table: pq.write_table(t, tmp)))
@@ -339,29 +341,27 @@ def write_pair_results(directory: Path, key: PartitionKey, results: object, sign
 
 def read_pair_results(directory: Path, key: PartitionKey, signature: str) -> object | None:
     """A partition's persisted pairs phase output, or None when it is absent or not valid."""
-    from evalcore.engine import PairResults
+    from evalcore.engine import PAIR_ARRAYS, PRED_ARRAYS, REF_ARRAYS, PairResults
     from evalcore.pairs import PairTable
 
     name = key_name(key)
     if not done_record_valid(directory / f"{name}.done.json", signature):
         return None
-    pairs = pq.read_table(directory / f"{name}.pairs.parquet")
-    refs = pq.read_table(directory / f"{name}.refs.parquet")
-    preds = pq.read_table(directory / f"{name}.preds.parquet")
+    tables = {part: pq.read_table(directory / f"{name}.{part}.parquet") for part in ("pairs", "refs", "preds")}
 
-    def col(table: pa.Table, column: str, dtype: type) -> np.ndarray:
-        return table[column].to_numpy().astype(dtype)
+    def col(table: pa.Table, column: str, dtype: type | None = None) -> np.ndarray:
+        if column in _LABEL_ARRAYS:
+            return np.asarray(table[column].to_pylist(), dtype=object)
+        values = table[column].to_numpy()
+        return values.astype(dtype) if dtype is not None else values
 
+    pairs = tables["pairs"]
+    arrays = {c: col(pairs, c) for c in PAIR_ARRAYS}
+    arrays |= {c: col(tables["refs"], c) for c in REF_ARRAYS}
+    arrays |= {c: col(tables["preds"], c) for c in PRED_ARRAYS}
     return PairResults(
         pairs=PairTable(col(pairs, "ref_pos", np.int64), col(pairs, "pred_pos", np.int64), col(pairs, "inter_m2", np.float64), col(pairs, "iou", np.float64)),
-        **{c: col(pairs, c, np.float64) for c in _PAIR_COLUMNS},
-        ref_pos=col(refs, "ref_pos", np.int64),
-        ref_within_tol_m=col(refs, "ref_within_tol_m", np.float64),
-        pred_pos=col(preds, "pred_pos", np.int64),
-        pred_area_m2=col(preds, "pred_area_m2", np.float64),
-        pred_perimeter_m=col(preds, "pred_perimeter_m", np.float64),
-        pred_within_tol_m=col(preds, "pred_within_tol_m", np.float64),
-        pred_label_of_pair=np.asarray(pairs["pred_label"].to_pylist(), dtype=object),
+        **arrays,
     )
 
 
@@ -387,6 +387,12 @@ def summary_to_arrays(summary: object) -> dict[str, np.ndarray]:
         arrays[f"gathered_{k}"] = s.gathered[column].to_numpy()
     if s.replicates is not None:
         arrays["replicates"] = s.replicates.groups
+    for level in ("tiles", "aois"):
+        units = getattr(s, level)
+        arrays[f"{level}_keys"] = units.keys
+        arrays[f"{level}_values"] = units.values
+        if units.replicates is not None:
+            arrays[f"{level}_replicates"] = units.replicates
     return arrays
 
 
@@ -394,6 +400,7 @@ def summary_from_arrays(a: dict[str, np.ndarray]) -> object:
     """The inverse of :func:`summary_to_arrays`."""
     from evalcore.bootstrap import ReplicateSums
     from evalcore.engine import PartitionSummary
+    from evalcore.levels import UnitSums
     from evalcore.stats import GroupSums
 
     names = [str(n) for n in a["gathered_names"]]
@@ -407,4 +414,6 @@ def summary_from_arrays(a: dict[str, np.ndarray]) -> object:
         sums=sums,
         replicates=ReplicateSums(a["replicates"]) if "replicates" in a else None,
         gathered=gathered,
+        tiles=UnitSums(a["tiles_keys"], a["tiles_values"], a.get("tiles_replicates")),
+        aois=UnitSums(a["aois_keys"], a["aois_values"], a.get("aois_replicates")),
     )

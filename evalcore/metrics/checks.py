@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from numbers import Integral, Real
 
-__all__ = ["unit_interval", "open_unit_interval", "positive", "positive_or_none", "non_negative_int", "positive_int", "thresholds", "any_value"]
+__all__ = ["unit_interval", "open_unit_interval", "positive", "positive_or_none", "non_negative_int", "positive_int", "thresholds", "any_value", "optional_text", "fraction"]
 
 
 def _is_real(value: object) -> bool:
@@ -72,3 +72,19 @@ def thresholds(name: str, value: object) -> tuple[float, ...] | None:
 
 def any_value(name: str, value: object) -> object:
     return value
+
+
+def optional_text(name: str, value: object) -> str | None:
+    """None or a non-empty string (a column or layer name)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty string or None, but got {value!r}.")
+    return value
+
+
+def fraction(name: str, value: object) -> float:
+    """A number in [0, 1)."""
+    if not _is_real(value) or not (0.0 <= float(value) < 1.0):
+        raise ValueError(f"{name} must be in [0, 1), but got {value!r}.")
+    return float(value)

@@ -1,0 +1,700 @@
+"""Levels: reporting tiles and AOIs, their sums, per-unit tables, micro and macro (SPEC 6.3).
+
+A *unit* is a reporting tile (a square of ``tile_km`` in a UTM zone, keyed ``(EPSG,
+⌊easting / side⌋, ⌊northing / side⌋)`` of the equal-area centroid in the home zone) or
+an AOI (a polygon of an optional layer; a row belongs to the first AOI, by position,
+that contains its equal-area centroid). Tiles are a grid for reporting and do not
+depend on how the work is partitioned.
+
+A reference field counts in its own tile and AOI; a prediction with a home in its home
+reference's, and a prediction without a home (no candidate pair) in the tile and AOI
+of its own centroid. The per-unit values are functions of a few sums per unit
+(:data:`UNIT_COLUMNS`) held sparsely (:class:`UnitSums`: only units that hold a row),
+which merge by addition across partitions like every other sum of the engine.
+
+This module owns:
+
+* the site layers (:class:`Sites`: the tile side, the prepared AOI layer and the
+  annotated area of SPEC 6.4) and where each row lies in them (:func:`locate`);
+* :class:`UnitSums` and how they are built from quantity rows and homeless predictions;
+* the per-unit tables (:func:`unit_table`) and the JSON blocks ``tiles`` and ``aois``
+  (:func:`level_summary`), with micro and macro named apart;
+* the tile squares: their area inside the zone's 6° band and their polygon in EPSG:4326.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+
+import geopandas
+import numpy as np
+import pandas as pd
+import shapely
+from pyproj import CRS
+
+from evalcore._typing import F64Array, GeomArray, IdArray
+from evalcore.bootstrap import percentile_intervals, replicate_group_sums
+from evalcore.crs import WGS84, transform_xy, utm_crs
+from evalcore.errors import EvalInputError
+
+__all__ = [
+    "LayerInput",
+    "layer_input",
+    "AoiLayer",
+    "AnnotatedArea",
+    "Sites",
+    "prepare_sites",
+    "locate",
+    "annotated_fractions",
+    "UNIT_COLUMNS",
+    "UnitSums",
+    "unit_values",
+    "aoi_unit_sums",
+    "replicate_columns",
+    "homeless_values",
+    "unit_table",
+    "level_summary",
+    "tile_key",
+    "tile_band_area_km2",
+    "tile_polygons",
+    "QUANTILES",
+]
+
+QUANTILES: tuple[int, ...] = (10, 25, 50, 75, 90)
+"""Percentiles of per-unit F1 and count ratio in the summary (numpy's linear method)."""
+
+UNIT_COLUMNS: tuple[str, ...] = (
+    "n_ref", "tp", "n_pred", "n_pred_matched", "n_pred_unassigned", "area_ref_m2", "area_pred_m2",
+)
+"""The sums per unit. The first five are counts; the areas are square metres."""
+
+_REPLICATE_COLUMNS = ("n_ref", "tp", "n_pred", "n_pred_matched")
+"""What the per-AOI bootstrap intervals (precision, recall, F1) need per replicate."""
+
+
+# --------------------------------------------------------------------------- site layers
+
+
+@dataclass(frozen=True, eq=False)
+class LayerInput:
+    """An in-memory layer given as an option value (compared by identity, shown by size)."""
+
+    frame: object
+
+    def __repr__(self) -> str:
+        return f"<in-memory layer of {len(self.frame)} rows>"
+
+
+def layer_input(name: str, value: object) -> object:
+    """Check an option naming a polygon layer: None, a path (str) or a GeoDataFrame/GeoSeries."""
+    if value is None or isinstance(value, LayerInput):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        return os.fspath(value)
+    if isinstance(value, (geopandas.GeoDataFrame, geopandas.GeoSeries)):
+        return LayerInput(value)
+    raise ValueError(f"{name} must be a path or a GeoDataFrame, but got {type(value).__name__}.")
+
+
+@dataclass(frozen=True, slots=True)
+class AoiLayer:
+    """A prepared AOI layer.
+
+    Attributes
+    ----------
+    id_column : str
+    ids : ndarray of object
+        Each AOI's id as read (input order).
+    keys : list of str
+        ``str(id)``: the AOI's key in the outputs.
+    geoms_source : ndarray of shapely geometries
+        Repaired polygons in ``crs``.
+    geoms_ea : ndarray of shapely geometries
+        The polygons in the equal-area CRS (edges split at 50 m before reprojection).
+    crs : pyproj.CRS
+    source : str
+        What the layer is, for messages (``the AOI layer aoi.gpkg``).
+    """
+
+    id_column: str
+    ids: np.ndarray
+    keys: list[str]
+    geoms_source: GeomArray
+    geoms_ea: GeomArray
+    crs: CRS
+    source: str
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotatedArea:
+    """The prepared annotated-area polygons (SPEC 6.4), in the equal-area CRS."""
+
+    geoms_ea: GeomArray
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Sites:
+    """Where rows are reported: the tile side and the optional AOI and annotated layers.
+
+    Attributes
+    ----------
+    tile_size_m : float
+        Side of the reporting tiles, metres.
+    aois : AoiLayer or None
+    annotated : AnnotatedArea or None
+    """
+
+    tile_size_m: float
+    aois: AoiLayer | None = None
+    annotated: AnnotatedArea | None = None
+
+
+def _read_site_layer(value: object, layer: str | None, what: str) -> tuple[object, str]:
+    if isinstance(value, LayerInput):
+        return value.frame, f"the {what} (in memory)"
+    from evalcore.io import read_layer
+
+    frame = read_layer(value, layer=layer, role=what)
+    return frame, f"the {what} {value}" + (f" (layer {layer!r})" if layer else "")
+
+
+def _prepare_polygons(frame: object, where: str, equal_area_crs: object):
+    """Repair, split and reproject a site layer like an input layer (SPEC 2); every row must survive."""
+    from evalcore.prepare import prepare_layer
+
+    try:
+        layer = prepare_layer(frame, "site", equal_area_crs=equal_area_crs)
+    except EvalInputError as exc:
+        raise EvalInputError(f"{where}: {exc}") from None
+    if layer.crs is None and layer.n_input:
+        raise EvalInputError(f"{where} has no CRS; set one or fix the file's metadata.")
+    return layer
+
+
+def prepare_sites(options: object, equal_area_crs: object = None) -> Sites:
+    """The site layers of a run from its options (``tile_km``, ``aoi``, ``annotated_area``).
+
+    Raises
+    ------
+    EvalInputError
+        An AOI layer without the id column (listing the columns), with duplicate or
+        missing ids, with rows that are not polygons, or a site layer without a CRS; the
+        message names the file and the rows.
+    """
+    tile = float(options.tile_km) * 1000.0
+    aois = None
+    if options.aoi is not None:
+        if options.aoi_id_column is None:
+            raise EvalInputError("an AOI layer needs its id column (--aoi-id-column / aoi_id_column).")
+        frame, where = _read_site_layer(options.aoi, options.aoi_layer, "AOI layer")
+        column = options.aoi_id_column
+        if column not in getattr(frame, "columns", []):
+            columns = [str(c) for c in frame.columns if c != frame.geometry.name]
+            raise EvalInputError(f"{where} has no id column {column!r}; its columns are: {', '.join(map(repr, columns)) or '(none)'}.")
+        ids = frame[column]
+        missing = np.flatnonzero(pd.isna(ids).to_numpy())
+        if len(missing):
+            raise EvalInputError(f"{where}: the id column {column!r} is missing at row {int(missing[0])}.")
+        keys = [str(v) for v in ids.tolist()]
+        seen: dict[str, int] = {}
+        for row, key in enumerate(keys):
+            if key in seen:
+                raise EvalInputError(f"{where}: the id {key!r} of column {column!r} appears twice (rows {seen[key]} and {row}).")
+            seen[key] = row
+        if frame.crs is None and len(frame):
+            raise EvalInputError(f"{where} has no CRS; set one or fix the file's metadata.")
+        prepared = _prepare_polygons(frame, where, equal_area_crs)
+        if prepared.n_dropped:
+            dropped = np.setdiff1d(np.arange(prepared.n_input), prepared.positions)
+            raise EvalInputError(
+                f"{where}: row {int(dropped[0])} (id {keys[int(dropped[0])]!r}) is not a polygon with an area "
+                f"({prepared.n_dropped} such rows); every AOI must be a polygon."
+            )
+        aois = AoiLayer(column, np.asarray(ids.tolist(), dtype=object), keys, prepared.geoms_source,
+                        prepared.geoms_ea, prepared.crs, where)
+    annotated = None
+    if options.annotated_area is not None:
+        frame, where = _read_site_layer(options.annotated_area, options.annotated_area_layer, "annotated-area layer")
+        if frame.crs is None and len(frame):
+            raise EvalInputError(f"{where} has no CRS; set one or fix the file's metadata.")
+        prepared = _prepare_polygons(frame, where, equal_area_crs)
+        annotated = AnnotatedArea(prepared.geoms_ea, where)
+    return Sites(tile, aois, annotated)
+
+
+def _first_containing(geoms: GeomArray, points: GeomArray) -> IdArray:
+    """Index of the first polygon (by position) containing each point; -1 for none."""
+    out = np.full(len(points), -1, dtype=np.int64)
+    if len(geoms) == 0 or len(points) == 0:
+        return out
+    tree = shapely.STRtree(geoms)
+    point_idx, geom_idx = tree.query(points, predicate="within")
+    if len(point_idx):
+        order = np.lexsort((geom_idx, point_idx))
+        p, g = point_idx[order], geom_idx[order]
+        first = np.ones(len(p), dtype=bool)
+        first[1:] = p[1:] != p[:-1]
+        out[p[first]] = g[first]
+    return out
+
+
+def annotated_fractions(annotated: AnnotatedArea, geoms_ea: GeomArray, area_m2: F64Array) -> F64Array:
+    """Share of each polygon's area inside the union of the annotated polygons (equal-area CRS)."""
+    out = np.zeros(len(geoms_ea))
+    if len(annotated.geoms_ea) == 0 or len(geoms_ea) == 0:
+        return out
+    tree = shapely.STRtree(annotated.geoms_ea)
+    row, cand = tree.query(geoms_ea, predicate="intersects")
+    if not len(row):
+        return out
+    counts = np.bincount(row, minlength=len(geoms_ea))
+    single = counts[row] == 1
+    inside = np.zeros(len(geoms_ea))
+    if single.any():
+        r = row[single]
+        inside[r] = shapely.area(shapely.intersection(geoms_ea[r], annotated.geoms_ea[cand[single]]))
+    for r in np.flatnonzero(counts > 1):
+        # Overlapping annotated polygons count once: the share is of their union.
+        union = shapely.union_all(annotated.geoms_ea[cand[row == r]])
+        inside[r] = shapely.area(shapely.intersection(geoms_ea[r], union))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(area_m2 > 0, inside / area_m2, 0.0)
+    return np.clip(out, 0.0, 1.0)
+
+
+def locate(geoms_ea: GeomArray, area_m2: F64Array, sites: Sites | None, *, annotate: bool) -> tuple[IdArray, F64Array]:
+    """Each row's AOI (-1: none) and annotated fraction (NaN without an annotated area).
+
+    Parameters
+    ----------
+    geoms_ea : ndarray of shapely geometries
+        The rows in the equal-area CRS; the AOI is that of the equal-area centroid.
+    area_m2 : ndarray of float64
+    sites : Sites or None
+    annotate : bool
+        Measure the annotated fraction (the predictions need it, the reference does not).
+    """
+    n = len(geoms_ea)
+    aoi = np.full(n, -1, dtype=np.int64)
+    fraction = np.full(n, np.nan)
+    if sites is None:
+        return aoi, fraction
+    if sites.aois is not None and n:
+        aoi = _first_containing(sites.aois.geoms_ea, shapely.centroid(geoms_ea))
+    if annotate and sites.annotated is not None:
+        fraction = annotated_fractions(sites.annotated, geoms_ea, area_m2)
+    return aoi, fraction
+
+
+# --------------------------------------------------------------------------- sums per unit
+
+
+@dataclass(frozen=True, slots=True)
+class UnitSums:
+    """Sums of :data:`UNIT_COLUMNS` per unit, for the units that hold a row.
+
+    Attributes
+    ----------
+    keys : ndarray of int64, shape (n_units, width)
+        Unit keys, unique, in increasing lexicographic order: ``(epsg, tile x, tile y)``
+        for tiles, ``(aoi index,)`` for AOIs.
+    values : ndarray of float64, shape (n_units, len(UNIT_COLUMNS))
+    replicates : ndarray of float64, shape (n_units, n_replicates, 4), optional
+        Bootstrap replicate sums of ``n_ref, tp, n_pred, n_pred_matched`` (AOIs only).
+    """
+
+    keys: IdArray
+    values: F64Array
+    replicates: F64Array | None = None
+
+    @staticmethod
+    def empty(width: int, n_replicates: int | None = None) -> UnitSums:
+        reps = None if n_replicates is None else np.zeros((0, n_replicates, len(_REPLICATE_COLUMNS)))
+        return UnitSums(np.empty((0, width), np.int64), np.empty((0, len(UNIT_COLUMNS))), reps)
+
+    @staticmethod
+    def of_rows(keys: IdArray, values: F64Array, replicates: F64Array | None = None) -> UnitSums:
+        """Add rows per unit, in row order (rows with a key < 0 in column 0 belong to no unit).
+
+        Parameters
+        ----------
+        keys : ndarray of int64, shape (n, width)
+        values : ndarray of float64, shape (n, len(UNIT_COLUMNS))
+        replicates : ndarray of float64, shape (n, n_replicates, 4), optional
+            Per-row replicate values (already weighted by the row's draw counts).
+        """
+        keys = np.asarray(keys, dtype=np.int64)
+        if keys.ndim == 1:
+            keys = keys[:, None]
+        keep = keys[:, 0] >= 0 if keys.shape[1] == 1 else np.ones(len(keys), dtype=bool)
+        keys, values = keys[keep], values[keep]
+        if replicates is not None:
+            replicates = replicates[keep]
+        width = keys.shape[1]
+        if len(keys) == 0:
+            return UnitSums.empty(width, None if replicates is None else replicates.shape[1])
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        inverse = inverse.ravel()
+        out = np.zeros((len(unique), values.shape[1]))
+        for j in range(values.shape[1]):
+            # bincount adds each unit's rows in row order.
+            out[:, j] = np.bincount(inverse, weights=values[:, j], minlength=len(unique))
+        reps = None
+        if replicates is not None:
+            reps = np.zeros((len(unique),) + replicates.shape[1:])
+            np.add.at(reps, inverse, replicates)
+        return UnitSums(unique, out, reps)
+
+    def merge(self, other: UnitSums) -> UnitSums:
+        """The sums of both, unit by unit (self's rows first)."""
+        return UnitSums.concat([self, other])
+
+    @staticmethod
+    def concat(parts: list[UnitSums]) -> UnitSums:
+        """The sums of all parts, unit by unit, added in the order of ``parts``."""
+        widths = {p.keys.shape[1] for p in parts}
+        if len(widths) != 1:
+            raise ValueError("unit sums of different kinds cannot merge")
+        with_reps = {p.replicates is not None for p in parts}
+        if len(with_reps) != 1:
+            raise ValueError("unit sums with and without bootstrap replicates cannot merge")
+        reps = np.concatenate([p.replicates for p in parts]) if with_reps == {True} else None
+        keys = np.concatenate([p.keys for p in parts])
+        return UnitSums.of_rows(keys, np.concatenate([p.values for p in parts]), reps)
+
+    def add_constant_to_replicates(self, other: UnitSums) -> UnitSums:
+        """Add ``other`` (rows the same in every replicate: the homeless predictions) to
+        the point sums and to every replicate."""
+        if self.replicates is None:
+            return self.merge(other)
+        n_rep = self.replicates.shape[1]
+        cols = [UNIT_COLUMNS.index(c) for c in _REPLICATE_COLUMNS]
+        const = np.repeat(other.values[:, cols][:, None, :], n_rep, axis=1)
+        return self.merge(UnitSums(other.keys, other.values, const))
+
+    def column(self, name: str) -> F64Array:
+        return self.values[:, UNIT_COLUMNS.index(name)]
+
+
+def unit_values(table_columns: tuple[str, ...], table_values: F64Array) -> F64Array:
+    """The :data:`UNIT_COLUMNS` of quantity rows (reference rows and their home predictions)."""
+    col = {name: k for k, name in enumerate(table_columns)}
+    out = np.zeros((len(table_values), len(UNIT_COLUMNS)))
+    for j, name in enumerate(UNIT_COLUMNS):
+        if name in col:
+            out[:, j] = table_values[:, col[name]]
+    return out
+
+
+def aoi_unit_sums(codes: IdArray, values: F64Array, weights: F64Array | None, replicate_rows: F64Array | None) -> UnitSums:
+    """Sums per AOI of some rows (code -1: in no AOI), with bootstrap replicates when drawn.
+
+    Parameters
+    ----------
+    codes : ndarray of int64, shape (n,)
+    values : ndarray of float64, shape (n, len(UNIT_COLUMNS))
+    weights : ndarray of float64, shape (n_replicates, n), optional
+        How often each row is drawn in each replicate (:func:`evalcore.bootstrap.field_weights`).
+    replicate_rows : ndarray of float64, shape (n, 4), optional
+        The rows' ``n_ref, tp, n_pred, n_pred_matched``.
+    """
+    keep = codes >= 0
+    point = UnitSums.of_rows(codes[keep][:, None], values[keep])
+    if weights is None:
+        return point
+    local = np.searchsorted(point.keys[:, 0], codes)
+    groups = np.where(keep, local + 1, -1).astype(np.int64)[:, None]
+    # Group 0 of the kernel is every row (unused here); the AOIs are groups 1...
+    reps = replicate_group_sums(weights, replicate_rows, groups, len(point.keys) + 1).groups[1:]
+    return UnitSums(point.keys, point.values, reps)
+
+
+def replicate_columns(table_columns: tuple[str, ...], table_values: F64Array) -> F64Array:
+    """The quantity rows' columns the per-AOI intervals need, shape (n, 4)."""
+    return np.ascontiguousarray(table_values[:, [table_columns.index(c) for c in _REPLICATE_COLUMNS]])
+
+
+def homeless_values(area_m2: F64Array) -> F64Array:
+    """The unit rows of predictions without a home: one predicted, unassigned, unmatched each."""
+    out = np.zeros((len(area_m2), len(UNIT_COLUMNS)))
+    out[:, UNIT_COLUMNS.index("n_pred")] = 1.0
+    out[:, UNIT_COLUMNS.index("n_pred_unassigned")] = 1.0
+    out[:, UNIT_COLUMNS.index("area_pred_m2")] = area_m2
+    return out
+
+
+# --------------------------------------------------------------------------- per-unit values
+
+
+def _rates(n_ref: F64Array, tp: F64Array, n_pred: F64Array, n_matched: F64Array) -> dict[str, F64Array]:
+    """Precision, recall and F1 per unit, NaN where undefined (F1 also where both are 0)."""
+    fp = n_pred - n_matched
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision = np.where(tp + fp > 0, tp / (tp + fp), np.nan)
+        recall = np.where(n_ref > 0, tp / n_ref, np.nan)
+        s = precision + recall
+        f1 = np.where(s > 0, 2.0 * precision * recall / s, np.nan)
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def tile_key(epsg: int, x: int, y: int) -> str:
+    """``"32613_7_-41"``: a tile's key in the outputs."""
+    return f"{int(epsg)}_{int(x)}_{int(y)}"
+
+
+def unit_table(sums: UnitSums, kind: str, *, min_support: int, tile_size_m: float | None = None,
+               aois: AoiLayer | None = None) -> pd.DataFrame:
+    """One row per unit with the values of SPEC 6.3.
+
+    Parameters
+    ----------
+    sums : UnitSums
+    kind : ``"tiles"`` or ``"aois"``
+        Tiles are the units in ``sums``; AOIs are every AOI of ``aois`` (those holding
+        nothing have zero counts and null rates).
+    min_support : int
+    tile_size_m : float, optional
+        For tiles: the side, metres (for ``fp_per_km2``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``epsg, tile_x, tile_y`` (tiles) or ``aoi`` (AOIs), the counts, rates,
+        ``count_ratio``, ``count_error``, ``area_bias_ha``, ``fp_per_km2`` and
+        ``tile_area_km2`` (tiles), ``support``, ``insufficient_support``, and with
+        replicates ``precision_ci_lower`` ... ``f1_ci_upper`` and their
+        ``*_n_undefined``.
+    """
+    if kind == "aois":
+        n = len(aois) if aois is not None else 0
+        values = np.zeros((n, len(UNIT_COLUMNS)))
+        rows = sums.keys[:, 0] if len(sums.keys) else np.empty(0, np.int64)
+        values[rows] = sums.values
+        reps = None
+        if sums.replicates is not None:
+            reps = np.zeros((n,) + sums.replicates.shape[1:])
+            reps[rows] = sums.replicates
+        out = pd.DataFrame({"aoi": pd.array(aois.keys if aois is not None else [], dtype="string")})
+    else:
+        values = sums.values
+        reps = None
+        out = pd.DataFrame({
+            "epsg": sums.keys[:, 0].astype(np.int64),
+            "tile_x": sums.keys[:, 1].astype(np.int64),
+            "tile_y": sums.keys[:, 2].astype(np.int64),
+        })
+    v = {name: values[:, j] for j, name in enumerate(UNIT_COLUMNS)}
+    n_ref, tp, n_pred, n_matched = v["n_ref"], v["tp"], v["n_pred"], v["n_pred_matched"]
+    out["count_reference"] = n_ref.astype(np.int64)
+    out["count_predicted"] = n_pred.astype(np.int64)
+    out["count_tp"] = tp.astype(np.int64)
+    out["count_fp"] = (n_pred - n_matched).astype(np.int64)
+    out["count_fn"] = (n_ref - tp).astype(np.int64)
+    out["count_fp_unassigned"] = v["n_pred_unassigned"].astype(np.int64)
+    for name, value in _rates(n_ref, tp, n_pred, n_matched).items():
+        out[name] = value
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["count_ratio"] = np.where(n_ref > 0, n_pred / n_ref, np.nan)
+    out["count_error"] = (n_pred - n_ref).astype(np.int64)
+    out["area_bias_ha"] = (v["area_pred_m2"] - v["area_ref_m2"]) / 1e4
+    if kind == "tiles":
+        area_km2 = tile_band_area_km2(sums.keys, float(tile_size_m))
+        out["tile_area_km2"] = area_km2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out["fp_per_km2"] = np.where(area_km2 > 0, out["count_fp"].to_numpy() / area_km2, np.nan)
+    out["support"] = n_ref.astype(np.int64)
+    out["insufficient_support"] = n_ref < min_support
+    if reps is not None:
+        r = {name: reps[:, :, j] for j, name in enumerate(_REPLICATE_COLUMNS)}
+        rates = _rates(r["n_ref"], r["tp"], r["n_pred"], r["n_pred_matched"])
+        for name, value in rates.items():
+            lower, upper, undefined = [], [], []
+            for u in range(len(out)):
+                ci, und = percentile_intervals({name: (value[u], ~np.isnan(value[u]))})
+                lower.append(ci[name][0])
+                upper.append(ci[name][1])
+                undefined.append(und[name])
+            out[f"{name}_ci_lower"] = np.asarray(lower, dtype=np.float64)
+            out[f"{name}_ci_upper"] = np.asarray(upper, dtype=np.float64)
+            out[f"{name}_ci_n_undefined"] = np.asarray(undefined, dtype=np.int64)
+    return out
+
+
+def _null(value: float) -> float | None:
+    return None if value is None or not np.isfinite(value) else float(value)
+
+
+def _unit_keys(table: pd.DataFrame, kind: str) -> list[str]:
+    if kind == "aois":
+        return [str(k) for k in table["aoi"].tolist()]
+    return [tile_key(e, x, y) for e, x, y in zip(table["epsg"], table["tile_x"], table["tile_y"])]
+
+
+def level_summary(table: pd.DataFrame, kind: str, *, tile_km: float | None = None,
+                  aois: AoiLayer | None = None) -> dict[str, object]:
+    """The ``tiles`` or ``aois`` block of the summary from a :func:`unit_table`.
+
+    Micro pools the counts of the units; macro is the mean of the unit values where
+    they are defined, with the number of units averaged; quantiles are numpy's linear
+    percentiles over the units where the value is defined; ``worst`` is the unit with
+    the lowest value among units with sufficient support (ties: the first unit in the
+    table's order), null when none has enough.
+    """
+    from evalcore.summary import WORST_KEYS, worst_group
+
+    tp = float(table["count_tp"].sum())
+    fp = float(table["count_fp"].sum())
+    n_ref = float(table["count_reference"].sum())
+    micro = _rates(np.array([n_ref]), np.array([tp]), np.array([tp + fp]), np.array([tp]))
+    out: dict[str, object] = {}
+    name = "tiles" if kind == "tiles" else "aois"
+    with_ref = table["count_reference"].to_numpy() > 0
+    if kind == "tiles":
+        out["tile_km"] = float(tile_km)
+        out["count_tiles"] = int(len(table))
+        out["count_tiles_with_reference"] = int(with_ref.sum())
+        out["count_tiles_without_reference"] = int((~with_ref).sum())
+        free = table[~with_ref]
+        free_area = float(free["tile_area_km2"].sum())
+        out["fp_per_km2_reference_free"] = _null(float(free["count_fp"].sum()) / free_area) if free_area > 0 else None
+    else:
+        out["id_column"] = aois.id_column if aois is not None else None
+        out["count_aois"] = int(len(table))
+        out["count_aois_with_reference"] = int(with_ref.sum())
+    has_fn = table["count_fn"].to_numpy() > 0
+    out[f"fraction_{name}_with_fn"] = _null(float(has_fn[with_ref].mean())) if with_ref.any() else None
+    out["micro"] = {k: _null(float(v[0])) for k, v in micro.items()}
+    out["macro"] = {}
+    for metric in WORST_KEYS:
+        values = table[metric].to_numpy(np.float64)
+        ok = ~np.isnan(values)
+        out["macro"][metric] = {"value": _null(float(values[ok].mean())) if ok.any() else None, "n_units": int(ok.sum())}
+    out["quantiles"] = {}
+    for metric in ("f1", "count_ratio"):
+        values = table[metric].to_numpy(np.float64)
+        values = values[~np.isnan(values)]
+        if len(values):
+            qs = np.percentile(values, QUANTILES)
+            out["quantiles"][metric] = {f"p{q}": float(v) for q, v in zip(QUANTILES, qs)}
+        else:
+            out["quantiles"][metric] = {f"p{q}": None for q in QUANTILES}
+    keys = _unit_keys(table, kind)
+    entries = {}
+    for k, rec in zip(keys, table[list(WORST_KEYS) + ["support", "insufficient_support"]].to_dict("records")):
+        entries[k] = {m: rec[m] for m in WORST_KEYS} | {"support": int(rec["support"]), "insufficient_support": bool(rec["insufficient_support"])}
+    worst = worst_group(entries)
+    if worst is not None:
+        worst = {m: (None if w is None else {**w, "value": float(w["value"])}) for m, w in worst.items()}
+    out["worst"] = worst
+    return out
+
+
+def aoi_entries(table: pd.DataFrame) -> dict[str, dict]:
+    """``per_aoi``: every AOI's values keyed by id (rates null when undefined)."""
+    out = {}
+    for rec in table.to_dict("records"):
+        key = str(rec.pop("aoi"))
+        entry = {}
+        for k, v in rec.items():
+            if isinstance(v, (bool, np.bool_)):
+                entry[k] = bool(v)
+            elif isinstance(v, (int, np.integer)):
+                entry[k] = int(v)
+            else:
+                entry[k] = _null(float(v))
+        ci = {m: [entry.pop(f"{m}_ci_lower"), entry.pop(f"{m}_ci_upper")] for m in ("precision", "recall", "f1") if f"{m}_ci_lower" in entry}
+        if ci:
+            entry["ci"] = ci
+            undefined = {m: entry.pop(f"{m}_ci_n_undefined") for m in ci}
+            undefined = {m: n for m, n in undefined.items() if n}
+            if undefined:
+                entry["ci_n_undefined"] = undefined
+        out[key] = entry
+    return out
+
+
+# --------------------------------------------------------------------------- tile squares
+
+
+def _zone_central_meridian(epsg: int) -> float:
+    zone = int(epsg) % 100
+    return -183.0 + 6.0 * zone
+
+
+@functools.lru_cache(maxsize=256)
+def _zone_band(epsg: int) -> shapely.Geometry:
+    """The zone's 6° longitude band (all latitudes, no hemisphere test) in the zone's metres.
+
+    The meridians are sampled every 0.05° of latitude (at most a few centimetres from
+    the curved meridian between samples).
+    """
+    lon0 = _zone_central_meridian(epsg)
+    lat = np.linspace(-90.0, 90.0, 3601)
+    lon = np.concatenate([np.full(len(lat), lon0 - 3.0), np.full(len(lat), lon0 + 3.0)])
+    lats = np.concatenate([lat, lat[::-1]])
+    x, y = transform_xy(lon, lats, WGS84, utm_crs(int(epsg)))
+    ring = np.column_stack([x, y])
+    band = shapely.Polygon(ring)
+    if not band.is_valid:
+        band = shapely.make_valid(band)
+    shapely.prepare(band)
+    return band
+
+
+def _squares(keys: IdArray, side_m: float) -> GeomArray:
+    x0 = keys[:, 1].astype(np.float64) * side_m
+    y0 = keys[:, 2].astype(np.float64) * side_m
+    return shapely.box(x0, y0, x0 + side_m, y0 + side_m)
+
+
+def _clipped_squares(keys: IdArray, side_m: float) -> GeomArray:
+    """Each tile's square intersected with its zone's band, in the zone's metres."""
+    out = np.empty(len(keys), dtype=object)
+    for epsg in np.unique(keys[:, 0]) if len(keys) else []:
+        rows = np.flatnonzero(keys[:, 0] == epsg)
+        squares = _squares(keys[rows], side_m)
+        band = _zone_band(int(epsg))
+        inside = shapely.contains_properly(band, squares)
+        clipped = squares.copy()
+        edge = ~inside
+        if edge.any():
+            clipped[edge] = shapely.intersection(squares[edge], band)
+        out[rows] = clipped
+    return out
+
+
+def tile_band_area_km2(keys: IdArray, side_m: float) -> F64Array:
+    """Area of each tile square inside its zone's 6° band, planar in the zone's CRS, km²."""
+    if len(keys) == 0:
+        return np.empty(0)
+    return shapely.area(_clipped_squares(keys, side_m)) / 1e6
+
+
+def tile_polygons(keys: IdArray, side_m: float, spacing_m: float = 500.0) -> GeomArray:
+    """Each tile's square (inside its zone's band) in EPSG:4326, edges densified at ``spacing_m``."""
+    out = np.empty(len(keys), dtype=object)
+    clipped = _clipped_squares(keys, side_m)
+    for epsg in np.unique(keys[:, 0]) if len(keys) else []:
+        rows = np.flatnonzero(keys[:, 0] == epsg)
+        dense = shapely.segmentize(clipped[rows], spacing_m)
+        out[rows] = shapely.transform(dense, lambda xy, e=int(epsg): np.column_stack(transform_xy(xy[:, 0], xy[:, 1], utm_crs(e), WGS84)))
+    return out
+
+
+def tiles_frame(table: pd.DataFrame, tile_size_m: float) -> geopandas.GeoDataFrame:
+    """The per-tile table as a GeoDataFrame in EPSG:4326 (for ``--tiles-out``)."""
+    keys = table[["epsg", "tile_x", "tile_y"]].to_numpy(np.int64)
+    return geopandas.GeoDataFrame(table.reset_index(drop=True), geometry=tile_polygons(keys, tile_size_m), crs="EPSG:4326")
+
+
+def aois_frame(table: pd.DataFrame, aois: AoiLayer) -> geopandas.GeoDataFrame:
+    """The per-AOI table with every AOI's polygon in the AOI layer's CRS (for ``--aois-out``)."""
+    frame = table.rename(columns={"aoi": aois.id_column}).reset_index(drop=True)
+    frame[aois.id_column] = aois.ids
+    return geopandas.GeoDataFrame(frame, geometry=aois.geoms_source, crs=aois.crs)
