@@ -125,6 +125,13 @@ def _build_parser() -> argparse.ArgumentParser:
         help="write the per-field table: the suffix names the format (.parquet GeoParquet, .gpkg GeoPackage, .fgb FlatGeobuf); "
         "a path ending with / is a directory of GeoParquet parts (the only form with --cluster) (default: not written)",
     )
+    ev.add_argument("--tiles-out", help="write the per-tile table (GeoParquet .parquet, .gpkg or .fgb; tile squares in EPSG:4326) (default: not written)")
+    ev.add_argument("--aois-out", help="write the per-AOI table with every AOI's polygon (needs --aoi; format by suffix) (default: not written)")
+    ev.add_argument(
+        "--predictions-out",
+        help="write the per-prediction table (format by suffix; a path ending with / is a directory of GeoParquet parts, "
+        "the only form with --cluster) (default: not written)",
+    )
     ev.add_argument(
         "--cluster",
         help="run on Dask: 'local' starts a LocalCluster, tcp://HOST:PORT connects to a running scheduler (default: in this process)",
@@ -203,10 +210,42 @@ def format_summary(metrics: dict[str, object]) -> str:
                 f"{name:<{width}}  {g['count_reference']:>7}  {_fmt(g['precision']):>9}  {_fmt(g['recall']):>7}  "
                 f"{_fmt(g['f1']):>6}  {iou:>8}"
             )
+    lines.extend(level_lines(metrics))
     note = unassigned_note(metrics)
     if note:
         lines.append(note)
     return "\n".join(lines)
+
+
+def _worst_text(worst: dict | None) -> str:
+    if not worst or worst.get("f1") is None:
+        return "none with enough support"
+    w = worst["f1"]
+    return f"{w['group']} (F1 {_fmt(w['value'])}, {w['support']} fields)"
+
+
+def level_lines(metrics: dict[str, object]) -> list[str]:
+    """The tile and AOI summary and the worst groups, a line each."""
+    lines = []
+    tiles = metrics.get("tiles")
+    if tiles:
+        macro = tiles["macro"]["f1"]
+        lines.append(
+            f"tiles of {tiles['tile_km']:g} km: {tiles['count_tiles']} ({tiles['count_tiles_without_reference']} without reference fields);  "
+            f"F1 micro {_fmt(tiles['micro']['f1'])}, macro {_fmt(macro['value'])} over {macro['n_units']} tiles, "
+            f"p10 {_fmt(tiles['quantiles']['f1']['p10'])};  worst tile {_worst_text(tiles['worst'])}"
+        )
+    aois = metrics.get("aois")
+    if aois:
+        macro = aois["macro"]["f1"]
+        lines.append(
+            f"AOIs: {aois['count_aois']} ({aois['count_aois_with_reference']} with reference fields);  F1 micro {_fmt(aois['micro']['f1'])}, "
+            f"macro {_fmt(macro['value'])} over {macro['n_units']};  worst AOI {_worst_text(aois['worst'])}"
+        )
+    for grouping, worst in (metrics.get("worst") or {}).items():
+        name = "stratum" if grouping == "per_stratum" else "size class"
+        lines.append(f"worst {name}: {_worst_text(worst)}")
+    return lines
 
 
 def unassigned_note(metrics: dict[str, object]) -> str | None:
@@ -254,19 +293,64 @@ def _check_evaluate_arguments(args: argparse.Namespace) -> str | None:
                 "or leave them out to evaluate in this process."
             )
     kind = _frame_out_kind(args)
+    pred_kind = _table_out_kind(args, "predictions_out", "--predictions-out", "per-prediction")
     _check_output_file(args.output, "-o/--output")
     if kind == "dir":
         check_output_dir(args.frame_out, "--frame-out")
     elif kind == "file":
         _check_output_file(args.frame_out, "--frame-out")
+    if pred_kind == "dir":
+        check_output_dir(args.predictions_out, "--predictions-out")
+    elif pred_kind == "file":
+        _check_output_file(args.predictions_out, "--predictions-out")
+    if args.aois_out is not None and args.aoi is None:
+        raise EvalInputError("--aois-out needs an AOI layer: add --aoi PATH --aoi-id-column C.")
+    for flag, path in (("--tiles-out", args.tiles_out), ("--aois-out", args.aois_out)):
+        if path is not None:
+            from evalcore.io import table_format
+
+            table_format(path, flag)
+            _check_output_file(path, flag)
     if args.workdir:
         check_output_dir(args.workdir, "--workdir")
     _check_not_inputs(
-        {"-p/--predicted": args.predicted, "-r/--reference": args.reference},
-        {"-o/--output": args.output, "--frame-out": args.frame_out, "--workdir": args.workdir},
-        directories={"--workdir"} | ({"--frame-out"} if kind == "dir" else set()),
+        {"-p/--predicted": args.predicted, "-r/--reference": args.reference, "--aoi": args.aoi, "--annotated-area": args.annotated_area},
+        {"-o/--output": args.output, "--frame-out": args.frame_out, "--workdir": args.workdir, "--tiles-out": args.tiles_out,
+         "--aois-out": args.aois_out, "--predictions-out": args.predictions_out},
+        directories={"--workdir"} | ({"--frame-out"} if kind == "dir" else set()) | ({"--predictions-out"} if pred_kind == "dir" else set()),
     )
+    check_site_layers(args)
     return kind
+
+
+def check_site_layers(args: argparse.Namespace) -> None:
+    """Read and prepare the AOI and annotated-area layers now, so that a bad one fails before any work."""
+    if getattr(args, "aoi", None) is None and getattr(args, "annotated_area", None) is None:
+        return
+    from evalcore.levels import prepare_sites
+    from evalcore.options import check_options
+
+    options = check_options(**metric_options(args))
+    prepare_sites(options, options.equal_area_crs)
+
+
+def _table_out_kind(args: argparse.Namespace, dest: str, flag: str, what: str) -> str | None:
+    """``"dir"``, ``"file"`` or None for a table output that may be a directory of parts."""
+    path = getattr(args, dest)
+    if path is None:
+        return None
+    from evalcore.io import table_format
+
+    is_dir = path.endswith(("/", os.sep)) or Path(path).is_dir()
+    if args.cluster and not is_dir:
+        raise EvalInputError(
+            f"{flag} {path!r}: with --cluster the {what} table is written as a directory of GeoParquet parts, "
+            f"one per partition; give a directory, e.g. {str(Path(path).with_suffix('')) + '/'!r}."
+        )
+    if is_dir:
+        return "dir"
+    table_format(path, flag)
+    return "file"
 
 
 def _with_id_column(frame: object, column: str | None, option: str, where: str) -> object:
@@ -313,7 +397,7 @@ def _check_id_columns_up_front(args: argparse.Namespace) -> None:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from evalcore.api import evaluate_with_frame
+    from evalcore.api import evaluate_tables
     from evalcore.io import read_layer, write_table
 
     started = time.perf_counter()
@@ -338,25 +422,34 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         _check_score_column(predicted[args.score_column] if args.score_column in columns else None, args.score_column, where, columns)
     reference = _with_id_column(reference, args.ref_id_column, "--ref-id-column", _where(args.reference, args.ref_layer, "reference"))
     predicted = _with_id_column(predicted, args.pred_id_column, "--pred-id-column", _where(args.predicted, args.pred_layer, "predicted"))
-    metrics, frame = evaluate_with_frame(
+    tables = evaluate_tables(
         predicted,
         reference,
         strata=args.strata_column,
         size_bins=args.size_bins,
         **metric_options(args),
     )
-    written = None
-    if kind is not None:
-        # The reference id as a named column users can join on (the index has no name in a file).
-        id_name = args.ref_id_column or "ref_index"
-        table = frame.drop(columns=[id_name], errors="ignore").rename_axis(id_name).reset_index()
-        written = Path(args.frame_out) / "part-0.parquet" if kind == "dir" else Path(args.frame_out)
-        write_table(written, table, "--frame-out")
+    written: list[Path] = []
     try:
-        _finish(args, metrics, started)
+        for path, frame, flag, id_name in (
+            (args.frame_out, tables.fields, "--frame-out", args.ref_id_column or "ref_index"),
+            (args.predictions_out, tables.predictions, "--predictions-out", args.pred_id_column or "pred_index"),
+        ):
+            if path is None:
+                continue
+            # The layer's id as a named column users can join on (the index has no name in a file).
+            table = frame.drop(columns=[id_name], errors="ignore").rename_axis(id_name).reset_index()
+            is_dir = path.endswith(("/", os.sep)) or Path(path).is_dir()
+            target = Path(path) / "part-0.parquet" if is_dir else Path(path)
+            written.append(write_table(target, table, flag))
+        if args.tiles_out is not None:
+            written.append(write_table(args.tiles_out, tables.tiles, "--tiles-out"))
+        if args.aois_out is not None:
+            written.append(write_table(args.aois_out, tables.aois, "--aois-out"))
+        _finish(args, tables.summary, started)
     except BaseException:
-        if written is not None:  # no half of the outputs without the other
-            written.unlink(missing_ok=True)
+        for path in written:  # no part of the outputs without the others
+            path.unlink(missing_ok=True)
         raise
     return 0
 
@@ -430,7 +523,7 @@ def _check_not_inputs(inputs: dict[str, str], outputs: dict[str, str | None], di
         The options of ``outputs`` that are directories (an input inside one could be
         overwritten or removed when the run cleans it).
     """
-    resolved_in = {opt: Path(path).resolve() for opt, path in inputs.items() if "://" not in path}
+    resolved_in = {opt: Path(path).resolve() for opt, path in inputs.items() if path is not None and "://" not in path}
     seen: dict[Path, str] = {}
     for opt, path in outputs.items():
         if path is None:
@@ -510,7 +603,9 @@ def _finish(args: argparse.Namespace, metrics: dict[str, object], started: float
     write_json(args.output, metrics)
     if not args.quiet:
         print(format_summary(metrics))
-        print(f"wrote {args.output}" + (f" and {args.frame_out}" if args.frame_out else "") + f" in {time.perf_counter() - started:.1f} s")
+        outputs = [args.output] + [p for p in (args.frame_out, args.tiles_out, args.aois_out, args.predictions_out) if p]
+        shown = ", ".join(outputs[:-1]) + " and " + outputs[-1] if len(outputs) > 1 else outputs[0]
+        print(f"wrote {shown} in {time.perf_counter() - started:.1f} s")
 
 
 def _progress_bar(phase: str, done: int, total: int) -> None:
@@ -568,6 +663,9 @@ def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
                 progress=None if args.quiet else _progress_bar,
                 ref_id_column=args.ref_id_column,
                 pred_id_column=args.pred_id_column,
+                tiles_out=args.tiles_out,
+                aois_out=args.aois_out,
+                predictions_dir=args.predictions_out,
             )
     finally:
         if cluster is not None:

@@ -90,6 +90,50 @@ def _group_table(title: str, groups: dict, first_column: str) -> list[str]:
     return lines + [""]
 
 
+def _worst_cell(worst: dict | None, metric: str) -> str:
+    w = (worst or {}).get(metric)
+    if w is None:
+        return "none with enough support"
+    return f"{w['group']} ({_num(w['value'])}, {w['support']} fields)"
+
+
+def _levels_section(metrics: dict) -> list[str]:
+    """Tiles, AOIs and the worst group of every grouping."""
+    lines: list[str] = []
+    blocks = [("tiles", "Reporting tiles", "tiles"), ("aois", "AOIs", "AOIs")]
+    for key, title, units in blocks:
+        block = metrics.get(key)
+        if not block:
+            continue
+        lines += [f"## {title}", ""]
+        if key == "tiles":
+            lines.append(
+                f"{block['count_tiles']} tiles of {block['tile_km']:g} km ({block['count_tiles_with_reference']} with reference fields, "
+                f"{block['count_tiles_without_reference']} with predictions only: {_num(block['fp_per_km2_reference_free'])} false positives per km²); "
+                f"{_num(block['fraction_tiles_with_fn'])} of the tiles with reference fields miss at least one."
+            )
+        else:
+            lines.append(f"{block['count_aois']} AOIs ({block['count_aois_with_reference']} with reference fields), ids from `{block['id_column']}`.")
+        lines += ["", f"| | precision | recall | F1 |", "|---|---|---|---|"]
+        micro, macro = block["micro"], block["macro"]
+        lines.append(f"| micro (pooled counts) | {_num(micro['precision'])} | {_num(micro['recall'])} | {_num(micro['f1'])} |")
+        lines.append(
+            f"| macro (mean over {units}) | " + " | ".join(f"{_num(macro[m]['value'])} ({macro[m]['n_units']})" for m in ("precision", "recall", "f1")) + " |"
+        )
+        lines.append("| worst (enough support) | " + " | ".join(_worst_cell(block["worst"], m) for m in ("precision", "recall", "f1")) + " |")
+        q = block["quantiles"]
+        lines += ["", f"Per-{units[:-1] if units.endswith('s') else units} F1 quantiles (10/25/50/75/90 %): "
+                  + ", ".join(_num(q["f1"][f"p{p}"]) for p in (10, 25, 50, 75, 90))
+                  + "; count ratio: " + ", ".join(_num(q["count_ratio"][f"p{p}"]) for p in (10, 25, 50, 75, 90)) + ".", ""]
+    if metrics.get("worst"):
+        lines += ["## Worst groups", "", "| grouping | precision | recall | F1 |", "|---|---|---|---|"]
+        for grouping, worst in metrics["worst"].items():
+            name = "stratum" if grouping == "per_stratum" else "size class"
+            lines.append(f"| {name} | " + " | ".join(_worst_cell(worst, m) for m in ("precision", "recall", "f1")) + " |")
+        lines.append("")
+    return lines
+
+
 def render_report(metrics: dict, *, title: str = "Evaluation report", inputs: dict | None = None) -> str:
     """A Markdown summary of a metrics dict: headline table, per stratum, per size class.
 
@@ -121,7 +165,7 @@ def render_report(metrics: dict, *, title: str = "Evaluation report", inputs: di
         b = metrics["bootstrap"]
         lines += [
             f"Intervals: {b['n_resamples']} stratified bootstrap resamples of the reference fields, seed {b['seed']}, "
-            f"tiles of {b['partition_size_m'] / 1000:g} km. They assume fields are independent and are too narrow when errors cluster in space.",
+            f"drawn per partition of {b['partition_size_m'] / 1000:g} km. They assume fields are independent and are too narrow when errors cluster in space.",
             "",
         ]
     if metrics.get("iou_sweep"):
@@ -151,5 +195,6 @@ def render_report(metrics: dict, *, title: str = "Evaluation report", inputs: di
         lines += _group_table("Per stratum", metrics["per_stratum"], "stratum")
     if metrics.get("per_size_class"):
         lines += _group_table("Per field-size class (ha)", metrics["per_size_class"], "size class")
+    lines += _levels_section(metrics)
     lines.append(f"Distances in metres in each field's UTM zone ({', '.join(str(c) for c in metrics['utm_epsg_codes'])}); areas in {metrics['equal_area_crs']}.")
     return "\n".join(lines) + "\n"

@@ -6,6 +6,9 @@ task keys named after the partition; the tasks pass the phases' frozen outputs a
 
 * ``metrics.json``: the summary (same as ``evalcore.evaluate``), NaN as null;
 * ``fields/part-<zone>_<tx>_<ty>.parquet``: the per-field table (GeoParquet);
+* ``predictions/part-<zone>_<tx>_<ty>.parquet``: the per-prediction table (GeoParquet);
+* ``tiles.parquet``: the per-tile table (GeoParquet, tile squares in EPSG:4326);
+* ``aois.parquet``: the per-AOI table with every AOI's polygon (with an AOI layer);
 * ``report.md``: the readable summary with intervals, per stratum and size class;
 * ``manifest.json``: parameters, input checksums and rows, versions, partitions,
   outputs with checksums, and the run's status;
@@ -145,7 +148,8 @@ def publish(record: RunRecord, metrics: dict, params: EvaluateParams, started: s
     metrics_path = write_json(out / "metrics.json", metrics)
     report = render_report(metrics, title="evalcore evaluation", inputs=inputs)
     report_path = atomic_path(out / "report.md", lambda tmp: tmp.write_text(report, encoding="utf-8"))
-    outputs = [metrics_path, report_path] + sorted((out / "fields").glob("*.parquet"))
+    outputs = [metrics_path, report_path] + [p for p in (out / "tiles.parquet", out / "aois.parquet") if p.exists()]
+    outputs += sorted((out / "fields").glob("*.parquet")) + sorted((out / "predictions").glob("*.parquet"))
     manifest = _manifest(record, params, inputs, "succeeded", started, dashboard)
     manifest["outputs"] = [{"path": str(p.relative_to(out)), "sha256": sha256_path(p), "bytes": p.stat().st_size} for p in outputs]
     write_json(out / "manifest.json", manifest)
@@ -159,6 +163,13 @@ def publish(record: RunRecord, metrics: dict, params: EvaluateParams, started: s
             ],
             key=artifact_key("evalcore-per-stratum", params),
             description="Metrics per stratum",
+        )
+    if metrics.get("aois"):
+        create_table_artifact(
+            [{"aoi": key, **{k: g[k] for k in ("count_reference", "precision", "recall", "f1", "support", "insufficient_support")}}
+             for key, g in metrics["aois"]["per_aoi"].items()],
+            key=artifact_key("evalcore-per-aoi", params),
+            description="Metrics per AOI",
         )
     return manifest
 
@@ -236,7 +247,7 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
     logger = get_run_logger()
     _log.debug("run %s: predicted %s, reference %s", out, params.predicted, params.reference)
     # A rerun must not leave an earlier result looking current while it runs or if it fails.
-    for stale in ("metrics.json", "report.md", "manifest.json"):
+    for stale in ("metrics.json", "report.md", "manifest.json", "tiles.parquet", "aois.parquet"):
         (out / stale).unlink(missing_ok=True)
     started = _now()
     write_json(out / "status.json", {"status": "running", "started": started})
@@ -272,6 +283,9 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
                 frame_dir=out / "fields",
                 chunk_rows=params.chunk_rows,
                 log=logger.info,
+                tiles_out=out / "tiles.parquet",
+                aois_out=out / "aois.parquet" if options.aoi is not None else None,
+                predictions_dir=out / "predictions",
             )
             index, plan = prepare(client, setup)
             logger.info(

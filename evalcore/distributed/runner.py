@@ -63,7 +63,7 @@ from evalcore.engine import (
 )
 from evalcore.errors import EvalInputError
 from evalcore.groups import strata_values
-from evalcore.io import write_geoparquet, write_json
+from evalcore.io import write_geoparquet, write_json, write_table
 from evalcore.options import EvalOptions, RunPlan, make_run_plan
 from evalcore.prepare import PreparedLayer, empty_layer, prepare_layer
 from evalcore.levels import LayerInput, Sites, aois_frame, prepare_sites, tiles_frame
@@ -1064,9 +1064,9 @@ def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resol
     if setup.tiles_out is not None or setup.aois_out is not None:
         tiles, aois = level_tables(merged, setup.options, index.sites)
         if setup.tiles_out is not None:
-            write_geoparquet(setup.tiles_out, tiles_frame(tiles, float(setup.options.tile_km) * 1000.0))
+            write_table(setup.tiles_out, tiles_frame(tiles, float(setup.options.tile_km) * 1000.0), "tiles output")
         if setup.aois_out is not None and aois is not None:
-            write_geoparquet(setup.aois_out, aois_frame(aois, index.sites.aois))
+            write_table(setup.aois_out, aois_frame(aois, index.sites.aois), "AOIs output")
     return metrics
 
 
