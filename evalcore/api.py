@@ -15,6 +15,7 @@ import geopandas
 import numpy as np
 import pandas as pd
 
+from evalcore.bootstrap import CentralDraws
 from evalcore.engine import (
     MergedSums,
     RefRows,
@@ -79,7 +80,10 @@ def _run(predicted: object, reference: object, strata: object, size_bins: object
     """The phases of the distributed run, in this process: every partition in turn."""
     sites = prepare_sites(options, options.equal_area_crs)
     ref = prepare_layer(reference, "reference", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m, sites=sites)
-    pred = prepare_layer(predicted, "predicted", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m, sites=sites)
+    pred = prepare_layer(
+        predicted, "predicted", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m, sites=sites,
+        score_column=options.score_column,
+    )
     ref_strata = None
     if strata is not None:
         ref_strata = strata_values(reference, strata, ref.n_input)[ref.positions]
@@ -101,8 +105,12 @@ def _run(predicted: object, reference: object, strata: object, size_bins: object
         iou_threshold=options.iou_threshold,
         boundary_tolerance_m=options.boundary_tolerance_m,
         boundary_sample_spacing_m=options.boundary_sample_spacing_m,
+        ref_pools=all_refs.pools,
     )
-    resolved = resolve_run(results, options)
+    draws = None
+    if options.bootstrap > 0:
+        draws = CentralDraws(plan.draws, keys, ref_part, all_refs.pools, options.bootstrap, options.bootstrap_seed)
+    resolved = resolve_run(results, options, draws)
     routing = route(ref.positions, ref_part, len(keys), results.pairs.ref_pos, resolved.contributions.ref_pos)
 
     # Phase 4 per partition key, as a cluster would run it.
@@ -120,7 +128,9 @@ def _run(predicted: object, reference: object, strata: object, size_bins: object
         )
         parts.append(summary)
         frames.append(fields)
-    merged = merge_partitions(parts, resolved.unassigned, options, plan, resolved.homeless_tiles, resolved.homeless_aois)
+    merged = merge_partitions(
+        parts, resolved.unassigned, options, plan, resolved.homeless_tiles, resolved.homeless_aois, resolved.global_values
+    )
     fields = pd.concat(frames).sort_index() if frames else _empty_fields()
     fields["matched_pred_pos"] = fields["matched_pred_pos"].astype(np.int64)
     fields["max_overlap_pred_pos"] = fields["max_overlap_pred_pos"].astype(np.int64)

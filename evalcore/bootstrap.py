@@ -37,6 +37,7 @@ __all__ = [
     "field_weights",
     "replicate_group_sums",
     "ReplicateSums",
+    "CentralDraws",
     "percentile_intervals",
 ]
 
@@ -189,6 +190,58 @@ def replicate_group_sums(weights: F64Array, values: F64Array, flat_groups: IdArr
         out,
     )
     return ReplicateSums(out)
+
+
+@dataclass(frozen=True)
+class CentralDraws:
+    """The field draws of every partition, regenerated centrally one replicate at a time.
+
+    Gives, replicate after replicate, how often every reference field of the run is drawn:
+    exactly the weights :func:`field_weights` draws in each partition (same generators,
+    same order), without holding the (replicates x fields) matrix. For the values that
+    are not sums (AP), which need every prediction of a replicate at once.
+
+    Attributes
+    ----------
+    partition_draws : dict
+        :func:`draw_partition_counts`'s output.
+    keys : list of PartitionKey
+        Partition of each code in ``ref_part``.
+    ref_part : ndarray of int64
+        Partition code of every reference row (rows in position order).
+    ref_pools : ndarray of int64
+        Pool of every reference row.
+    n_replicates, seed : int
+    """
+
+    partition_draws: dict
+    keys: list
+    ref_part: IdArray
+    ref_pools: IdArray
+    n_replicates: int
+    seed: int
+
+    def __call__(self):
+        n = len(self.ref_part)
+        order = np.argsort(self.ref_part, kind="stable")
+        bounds = np.searchsorted(self.ref_part[order], np.arange(len(self.keys) + 1))
+        streams = []
+        for k, key in enumerate(self.keys):
+            rows_k = order[bounds[k] : bounds[k + 1]]
+            pools_k = self.ref_pools[rows_k]
+            for pool in np.unique(pools_k):
+                m = self.partition_draws.get((int(pool), key))
+                if m is None:
+                    continue
+                rows = rows_k[pools_k == pool]
+                rng = _rng(self.seed, 1, int(pool), key[0], key[1] + _OFFSET, key[2] + _OFFSET)
+                streams.append((rows, rng, np.asarray(m)))
+        for b in range(self.n_replicates):
+            weights = np.zeros(n)
+            for rows, rng, m in streams:
+                if m[b]:
+                    weights[rows] = np.bincount(rng.integers(0, len(rows), size=int(m[b])), minlength=len(rows))
+            yield weights
 
 
 def percentile_intervals(

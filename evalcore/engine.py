@@ -26,10 +26,10 @@ import pandas as pd
 
 from evalcore import boundary
 from evalcore._typing import F64Array, IdArray
-from evalcore.bootstrap import PartitionKey, ReplicateSums, field_weights, replicate_group_sums
+from evalcore.bootstrap import CentralDraws, PartitionKey, ReplicateSums, field_weights, pool_id, replicate_group_sums
 from evalcore.matching import Resolution, eligible_pairs, resolve
 from evalcore.metrics import enabled_families, max_columns, quantity_columns
-from evalcore.metrics.base import PairContext, PredContext, RefContext
+from evalcore.metrics.base import GlobalContext, PairContext, PredContext, RefContext
 from evalcore.options import EvalOptions, RunPlan, base_threshold
 from evalcore.pairs import PairTable, candidate_pairs
 from evalcore.prepare import PreparedLayer
@@ -68,12 +68,12 @@ PAIR_ARRAYS: tuple[str, ...] = (
 )
 """The :class:`PairResults` arrays with a value per pair."""
 REF_ARRAYS: tuple[str, ...] = (
-    "ref_pos", "ref_within_tol_m", "ref_label", "ref_utm_epsg", "ref_tile_x", "ref_tile_y", "ref_aoi",
+    "ref_pos", "ref_within_tol_m", "ref_label", "ref_utm_epsg", "ref_tile_x", "ref_tile_y", "ref_aoi", "ref_pool",
 )
 """The :class:`PairResults` arrays with a value per reference row."""
 PRED_ARRAYS: tuple[str, ...] = (
     "pred_pos", "pred_area_m2", "pred_perimeter_m", "pred_within_tol_m", "pred_label", "pred_utm_epsg",
-    "pred_tile_x", "pred_tile_y", "pred_aoi", "pred_annotated_fraction",
+    "pred_tile_x", "pred_tile_y", "pred_aoi", "pred_annotated_fraction", "pred_score",
 )
 """The :class:`PairResults` arrays with a value per prediction row."""
 
@@ -111,6 +111,10 @@ class PairResults:
         The same of each prediction row, from its own centroid.
     pred_annotated_fraction : ndarray of float64
         Share of each prediction's area inside the annotated area (NaN: none given).
+    ref_pool : ndarray of int64
+        Bootstrap pool of each reference row.
+    pred_score : ndarray of float64
+        Confidence score of each prediction row (NaN: no score column).
     """
 
     pairs: PairTable
@@ -131,12 +135,14 @@ class PairResults:
     ref_tile_x: IdArray
     ref_tile_y: IdArray
     ref_aoi: IdArray
+    ref_pool: IdArray
     pred_label: np.ndarray
     pred_utm_epsg: IdArray
     pred_tile_x: IdArray
     pred_tile_y: IdArray
     pred_aoi: IdArray
     pred_annotated_fraction: F64Array
+    pred_score: F64Array
 
     def restrict(self, pair_rows: IdArray, ref_rows: IdArray, pred_rows: IdArray | None = None) -> PairResults:
         """The results of some pairs, reference rows and (optionally) prediction rows."""
@@ -163,6 +169,7 @@ def compute_pairs(
     iou_threshold: float,
     boundary_tolerance_m: float | None,
     boundary_sample_spacing_m: float | None,
+    ref_pools: IdArray | None = None,
 ) -> PairResults:
     """The pairs phase of one partition.
 
@@ -180,6 +187,8 @@ def compute_pairs(
     iou_threshold : float
         Pairs at or above it get boundary distances (matching is decided later).
     boundary_tolerance_m, boundary_sample_spacing_m : float or None
+    ref_pools : ndarray of int64, optional
+        Bootstrap pool of each of ``ref`` (default: the one pool of an unstratified run).
     """
     pairs = candidate_pairs(ref, pred_near)
     i_ref = np.searchsorted(ref.positions, pairs.ref_pos)
@@ -217,12 +226,14 @@ def compute_pairs(
         ref_tile_x=ref.tile_x,
         ref_tile_y=ref.tile_y,
         ref_aoi=ref.aoi,
+        ref_pool=np.full(len(ref), pool_id(None, False), dtype=np.int64) if ref_pools is None else np.asarray(ref_pools, np.int64),
         pred_label=np.asarray(pred_own.labels, dtype=object),
         pred_utm_epsg=pred_own.utm_epsg,
         pred_tile_x=pred_own.tile_x,
         pred_tile_y=pred_own.tile_y,
         pred_aoi=pred_own.aoi,
         pred_annotated_fraction=pred_own.annotated_fraction,
+        pred_score=pred_own.score,
     )
 
 
@@ -254,8 +265,8 @@ def concat_pair_results(parts: list[PairResults]) -> tuple[PairResults, IdArray]
 
 def _empty_pair_results() -> PairResults:
     objects = ("pred_label_of_pair", "ref_label", "pred_label")
-    ints = ("ref_pos", "pred_pos", "ref_utm_epsg", "ref_tile_x", "ref_tile_y", "ref_aoi", "pred_utm_epsg", "pred_tile_x",
-            "pred_tile_y", "pred_aoi")
+    ints = ("ref_pos", "pred_pos", "ref_utm_epsg", "ref_tile_x", "ref_tile_y", "ref_aoi", "ref_pool", "pred_utm_epsg",
+            "pred_tile_x", "pred_tile_y", "pred_aoi")
     arrays = {
         name: np.empty(0, dtype=object if name in objects else np.int64 if name in ints else np.float64)
         for name in PAIR_ARRAYS + REF_ARRAYS + PRED_ARRAYS
@@ -282,6 +293,9 @@ class Resolved:
         What the predictions without any candidate pair add (overall only).
     homeless_tiles, homeless_aois : UnitSums
         What those predictions add to the tile and the AOI of their own centroid.
+    global_values : dict
+        The families' run-level values that are not sums (AP): ``{"keys", "ci",
+        "n_undefined", "tables"}``.
     """
 
     resolution: Resolution
@@ -291,9 +305,10 @@ class Resolved:
     unassigned: dict[str, float]
     homeless_tiles: UnitSums
     homeless_aois: UnitSums
+    global_values: dict = field(default_factory=dict)
 
 
-def resolve_run(results: PairResults, options: EvalOptions) -> Resolved:
+def resolve_run(results: PairResults, options: EvalOptions, draws: CentralDraws | None = None) -> Resolved:
     """Phase 3: match every pair of the run and decide what each prediction adds where.
 
     Parameters
@@ -301,6 +316,8 @@ def resolve_run(results: PairResults, options: EvalOptions) -> Resolved:
     results : PairResults
         Every pair of the run and every prediction (:func:`concat_pair_results`).
     options : EvalOptions
+    draws : CentralDraws, optional
+        The bootstrap's field draws, for the run-level values that are not sums (AP).
     """
     pairs = results.pairs
     resolution = resolve(pairs, options.iou_threshold, options.matching, base_threshold(options))
@@ -332,7 +349,15 @@ def resolve_run(results: PairResults, options: EvalOptions) -> Resolved:
     rows = homeless_values(results.pred_area_m2[homeless])
     tiles = UnitSums.of_rows(np.stack([results.pred_utm_epsg, results.pred_tile_x, results.pred_tile_y], axis=1)[homeless], rows)
     aois = UnitSums.of_rows(results.pred_aoi[homeless][:, None], rows)
-    return Resolved(resolution, pair_values, preds, contributions, unassigned, tiles, aois)
+    home = preds["home_ref_pos"].to_numpy(np.int64)
+    home_row = np.full(len(home), -1, dtype=np.int64)
+    home_row[home >= 0] = index_of(results.ref_pos, home[home >= 0])
+    ctx = GlobalContext(preds, pairs, results.ref_pos, home_row, options, draws)
+    global_values: dict = {"keys": {}, "ci": {}, "n_undefined": {}, "tables": {}}
+    for family in enabled_families(options):
+        for part, values in family.global_values(ctx).items():
+            global_values[part].update(values)
+    return Resolved(resolution, pair_values, preds, contributions, unassigned, tiles, aois, global_values)
 
 
 def _add_prediction_sites(preds: pd.DataFrame, results: PairResults, resolution: Resolution) -> None:
@@ -352,6 +377,7 @@ def _add_prediction_sites(preds: pd.DataFrame, results: PairResults, resolution:
     preds["best_iou"] = best
     preds["utm_epsg"] = results.pred_utm_epsg
     preds["annotated_fraction"] = results.pred_annotated_fraction
+    preds["score"] = results.pred_score
     home = preds["home_ref_pos"].to_numpy(np.int64)
     has = home >= 0
     ref_row = index_of(results.ref_pos, home[has])
@@ -621,6 +647,7 @@ class MergedSums:
     unassigned: dict[str, float]
     tiles: UnitSums = field(default_factory=lambda: UnitSums.empty(3))
     aois: UnitSums = field(default_factory=lambda: UnitSums.empty(1))
+    global_values: dict = field(default_factory=dict)
 
 
 def merge_partitions(
@@ -630,6 +657,7 @@ def merge_partitions(
     plan: RunPlan,
     homeless_tiles: UnitSums | None = None,
     homeless_aois: UnitSums | None = None,
+    global_values: dict | None = None,
 ) -> MergedSums:
     """Add the partitions' sums in partition-key order (so the bits never depend on arrival order)."""
     parts = sorted(parts, key=lambda p: p.key)
@@ -660,7 +688,7 @@ def merge_partitions(
     aois = UnitSums.concat([UnitSums.empty(1, n_rep)] + [p.aois for p in parts])
     if homeless_aois is not None:
         aois = aois.add_constant_to_replicates(homeless_aois)
-    return MergedSums(sums, replicates, gathered, dict(unassigned), tiles, aois)
+    return MergedSums(sums, replicates, gathered, dict(unassigned), tiles, aois, dict(global_values or {}))
 
 
 def _labels_at(pred_labels: pd.Series, positions: np.ndarray) -> pd.api.extensions.ExtensionArray | np.ndarray:

@@ -116,6 +116,8 @@ class PreparedLayer:
         Index of the first AOI containing the equal-area centroid (-1: none).
     annotated_fraction : ndarray of float64
         Share of the area inside the annotated area (NaN: not measured).
+    score : ndarray of float64
+        Confidence score of each row (NaN without a score column).
     n_input, n_dropped, n_repaired : int
         Rows read, rows excluded and rows repaired and kept.
     equal_area_crs : pyproj.CRS
@@ -140,6 +142,7 @@ class PreparedLayer:
     tile_y: IdArray
     aoi: IdArray
     annotated_fraction: F64Array
+    score: F64Array
     n_input: int
     n_dropped: int
     n_repaired: int
@@ -296,6 +299,7 @@ def prepare_layer(
     equal_area_crs: object = None,
     partition_size_m: float = DEFAULT_PARTITION_SIZE_M,
     sites: Sites | None = None,
+    score_column: str | None = None,
 ) -> PreparedLayer:
     """Prepare one polygon layer for evaluation (SPEC section 2).
 
@@ -314,6 +318,8 @@ def prepare_layer(
     sites : evalcore.levels.Sites, optional
         Reporting tiles (default side 10 km), AOIs and annotated area to locate every
         row in (the annotated fraction is measured for the predicted layer only).
+    score_column : str, optional
+        Column of confidence scores (finite, in [0, 1]; checked on the rows kept).
 
     Returns
     -------
@@ -387,6 +393,11 @@ def prepare_layer(
     partition_x, partition_y = _tiles(zone_x, zone_y, partition_size_m)
     tile_x, tile_y = _tiles(zone_x, zone_y, sites.tile_size_m if sites is not None else DEFAULT_TILE_KM * 1000.0)
     aoi, annotated_fraction = locate(geoms_ea, area, sites, annotate=name == "predicted")
+    score = np.full(len(rows), np.nan)
+    if score_column is not None:
+        from evalcore.metrics.scores import score_values
+
+        score = score_values(layer, score_column, where)[rows]
     n_kept = len(rows)
     return PreparedLayer(
         name=name,
@@ -407,6 +418,7 @@ def prepare_layer(
         tile_y=tile_y,
         aoi=aoi,
         annotated_fraction=annotated_fraction,
+        score=score,
         n_input=n_input,
         n_dropped=n_input - n_kept,
         n_repaired=int(repaired[rows].sum()),
@@ -448,6 +460,7 @@ def empty_layer(
         tile_y=empty_i,
         aoi=empty_i,
         annotated_fraction=empty_f,
+        score=empty_f,
         n_input=n_input,
         n_dropped=n_input,
         n_repaired=0,

@@ -216,6 +216,7 @@ def build_summary(
         result.setdefault("worst", {})[name] = worst_group(entries)
         offset += len(keys)
     result.update(level_blocks(merged, options, sites))
+    result.update(merged.global_values.get("keys", {}))
     if with_ci:
         stratified = plan.strata_names is not None
         result["bootstrap"] = {
@@ -225,7 +226,7 @@ def build_summary(
             "method": "percentile",
             "resampling": "reference fields with replacement" + (" within strata" if stratified else ""),
             "partition_size_m": options.partition_size_m,
-            "ci": ci,
-            "n_undefined": {k: v for k, v in n_undefined.items() if v},
+            "ci": {**ci, **merged.global_values.get("ci", {})},
+            "n_undefined": {k: v for k, v in {**n_undefined, **merged.global_values.get("n_undefined", {})}.items() if v},
         }
     return result

@@ -17,6 +17,7 @@ from evalcore.metrics.base import MetricFamily, Option, Value
 from evalcore.metrics.detection import Detection
 from evalcore.metrics.distance import Distance
 from evalcore.metrics.incomplete import Incomplete
+from evalcore.metrics.scores import Scores
 from evalcore.metrics.segmentation import Segmentation
 from evalcore.metrics.sweep import Sweep
 from evalcore.metrics.tolerance import Tolerance
@@ -43,6 +44,7 @@ FAMILIES: list[MetricFamily] = [
     Sweep(),
     Topology(),
     Incomplete(),
+    Scores(),
 ]
 
 

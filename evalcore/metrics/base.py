@@ -43,6 +43,7 @@ __all__ = [
     "RefContext",
     "PredContext",
     "PairContext",
+    "GlobalContext",
     "GroupView",
     "Value",
     "ratio",
@@ -194,6 +195,33 @@ class PredContext:
 
 
 @dataclass(frozen=True, slots=True)
+class GlobalContext:
+    """Every prediction and pair of the run, for a family's run-level values (AP).
+
+    Attributes
+    ----------
+    preds : pandas.DataFrame
+        As in :class:`PredContext` (with ``score`` when a score column is given).
+    pairs : evalcore.pairs.PairTable
+    ref_pos : ndarray of int64
+        Every reference position of the run, increasing.
+    home_ref_row : ndarray of int64
+        Row in ``ref_pos`` of each prediction's home (-1: none).
+    options : EvalOptions
+    replicate_weights : callable, optional
+        Returns an iterator over the bootstrap replicates of every reference field's
+        draw count (aligned with ``ref_pos``); None without a bootstrap.
+    """
+
+    preds: pd.DataFrame
+    pairs: object
+    ref_pos: IdArray
+    home_ref_row: IdArray
+    options: object
+    replicate_weights: Callable[[], object] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GroupView:
     """One group (overall, a stratum, a size class) as a family sees it when summarising.
 
@@ -293,6 +321,14 @@ class MetricFamily:
 
     def run_keys(self, options: object) -> dict[str, object]:
         """Keys written once, at the top level only (the settings the family ran with)."""
+        return {}
+
+    def global_values(self, ctx: GlobalContext) -> dict[str, object]:
+        """Run-level values that are not sums (AP), computed once centrally after the matching.
+
+        Returns ``{"keys": top-level keys, "ci": intervals, "n_undefined": counts,
+        "tables": {name: DataFrame}}`` (empty: nothing).
+        """
         return {}
 
 
