@@ -325,6 +325,9 @@ class EvaluationTables:
         Per AOI, every AOI with its polygon in the AOI layer's CRS; None without AOIs.
     predictions : geopandas.GeoDataFrame
         Per kept prediction, indexed like the predicted layer, in its CRS.
+    pr_curve : pandas.DataFrame or None
+        The exact precision-recall curves (with a score column): ``iou_threshold,
+        score, precision, recall, f1, tp, fp`` after every distinct score.
     """
 
     summary: dict
@@ -332,6 +335,7 @@ class EvaluationTables:
     tiles: geopandas.GeoDataFrame
     aois: geopandas.GeoDataFrame | None
     predictions: geopandas.GeoDataFrame
+    pr_curve: pd.DataFrame | None = None
 
 
 def _tables(ev: _Evaluation, reference: object) -> EvaluationTables:
@@ -339,7 +343,8 @@ def _tables(ev: _Evaluation, reference: object) -> EvaluationTables:
     fields = geopandas.GeoDataFrame(_frame(ev, reference), geometry=ev.ref.geoms_source, crs=ev.ref.crs)
     tiles, aois = level_tables(ev.merged, ev.options, ev.sites)
     preds = prediction_table(
-        ev.preds, aoi_keys=ev.sites.aois.keys if ev.sites.aois is not None else None, annotated=ev.sites.annotated is not None
+        ev.preds, aoi_keys=ev.sites.aois.keys if ev.sites.aois is not None else None, annotated=ev.sites.annotated is not None,
+        scored=ev.options.score_column is not None,
     )
     geoms = ev.pred.geoms_source[index_of(ev.pred.positions, ev.preds.index.to_numpy(np.int64))]
     predictions = geopandas.GeoDataFrame(preds, geometry=geoms, crs=ev.pred.crs)
@@ -349,6 +354,7 @@ def _tables(ev: _Evaluation, reference: object) -> EvaluationTables:
         tiles=tiles_frame(tiles, float(ev.options.tile_km) * 1000.0),
         aois=aois_frame(aois, ev.sites.aois) if aois is not None else None,
         predictions=predictions,
+        pr_curve=ev.merged.global_values.get("tables", {}).get("pr_curve"),
     )
 
 

@@ -33,12 +33,6 @@ __all__ = ["main", "run", "format_summary", "unassigned_note", "metric_options",
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
-_SCORE_HELP = (
-    "predicted column with a confidence score per prediction; checked before the run (it must exist and hold "
-    "finite numbers in [0, 1]) but not used by any metric yet (AP and calibration come later)"
-)
-
-
 class _UsageError(Exception):
     pass
 
@@ -107,7 +101,6 @@ def _add_layer_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pred-layer", help="layer name inside the predicted file (default: its only layer)")
     parser.add_argument("--ref-layer", help="layer name inside the reference file (default: its only layer)")
     parser.add_argument("--strata-column", help="reference column holding the stratum of each field (default: no strata)")
-    parser.add_argument("--score-column", help=_SCORE_HELP)
     parser.add_argument("--size-bins", type=_size_bins, help="field-size classes: 'auto' or edges in hectares, e.g. 0,0.5,1,2,5,10,inf (default: none)")
 
 
@@ -125,6 +118,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="write the per-field table: the suffix names the format (.parquet GeoParquet, .gpkg GeoPackage, .fgb FlatGeobuf); "
         "a path ending with / is a directory of GeoParquet parts (the only form with --cluster) (default: not written)",
     )
+    ev.add_argument("--pr-curve-out", help="write the exact precision-recall curves as Parquet (needs --score-column) (default: not written)")
     ev.add_argument("--tiles-out", help="write the per-tile table (GeoParquet .parquet, .gpkg or .fgb; tile squares in EPSG:4326) (default: not written)")
     ev.add_argument("--aois-out", help="write the per-AOI table with every AOI's polygon (needs --aoi; format by suffix) (default: not written)")
     ev.add_argument(
@@ -210,6 +204,12 @@ def format_summary(metrics: dict[str, object]) -> str:
                 f"{name:<{width}}  {g['count_reference']:>7}  {_fmt(g['precision']):>9}  {_fmt(g['recall']):>7}  "
                 f"{_fmt(g['f1']):>6}  {iou:>8}"
             )
+    if "ap50" in metrics:
+        cal = metrics.get("calibration", {})
+        lines.append(
+            f"scores ({metrics.get('score_column')}): AP50 {with_ci('ap50')}  AP75 {with_ci('ap75')}  AP50:95 {with_ci('ap50_95')};  "
+            f"calibration ECE {_fmt(cal.get('ece'))}  Brier {_fmt(cal.get('brier'))} over {cal.get('n')} predictions"
+        )
     lines.extend(level_lines(metrics))
     note = unassigned_note(metrics)
     if note:
@@ -303,6 +303,10 @@ def _check_evaluate_arguments(args: argparse.Namespace) -> str | None:
         check_output_dir(args.predictions_out, "--predictions-out")
     elif pred_kind == "file":
         _check_output_file(args.predictions_out, "--predictions-out")
+    if args.pr_curve_out is not None and args.score_column is None:
+        raise EvalInputError("--pr-curve-out needs scores: add --score-column C.")
+    if args.pr_curve_out is not None:
+        _check_output_file(args.pr_curve_out, "--pr-curve-out")
     if args.aois_out is not None and args.aoi is None:
         raise EvalInputError("--aois-out needs an AOI layer: add --aoi PATH --aoi-id-column C.")
     for flag, path in (("--tiles-out", args.tiles_out), ("--aois-out", args.aois_out)):
@@ -316,7 +320,7 @@ def _check_evaluate_arguments(args: argparse.Namespace) -> str | None:
     _check_not_inputs(
         {"-p/--predicted": args.predicted, "-r/--reference": args.reference, "--aoi": args.aoi, "--annotated-area": args.annotated_area},
         {"-o/--output": args.output, "--frame-out": args.frame_out, "--workdir": args.workdir, "--tiles-out": args.tiles_out,
-         "--aois-out": args.aois_out, "--predictions-out": args.predictions_out},
+         "--aois-out": args.aois_out, "--predictions-out": args.predictions_out, "--pr-curve-out": args.pr_curve_out},
         directories={"--workdir"} | ({"--frame-out"} if kind == "dir" else set()) | ({"--predictions-out"} if pred_kind == "dir" else set()),
     )
     check_site_layers(args)
@@ -446,6 +450,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             written.append(write_table(args.tiles_out, tables.tiles, "--tiles-out"))
         if args.aois_out is not None:
             written.append(write_table(args.aois_out, tables.aois, "--aois-out"))
+        if args.pr_curve_out is not None:
+            from evalcore.io import atomic_path
+
+            written.append(atomic_path(args.pr_curve_out, lambda tmp: tables.pr_curve.to_parquet(tmp, index=False)))
         _finish(args, tables.summary, started)
     except BaseException:
         for path in written:  # no part of the outputs without the others
@@ -603,7 +611,7 @@ def _finish(args: argparse.Namespace, metrics: dict[str, object], started: float
     write_json(args.output, metrics)
     if not args.quiet:
         print(format_summary(metrics))
-        outputs = [args.output] + [p for p in (args.frame_out, args.tiles_out, args.aois_out, args.predictions_out) if p]
+        outputs = [args.output] + [p for p in (args.frame_out, args.tiles_out, args.aois_out, args.predictions_out, args.pr_curve_out) if p]
         shown = ", ".join(outputs[:-1]) + " and " + outputs[-1] if len(outputs) > 1 else outputs[0]
         print(f"wrote {shown} in {time.perf_counter() - started:.1f} s")
 
@@ -666,6 +674,7 @@ def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
                 tiles_out=args.tiles_out,
                 aois_out=args.aois_out,
                 predictions_dir=args.predictions_out,
+                pr_curve_out=args.pr_curve_out,
             )
     finally:
         if cluster is not None:

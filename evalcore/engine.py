@@ -721,7 +721,7 @@ def _aoi_column(codes: np.ndarray, aoi_keys: list[str] | None) -> pd.api.extensi
     return pd.array(keys[np.where(codes >= 0, codes, len(keys) - 1)], dtype="string")
 
 
-def prediction_table(preds: pd.DataFrame, *, aoi_keys: list[str] | None, annotated: bool) -> pd.DataFrame:
+def prediction_table(preds: pd.DataFrame, *, aoi_keys: list[str] | None, annotated: bool, scored: bool = False) -> pd.DataFrame:
     """The per-prediction table (issue 13) from the resolve phase's prediction rows.
 
     Parameters
@@ -732,6 +732,8 @@ def prediction_table(preds: pd.DataFrame, *, aoi_keys: list[str] | None, annotat
         The AOI keys (None: no AOI layer; the ``aoi`` column is left out).
     annotated : bool
         An annotated area was given (``annotated_fraction`` is written).
+    scored : bool
+        A score column was given (``score`` is written).
 
     Returns
     -------
@@ -758,6 +760,8 @@ def prediction_table(preds: pd.DataFrame, *, aoi_keys: list[str] | None, annotat
         out["aoi"] = _aoi_column(preds["aoi"].to_numpy(np.int64), aoi_keys)
     if annotated:
         out["annotated_fraction"] = preds["annotated_fraction"].to_numpy(np.float64)
+    if scored:
+        out["score"] = preds["score"].to_numpy(np.float64)
     return out
 
 

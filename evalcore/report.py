@@ -97,6 +97,37 @@ def _worst_cell(worst: dict | None, metric: str) -> str:
     return f"{w['group']} ({_num(w['value'])}, {w['support']} fields)"
 
 
+def _scores_section(metrics: dict) -> list[str]:
+    """AP, the best F1 per threshold and the reliability table."""
+    if "ap50" not in metrics:
+        return []
+    lines = [
+        "## Scores: AP and calibration",
+        "",
+        f"Scores from `{metrics.get('score_column')}`. AP as pycocotools computes it (exact polygon IoU, the whole layer as one image, "
+        "no cap on detections, matching in score order): "
+        f"AP50 {_with_ci(metrics, 'ap50')}, AP75 {_with_ci(metrics, 'ap75')}, AP50:95 {_with_ci(metrics, 'ap50_95')}.",
+        "",
+        "| IoU ≥ | best F1 | at score ≥ | precision | recall |",
+        "|---:|---|---|---|---|",
+    ]
+    for t, b in (metrics.get("best_f1") or {}).items():
+        lines.append(f"| {t} | {_num(b['f1'])} | {_num(b['score'])} | {_num(b['precision'])} | {_num(b['recall'])} |")
+    cal = metrics.get("calibration")
+    if cal:
+        lines += [
+            "",
+            f"Calibration against the main matching (matched at IoU ≥ {metrics['iou_threshold']}): ECE {_num(cal['ece'])}, "
+            f"Brier {_num(cal['brier'])} over {cal['n']} predictions.",
+            "",
+            "| score bin | predictions | mean score | matched share |",
+            "|---|---:|---|---|",
+        ]
+        for b in cal["bins"]:
+            lines.append(f"| [{b['lower']:g}, {b['upper']:g}) | {b['n']} | {_num(b['mean_score'])} | {_num(b['accuracy'])} |")
+    return lines + [""]
+
+
 def _levels_section(metrics: dict) -> list[str]:
     """Tiles, AOIs and the worst group of every grouping."""
     lines: list[str] = []
@@ -195,6 +226,7 @@ def render_report(metrics: dict, *, title: str = "Evaluation report", inputs: di
         lines += _group_table("Per stratum", metrics["per_stratum"], "stratum")
     if metrics.get("per_size_class"):
         lines += _group_table("Per field-size class (ha)", metrics["per_size_class"], "size class")
+    lines += _scores_section(metrics)
     lines += _levels_section(metrics)
     lines.append(f"Distances in metres in each field's UTM zone ({', '.join(str(c) for c in metrics['utm_epsg_codes'])}); areas in {metrics['equal_area_crs']}.")
     return "\n".join(lines) + "\n"

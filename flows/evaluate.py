@@ -9,6 +9,7 @@ task keys named after the partition; the tasks pass the phases' frozen outputs a
 * ``predictions/part-<zone>_<tx>_<ty>.parquet``: the per-prediction table (GeoParquet);
 * ``tiles.parquet``: the per-tile table (GeoParquet, tile squares in EPSG:4326);
 * ``aois.parquet``: the per-AOI table with every AOI's polygon (with an AOI layer);
+* ``pr_curve.parquet``: the exact precision-recall curves (with a score column);
 * ``report.md``: the readable summary with intervals, per stratum and size class;
 * ``manifest.json``: parameters, input checksums and rows, versions, partitions,
   outputs with checksums, and the run's status;
@@ -113,9 +114,9 @@ def pairs(client: object, setup: RunSetup, index: RunIndex) -> PairsDone:
 
 
 @task(name="resolve", retries=1, cache_policy=NO_CACHE)
-def resolve(setup: RunSetup, index: RunIndex, done: PairsDone) -> ResolvedRun:
-    """The global matching and every prediction's home reference."""
-    return resolve_phase(setup, index, done)
+def resolve(setup: RunSetup, index: RunIndex, done: PairsDone, plan: RunPlan) -> ResolvedRun:
+    """The global matching, every prediction's home reference, and the score-ordered values (AP)."""
+    return resolve_phase(setup, index, done, plan)
 
 
 @task(name="sums", retries=2, retry_condition_fn=_retry_unless_bad_input, cache_policy=NO_CACHE)
@@ -148,7 +149,7 @@ def publish(record: RunRecord, metrics: dict, params: EvaluateParams, started: s
     metrics_path = write_json(out / "metrics.json", metrics)
     report = render_report(metrics, title="evalcore evaluation", inputs=inputs)
     report_path = atomic_path(out / "report.md", lambda tmp: tmp.write_text(report, encoding="utf-8"))
-    outputs = [metrics_path, report_path] + [p for p in (out / "tiles.parquet", out / "aois.parquet") if p.exists()]
+    outputs = [metrics_path, report_path] + [p for p in (out / "tiles.parquet", out / "aois.parquet", out / "pr_curve.parquet") if p.exists()]
     outputs += sorted((out / "fields").glob("*.parquet")) + sorted((out / "predictions").glob("*.parquet"))
     manifest = _manifest(record, params, inputs, "succeeded", started, dashboard)
     manifest["outputs"] = [{"path": str(p.relative_to(out)), "sha256": sha256_path(p), "bytes": p.stat().st_size} for p in outputs]
@@ -247,7 +248,7 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
     logger = get_run_logger()
     _log.debug("run %s: predicted %s, reference %s", out, params.predicted, params.reference)
     # A rerun must not leave an earlier result looking current while it runs or if it fails.
-    for stale in ("metrics.json", "report.md", "manifest.json", "tiles.parquet", "aois.parquet"):
+    for stale in ("metrics.json", "report.md", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet"):
         (out / stale).unlink(missing_ok=True)
     started = _now()
     write_json(out / "status.json", {"status": "running", "started": started})
@@ -286,6 +287,7 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
                 tiles_out=out / "tiles.parquet",
                 aois_out=out / "aois.parquet" if options.aoi is not None else None,
                 predictions_dir=out / "predictions",
+                pr_curve_out=out / "pr_curve.parquet" if options.score_column is not None else None,
             )
             index, plan = prepare(client, setup)
             logger.info(
@@ -293,7 +295,7 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
                 index.layers["reference"]["n_kept"], index.layers["predicted"]["n_kept"], len(index.keys()),
             )
             done_pairs = pairs(client, setup, index)
-            resolved = resolve(setup, index, done_pairs)
+            resolved = resolve(setup, index, done_pairs, plan)
             done_sums = sums(client, setup, index, plan, resolved)
             merge_started = time.perf_counter()
             metrics = merge(setup, index, plan, resolved, done_sums)

@@ -43,7 +43,7 @@ import pandas as pd
 from pyproj import CRS
 
 from evalcore import boundary
-from evalcore.bootstrap import PartitionKey
+from evalcore.bootstrap import CentralDraws, PartitionKey, pool_id
 from evalcore.config import DEFAULT_EQUAL_AREA_CRS
 from evalcore.crs import equal_area_crs_from
 from evalcore.distributed import storage
@@ -63,7 +63,7 @@ from evalcore.engine import (
 )
 from evalcore.errors import EvalInputError
 from evalcore.groups import strata_values
-from evalcore.io import write_geoparquet, write_json, write_table
+from evalcore.io import atomic_path, write_geoparquet, write_json, write_table
 from evalcore.options import EvalOptions, RunPlan, make_run_plan
 from evalcore.prepare import PreparedLayer, empty_layer, prepare_layer
 from evalcore.levels import LayerInput, Sites, aois_frame, prepare_sites, tiles_frame
@@ -180,6 +180,7 @@ def prepare_chunk_task(
     tolerance_m: float | None,
     strata_column: str | None,
     sites: Sites | None = None,
+    score_column: str | None = None,
 ) -> dict:
     """Read, prepare and write one input chunk, partitioned by key; return its index entry."""
     gdf = read_chunk(source, chunk)
@@ -191,7 +192,10 @@ def prepare_chunk_task(
                 f"The strata column {strata_column!r} is not in the {source.describe()}; its columns are: {columns}."
             )
         strata_all = strata_values(gdf, strata_column, len(gdf))
-    layer = prepare_layer(gdf, source.role, equal_area_crs=equal_area_crs, partition_size_m=partition_size_m, sites=sites)
+    layer = prepare_layer(
+        gdf, source.role, equal_area_crs=equal_area_crs, partition_size_m=partition_size_m, sites=sites,
+        score_column=score_column if source.role == "predicted" else None,
+    )
     local = layer.positions
     layer = replace(layer, positions=layer.positions + chunk.start)
     strata = strata_all[local] if strata_all is not None else None
@@ -268,6 +272,7 @@ def pairs_task(
     options: EvalOptions,
     ea_crs_text: str,
     signature: str,
+    stratified: bool = False,
 ) -> dict:
     """The pairs phase of one partition: its own rows plus the halo read from storage.
 
@@ -288,7 +293,14 @@ def pairs_task(
     def geometries(j: PartitionKey) -> tuple[str, ...]:
         return lean if j[0] == key[0] else everything
 
-    ref_own = _read(workdir, "reference", key, ref_info, ea_crs, tile, geometries=lean) if has_ref else empty_layer("reference", crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=tile)
+    ref_pools = None
+    if has_ref:
+        ref_own, ref_strata, _ = storage.read_partition(
+            Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=tile, geometries=lean,
+        )
+        ref_pools = np.array([pool_id(name, stratified) for name in ref_strata.tolist()], dtype=np.int64)
+    else:
+        ref_own = empty_layer("reference", crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=tile)
     pred_own = _read(workdir, "predicted", key, pred_info, ea_crs, tile, geometries=lean) if has_pred else empty_layer("predicted", crs=pred_info.crs, equal_area_crs=ea_crs, partition_size_m=tile)
     # The halo: rows of neighbouring partitions whose grown boxes reach this partition's
     # grown boxes (their union, the partition's reach box, was recorded when preparing).
@@ -308,6 +320,7 @@ def pairs_task(
         iou_threshold=options.iou_threshold,
         boundary_tolerance_m=tol,
         boundary_sample_spacing_m=options.boundary_sample_spacing_m,
+        ref_pools=ref_pools,
     )
     storage.write_pair_results(Path(workdir) / "pairs", key, results, signature)
     return {"key": key, "n_pairs": len(results.pairs), "n_ref": len(results.ref_pos), "n_pred": len(results.pred_pos)}
@@ -377,6 +390,7 @@ def predictions_task(
     aoi_keys: list[str] | None,
     annotated: bool,
     id_column: str | None = None,
+    scored: bool = False,
 ) -> dict:
     """Write the per-prediction table part of one partition's predictions (with their geometry)."""
     _inject_fault("predictions", storage.key_name(key))
@@ -386,7 +400,7 @@ def predictions_task(
     )
     if not np.array_equal(layer.positions, preds.index.to_numpy(np.int64)):
         raise PartitionMissingError(f"partition {storage.key_name(key)}: its prepared predictions differ from those resolved")
-    table = prediction_table(preds, aoi_keys=aoi_keys, annotated=annotated)
+    table = prediction_table(preds, aoi_keys=aoi_keys, annotated=annotated, scored=scored)
     id_name = id_column or "pred_index"
     table = table.drop(columns=[id_name], errors="ignore").rename_axis(id_name).reset_index()
     frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=pred_info.crs)
@@ -426,6 +440,8 @@ class RunSetup:
         GeoParquet files of the per-tile and per-AOI tables.
     predictions_dir : Path, optional
         Where the per-prediction GeoParquet parts go.
+    pr_curve_out : Path, optional
+        Parquet file of the exact precision-recall curves (with a score column).
     chunk_rows : int
     token : str
         Suffix of this run's Dask task keys.
@@ -454,6 +470,7 @@ class RunSetup:
     tiles_out: Path | None = None
     aois_out: Path | None = None
     predictions_dir: Path | None = None
+    pr_curve_out: Path | None = None
     progress: ProgressCallback | None = field(default=None, compare=False)
     log: Callable[[str], None] | None = field(default=None, compare=False)
 
@@ -730,6 +747,7 @@ def start_run(
     tiles_out: Path | None = None,
     aois_out: Path | None = None,
     predictions_dir: Path | None = None,
+    pr_curve_out: Path | None = None,
 ) -> RunSetup:
     """Set up a run: its signature, and a work directory holding nothing of another run.
 
@@ -742,9 +760,11 @@ def start_run(
     workdir = Path(workdir).resolve()
     frame_dir = Path(frame_dir).resolve() if frame_dir is not None else None
     options = _stage_site_layers(options, workdir)
-    tiles_out, aois_out, predictions_dir = (Path(p).resolve() if p is not None else None for p in (tiles_out, aois_out, predictions_dir))
+    tiles_out, aois_out, predictions_dir, pr_curve_out = (
+        Path(p).resolve() if p is not None else None for p in (tiles_out, aois_out, predictions_dir, pr_curve_out)
+    )
     signature, input_sha256 = _signature_of_run(
-        predicted, reference, options, strata_column, size_bins, chunk_rows, frame_dir, (tiles_out, aois_out, predictions_dir)
+        predicted, reference, options, strata_column, size_bins, chunk_rows, frame_dir, (tiles_out, aois_out, predictions_dir, pr_curve_out)
     )
     workdir.mkdir(parents=True, exist_ok=True)
     run_file = workdir / "run.json"
@@ -780,6 +800,7 @@ def start_run(
         tiles_out=tiles_out,
         aois_out=aois_out,
         predictions_dir=predictions_dir,
+        pr_curve_out=pr_curve_out,
         progress=progress,
         log=log,
     )
@@ -823,6 +844,7 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
             options.boundary_tolerance_m,
             setup.strata_column,
             sites_future,
+            options.score_column,
             key=setup.task_key("prepare", source.role, chunk.index),
             retries=2,
             priority=chunk.weight,  # largest first, so the last task to finish is a small one
@@ -894,6 +916,7 @@ def pairs_phase(client: object, setup: RunSetup, index: RunIndex) -> PairsDone:
             setup.options,
             ea,
             setup.signature,
+            setup.strata_column is not None,
             key=setup.task_key("pairs", *key),
             retries=2,
             priority=index.rows(key),
@@ -905,7 +928,7 @@ def pairs_phase(client: object, setup: RunSetup, index: RunIndex) -> PairsDone:
     return PairsDone(tuple(keys), sum(d["n_pairs"] for d in done.values()), len(reused), time.perf_counter() - started)
 
 
-def resolve_phase(setup: RunSetup, index: RunIndex, pairs: PairsDone) -> ResolvedRun:
+def resolve_phase(setup: RunSetup, index: RunIndex, pairs: PairsDone, plan: RunPlan | None = None) -> ResolvedRun:
     """Phase 3, on the client: the global matching and where every pair and row goes.
 
     Reads every partition's pairs output from the work directory.
@@ -920,7 +943,10 @@ def resolve_phase(setup: RunSetup, index: RunIndex, pairs: PairsDone) -> Resolve
             )
         parts.append(results)
     everything, ref_part = concat_pair_results(parts)
-    resolved = resolve_run(everything, setup.options)
+    draws = None
+    if setup.options.bootstrap > 0 and plan is not None:
+        draws = CentralDraws(plan.draws, list(pairs.keys), ref_part, everything.ref_pool, setup.options.bootstrap, setup.options.bootstrap_seed)
+    resolved = resolve_run(everything, setup.options, draws)
     # Partitions with reference fields, numbered 0.. in key order as route() wants them
     # (pairs.keys is sorted, so np.unique keeps that order).
     held, renumbered = np.unique(ref_part, return_inverse=True)
@@ -1003,6 +1029,7 @@ def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolve
             _aoi_keys(index),
             annotated,
             setup.predicted.id_column,
+            setup.options.score_column is not None,
             key=setup.task_key("predictions", *key),
             retries=2,
             priority=len(rows),
@@ -1045,7 +1072,7 @@ def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resol
             )
         parts.append(part)
     r = resolved.resolved
-    merged = merge_partitions(parts, r.unassigned, setup.options, plan, r.homeless_tiles, r.homeless_aois)
+    merged = merge_partitions(parts, r.unassigned, setup.options, plan, r.homeless_tiles, r.homeless_aois, r.global_values)
     n_ref = int(merged.sums.as_dict(0)["n_ref"])
     n_pred = int(merged.sums.as_dict(0)["n_pred"])
     if n_ref != ref["n_kept"] or n_pred != index.layers["predicted"]["n_kept"]:
@@ -1067,6 +1094,9 @@ def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resol
             write_table(setup.tiles_out, tiles_frame(tiles, float(setup.options.tile_km) * 1000.0), "tiles output")
         if setup.aois_out is not None and aois is not None:
             write_table(setup.aois_out, aois_frame(aois, index.sites.aois), "AOIs output")
+    curve = r.global_values.get("tables", {}).get("pr_curve")
+    if setup.pr_curve_out is not None and curve is not None:
+        atomic_path(setup.pr_curve_out, lambda tmp: curve.to_parquet(tmp, index=False))
     return metrics
 
 
@@ -1092,7 +1122,7 @@ def run_phases(client: object, setup: RunSetup) -> RunOutcome:
     index = prepare_phase(client, setup)
     plan = plan_phase(setup, index)
     pairs = pairs_phase(client, setup, index)
-    resolved = resolve_phase(setup, index, pairs)
+    resolved = resolve_phase(setup, index, pairs, plan)
     sums = sums_phase(client, setup, index, plan, resolved)
     started = time.perf_counter()
     metrics = merge_phase(setup, index, plan, resolved, sums)
@@ -1140,11 +1170,14 @@ def _union(a: Box, b: Box) -> Box:
     return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
 
 
-def stage_layer(layer: object, role: str, workdir: Path, strata: object = None, chunk_rows: int = 50_000) -> LayerSource:
+def stage_layer(
+    layer: object, role: str, workdir: Path, strata: object = None, chunk_rows: int = 50_000, columns: tuple[str, ...] = ()
+) -> LayerSource:
     """Write an in-memory layer to the work directory as GeoParquet so workers can read it.
 
     The index is kept in a column, so labels survive; ``strata`` values (a Series or
-    an array) are written as a column named ``__evalcore_stratum__``.
+    an array) are written as a column named ``__evalcore_stratum__``; ``columns`` of the
+    layer (the score column) are copied as they are.
     """
     from evalcore.prepare import layer_geometries
 
@@ -1152,6 +1185,9 @@ def stage_layer(layer: object, role: str, workdir: Path, strata: object = None, 
     frame = geopandas.GeoDataFrame({LABEL_COLUMN: np.asarray(index)}, geometry=geopandas.GeoSeries(geoms), crs=crs)
     if strata is not None:
         frame[STAGED_STRATA_COLUMN] = strata_values(layer, strata, len(frame))
+    for column in columns:
+        if column in getattr(layer, "columns", []):
+            frame[column] = np.asarray(layer[column])
     path = workdir / "input" / f"{role}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
     from evalcore.io import atomic_path
@@ -1179,6 +1215,7 @@ def run_distributed(
     tiles_out: str | Path | None = None,
     aois_out: str | Path | None = None,
     predictions_dir: str | Path | None = None,
+    pr_curve_out: str | Path | None = None,
 ) -> dict[str, object]:
     """Evaluate on a Dask cluster; the result equals :func:`evalcore.evaluate` in one process.
 
@@ -1214,7 +1251,8 @@ def run_distributed(
                     strata_column = strata
             else:
                 values = strata if role == "reference" else None
-                sources.append(stage_layer(layer, role, work, values, chunk_rows))
+                scores = (options.score_column,) if role == "predicted" and options.score_column is not None else ()
+                sources.append(stage_layer(layer, role, work, values, chunk_rows, scores))
                 if role == "reference" and strata is not None:
                     strata_column = STAGED_STRATA_COLUMN
         setup = start_run(
@@ -1231,6 +1269,7 @@ def run_distributed(
             tiles_out=tiles_out,
             aois_out=aois_out,
             predictions_dir=predictions_dir,
+            pr_curve_out=pr_curve_out,
         )
         return run_phases(client, setup).metrics
     finally:
