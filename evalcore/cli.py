@@ -703,7 +703,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
         raise EvalInputError(f"--n-ref must be positive, but got {args.n_ref}.")
     check_output_dir(args.out, "--out")
     pred_path, ref_path = write_layers(args.out, args.n_ref, args.seed, fmt=args.format)
-    print(f"wrote {ref_path} and {pred_path}")
+    print(f"wrote {ref_path}, {pred_path} and the AOI and annotated-area layers beside them")
     return 0
 
 

@@ -71,7 +71,8 @@ def test_metrics_equal_single_process(run):
 def test_manifest_checksums_match_files(run):
     manifest = _json(run.out / "manifest.json")
     listed = {entry["path"] for entry in manifest["outputs"]}
-    on_disk = {"metrics.json", "report.md"} | {str(p.relative_to(run.out)) for p in (run.out / "fields").glob("*.parquet")}
+    parts = list((run.out / "fields").glob("*.parquet")) + list((run.out / "predictions").glob("*.parquet"))
+    on_disk = {"metrics.json", "report.md", "tiles.parquet"} | {str(p.relative_to(run.out)) for p in parts}
     assert listed == on_disk and len(on_disk) > 2
     for entry in manifest["outputs"]:
         path = run.out / entry["path"]

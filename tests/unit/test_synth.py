@@ -303,7 +303,7 @@ def test_write_layers_round_trip(tmp_path, fmt):
     suffix = {"parquet": ".parquet", "gpkg": ".gpkg"}[fmt]
     assert pred_path == out_dir / f"predicted{suffix}"
     assert ref_path == out_dir / f"reference{suffix}"
-    assert sorted(p.name for p in out_dir.iterdir()) == sorted([pred_path.name, ref_path.name])
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(f"{n}{suffix}" for n in ("predicted", "reference", "aoi", "annotated"))
     read = geopandas.read_parquet if fmt == "parquet" else geopandas.read_file
     pred, ref = make_layers(300, 4)
     for path, expected in ((pred_path, pred), (ref_path, ref)):
@@ -317,4 +317,4 @@ def test_write_layers_replaces_existing_files(tmp_path):
     write_layers(tmp_path, 50, 1)
     pred_path, ref_path = write_layers(tmp_path, 80, 2, bad_rows=False)
     assert len(geopandas.read_parquet(ref_path)) == 80
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["predicted.parquet", "reference.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["annotated.parquet", "aoi.parquet", "predicted.parquet", "reference.parquet"]
