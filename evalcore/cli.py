@@ -28,7 +28,7 @@ from evalcore.logs import DEBUG_ENV, configure_logging, debug_enabled, library_l
 from evalcore.metrics.base import Option
 from evalcore.options import all_options
 
-__all__ = ["main", "run", "format_summary", "unassigned_note", "metric_options", "check_output_dir", "check_columns_up_front"]
+__all__ = ["main", "run", "format_summary", "unassigned_note", "metric_options", "check_output_dir", "check_columns_up_front", "check_site_layers", "level_lines"]
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -150,6 +150,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sy.add_argument("--out", required=True, help="output directory (its parent must exist)")
     sy.add_argument("--format", choices=("parquet", "gpkg"), default="parquet", help="file format (default parquet)")
+    sy.add_argument("--score-decimals", type=int, help="round the predictions' scores to this many decimals, as detectors often do (default: not rounded)")
     return parser
 
 
@@ -702,7 +703,9 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     if args.n_ref <= 0:
         raise EvalInputError(f"--n-ref must be positive, but got {args.n_ref}.")
     check_output_dir(args.out, "--out")
-    pred_path, ref_path = write_layers(args.out, args.n_ref, args.seed, fmt=args.format)
+    if args.score_decimals is not None and args.score_decimals < 0:
+        raise EvalInputError(f"--score-decimals must be 0 or more, but got {args.score_decimals}.")
+    pred_path, ref_path = write_layers(args.out, args.n_ref, args.seed, fmt=args.format, score_decimals=args.score_decimals)
     print(f"wrote {ref_path}, {pred_path} and the AOI and annotated-area layers beside them")
     return 0
 

@@ -2,8 +2,9 @@
 
 Runs ``evaluate-layers`` on an embedded Dask ``LocalCluster`` with 2 worker processes
 and Prefect in its ephemeral mode: strata, size classes, 1000 bootstrap resamples and a
-10 m boundary tolerance. The generated layers and the run directory (metrics.json,
-report.md, manifest.json, fields/, logs/run.log) go under ``demo-output/`` or the
+10 m boundary tolerance, the generated AOI and annotated-area layers and the scores. The
+generated layers and the run directory (metrics.json, report.md, manifest.json, fields/,
+predictions/, tiles.parquet, aois.parquet, pr_curve.parquet, logs/run.log) go under ``demo-output/`` or the
 directory given as the first argument. ``EVALCORE_DEMO_N_REF`` sets the number of
 reference fields (default 30000).
 
@@ -69,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     if status:
         return _failed("1/2 (generating the data)", status, why)
     print(
-        "[2/2] flow evaluate-layers on a local Dask cluster (2 workers): strata, size classes, "
-        "1000 bootstrap resamples, 10 m boundary tolerance; the dashboard link follows",
+        "[2/2] flow evaluate-layers on a local Dask cluster (2 workers): strata, size classes, AOIs, the annotated "
+        "area, scores (AP, calibration), 1000 bootstrap resamples, 10 m boundary tolerance; the dashboard link follows",
         flush=True,
     )
     status, why = run_command(
@@ -82,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             "--size-bins", "0,0.5,1,2,5,10,inf",
             "--bootstrap", "1000",
             "--boundary-tolerance-m", "10",
+            "--aoi", str(data / "aoi.parquet"),
+            "--aoi-id-column", "aoi_id",
+            "--annotated-area", str(data / "annotated.parquet"),
+            "--score-column", "score",
             "--workers", "2",
             "-o", str(run),
         ]

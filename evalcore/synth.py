@@ -259,6 +259,7 @@ def make_layers(
     *,
     n_clusters: int | None = None,
     bad_rows: bool = True,
+    score_decimals: int | None = None,
 ) -> tuple[geopandas.GeoDataFrame, geopandas.GeoDataFrame]:
     """Return (predicted, reference) GeoDataFrames.
 
@@ -277,6 +278,9 @@ def make_layers(
         fields may not span three UTM zones.
     bad_rows : bool
         Add one row of each kind in :data:`BAD_ROW_KINDS` to each layer.
+    score_decimals : int, optional
+        Round the scores to this many decimals, as many detectors emit them (ties in
+        score are then common and must be broken by position).
 
     Returns
     -------
@@ -378,7 +382,7 @@ def make_layers(
     pred = geopandas.GeoDataFrame(
         {
             "pred_id": rng.permutation(pred_order.size).astype(np.int64),
-            "score": _scores(rng, pred_kind[pred_order]),
+            "score": _scores(rng, pred_kind[pred_order], score_decimals),
         },
         geometry=geopandas.GeoSeries(pred_geoms[pred_order], crs=PRED_CRS),
     )
@@ -1339,12 +1343,13 @@ def _predict(
     return np.concatenate(geoms), np.concatenate(items), np.concatenate(subs), np.concatenate(kinds)
 
 
-def _scores(rng: np.random.Generator, pred_kind: IdArray) -> F64Array:
-    """Score of each prediction, Beta-distributed by kind, float64 in [0, 1]."""
+def _scores(rng: np.random.Generator, pred_kind: IdArray, decimals: int | None = None) -> F64Array:
+    """Score of each prediction, Beta-distributed by kind, float64 in [0, 1] (rounded when asked)."""
     a, b = np.ones(pred_kind.size), np.ones(pred_kind.size)
     for kind, (a_kind, b_kind) in _SCORE_BETA.items():
         a[pred_kind == kind], b[pred_kind == kind] = a_kind, b_kind
-    return rng.beta(a, b)
+    scores = rng.beta(a, b)
+    return scores if decimals is None else np.round(scores, decimals)
 
 
 # ---------------------------------------------------------------------------

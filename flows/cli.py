@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from evalcore.cli import (
     check_columns_up_front,
+    check_site_layers,
     check_output_dir,
     metric_options,
     format_summary,
@@ -55,11 +57,12 @@ def run_command(args: argparse.Namespace) -> int:
     if args.workdir:
         check_output_dir(args.workdir, "--workdir")
     check_columns_up_front(args)
+    check_site_layers(args)
     started = time.perf_counter()
     metrics = evaluate_layers(params)
     print(format_summary(metrics))
-    print(
-        f"run directory {args.output_dir}: metrics.json, report.md, manifest.json, fields/, {RUN_LOG.as_posix()} "
-        f"({time.perf_counter() - started:.1f} s)"
-    )
+    out = Path(args.output_dir)
+    written = [name for name in ("metrics.json", "report.md", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet") if (out / name).exists()]
+    written += [f"{name}/" for name in ("fields", "predictions") if (out / name).is_dir()]
+    print(f"run directory {args.output_dir}: {', '.join(written)}, {RUN_LOG.as_posix()} ({time.perf_counter() - started:.1f} s)")
     return 0
