@@ -96,7 +96,7 @@ def score_values(layer: object, column: str, where: str) -> np.ndarray:
         # A chunk of a file is indexed by its rows' positions in the file.
         shown = int(index[row]) if isinstance(index, pd.RangeIndex) else row
         raise EvalInputError(
-            f"score column {column!r} of the {where}: row {shown} (0-based) holds {v[row]!r}, which is {what} "
+            f"score column {column!r} of the {where}: row {shown} (0-based) holds {float(v[row])!r}, which is {what} "
             f"({len(bad)} of {len(v)} rows are not finite numbers in [0, 1])."
         )
     return v
@@ -300,7 +300,11 @@ class Scores(MetricFamily):
         if options.score_threshold is not None:
             keys["operating_point"] = operating
         ci, n_undefined = {}, {}
-        if ctx.replicate_weights is not None and n_ref > 0:
+        if ctx.replicate_weights is not None and n_ref == 0:
+            # Undefined in every resample, like any rate without a denominator.
+            ci = {k: [float("nan"), float("nan")] for k in ("ap50", "ap75", "ap50_95")}
+            n_undefined = dict.fromkeys(ci, options.bootstrap)
+        elif ctx.replicate_weights is not None:
             home_row = ctx.home_ref_row  # -1: no home
             values = []
             for ref_weights in ctx.replicate_weights():

@@ -1,0 +1,124 @@
+"""Scores (SPEC 6.5) on a real LocalCluster of processes equal the single-process run.
+
+Every key (AP, its intervals, the PR curves, best F1, the operating point, calibration
+overall, per stratum and per size class with their intervals) must equal what
+``evalcore.evaluate`` returns in one process with the same ``partition_size_m`` (the
+bootstrap draws depend on the partition size, never on the workers). Scores are
+rounded to two decimals so that many predictions tie: AP breaks ties by input position
+over the whole layer, wherever the partitions fall; and some scores sit exactly on
+calibration bin edges.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from distributed import Client, LocalCluster
+
+import evalcore
+from evalcore.synth import make_layers
+from tests.common import assert_metrics_equal
+
+OPTIONS = {
+    "score_column": "score", "score_threshold": 0.55, "calibration_bins": 8, "bootstrap": 20,
+    "strata": "stratum", "size_bins": "auto",
+}
+# workers -> partition side (m): each run compared with the single process at that side
+PARTITION_FOR_WORKERS = {1: 5_000.0, 2: 20_000.0, 3: 50_000.0}
+SCORE_KEYS = ("ap50", "ap75", "ap50_95", "ap_per_threshold", "ap_iou_thresholds", "pr_curve", "best_f1", "operating_point", "calibration")
+
+
+@pytest.fixture(scope="module")
+def layers():
+    predicted, reference = make_layers(300, seed=5)
+    predicted = predicted.assign(score=np.round(predicted["score"].to_numpy(), 2))
+    return predicted, reference
+
+
+@pytest.fixture(scope="module")
+def expected(layers):
+    predicted, reference = layers
+    return {p: evalcore.evaluate(predicted, reference, partition_size_m=p, **OPTIONS) for p in PARTITION_FOR_WORKERS.values()}
+
+
+@pytest.fixture(scope="module", params=sorted(PARTITION_FOR_WORKERS), ids=lambda n: f"{n}workers")
+def client(request):
+    with LocalCluster(
+        n_workers=request.param, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster, Client(cluster) as c:
+        c.wait_for_workers(request.param)
+        yield c
+
+
+def test_the_data_exercises_the_score_keys(layers, expected):
+    predicted, _ = layers
+    scores = predicted["score"].to_numpy()
+    assert len(np.unique(scores)) < len(scores) / 2  # many ties
+    assert np.isin([0.25, 0.5, 0.75], scores).any()  # a score on an edge b / 8 of the calibration bins
+    for r in expected.values():
+        assert 0.0 < r["ap50"] < 1.0 and 0.0 < r["ap50_95"] < r["ap50"]
+        ci = r["bootstrap"]["ci"]
+        for key in ("ap50", "ap75", "ap50_95"):
+            assert ci[key][0] < ci[key][1], (key, ci[key])
+        assert set(r["calibration"]["ci"]) == {"ece", "brier"}
+        assert len(r["per_stratum"]) >= 3 and len(r["per_size_class"]) >= 2
+        for group in ("per_stratum", "per_size_class"):
+            populated = [e for e in r[group].values() if e["calibration"]["n"] > 0]
+            assert populated and all("ci" in e["calibration"] for e in populated)
+    # the draws depend on the partition size
+    small, large = expected[5_000.0], expected[50_000.0]
+    assert small["ap50"] == large["ap50"] and small["calibration"]["ece"] == pytest.approx(large["calibration"]["ece"], rel=1e-12)
+    assert small["bootstrap"]["ci"]["ap50"] != large["bootstrap"]["ci"]["ap50"]
+
+
+def test_distributed_scores_equal_single_process(layers, expected, client, tmp_path):
+    predicted, reference = layers
+    n_workers = len(client.scheduler_info()["workers"])
+    partition = PARTITION_FOR_WORKERS[n_workers]
+    result = evalcore.evaluate(predicted, reference, partition_size_m=partition, client=client, workdir=tmp_path / "work", **OPTIONS)
+    single = expected[partition]
+    for key in SCORE_KEYS:
+        assert key in result, key
+    assert_metrics_equal(result, single)
+    # AP is computed centrally from the same pairs and draws: identical intervals
+    for key in ("ap50", "ap75", "ap50_95"):
+        assert result["bootstrap"]["ci"][key] == single["bootstrap"]["ci"][key], key
+    assert result["ap_per_threshold"] == single["ap_per_threshold"]
+    assert result["pr_curve"] == single["pr_curve"]
+    assert result["best_f1"] == single["best_f1"] and result["operating_point"] == single["operating_point"]
+    # calibration intervals, overall and in every group, to 1e-9 (sums merged across partitions)
+    assert_metrics_equal(result["calibration"], single["calibration"])
+    for group in ("per_stratum", "per_size_class"):
+        assert set(result[group]) == set(single[group])
+        for name in single[group]:
+            assert_metrics_equal(result[group][name]["calibration"], single[group][name]["calibration"])
+
+
+@pytest.mark.parametrize("client", [2], indirect=True, ids=["2workers"])
+def test_distributed_from_files_writes_the_same_exact_curve(layers, client, tmp_path):
+    """Layer files read in chunks on the workers (another reader) and the exact PR curve."""
+    from evalcore.api import check_options
+    from evalcore.distributed.runner import run_distributed
+
+    predicted, reference = layers
+    pred_path, ref_path = tmp_path / "pred.parquet", tmp_path / "ref.parquet"
+    predicted.to_parquet(pred_path)
+    reference.to_parquet(ref_path)
+    partition = 20_000.0
+    options = {k: v for k, v in OPTIONS.items() if k not in ("strata", "size_bins")}
+    curve_path = tmp_path / "pr.parquet"
+    result = run_distributed(
+        str(pred_path), str(ref_path), client, check_options(partition_size_m=partition, **options),
+        strata="stratum", size_bins="auto", workdir=tmp_path / "work", chunk_rows=64, pr_curve_out=curve_path,
+    )
+    tables = evalcore.evaluate_tables(pred_path, ref_path, partition_size_m=partition, **OPTIONS)
+    single = tables.summary
+    for key in SCORE_KEYS:
+        assert key in result, key
+    assert_metrics_equal(
+        {k: result[k] for k in (*SCORE_KEYS, "bootstrap", "per_stratum", "per_size_class")},
+        {k: single[k] for k in (*SCORE_KEYS, "bootstrap", "per_stratum", "per_size_class")},
+    )
+    curve = pd.read_parquet(curve_path)
+    pd.testing.assert_frame_equal(curve.reset_index(drop=True), tables.pr_curve.reset_index(drop=True), check_exact=True)
