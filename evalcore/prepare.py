@@ -319,7 +319,7 @@ def prepare_layer(
         Reporting tiles (default side 10 km), AOIs and annotated area to locate every
         row in (the annotated fraction is measured for the predicted layer only).
     score_column : str, optional
-        Column of confidence scores (finite, in [0, 1]; checked on the rows kept).
+        Column of confidence scores (finite, in [0, 1]; every row is checked, dropped ones too).
 
     Returns
     -------
