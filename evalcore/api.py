@@ -15,7 +15,6 @@ import geopandas
 import numpy as np
 import pandas as pd
 
-from evalcore.bootstrap import CentralDraws
 from evalcore.engine import (
     MergedSums,
     RefRows,
@@ -107,10 +106,7 @@ def _run(predicted: object, reference: object, strata: object, size_bins: object
         boundary_sample_spacing_m=options.boundary_sample_spacing_m,
         ref_pools=all_refs.pools,
     )
-    draws = None
-    if options.bootstrap > 0:
-        draws = CentralDraws(plan.draws, keys, ref_part, all_refs.pools, options.bootstrap, options.bootstrap_seed)
-    resolved = resolve_run(results, options, draws)
+    resolved = resolve_run(results, options)
     routing = route(ref.positions, ref_part, len(keys), results.pairs.ref_pos, resolved.contributions.ref_pos)
 
     # Phase 4 per partition key, as a cluster would run it.
@@ -125,11 +121,13 @@ def _run(predicted: object, reference: object, strata: object, size_bins: object
             resolved.contributions.take(routing.contribution_rows[k]),
             options,
             plan,
+            resolved.draws.rows(rows) if resolved.draws is not None else None,
         )
         parts.append(summary)
         frames.append(fields)
     merged = merge_partitions(
-        parts, resolved.unassigned, options, plan, resolved.homeless_tiles, resolved.homeless_aois, resolved.global_values
+        parts, resolved.unassigned, options, plan, resolved.homeless_tiles, resolved.homeless_aois, resolved.global_values,
+        resolved.unassigned_replicates, resolved.columns, resolved.draws.n_units if resolved.draws is not None else None,
     )
     fields = pd.concat(frames).sort_index() if frames else _empty_fields()
     fields["matched_pred_pos"] = fields["matched_pred_pos"].astype(np.int64)

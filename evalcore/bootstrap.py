@@ -37,7 +37,12 @@ __all__ = [
     "field_weights",
     "replicate_group_sums",
     "ReplicateSums",
-    "CentralDraws",
+    "BOOTSTRAP_UNITS",
+    "RowDraws",
+    "RunDraws",
+    "field_draws",
+    "block_draws",
+    "block_counts",
     "percentile_intervals",
 ]
 
@@ -186,62 +191,227 @@ def replicate_group_sums(weights: F64Array, values: F64Array, flat_groups: IdArr
     _weighted_group_sums(
         weights,
         np.ascontiguousarray(values, dtype=np.float64),
-        np.ascontiguousarray(flat_groups, dtype=np.int64).reshape(len(values), -1),
+        np.ascontiguousarray(np.asarray(flat_groups, dtype=np.int64).reshape(len(values), np.shape(flat_groups)[-1] if np.ndim(flat_groups) == 2 else -1)),
         out,
     )
     return ReplicateSums(out)
 
 
-@dataclass(frozen=True)
-class CentralDraws:
-    """The field draws of every partition, regenerated centrally one replicate at a time.
+BOOTSTRAP_UNITS: tuple[str, ...] = ("field", "tile", "aoi")
+"""What a bootstrap resample draws: reference fields (SPEC 5), or reporting tiles or AOIs (SPEC 6.6)."""
 
-    Gives, replicate after replicate, how often every reference field of the run is drawn:
-    exactly the weights :func:`field_weights` draws in each partition (same generators,
-    same order), without holding the (replicates x fields) matrix. For the values that
-    are not sums (AP), which need every prediction of a replicate at once.
+_BLOCK_STREAM = {"tile": 1, "aoi": 2}  # spawn keys of the block draws, apart from the field draws (0, 1)
+
+
+def block_counts(n_units: int, n_replicates: int, seed: int, unit: str) -> np.ndarray:
+    """How often each of ``n_units`` units (in sorted key order) is drawn in each replicate.
+
+    Each replicate draws ``n_units`` units uniformly with replacement, from
+    ``SeedSequence(seed, spawn_key=(2, stream))``: it depends on the seed and the number of
+    units only, never on workers or partitions.
+
+    Returns
+    -------
+    ndarray of float64, shape (n_replicates, n_units)
+    """
+    rng = _rng(seed, 2, _BLOCK_STREAM[unit])
+    out = np.zeros((n_replicates, n_units))
+    for b in range(n_replicates):
+        out[b] = np.bincount(rng.integers(0, n_units, size=n_units), minlength=n_units)
+    return out
+
+
+@dataclass(frozen=True)
+class RowDraws:
+    """How some reference rows are weighed in every replicate; small, shipped to a partition.
+
+    Field draws: each row's pool, reporting tile and rank among the pool's fields of
+    that tile (position order), with the size and the per-replicate draw counts of each
+    (pool, tile) group it touches. Block draws: each row's unit and the draw counts of
+    those units.
 
     Attributes
     ----------
-    partition_draws : dict
-        :func:`draw_partition_counts`'s output.
-    keys : list of PartitionKey
-        Partition of each code in ``ref_part``.
-    ref_part : ndarray of int64
-        Partition code of every reference row (rows in position order).
-    ref_pools : ndarray of int64
-        Pool of every reference row.
+    unit : str
     n_replicates, seed : int
+    pools, ranks : ndarray of int64, shape (n,)
+        Field draws only.
+    tiles : ndarray of int64, shape (n, 3)
+        Field draws only.
+    groups : dict
+        Field draws: ``{(pool, tile key): (size, counts)}``.
+    units : ndarray of int64, shape (n,)
+        Block draws: the row's index among the run's units.
+    unit_counts : dict
+        Block draws: ``{unit index: counts (n_replicates,)}``.
     """
 
-    partition_draws: dict
-    keys: list
-    ref_part: IdArray
-    ref_pools: IdArray
+    unit: str
     n_replicates: int
     seed: int
+    pools: IdArray | None = None
+    ranks: IdArray | None = None
+    tiles: IdArray | None = None
+    groups: dict | None = None
+    units: IdArray | None = None
+    unit_counts: dict | None = None
 
-    def __call__(self):
-        n = len(self.ref_part)
-        order = np.argsort(self.ref_part, kind="stable")
-        bounds = np.searchsorted(self.ref_part[order], np.arange(len(self.keys) + 1))
+    def weights_rows(self) -> IdArray:
+        """One entry per row (to check the draws belong to the rows they are used for)."""
+        return self.units if self.unit != "field" else self.pools
+
+    def weights(self) -> F64Array:
+        """How often each row is drawn in each replicate, shape (n_replicates, n)."""
+        if self.unit != "field":
+            n = len(self.units)
+            out = np.zeros((self.n_replicates, n))
+            for u in np.unique(self.units):
+                out[:, self.units == u] = self.unit_counts[int(u)][:, None]
+            return out
+        n = len(self.pools)
+        out = np.zeros((self.n_replicates, n))
+        if n == 0:
+            return out
+        keys = np.column_stack([self.pools, self.tiles])
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        inverse = inverse.ravel()
+        for g, row in enumerate(unique):
+            pool, tile = int(row[0]), tuple(int(v) for v in row[1:])
+            size, counts = self.groups[(pool, tile)]
+            # The whole group's draws, regenerated here: the same wherever its fields are.
+            drawn = draw_field_counts(counts, size, self.seed, pool, tile)
+            mine = np.flatnonzero(inverse == g)
+            out[:, mine] = drawn[:, self.ranks[mine]]
+        return out
+
+
+@dataclass(frozen=True)
+class RunDraws:
+    """Every bootstrap draw of a run, made centrally from the seed and fixed keys (SPEC 5, 6.6).
+
+    Field draws: per pool, a multinomial over the pool's reporting tiles (tile keys in
+    order) of how many of each replicate's draws fall in each tile
+    (:func:`draw_partition_counts` with tile keys), then, per (pool, tile), uniform draws
+    over its fields in position order (:func:`draw_field_counts`). Nothing depends on
+    how the work is partitioned. Block draws: units drawn with replacement
+    (:func:`block_counts`).
+
+    Attributes
+    ----------
+    unit : str
+    n_replicates, seed : int
+    n_units : int
+        Reference fields (field draws) or units (block draws).
+    ref_pools, ref_tiles, ref_ranks : ndarray
+        Per reference row of the run (field draws).
+    groups : dict
+        ``{(pool, tile key): (size, counts)}`` (field draws).
+    ref_units : ndarray of int64
+        Per reference row, its unit's index (block draws).
+    unit_keys : ndarray of int64, shape (n_units, width)
+        The units, sorted (block draws).
+    counts : ndarray of float64, shape (n_replicates, n_units)
+        Block draws.
+    """
+
+    unit: str
+    n_replicates: int
+    seed: int
+    n_units: int
+    ref_pools: IdArray | None = None
+    ref_tiles: IdArray | None = None
+    ref_ranks: IdArray | None = None
+    groups: dict | None = None
+    ref_units: IdArray | None = None
+    unit_keys: IdArray | None = None
+    counts: F64Array | None = None
+
+    def rows(self, rows: IdArray) -> RowDraws:
+        """The draws of some reference rows (a partition's), with what they need and no more."""
+        if self.unit != "field":
+            units = self.ref_units[rows]
+            return RowDraws(self.unit, self.n_replicates, self.seed, units=units,
+                            unit_counts={int(u): self.counts[:, u] for u in np.unique(units)})
+        pools, tiles = self.ref_pools[rows], self.ref_tiles[rows]
+        needed = {(int(p), (int(e), int(x), int(y))) for p, (e, x, y) in zip(pools.tolist(), tiles.tolist())}
+        return RowDraws(self.unit, self.n_replicates, self.seed, pools=pools, ranks=self.ref_ranks[rows], tiles=tiles,
+                        groups={k: self.groups[k] for k in needed})
+
+    def unit_weights(self, units: IdArray) -> F64Array:
+        """Block draws: the weight of rows in the given units (-1: none, weight 0), (n_replicates, n)."""
+        out = np.zeros((self.n_replicates, len(units)))
+        inside = units >= 0
+        out[:, inside] = self.counts[:, units[inside]]
+        return out
+
+    def ref_weights(self):
+        """Every reference row's weight, one replicate at a time (without the replicates-by-fields matrix)."""
+        if self.unit != "field":
+            for b in range(self.n_replicates):
+                yield self.counts[b, self.ref_units]
+            return
+        n = len(self.ref_pools)
         streams = []
-        for k, key in enumerate(self.keys):
-            rows_k = order[bounds[k] : bounds[k + 1]]
-            pools_k = self.ref_pools[rows_k]
-            for pool in np.unique(pools_k):
-                m = self.partition_draws.get((int(pool), key))
-                if m is None:
-                    continue
-                rows = rows_k[pools_k == pool]
-                rng = _rng(self.seed, 1, int(pool), key[0], key[1] + _OFFSET, key[2] + _OFFSET)
-                streams.append((rows, rng, np.asarray(m)))
+        keys = np.column_stack([self.ref_pools, self.ref_tiles]) if n else np.empty((0, 4), np.int64)
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True) if n else (keys, np.empty(0, np.int64))
+        inverse = np.asarray(inverse).ravel()
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(unique) + 1))
+        for g, row in enumerate(unique):
+            pool, tile = int(row[0]), tuple(int(v) for v in row[1:])
+            size, counts = self.groups[(pool, tile)]
+            members = order[bounds[g] : bounds[g + 1]]
+            rng = _rng(self.seed, 1, pool, tile[0], tile[1] + _OFFSET, tile[2] + _OFFSET)
+            streams.append((members, self.ref_ranks[members], size, rng, counts))
         for b in range(self.n_replicates):
             weights = np.zeros(n)
-            for rows, rng, m in streams:
-                if m[b]:
-                    weights[rows] = np.bincount(rng.integers(0, len(rows), size=int(m[b])), minlength=len(rows))
+            for members, ranks, size, rng, counts in streams:
+                if counts[b]:
+                    hits = np.bincount(rng.integers(0, size, size=int(counts[b])), minlength=size)
+                    weights[members] = hits[ranks]
             yield weights
+
+
+def field_draws(ref_pos: IdArray, ref_pools: IdArray, ref_tiles: IdArray, n_replicates: int, seed: int) -> RunDraws:
+    """The field bootstrap's draws of a run, keyed by pool and reporting tile (SPEC 5).
+
+    Parameters
+    ----------
+    ref_pos : ndarray of int64, shape (n,)
+        Every reference field's position, increasing.
+    ref_pools : ndarray of int64, shape (n,)
+    ref_tiles : ndarray of int64, shape (n, 3)
+        Each field's reporting tile (EPSG, tile x, tile y).
+    """
+    n = len(ref_pos)
+    ranks = np.zeros(n, dtype=np.int64)
+    pool_sizes: dict[int, dict[PartitionKey, int]] = {}
+    sizes: dict = {}
+    if n:
+        keys = np.column_stack([ref_pools, ref_tiles])
+        order = np.lexsort((ref_pos, ref_tiles[:, 2], ref_tiles[:, 1], ref_tiles[:, 0], ref_pools))
+        k = keys[order]
+        new = np.ones(n, dtype=bool)
+        new[1:] = np.any(k[1:] != k[:-1], axis=1)
+        starts = np.flatnonzero(new)
+        group = np.cumsum(new) - 1
+        ranks[order] = np.arange(n) - starts[group]
+        ends = np.append(starts[1:], n)
+        for s0, e0 in zip(starts.tolist(), ends.tolist()):
+            pool, tile = int(k[s0, 0]), (int(k[s0, 1]), int(k[s0, 2]), int(k[s0, 3]))
+            pool_sizes.setdefault(pool, {})[tile] = e0 - s0
+            sizes[(pool, tile)] = e0 - s0
+    counts = draw_partition_counts(pool_sizes, n_replicates, seed)
+    groups = {key: (size, counts[key]) for key, size in sizes.items()}
+    return RunDraws("field", n_replicates, seed, n, ref_pools=np.asarray(ref_pools, np.int64),
+                    ref_tiles=np.asarray(ref_tiles, np.int64).reshape(n, 3), ref_ranks=ranks, groups=groups)
+
+
+def block_draws(unit: str, unit_keys: IdArray, ref_units: IdArray, n_replicates: int, seed: int) -> RunDraws:
+    """The block bootstrap's draws: ``unit_keys`` (sorted, unique) drawn with replacement (SPEC 6.6)."""
+    counts = block_counts(len(unit_keys), n_replicates, seed, unit)
+    return RunDraws(unit, n_replicates, seed, len(unit_keys), ref_units=np.asarray(ref_units, np.int64),
+                    unit_keys=unit_keys, counts=counts)
 
 
 def percentile_intervals(

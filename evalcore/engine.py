@@ -26,7 +26,7 @@ import pandas as pd
 
 from evalcore import boundary
 from evalcore._typing import F64Array, IdArray
-from evalcore.bootstrap import CentralDraws, PartitionKey, ReplicateSums, field_weights, pool_id, replicate_group_sums
+from evalcore.bootstrap import PartitionKey, ReplicateSums, RowDraws, RunDraws, block_draws, field_draws, pool_id, replicate_group_sums
 from evalcore.matching import Resolution, eligible_pairs, resolve
 from evalcore.metrics import enabled_families, max_columns, quantity_columns
 from evalcore.metrics.base import GlobalContext, PairContext, PredContext, RefContext
@@ -41,7 +41,7 @@ from evalcore.quantities import (
     quantity_table,
     reference_fields,
 )
-from evalcore.levels import UnitSums, aoi_unit_sums, homeless_values, replicate_columns, unit_values
+from evalcore.levels import UNIT_COLUMNS, UnitSums, homeless_values, replicate_columns, unit_sums, unit_values
 from evalcore.stats import GroupSums, group_sums
 
 __all__ = [
@@ -296,6 +296,13 @@ class Resolved:
     global_values : dict
         The families' run-level values that are not sums (AP): ``{"keys", "ci",
         "n_undefined", "tables"}``.
+    draws : RunDraws or None
+        The bootstrap's draws (every partition gets its rows' share, :meth:`RunDraws.rows`).
+    columns : tuple of str
+        The prediction-side columns (of ``unassigned_replicates``).
+    unassigned_replicates : ndarray of float64, shape (n_replicates, len(columns)), optional
+        The homeless predictions' sums in each replicate (weighed by their units' draws
+        in a block bootstrap; the same in every replicate otherwise).
     """
 
     resolution: Resolution
@@ -306,9 +313,12 @@ class Resolved:
     homeless_tiles: UnitSums
     homeless_aois: UnitSums
     global_values: dict = field(default_factory=dict)
+    draws: RunDraws | None = None
+    columns: tuple = ()
+    unassigned_replicates: F64Array | None = None
 
 
-def resolve_run(results: PairResults, options: EvalOptions, draws: CentralDraws | None = None) -> Resolved:
+def resolve_run(results: PairResults, options: EvalOptions, unit_keys: IdArray | None = None) -> Resolved:
     """Phase 3: match every pair of the run and decide what each prediction adds where.
 
     Parameters
@@ -316,8 +326,9 @@ def resolve_run(results: PairResults, options: EvalOptions, draws: CentralDraws 
     results : PairResults
         Every pair of the run and every prediction (:func:`concat_pair_results`).
     options : EvalOptions
-    draws : CentralDraws, optional
-        The bootstrap's field draws, for the run-level values that are not sums (AP).
+    unit_keys : ndarray of int64, optional
+        The units of a block bootstrap (default: those of this run; a paired comparison
+        gives the union of both runs').
     """
     pairs = results.pairs
     resolution = resolve(pairs, options.iou_threshold, options.matching, base_threshold(options))
@@ -344,20 +355,96 @@ def resolve_run(results: PairResults, options: EvalOptions, draws: CentralDraws 
     preds["base_home_iou"] = base_iou
     preds["overlap_ref_pos"] = overlap
     _add_prediction_sites(preds, results, resolution)
-    contributions, unassigned = prediction_contributions(PredContext(preds, pairs, pair_values, options))
-    homeless = np.flatnonzero(preds["home_ref_pos"].to_numpy() < 0)
-    rows = homeless_values(results.pred_area_m2[homeless])
-    tiles = UnitSums.of_rows(np.stack([results.pred_utm_epsg, results.pred_tile_x, results.pred_tile_y], axis=1)[homeless], rows)
-    aois = UnitSums.of_rows(results.pred_aoi[homeless][:, None], rows)
+    contributions, unassigned, homeless_rows = prediction_contributions(PredContext(preds, pairs, pair_values, options))
     home = preds["home_ref_pos"].to_numpy(np.int64)
     home_row = np.full(len(home), -1, dtype=np.int64)
     home_row[home >= 0] = index_of(results.ref_pos, home[home >= 0])
-    ctx = GlobalContext(preds, pairs, results.ref_pos, home_row, options, draws)
+    draws, pred_units = run_draws(results, preds, options, unit_keys)
+    homeless = np.flatnonzero(home < 0)
+    weights = None
+    if draws is not None:
+        weights = np.ones((options.bootstrap, len(homeless))) if draws.unit == "field" else draws.unit_weights(pred_units[homeless])
+    rows = homeless_values(results.pred_area_m2[homeless])
+    reps = replicate_columns(UNIT_COLUMNS, rows) if weights is not None else None
+    tile_keys = np.stack([results.pred_utm_epsg, results.pred_tile_x, results.pred_tile_y], axis=1)[homeless]
+    tiles = unit_sums(tile_keys, rows, weights, reps)
+    aois = unit_sums(results.pred_aoi[homeless][:, None], rows, weights, reps)
+    unassigned_replicates = None
+    if weights is not None:
+        # Group 0 of every replicate: the homeless predictions, each weighed by its unit's draws.
+        unassigned_replicates = replicate_group_sums(weights, homeless_rows, np.full((len(homeless), 0), -1, np.int64), 1).groups[0]
+    ctx = GlobalContext(preds, pairs, results.ref_pos, home_row, options, _pred_weight_stream(draws, home_row, pred_units))
     global_values: dict = {"keys": {}, "ci": {}, "n_undefined": {}, "tables": {}}
     for family in enabled_families(options):
         for part, values in family.global_values(ctx).items():
             global_values[part].update(values)
-    return Resolved(resolution, pair_values, preds, contributions, unassigned, tiles, aois, global_values)
+    return Resolved(resolution, pair_values, preds, contributions, unassigned, tiles, aois, global_values, draws,
+                    contributions.columns, unassigned_replicates)
+
+
+def run_draws(results: PairResults, preds: pd.DataFrame, options: EvalOptions, unit_keys: IdArray | None = None):
+    """The run's bootstrap draws (None without a bootstrap) and each prediction's unit (block draws).
+
+    Parameters
+    ----------
+    unit_keys : ndarray of int64, optional
+        The units to draw from (block draws; default: every unit holding a reference field
+        or a prediction). A paired comparison passes the union of both runs' units.
+    """
+    if options.bootstrap <= 0:
+        return None, None
+    B, seed = options.bootstrap, options.bootstrap_seed
+    if options.bootstrap_unit == "field":
+        tiles = np.stack([results.ref_utm_epsg, results.ref_tile_x, results.ref_tile_y], axis=1)
+        return field_draws(results.ref_pos, results.ref_pool, tiles, B, seed), None
+    if options.bootstrap_unit == "tile":
+        ref_keys = np.stack([results.ref_utm_epsg, results.ref_tile_x, results.ref_tile_y], axis=1)
+        pred_keys = preds[["tile_epsg", "tile_x", "tile_y"]].to_numpy(np.int64)
+    else:
+        ref_keys = results.ref_aoi[:, None]
+        pred_keys = preds["aoi"].to_numpy(np.int64)[:, None]
+    if unit_keys is None:
+        unit_keys = np.unique(np.concatenate([ref_keys, pred_keys]), axis=0)
+    ref_units = _unit_index(unit_keys, ref_keys)
+    pred_units = _unit_index(unit_keys, pred_keys)
+    return block_draws(options.bootstrap_unit, unit_keys, ref_units, B, seed), pred_units
+
+
+def unit_keys_of(results: PairResults, preds: pd.DataFrame, unit: str) -> IdArray:
+    """Every unit of a block bootstrap that holds a reference field or a prediction, sorted."""
+    if unit == "tile":
+        ref_keys = np.stack([results.ref_utm_epsg, results.ref_tile_x, results.ref_tile_y], axis=1)
+        pred_keys = preds[["tile_epsg", "tile_x", "tile_y"]].to_numpy(np.int64)
+    else:
+        ref_keys, pred_keys = results.ref_aoi[:, None], preds["aoi"].to_numpy(np.int64)[:, None]
+    return np.unique(np.concatenate([ref_keys, pred_keys]), axis=0)
+
+
+def _unit_index(unit_keys: IdArray, keys: IdArray) -> IdArray:
+    """Row of each key in ``unit_keys`` (sorted, unique rows)."""
+    if len(keys) == 0:
+        return np.empty(0, np.int64)
+    both = np.concatenate([unit_keys, keys])
+    _, inverse = np.unique(both, axis=0, return_inverse=True)
+    inverse = np.asarray(inverse).ravel()
+    # unit_keys are unique and sorted, so their own inverse is 0..n-1.
+    return inverse[len(unit_keys):].astype(np.int64)
+
+
+def _pred_weight_stream(draws, home_row: IdArray, pred_units: IdArray | None):
+    """A callable yielding, per replicate, every prediction's weight and the reference count."""
+    if draws is None:
+        return None
+
+    def stream():
+        for b, ref_weights in enumerate(draws.ref_weights()):
+            if draws.unit == "field":
+                pred_weights = np.where(home_row >= 0, ref_weights[np.maximum(home_row, 0)], 1.0)
+            else:
+                pred_weights = draws.counts[b, pred_units]
+            yield pred_weights, float(ref_weights.sum())
+
+    return stream
 
 
 def _add_prediction_sites(preds: pd.DataFrame, results: PairResults, resolution: Resolution) -> None:
@@ -520,6 +607,7 @@ def summarize_partition(
     contributions: Contributions,
     options: EvalOptions,
     plan: RunPlan,
+    draws: RowDraws | None = None,
 ) -> tuple[PartitionSummary, pd.DataFrame]:
     """Phase 4 of one partition.
 
@@ -537,7 +625,9 @@ def summarize_partition(
         What the predictions homed in these fields add.
     options : EvalOptions
     plan : RunPlan
-        Groupings and the central bootstrap draws of the run.
+        The run's groupings.
+    draws : RowDraws, optional
+        The bootstrap draws of these fields (:meth:`RunDraws.rows`); required with a bootstrap.
 
     Returns
     -------
@@ -595,11 +685,14 @@ def summarize_partition(
     flat_groups = plan.flat_groups(refs.strata_codes, refs.size_codes)
     replicates = weights = None
     if options.bootstrap > 0:
-        weights = field_weights(refs.pools, key, plan.draws, n_replicates=options.bootstrap, seed=options.bootstrap_seed)
+        if draws is None or len(draws.weights_rows()) != n:
+            raise ValueError(f"partition {key}: the bootstrap draws of its {n} reference fields are missing")
+        weights = draws.weights()
         replicates = replicate_group_sums(weights, table.values, flat_groups, plan.n_groups)
     units = unit_values(table.columns, table.values)
-    tiles = UnitSums.of_rows(np.stack([refs.utm_epsg, refs.tile_x, refs.tile_y], axis=1), units)
-    aois = aoi_unit_sums(refs.aoi, units, weights, replicate_columns(table.columns, table.values) if weights is not None else None)
+    reps = replicate_columns(table.columns, table.values) if weights is not None else None
+    tiles = unit_sums(np.stack([refs.utm_epsg, refs.tile_x, refs.tile_y], axis=1), units, weights, reps)
+    aois = unit_sums(refs.aoi[:, None], units, weights, reps)
     gathered = pd.DataFrame(index=pd.Index(refs.positions, name="ref_pos"))
     for family in enabled_families(options):
         for name, values in family.gathered(ctx).items():
@@ -648,6 +741,7 @@ class MergedSums:
     tiles: UnitSums = field(default_factory=lambda: UnitSums.empty(3))
     aois: UnitSums = field(default_factory=lambda: UnitSums.empty(1))
     global_values: dict = field(default_factory=dict)
+    n_units: int | None = None
 
 
 def merge_partitions(
@@ -658,6 +752,9 @@ def merge_partitions(
     homeless_tiles: UnitSums | None = None,
     homeless_aois: UnitSums | None = None,
     global_values: dict | None = None,
+    unassigned_replicates: F64Array | None = None,
+    unassigned_columns: tuple[str, ...] = (),
+    n_units: int | None = None,
 ) -> MergedSums:
     """Add the partitions' sums in partition-key order (so the bits never depend on arrival order)."""
     parts = sorted(parts, key=lambda p: p.key)
@@ -677,18 +774,21 @@ def merge_partitions(
     sums = sums.add_to_group(0, row)
     if replicates is not None:
         groups = replicates.groups.copy()
-        groups[0] = groups[0] + row
+        if unassigned_replicates is None:
+            groups[0] = groups[0] + row  # the same homeless predictions in every replicate
+        else:
+            col = {name: k for k, name in enumerate(columns)}
+            for j, name in enumerate(unassigned_columns):
+                groups[0][:, col[name]] += unassigned_replicates[:, j]
         replicates = ReplicateSums(groups)
     if parts:
         gathered = pd.concat([p.gathered for p in parts]).sort_index()
     else:
         gathered = pd.DataFrame(index=pd.Index(np.empty(0, np.int64), name="ref_pos"))
     n_rep = options.bootstrap if options.bootstrap > 0 else None
-    tiles = UnitSums.concat([UnitSums.empty(3)] + [p.tiles for p in parts] + ([homeless_tiles] if homeless_tiles is not None else []))
-    aois = UnitSums.concat([UnitSums.empty(1, n_rep)] + [p.aois for p in parts])
-    if homeless_aois is not None:
-        aois = aois.add_constant_to_replicates(homeless_aois)
-    return MergedSums(sums, replicates, gathered, dict(unassigned), tiles, aois, dict(global_values or {}))
+    tiles = UnitSums.concat([UnitSums.empty(3, n_rep)] + [p.tiles for p in parts] + ([homeless_tiles] if homeless_tiles is not None else []))
+    aois = UnitSums.concat([UnitSums.empty(1, n_rep)] + [p.aois for p in parts] + ([homeless_aois] if homeless_aois is not None else []))
+    return MergedSums(sums, replicates, gathered, dict(unassigned), tiles, aois, dict(global_values or {}), n_units)
 
 
 def _labels_at(pred_labels: pd.Series, positions: np.ndarray) -> pd.api.extensions.ExtensionArray | np.ndarray:

@@ -51,7 +51,7 @@ __all__ = [
     "UNIT_COLUMNS",
     "UnitSums",
     "unit_values",
-    "aoi_unit_sums",
+    "unit_sums",
     "replicate_columns",
     "homeless_values",
     "unit_table",
@@ -392,31 +392,38 @@ def unit_values(table_columns: tuple[str, ...], table_values: F64Array) -> F64Ar
     return out
 
 
-def aoi_unit_sums(codes: IdArray, values: F64Array, weights: F64Array | None, replicate_rows: F64Array | None) -> UnitSums:
-    """Sums per AOI of some rows (code -1: in no AOI), with bootstrap replicates when drawn.
+def unit_sums(keys: IdArray, values: F64Array, weights: F64Array | None, replicate_rows: F64Array | None) -> UnitSums:
+    """Sums per unit of some rows, with bootstrap replicates when drawn.
 
     Parameters
     ----------
-    codes : ndarray of int64, shape (n,)
+    keys : ndarray of int64, shape (n, width)
+        Each row's unit: ``(epsg, tile x, tile y)``, or ``(aoi,)`` with -1 for none
+        (those rows belong to no unit).
     values : ndarray of float64, shape (n, len(UNIT_COLUMNS))
     weights : ndarray of float64, shape (n_replicates, n), optional
-        How often each row is drawn in each replicate (:func:`evalcore.bootstrap.field_weights`).
+        How often each row is drawn in each replicate.
     replicate_rows : ndarray of float64, shape (n, 4), optional
         The rows' ``n_ref, tp, n_pred, n_pred_matched``.
     """
-    keep = codes >= 0
-    point = UnitSums.of_rows(codes[keep][:, None], values[keep])
+    keys = np.asarray(keys, dtype=np.int64)
+    keep = keys[:, 0] >= 0 if keys.shape[1] == 1 else np.ones(len(keys), dtype=bool)
+    point = UnitSums.of_rows(keys[keep], values[keep])
     if weights is None:
         return point
-    local = np.searchsorted(point.keys[:, 0], codes)
+    local = np.zeros(len(keys), dtype=np.int64)
+    if len(point.keys) and keep.any():
+        both = np.concatenate([point.keys, keys[keep]])
+        _, inverse = np.unique(both, axis=0, return_inverse=True)
+        local[keep] = np.asarray(inverse).ravel()[len(point.keys):]
     groups = np.where(keep, local + 1, -1).astype(np.int64)[:, None]
-    # Group 0 of the kernel is every row (unused here); the AOIs are groups 1...
-    reps = replicate_group_sums(weights, replicate_rows, groups, len(point.keys) + 1).groups[1:]
+    # Group 0 of the kernel is every row (unused here); the units are groups 1...
+    reps = replicate_group_sums(weights, np.ascontiguousarray(replicate_rows, dtype=np.float64), groups, len(point.keys) + 1).groups[1:]
     return UnitSums(point.keys, point.values, reps)
 
 
 def replicate_columns(table_columns: tuple[str, ...], table_values: F64Array) -> F64Array:
-    """The quantity rows' columns the per-AOI intervals need, shape (n, 4)."""
+    """The quantity rows' columns the per-unit intervals need, shape (n, 4)."""
     return np.ascontiguousarray(table_values[:, [table_columns.index(c) for c in _REPLICATE_COLUMNS]])
 
 
@@ -483,7 +490,7 @@ def unit_table(sums: UnitSums, kind: str, *, min_support: int, tile_size_m: floa
         out = pd.DataFrame({"aoi": pd.array(aois.keys if aois is not None else [], dtype="string")})
     else:
         values = sums.values
-        reps = None
+        reps = sums.replicates
         out = pd.DataFrame({
             "epsg": sums.keys[:, 0].astype(np.int64),
             "tile_x": sums.keys[:, 1].astype(np.int64),

@@ -15,7 +15,7 @@ from dataclasses import FrozenInstanceError, dataclass
 
 import numpy as np
 
-from evalcore.bootstrap import draw_partition_counts, pool_id
+from evalcore.bootstrap import BOOTSTRAP_UNITS, pool_id
 from evalcore.config import DEFAULT_PARTITION_SIZE_M, DEFAULT_TILE_KM
 from evalcore.groups import SizeClasses, size_classes
 from evalcore.metrics import enabled_families, family_options
@@ -45,6 +45,12 @@ CORE_OPTIONS: tuple[Option, ...] = (
     ),
     Option("bootstrap_seed", 42, "seed of the bootstrap draws (default 42)", non_negative_int, parse=int, annotation=int),
     Option(
+        "bootstrap_unit", "field",
+        "what a resample draws: field (reference fields within strata), tile (reporting tiles, a block bootstrap) "
+        "or aoi (AOIs) (default field)",
+        lambda name, value: _choice(name, value, BOOTSTRAP_UNITS), annotation=str, choices=BOOTSTRAP_UNITS,
+    ),
+    Option(
         "equal_area_crs", None, "equal-area CRS for areas and IoU, metres (default EPSG:6933)",
         any_value, annotation=str | None,
     ),
@@ -73,6 +79,12 @@ CORE_OPTIONS: tuple[Option, ...] = (
 
 RENAMED_OPTIONS: dict[str, str] = {"tile_size_m": "partition_size_m"}
 """Options of earlier versions under their new name (accepted with a DeprecationWarning)."""
+
+
+def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, but got {value!r}.")
+    return str(value)
 
 
 def all_options() -> tuple[Option, ...]:
@@ -141,6 +153,8 @@ def check_options(**kwargs: object) -> EvalOptions:
     for name, option in declared.items():
         value = kwargs.get(name, option.default)
         values[name] = option.check(name, value)
+    if values["bootstrap_unit"] == "aoi" and values["aoi"] is None:
+        raise ValueError("bootstrap_unit='aoi' draws AOIs: give an AOI layer (aoi=..., aoi_id_column=...).")
     return EvalOptions(values)
 
 
@@ -246,12 +260,6 @@ def make_run_plan(
     """
     names = sorted({name for c in counts.values() for name in c if name is not None}) if stratified else None
     sizes = size_classes(size_bins, np.asarray(area_range_m2, dtype=np.float64) / 1e4) if size_bins is not None else None
-    draws: dict = {}
-    if options.bootstrap > 0:
-        pool_sizes: dict[int, dict[tuple[int, int, int], int]] = {}
-        for key, per_stratum in counts.items():
-            for name, n in per_stratum.items():
-                per_key = pool_sizes.setdefault(pool_id(name, stratified), {})
-                per_key[key] = per_key.get(key, 0) + n
-        draws = draw_partition_counts(pool_sizes, options.bootstrap, options.bootstrap_seed)
-    return RunPlan(names, sizes, draws)
+    # The bootstrap draws are made in the resolve phase, keyed by reporting tile or unit
+    # (evalcore.bootstrap.RunDraws), so that they do not depend on the partitions.
+    return RunPlan(names, sizes, {})

@@ -234,7 +234,7 @@ class Contributions:
         return Contributions(self.ref_pos[rows], self.columns, self.values[rows])
 
 
-def prediction_contributions(ctx: PredContext) -> tuple[Contributions, dict[str, float]]:
+def prediction_contributions(ctx: PredContext) -> tuple[Contributions, dict[str, float], F64Array]:
     """Every family's prediction columns, summed per target reference field.
 
     Targets are visited in a fixed order (home, base home, overlap) and predictions in
@@ -245,6 +245,9 @@ def prediction_contributions(ctx: PredContext) -> tuple[Contributions, dict[str,
     contributions : Contributions
     unassigned : dict of str to float
         Sum over predictions without a target (no candidate pair).
+    homeless : ndarray of float64, shape (n_homeless, len(columns))
+        The row of each of those predictions (in position order), for draws that weigh
+        them one by one (the block bootstrap).
     """
     per_target: dict[str, dict[str, np.ndarray]] = {}
     for family in enabled_families(ctx.options):
@@ -265,7 +268,13 @@ def prediction_contributions(ctx: PredContext) -> tuple[Contributions, dict[str,
     unassigned = {c: 0.0 for c in columns}
     if len(uniq) and not assigned[0]:
         unassigned = {c: float(out[0, k]) for c, k in col.items()}
-    return Contributions(uniq[assigned], columns, out[assigned]), unassigned
+    # A prediction without a home has no target at all (every target is -1).
+    without = np.flatnonzero(ctx.target("home") < 0)
+    homeless = np.zeros((len(without), len(columns)))
+    for name in targets:
+        for cname, v in per_target[name].items():
+            homeless[:, col[cname]] += np.asarray(v, dtype=np.float64)[without]
+    return Contributions(uniq[assigned], columns, out[assigned]), unassigned, homeless
 
 
 _TARGET_ORDER = ("home", "base_home", "overlap")

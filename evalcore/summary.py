@@ -139,6 +139,19 @@ def level_blocks(merged: MergedSums, options: EvalOptions, sites: Sites | None) 
     return out
 
 
+def _undefine_intervals(entry: object) -> None:
+    """Every ``ci`` block under ``entry`` set to [NaN, NaN] (too few units to resample)."""
+    if isinstance(entry, dict):
+        for key, value in entry.items():
+            if key == "ci" and isinstance(value, dict):
+                entry[key] = {k: [float("nan"), float("nan")] for k in value}
+            else:
+                _undefine_intervals(value)
+    elif isinstance(entry, list):
+        for item in entry:
+            _undefine_intervals(item)
+
+
 def build_summary(
     merged: MergedSums,
     plan: RunPlan,
@@ -219,14 +232,32 @@ def build_summary(
     result.update(merged.global_values.get("keys", {}))
     if with_ci:
         stratified = plan.strata_names is not None
-        result["bootstrap"] = {
+        unit = options.bootstrap_unit
+        if unit == "field":
+            resampling = "reference fields with replacement" + (" within strata" if stratified else "")
+        elif unit == "tile":
+            resampling = f"reporting tiles of {options.tile_km:g} km with replacement (block bootstrap)"
+        else:
+            resampling = "AOIs with replacement (block bootstrap; the rows in no AOI are one more unit)"
+        block = {
             "n_resamples": options.bootstrap,
             "seed": options.bootstrap_seed,
             "confidence_level": BOOTSTRAP_CONFIDENCE_LEVEL,
             "method": "percentile",
-            "resampling": "reference fields with replacement" + (" within strata" if stratified else ""),
+            "resampling": resampling,
+            "unit": unit,
+            "n_units": merged.n_units,
+            "tile_km": options.tile_km,
             "partition_size_m": options.partition_size_m,
             "ci": {**ci, **merged.global_values.get("ci", {})},
             "n_undefined": {k: v for k, v in {**n_undefined, **merged.global_values.get("n_undefined", {})}.items() if v},
         }
+        if merged.n_units is not None and merged.n_units < 2 and unit != "field":
+            block["note"] = (
+                f"only {merged.n_units} {unit} unit(s) to draw from: every resample is that unit again, so the "
+                "intervals say nothing about sampling variability and are left undefined"
+            )
+            _undefine_intervals(result)
+            block["ci"] = {k: [float("nan"), float("nan")] for k in block["ci"]}
+        result["bootstrap"] = block
     return result

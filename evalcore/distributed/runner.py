@@ -43,7 +43,7 @@ import pandas as pd
 from pyproj import CRS
 
 from evalcore import boundary
-from evalcore.bootstrap import CentralDraws, PartitionKey, pool_id
+from evalcore.bootstrap import PartitionKey, RowDraws, pool_id
 from evalcore.config import DEFAULT_EQUAL_AREA_CRS
 from evalcore.crs import equal_area_crs_from
 from evalcore.distributed import storage
@@ -339,6 +339,7 @@ def sums_task(
     signature: str,
     id_column: str | None = None,
     aoi_keys: list[str] | None = None,
+    draws: RowDraws | None = None,
 ) -> dict:
     """The sums phase of one partition: write its field table part and its partial sums.
 
@@ -355,7 +356,7 @@ def sums_task(
         geometries=("geometry",) if frame_dir is not None else (),
     )
     refs = RefRows.of_layer(layer, strata, plan)
-    summary, fields = summarize_partition(key, refs, results, pair_values, contributions, options, plan)
+    summary, fields = summarize_partition(key, refs, results, pair_values, contributions, options, plan, draws)
     written = []
     if frame_dir is not None:
         table = field_table(
@@ -943,10 +944,7 @@ def resolve_phase(setup: RunSetup, index: RunIndex, pairs: PairsDone, plan: RunP
             )
         parts.append(results)
     everything, ref_part = concat_pair_results(parts)
-    draws = None
-    if setup.options.bootstrap > 0 and plan is not None:
-        draws = CentralDraws(plan.draws, list(pairs.keys), ref_part, everything.ref_pool, setup.options.bootstrap, setup.options.bootstrap_seed)
-    resolved = resolve_run(everything, setup.options, draws)
+    resolved = resolve_run(everything, setup.options)
     # Partitions with reference fields, numbered 0.. in key order as route() wants them
     # (pairs.keys is sorted, so np.unique keeps that order).
     held, renumbered = np.unique(ref_part, return_inverse=True)
@@ -990,6 +988,7 @@ def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, 
             setup.signature,
             setup.reference.id_column,
             _aoi_keys(index),
+            r.draws.rows(resolved.routing.ref_rows[i]) if r.draws is not None else None,
             key=setup.task_key("sums", *key),
             retries=2,
             priority=index.rows(key),
@@ -1072,7 +1071,10 @@ def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resol
             )
         parts.append(part)
     r = resolved.resolved
-    merged = merge_partitions(parts, r.unassigned, setup.options, plan, r.homeless_tiles, r.homeless_aois, r.global_values)
+    merged = merge_partitions(
+        parts, r.unassigned, setup.options, plan, r.homeless_tiles, r.homeless_aois, r.global_values, r.unassigned_replicates, r.columns,
+        r.draws.n_units if r.draws is not None else None,
+    )
     n_ref = int(merged.sums.as_dict(0)["n_ref"])
     n_pred = int(merged.sums.as_dict(0)["n_pred"])
     if n_ref != ref["n_kept"] or n_pred != index.layers["predicted"]["n_kept"]:

@@ -209,8 +209,10 @@ class GlobalContext:
         Row in ``ref_pos`` of each prediction's home (-1: none).
     options : EvalOptions
     replicate_weights : callable, optional
-        Returns an iterator over the bootstrap replicates of every reference field's
-        draw count (aligned with ``ref_pos``); None without a bootstrap.
+        Returns an iterator over the bootstrap replicates of ``(weight of every
+        prediction, number of reference fields)``: the predictions weighed as their
+        home reference (field draws, homeless ones 1) or their unit (block draws) is
+        drawn; None without a bootstrap.
     """
 
     preds: pd.DataFrame

@@ -305,11 +305,9 @@ class Scores(MetricFamily):
             ci = {k: [float("nan"), float("nan")] for k in ("ap50", "ap75", "ap50_95")}
             n_undefined = dict.fromkeys(ci, options.bootstrap)
         elif ctx.replicate_weights is not None:
-            home_row = ctx.home_ref_row  # -1: no home
             values = []
-            for ref_weights in ctx.replicate_weights():
-                w = np.where(home_row >= 0, ref_weights[np.maximum(home_row, 0)], 1.0)[order]
-                values.append(coco_ap(tp, float(ref_weights.sum()), w))
+            for pred_weights, n_ref_b in ctx.replicate_weights():
+                values.append(coco_ap(tp, n_ref_b, pred_weights[order]))
             reps = np.asarray(values)
             ci, n_undefined = percentile_intervals({
                 "ap50": (reps[:, 0], ~np.isnan(reps[:, 0])),

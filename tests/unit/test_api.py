@@ -172,7 +172,7 @@ def test_summary_keys_with_tolerance_strata_size_bins_and_bootstrap():
     assert set(m) == SUMMARY_KEYS | TOLERANCE_SUMMARY_KEYS | FAMILY_KEYS | extra
     assert m["boundary_tolerance_m"] == 5.0
     assert set(m["bootstrap"]) == {
-        "n_resamples", "seed", "confidence_level", "method", "resampling", "partition_size_m", "ci", "n_undefined",
+        "n_resamples", "seed", "confidence_level", "method", "resampling", "partition_size_m", "ci", "n_undefined", "unit", "n_units", "tile_km",
     }
     for entry in list(m["per_stratum"].values()) + list(m["per_size_class"].values()):
         assert "ci" in entry and "bootstrap" not in entry
