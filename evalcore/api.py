@@ -75,14 +75,24 @@ def _partition_of_rows(keys: list[tuple[int, int, int]]) -> tuple[list[tuple[int
     return [tuple(int(v) for v in row) for row in unique], part.ravel().astype(np.int64)
 
 
-def _run(predicted: object, reference: object, strata: object, size_bins: object, options: EvalOptions) -> _Evaluation:
-    """The phases of the distributed run, in this process: every partition in turn."""
-    sites = prepare_sites(options, options.equal_area_crs)
+@dataclass(frozen=True)
+class _Prepared:
+    """A run up to its pairs: the layers prepared, the plan and every pair (phases 1-2)."""
+
+    options: EvalOptions
+    sites: Sites
+    ref: PreparedLayer
+    pred: PreparedLayer
+    plan: RunPlan
+    keys: list
+    ref_part: np.ndarray
+    all_refs: RefRows
+    results: object
+    strata_column: str | None
+
+
+def _prepare_reference(reference: object, strata: object, size_bins: object, options: EvalOptions, sites: Sites):
     ref = prepare_layer(reference, "reference", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m, sites=sites)
-    pred = prepare_layer(
-        predicted, "predicted", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m, sites=sites,
-        score_column=options.score_column,
-    )
     ref_strata = None
     if strata is not None:
         ref_strata = strata_values(reference, strata, ref.n_input)[ref.positions]
@@ -93,8 +103,18 @@ def _run(predicted: object, reference: object, strata: object, size_bins: object
         per_key[name] = per_key.get(name, 0) + 1
     area_range = (float(ref.area_m2.min()), float(ref.area_m2.max())) if len(ref) else ()
     plan = make_run_plan(counts, area_range, stratified=strata is not None, size_bins=size_bins, options=options)
-    all_refs = RefRows.of_layer(ref, ref_strata, plan)
+    return ref, plan, keys, ref_part, RefRows.of_layer(ref, ref_strata, plan)
 
+
+def _prepare_run(predicted: object, reference: object, strata: object, size_bins: object, options: EvalOptions,
+                 reference_prepared: tuple | None = None, sites: Sites | None = None) -> _Prepared:
+    """Phases 1 and 2 in this process (the reference's preparation may be given, to share it)."""
+    sites = sites if sites is not None else prepare_sites(options, options.equal_area_crs)
+    ref, plan, keys, ref_part, all_refs = reference_prepared or _prepare_reference(reference, strata, size_bins, options, sites)
+    pred = prepare_layer(
+        predicted, "predicted", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m, sites=sites,
+        score_column=options.score_column,
+    )
     # Phase 2 once over everything: per-row results do not depend on the grouping.
     results = compute_pairs(
         ref,
@@ -106,7 +126,22 @@ def _run(predicted: object, reference: object, strata: object, size_bins: object
         boundary_sample_spacing_m=options.boundary_sample_spacing_m,
         ref_pools=all_refs.pools,
     )
-    resolved = resolve_run(results, options)
+    strata_column = strata if isinstance(strata, str) else None
+    return _Prepared(options, sites, ref, pred, plan, keys, ref_part, all_refs, results, strata_column)
+
+
+def _run(predicted: object, reference: object, strata: object, size_bins: object, options: EvalOptions) -> _Evaluation:
+    """The phases of the distributed run, in this process: every partition in turn."""
+    return _finish_run(_prepare_run(predicted, reference, strata, size_bins, options))
+
+
+def _finish_run(prepared: _Prepared, resolved: object = None) -> _Evaluation:
+    """Phases 3 (unless ``resolved`` is given) and 4 of a prepared run."""
+    p = prepared
+    options, plan, ref, pred, keys, ref_part, all_refs, results = p.options, p.plan, p.ref, p.pred, p.keys, p.ref_part, p.all_refs, p.results
+    sites, strata_column = p.sites, p.strata_column
+    if resolved is None:
+        resolved = resolve_run(results, options)
     routing = route(ref.positions, ref_part, len(keys), results.pairs.ref_pos, resolved.contributions.ref_pos)
 
     # Phase 4 per partition key, as a cluster would run it.
@@ -132,7 +167,6 @@ def _run(predicted: object, reference: object, strata: object, size_bins: object
     fields = pd.concat(frames).sort_index() if frames else _empty_fields()
     fields["matched_pred_pos"] = fields["matched_pred_pos"].astype(np.int64)
     fields["max_overlap_pred_pos"] = fields["max_overlap_pred_pos"].astype(np.int64)
-    strata_column = strata if isinstance(strata, str) else None
     return _Evaluation(options, plan, ref, pred, fields, all_refs.strata_codes, all_refs.size_codes, merged, strata_column,
                        sites, resolved.preds)
 

@@ -145,6 +145,20 @@ def _build_parser() -> argparse.ArgumentParser:
     rn.add_argument("-o", "--output-dir", required=True, help="run directory: metrics.json, report.md, manifest.json, fields/ (its parent must exist)")
     rn.add_argument("-v", "--verbose", action="count", default=0, help="more log lines (-v: every partition, -vv: also Prefect's and Dask's); the run directory keeps the whole log")
 
+    cp = sub.add_parser("compare", help="paired comparison of a candidate and an incumbent prediction layer against one reference")
+    cp.add_argument("-p", "--candidate", required=True, help="candidate prediction layer (any format the readers take)")
+    cp.add_argument("-i", "--incumbent", required=True, help="incumbent prediction layer, as for --candidate (its CRS may differ)")
+    cp.add_argument("-r", "--reference", required=True, help="reference layer")
+    cp.add_argument("--candidate-layer", help="layer name inside the candidate file (default: its only layer)")
+    cp.add_argument("--incumbent-layer", help="layer name inside the incumbent file (default: its only layer)")
+    cp.add_argument("--ref-layer", help="layer name inside the reference file (default: its only layer)")
+    cp.add_argument("--strata-column", help="reference column holding the stratum of each field (default: no strata)")
+    cp.add_argument("--size-bins", type=_size_bins, help="field-size classes: 'auto' or edges in hectares (default: none)")
+    _add_option_flags(cp)
+    cp.add_argument("-o", "--output", required=True, help="delta JSON file to write (its directory must exist)")
+    cp.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
+    cp.add_argument("-v", "--verbose", action="count", default=0, help="more log lines")
+
     sy = sub.add_parser("synth", help="write a generated multi-zone dataset")
     sy.add_argument("--n-ref", type=int, required=True, help="number of reference fields")
     sy.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -697,6 +711,54 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return command(args)
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    """``evalcore compare``: the paired comparison (:func:`evalcore.compare.compare`)."""
+    from evalcore.compare import compare
+    from evalcore.io import read_layer, write_json
+    from evalcore.options import check_options
+
+    started = time.perf_counter()
+    options = metric_options(args)
+    checked = check_options(**options)
+    if checked.bootstrap <= 0:
+        raise EvalInputError("evalcore compare needs resamples for the deltas' intervals: add --bootstrap N (1000 is usual).")
+    _check_output_file(args.output, "-o/--output")
+    _check_not_inputs(
+        {"-p/--candidate": args.candidate, "-i/--incumbent": args.incumbent, "-r/--reference": args.reference, "--aoi": args.aoi},
+        {"-o/--output": args.output},
+        directories=set(),
+    )
+    check_site_layers(args)
+    reference = read_layer(args.reference, layer=args.ref_layer, role="reference")
+    if args.strata_column is not None and args.strata_column not in reference.columns:
+        columns = ", ".join(repr(c) for c in reference.columns if c != reference.geometry.name)
+        raise EvalInputError(f"--strata-column {args.strata_column!r} is not a column of the reference file {args.reference!r}; its columns are: {columns or '(none)'}.")
+    candidate = read_layer(args.candidate, layer=args.candidate_layer, role="candidate")
+    incumbent = read_layer(args.incumbent, layer=args.incumbent_layer, role="incumbent")
+    result = compare(candidate, incumbent, reference, strata=args.strata_column, size_bins=args.size_bins, **options)
+    write_json(args.output, result)
+    if not args.quiet:
+        print(format_comparison(result))
+        print(f"wrote {args.output} in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def format_comparison(result: dict) -> str:
+    """A few lines: the overall deltas with their paired intervals and the units where the candidate is worse."""
+    b = result["bootstrap"]
+    lines = [f"{result['candidate']} against {result['incumbent']}: {b['n_resamples']} paired resamples of {b['n_units']} {b['unit']} units"]
+    for metric, e in result["overall"].items():
+        ci = e.get("ci") or [None, None]
+        lines.append(f"  {metric:<10} {_fmt(e['candidate'])} vs {_fmt(e['incumbent'])}: delta {_fmt(e['delta'])} [{_fmt(ci[0])}, {_fmt(ci[1])}]")
+    worse = result["worse_units"]
+    if worse:
+        shown = ", ".join(f"{w['level'][4:]} {w['unit']} ({w['metric']} {_fmt(w['delta'])})" for w in worse[:8])
+        lines.append(f"worse with the interval below zero: {len(worse)} (unit, metric) pairs: {shown}{' …' if len(worse) > 8 else ''}")
+    else:
+        lines.append("no stratum, size class, tile or AOI where the candidate is significantly worse")
+    return "\n".join(lines)
+
+
 def _cmd_synth(args: argparse.Namespace) -> int:
     from evalcore.synth import write_layers
 
@@ -759,7 +821,7 @@ def run(argv: Sequence[str] | None = None) -> tuple[int, str | None]:
         try:
             args = parser.parse_args(argv)
             configure_logging(getattr(args, "verbose", 0))
-            handler = {"evaluate": _cmd_evaluate, "run": _cmd_run, "synth": _cmd_synth}[args.command]
+            handler = {"evaluate": _cmd_evaluate, "run": _cmd_run, "synth": _cmd_synth, "compare": _cmd_compare}[args.command]
             return handler(args), None
         except (_UsageError, EvalInputError, ValueError, TypeError, ImportError, OSError) as exc:
             if debug:

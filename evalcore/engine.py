@@ -374,7 +374,7 @@ def resolve_run(results: PairResults, options: EvalOptions, unit_keys: IdArray |
         # Group 0 of every replicate: the homeless predictions, each weighed by its unit's draws.
         unassigned_replicates = replicate_group_sums(weights, homeless_rows, np.full((len(homeless), 0), -1, np.int64), 1).groups[0]
     ctx = GlobalContext(preds, pairs, results.ref_pos, home_row, options, _pred_weight_stream(draws, home_row, pred_units))
-    global_values: dict = {"keys": {}, "ci": {}, "n_undefined": {}, "tables": {}}
+    global_values: dict = {"keys": {}, "ci": {}, "n_undefined": {}, "tables": {}, "replicates": {}}
     for family in enabled_families(options):
         for part, values in family.global_values(ctx).items():
             global_values[part].update(values)

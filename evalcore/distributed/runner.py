@@ -49,6 +49,7 @@ from evalcore.crs import equal_area_crs_from
 from evalcore.distributed import storage
 from evalcore.distributed.sources import LABEL_COLUMN, Chunk, LayerSource, plan_chunks, read_chunk
 from evalcore.engine import (
+    MergedSums,
     RefRows,
     Resolved,
     Routing,
@@ -929,7 +930,9 @@ def pairs_phase(client: object, setup: RunSetup, index: RunIndex) -> PairsDone:
     return PairsDone(tuple(keys), sum(d["n_pairs"] for d in done.values()), len(reused), time.perf_counter() - started)
 
 
-def resolve_phase(setup: RunSetup, index: RunIndex, pairs: PairsDone, plan: RunPlan | None = None) -> ResolvedRun:
+def resolve_phase(
+    setup: RunSetup, index: RunIndex, pairs: PairsDone, plan: RunPlan | None = None, unit_keys: np.ndarray | None = None
+) -> ResolvedRun:
     """Phase 3, on the client: the global matching and where every pair and row goes.
 
     Reads every partition's pairs output from the work directory.
@@ -944,7 +947,7 @@ def resolve_phase(setup: RunSetup, index: RunIndex, pairs: PairsDone, plan: RunP
             )
         parts.append(results)
     everything, ref_part = concat_pair_results(parts)
-    resolved = resolve_run(everything, setup.options)
+    resolved = resolve_run(everything, setup.options, unit_keys)
     # Partitions with reference fields, numbered 0.. in key order as route() wants them
     # (pairs.keys is sorted, so np.unique keeps that order).
     held, renumbered = np.unique(ref_part, return_inverse=True)
@@ -1041,8 +1044,8 @@ def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolve
         raise PartitionMissingError(f"the per-prediction parts hold {n} predictions but {len(preds)} were resolved")
 
 
-def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, sums: SumsDone) -> dict[str, object]:
-    """Phase 4b: read every partition's sums, check completeness, add them in key order."""
+def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, sums: SumsDone) -> MergedSums:
+    """Phase 4b's sums: read every partition's sums, check completeness, add them in key order."""
     ref = index.layers["reference"]
     keys = sorted(ref["partitions"])
     paths = {key: setup.workdir / "sums" / f"{storage.key_name(key)}.npz" for key in keys}
@@ -1082,6 +1085,19 @@ def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resol
             f"the partitions add up to {n_ref} reference fields and {n_pred} predictions, but "
             f"{ref['n_kept']} and {index.layers['predicted']['n_kept']} were prepared."
         )
+    return merged
+
+
+def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, sums: SumsDone) -> dict[str, object]:
+    """Phase 4b: read every partition's sums, check completeness, add them in key order; the summary."""
+    merged = merge_sums(setup, index, plan, resolved, sums)
+    return summary_of(setup, index, plan, resolved, merged)
+
+
+def summary_of(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, merged: MergedSums) -> dict[str, object]:
+    """The summary dict of merged sums, and the run's level tables and PR curve written where asked."""
+    ref = index.layers["reference"]
+    r = resolved.resolved
     counts = {
         f"count_{role}_{what}": index.layers[role][f"n_{what}"] for role in ("reference", "predicted") for what in ("dropped", "repaired")
     }

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import geopandas
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import shapely
@@ -220,7 +221,10 @@ def read_chunk(source: LayerSource, chunk: Chunk) -> geopandas.GeoDataFrame:
             column = geo.get("primary_column", "geometry")
             if column not in table.column_names:
                 raise EvalInputError(f"The {source.role} file {chunk.file!r} has no geometry column {column!r}.")
+            # The pandas metadata of a file written with an index names it; without its
+            # column, the frame keeps positions (the geometries below are positional too).
             frame = table.drop_columns([c for c in (column, "__index_level_0__") if c in table.column_names]).to_pandas()
+            frame.index = pd.RangeIndex(len(frame))
             try:
                 with warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message="invalid value encountered", category=RuntimeWarning)
@@ -240,7 +244,7 @@ def read_chunk(source: LayerSource, chunk: Chunk) -> geopandas.GeoDataFrame:
                     "or linearize it (ogr2ogr -nlt CONVERT_TO_LINEAR out.parquet in.parquet)."
                 ) from exc
             crs = _geoparquet_crs(geo, column) if geo else None
-            gdf = geopandas.GeoDataFrame(frame, geometry=geopandas.GeoSeries(geoms), crs=crs)
+            gdf = geopandas.GeoDataFrame(frame, geometry=geopandas.GeoSeries(geoms, index=frame.index), crs=crs)
             if LABEL_COLUMN not in gdf.columns:  # a user's file, not an in-memory layer staged by evalcore
                 check_layer_crs(gdf, f"{source.role} file {chunk.file!r}")
                 gdf.attrs[SOURCE_ATTR] = f"{source.role} file {chunk.file!r}"

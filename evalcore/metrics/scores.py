@@ -315,4 +315,7 @@ class Scores(MetricFamily):
                 "ap50_95": (reps.mean(axis=1), ~np.isnan(reps.mean(axis=1))),
             })
         table = pd.concat(tables, ignore_index=True)[["iou_threshold", "score", "precision", "recall", "f1", "tp", "fp"]]
-        return {"keys": keys, "ci": ci, "n_undefined": n_undefined, "tables": {"pr_curve": table}}
+        replicates = {}
+        if ctx.replicate_weights is not None and n_ref > 0:
+            replicates = {"ap50": reps[:, 0], "ap75": reps[:, AP_THRESHOLDS.index(0.75)], "ap50_95": reps.mean(axis=1)}
+        return {"keys": keys, "ci": ci, "n_undefined": n_undefined, "tables": {"pr_curve": table}, "replicates": replicates}
