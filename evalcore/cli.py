@@ -155,6 +155,8 @@ def _build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--strata-column", help="reference column holding the stratum of each field (default: no strata)")
     cp.add_argument("--size-bins", type=_size_bins, help="field-size classes: 'auto' or edges in hectares (default: none)")
     _add_option_flags(cp)
+    cp.add_argument("--cluster", help="run on Dask: 'local' starts a LocalCluster, tcp://HOST:PORT connects to a running scheduler (default: in this process)")
+    cp.add_argument("--workers", type=int, default=2, help="worker processes of --cluster local (default 2)")
     cp.add_argument("-o", "--output", required=True, help="delta JSON file to write (its directory must exist)")
     cp.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
     cp.add_argument("-v", "--verbose", action="count", default=0, help="more log lines")
@@ -729,18 +731,46 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         directories=set(),
     )
     check_site_layers(args)
-    reference = read_layer(args.reference, layer=args.ref_layer, role="reference")
-    if args.strata_column is not None and args.strata_column not in reference.columns:
-        columns = ", ".join(repr(c) for c in reference.columns if c != reference.geometry.name)
-        raise EvalInputError(f"--strata-column {args.strata_column!r} is not a column of the reference file {args.reference!r}; its columns are: {columns or '(none)'}.")
-    candidate = read_layer(args.candidate, layer=args.candidate_layer, role="candidate")
-    incumbent = read_layer(args.incumbent, layer=args.incumbent_layer, role="incumbent")
-    result = compare(candidate, incumbent, reference, strata=args.strata_column, size_bins=args.size_bins, **options)
+    if args.cluster:
+        result = _compare_on_cluster(args, options)
+    else:
+        reference = read_layer(args.reference, layer=args.ref_layer, role="reference")
+        if args.strata_column is not None and args.strata_column not in reference.columns:
+            columns = ", ".join(repr(c) for c in reference.columns if c != reference.geometry.name)
+            raise EvalInputError(f"--strata-column {args.strata_column!r} is not a column of the reference file {args.reference!r}; its columns are: {columns or '(none)'}.")
+        candidate = read_layer(args.candidate, layer=args.candidate_layer, role="candidate")
+        incumbent = read_layer(args.incumbent, layer=args.incumbent_layer, role="incumbent")
+        result = compare(candidate, incumbent, reference, strata=args.strata_column, size_bins=args.size_bins, **options)
     write_json(args.output, result)
     if not args.quiet:
         print(format_comparison(result))
         print(f"wrote {args.output} in {time.perf_counter() - started:.1f} s")
     return 0
+
+
+def _compare_on_cluster(args: argparse.Namespace, options: dict) -> dict:
+    from distributed import Client
+
+    from evalcore.compare import compare_on_cluster
+    from evalcore.distributed.cluster import local_cluster
+
+    logging.getLogger("distributed").setLevel(library_level())
+    cluster = None
+    try:
+        if args.cluster == "local":
+            cluster = local_cluster(args.workers, silence_logs=library_level(quiet=logging.CRITICAL))
+            client = Client(cluster)
+        elif args.cluster.startswith(("tcp://", "tls://")):
+            client = Client(args.cluster, timeout="20s")
+        else:
+            raise EvalInputError(f"--cluster {args.cluster!r} must be 'local' or a scheduler address like tcp://127.0.0.1:8786.")
+        with client:
+            layers = {"candidate": args.candidate_layer, "incumbent": args.incumbent_layer, "reference": args.ref_layer}
+            return compare_on_cluster(args.candidate, args.incumbent, args.reference, client, strata=args.strata_column,
+                                      size_bins=args.size_bins, layers=layers, **options)
+    finally:
+        if cluster is not None:
+            cluster.close()
 
 
 def format_comparison(result: dict) -> str:
