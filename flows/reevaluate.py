@@ -18,7 +18,16 @@ per imagery acquisition. Each run of the flow
    ``comparison.md`` beside its outputs: the headline metrics against the previous
    succeeded run of the same product, with the difference and whether the 95 %
    intervals overlap. The comparison is also published as the Prefect markdown
-   artifact ``evalcore-comparison-<product>``.
+   artifact ``evalcore-comparison-<product>``;
+5. with bootstrap resamples, compares the new layer with the previous one by the
+   paired comparison (:mod:`evalcore.compare`: both on the same resamples), writes
+   ``paired.json`` and ``paired.md``, publishes the delta table as a table artifact
+   and flags a regression (a headline delta or a unit's with its interval below zero)
+   in the log and in ``paired.json``.
+
+Each layer is claimed in the registry before it is evaluated (an atomic insert), so two
+flow runs started together never evaluate the same layer twice; a failed evaluation
+gives its claim back so the next run retries it.
 
 With nothing new, it logs "nothing new" and returns an empty list. Evaluations run one
 after another on one Dask cluster: ``params.cluster``, or a ``LocalCluster`` started
@@ -368,11 +377,91 @@ def _cluster_address(params: ReevaluateParams) -> Iterator[str]:
         yield client.scheduler.address
 
 
-def _evaluate_one(params: ReevaluateParams, layer: dict, reference: dict, *, product: str, run_dir: Path, workdir: Path, address: str, registry_url: str) -> dict:
-    """Register, evaluate (subflow ``evaluate-layers``), record the outcome and publish the comparison."""
+@task(name="claim-layer", retries=2, cache_policy=NO_CACHE)
+def claim_layer(registry_url: str, layer: dict, ref_sha256: str, params_hash: str, owner: str) -> bool:
+    """Take the layer for this flow run (atomic): False when another run has it."""
+    with open_registry(registry_url) as registry:
+        return registry.claim(layer["sha256"], ref_sha256, params_hash, owner)
+
+
+@task(name="release-layer", retries=2, cache_policy=NO_CACHE)
+def release_layer(registry_url: str, layer: dict, ref_sha256: str, params_hash: str, owner: str) -> None:
+    with open_registry(registry_url) as registry:
+        registry.release(layer["sha256"], ref_sha256, params_hash, owner)
+
+
+@task(name="paired-comparison", retries=1, cache_policy=NO_CACHE)
+def paired_comparison(params: ReevaluateParams, layer: dict, reference: dict, run_id: int, registry_url: str, staging_dir: str, address: str) -> dict | None:
+    """The paired comparison of the new layer with the previous succeeded layer of the product (SPEC 6.6).
+
+    Both layers on the same resamples: the deltas' intervals say whether the new layer is
+    worse, where two separate intervals would overlap and say nothing. Writes
+    ``paired.json`` and ``paired.md`` in the run directory, publishes the delta table
+    as a Prefect table artifact and flags a regression (an overall headline delta, or a
+    unit's, whose interval lies below zero). None without a previous run or without
+    bootstrap resamples.
+    """
+    from distributed import Client
+
+    from evalcore.compare import compare_on_cluster
+
+    logger = get_run_logger()
+    with open_registry(registry_url) as registry:
+        current = registry.get(run_id)
+        previous = registry.previous(current.product, current.id)
+    if previous is None:
+        return None
+    options = params.evaluate_params(predicted=layer["path"], reference=reference["path"], output_dir=current.output_dir).options()
+    if options.bootstrap <= 0:
+        logger.info("no paired comparison: bootstrap is 0 (the deltas' intervals need resamples)")
+        return None
+    previous_path = stage_layer(previous.pred_path, staging_dir)
+    values = {k: v for k, v in options.as_dict().items()}
+    with Client(address) as client:
+        result = compare_on_cluster(
+            layer["path"], str(previous_path), reference["path"], client, strata=params.strata_column, size_bins=params.size_bins,
+            layers={"reference": params.ref_layer}, workdir=Path(current.output_dir) / "work-paired", **values,
+        )
+    shutil.rmtree(Path(current.output_dir) / "work-paired", ignore_errors=True)
+    headline = ("precision", "recall", "f1")
+    worse_overall = [m for m in headline if (result["overall"][m].get("ci") or [None, None])[1] is not None and result["overall"][m]["ci"][1] < 0]
+    result["previous_run_id"] = previous.id
+    result["regression"] = bool(worse_overall or result["worse_units"])
+    result["regressed_metrics"] = worse_overall
+    out = Path(current.output_dir)
+    write_json(out / "paired.json", result)
+    rows = [
+        {"metric": m, "candidate": e["candidate"], "incumbent": e["incumbent"], "delta": e["delta"],
+         "ci_lower": (e.get("ci") or [None, None])[0], "ci_upper": (e.get("ci") or [None, None])[1]}
+        for m, e in result["overall"].items()
+    ]
+    lines = [f"# {current.product}: run {current.id} against run {previous.id} (paired, {result['bootstrap']['n_resamples']} resamples of {result['bootstrap']['unit']} units)", "",
+             "| metric | new | previous | delta [95 % paired interval] |", "|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['metric']} | {_fmt(r['candidate'])} | {_fmt(r['incumbent'])} | {_fmt(r['delta'])} [{_fmt(r['ci_lower'])}, {_fmt(r['ci_upper'])}] |")
+    lines += ["", f"Regression: {'yes' if result['regression'] else 'no'} ({len(result['worse_units'])} units significantly worse)."]
+    markdown = "\n".join(lines) + "\n"
+    atomic_path(out / "paired.md", lambda tmp: tmp.write_text(markdown, encoding="utf-8"))
+    from prefect.artifacts import create_table_artifact
+
+    create_table_artifact(rows, key=artifact_key(current.product) + "-paired", description=f"{current.product}: paired deltas against the previous run")
+    if result["regression"]:
+        logger.warning(
+            "REGRESSION: %s is worse than the previous run %d: %s; %d units significantly worse (paired.json)",
+            layer["name"], previous.id, ", ".join(worse_overall) or "no headline metric overall", len(result["worse_units"]),
+        )
+    return result
+
+
+def _evaluate_one(params: ReevaluateParams, layer: dict, reference: dict, *, product: str, run_dir: Path, workdir: Path, address: str,
+                  registry_url: str, owner: str = "", staging_dir: str = "") -> dict:
+    """Claim, register, evaluate (subflow ``evaluate-layers``), record the outcome and publish the comparisons."""
     eval_params = params.evaluate_params(
         predicted=layer["path"], reference=reference["path"], output_dir=str(run_dir), cluster=address, workdir=str(workdir)
     )
+    if owner and not claim_layer(registry_url, layer, reference["sha256"], params.params_hash(), owner):
+        get_run_logger().info("skipping %s: another flow run has claimed it", layer["name"])
+        return {"layer": layer["name"], "status": "skipped", "reason": "claimed by another flow run"}
     entry = {
         "product": product,
         "layer": layer["name"],
@@ -397,9 +486,12 @@ def _evaluate_one(params: ReevaluateParams, layer: dict, reference: dict, *, pro
     if not state.is_completed():
         error = state.message or state.name
         record_failure(registry_url, run_id, error, flow_run_id)
+        if owner:
+            release_layer(registry_url, layer, reference["sha256"], params.params_hash(), owner)
         get_run_logger().error("evaluation of %s failed: %s (outputs in %s)", layer["name"], error, run_dir)
         return {**entry, "status": "failed", "error": error, "summary": None, "comparison": None}
     published = publish_comparison(registry_url, run_id, state.result(), flow_run_id)
+    published["paired"] = paired_comparison(params, layer, reference, run_id, registry_url, staging_dir, address) if staging_dir else None
     shutil.rmtree(workdir, ignore_errors=True)  # partitioned copies of both layers; kept after a failure, to resume
     with contextlib.suppress(OSError):
         workdir.parent.rmdir()  # only when empty
@@ -433,6 +525,7 @@ def reevaluate_new_imagery(params: ReevaluateParams) -> list[dict]:
 
     # The directory names the layer, its content and (key) the reference and metric parameters.
     key = hashlib.sha256(f"{reference['sha256']}:{params.params_hash()}".encode()).hexdigest()[:8]
+    owner = uuid.uuid4().hex  # this flow run, as the owner of its claims
     results = []
     with _cluster_address(params) as address:
         for layer in new:
@@ -440,8 +533,10 @@ def reevaluate_new_imagery(params: ReevaluateParams) -> list[dict]:
             run_dir = output_root / _safe_name(product) / name
             workdir = output_root / ".work" / _safe_name(product) / name
             results.append(
-                _evaluate_one(params, layer, reference, product=product, run_dir=run_dir, workdir=workdir, address=address, registry_url=registry_url)
+                _evaluate_one(params, layer, reference, product=product, run_dir=run_dir, workdir=workdir, address=address,
+                              registry_url=registry_url, owner=owner, staging_dir=str(staging_dir))
             )
+    results = [r for r in results if r["status"] != "skipped"]
     failed = [r["layer"] for r in results if r["status"] == "failed"]
     if failed:
         raise RuntimeError(f"{len(failed)} of {len(new)} evaluations failed ({', '.join(failed)}); see the registry {registry_url} and their status.json.")

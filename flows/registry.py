@@ -1,6 +1,8 @@
 """The run registry: one row per evaluation, in SQLite by default or any SQLAlchemy database.
 
-A single table, ``runs`` (SQLAlchemy Core, created when missing):
+Two tables (SQLAlchemy Core, created when missing): ``claims``, one row per layer a
+flow run has taken (its primary key makes the claim atomic, so two runs started
+together never evaluate the same layer twice), and ``runs``:
 
 =================  ============  ===================================================
 column             type          meaning
@@ -93,6 +95,16 @@ runs_table = sa.Table(
     sa.Index("ix_runs_product", "product", "id"),
 )
 
+claims_table = sa.Table(
+    "claims",
+    _metadata,
+    # One row per (prediction, reference, metric parameters) being or having been
+    # evaluated: the primary key makes the claim atomic in every database.
+    sa.Column("key", sa.String(200), primary_key=True),
+    sa.Column("owner", sa.String(64), nullable=False),
+    sa.Column("claimed", sa.String(32), nullable=False),
+)
+
 
 def utc_now() -> str:
     """The current UTC time as ISO 8601 text, to the second."""
@@ -173,6 +185,27 @@ class Registry:
         )
         with self.engine.connect() as conn:
             return conn.execute(query).first() is not None
+
+    def claim(self, pred_sha256: str, ref_sha256: str, params_hash: str, owner: str) -> bool:
+        """Claim the evaluation of a layer; False when another run holds (or finished) it.
+
+        Atomic: the claim is an insert under a primary key, so of two flow runs started
+        together exactly one gets each layer. A failed run releases its claim
+        (:meth:`release`) so that the next run retries the layer.
+        """
+        key = f"{pred_sha256}:{ref_sha256}:{params_hash}"
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(sa.insert(claims_table).values(key=key, owner=owner, claimed=utc_now()))
+        except sa.exc.IntegrityError:
+            return False
+        return True
+
+    def release(self, pred_sha256: str, ref_sha256: str, params_hash: str, owner: str) -> None:
+        """Give a claim back (only its owner can)."""
+        key = f"{pred_sha256}:{ref_sha256}:{params_hash}"
+        with self.engine.begin() as conn:
+            conn.execute(sa.delete(claims_table).where(claims_table.c.key == key, claims_table.c.owner == owner))
 
     def record(
         self,
@@ -296,6 +329,12 @@ def open_registry(url: str) -> Registry:
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     engine = sa.create_engine(parsed)
+    if parsed.get_backend_name() == "sqlite":
+        # Concurrent flow runs share the file: wait for a writer instead of failing at once.
+        @sa.event.listens_for(engine, "connect")
+        def _busy_timeout(dbapi_connection, _record):  # noqa: ANN001
+            dbapi_connection.execute("PRAGMA busy_timeout = 30000")
+
     _metadata.create_all(engine, checkfirst=True)
     return Registry(engine)
 
