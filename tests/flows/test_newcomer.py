@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 N_REF = 300  # fields: enough for 6 partitions in 3 UTM zones, small enough for seconds of work
 TIMEOUT_S = 300  # per subprocess: a hang fails the test instead of the suite
 # The runner's line per partition (evalcore.distributed.runner, or the flow's copy).
-PARTITION_LINE = re.compile(r"(pairs|sums): partition \S.* done \(\d+/\d+\)")
+PARTITION_LINE = re.compile(r"(pairs|sums|predictions): partition \S.* done \(\d+/\d+\)")
 NOISE = ("Traceback", "database is locked", "docket")
 # Dask's INFO lines, in this process's format ("INFO distributed.scheduler: ...") and in a
 # worker process's own ("... - distributed.worker - INFO - ...").
@@ -126,9 +126,10 @@ def test_verbose_run_shows_every_partition(layers, prefect_home, tmp_path):
     out = tmp_path / "run"
     status, output, _ = _run(["-m", "evalcore.cli", "run", "-v", "-p", str(pred), "-r", str(ref), "-o", str(out)], _env(prefect_home))
     assert status == 0, output
-    shown = [line for line in output.splitlines() if PARTITION_LINE.search(line)]
-    n = int(re.search(r"pairs: (\d+) partitions running", output).group(1))
-    assert len(shown) == 2 * n, output  # pairs and sums, each partition once
+    shown = [PARTITION_LINE.search(line).group(1) for line in output.splitlines() if PARTITION_LINE.search(line)]
+    for phase in ("pairs", "sums", "predictions"):  # each partition of each phase once
+        match = re.search(rf"{phase}: (\d+) partitions running", output)
+        assert match and shown.count(phase) == int(match.group(1)), (phase, output)
     assert "Traceback" not in output and not DASK_INFO.search(output), output
 
 
