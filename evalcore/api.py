@@ -9,7 +9,7 @@ seed draws the same bootstrap replicates either way.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import geopandas
 import numpy as np
@@ -32,6 +32,7 @@ from evalcore.metrics.checks import positive
 from evalcore.options import EvalOptions, RunPlan, check_options, make_run_plan
 from evalcore.levels import Sites, aois_frame, prepare_sites, tiles_frame
 from evalcore.quantities import index_of
+from evalcore.pixels import count_tiles
 from evalcore.prepare import PreparedLayer, layer_geometries, prepare_layer
 from evalcore.summary import build_summary, level_tables
 
@@ -164,6 +165,9 @@ def _finish_run(prepared: _Prepared, resolved: object = None) -> _Evaluation:
         parts, resolved.unassigned, options, plan, resolved.homeless_tiles, resolved.homeless_aois, resolved.global_values,
         resolved.unassigned_replicates, resolved.columns, resolved.draws.n_units if resolved.draws is not None else None,
     )
+    if options.pixel_gsd_m is not None:
+        pixels = count_tiles(merged.tiles.keys, ref.geoms_source, ref.crs, pred.geoms_source, pred.crs, options, sites.annotated)
+        merged = replace(merged, pixels=pixels)
     fields = pd.concat(frames).sort_index() if frames else _empty_fields()
     fields["matched_pred_pos"] = fields["matched_pred_pos"].astype(np.int64)
     fields["max_overlap_pred_pos"] = fields["max_overlap_pred_pos"].astype(np.int64)

@@ -742,6 +742,7 @@ class MergedSums:
     aois: UnitSums = field(default_factory=lambda: UnitSums.empty(1))
     global_values: dict = field(default_factory=dict)
     n_units: int | None = None
+    pixels: dict | None = None
 
 
 def merge_partitions(

@@ -136,6 +136,8 @@ class AnnotatedArea:
 
     geoms_ea: GeomArray
     source: str
+    geoms_source: GeomArray | None = None
+    crs: CRS | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +226,7 @@ def prepare_sites(options: object, equal_area_crs: object = None) -> Sites:
         if frame.crs is None and len(frame):
             raise EvalInputError(f"{where} has no CRS; set one or fix the file's metadata.")
         prepared = _prepare_polygons(frame, where, equal_area_crs)
-        annotated = AnnotatedArea(prepared.geoms_ea, where)
+        annotated = AnnotatedArea(prepared.geoms_ea, where, prepared.geoms_source, prepared.crs)
     return Sites(tile, aois, annotated)
 
 

@@ -89,7 +89,9 @@ def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
 
 def all_options() -> tuple[Option, ...]:
     """Every option: the engine's, then each registered family's, in registry order."""
-    return CORE_OPTIONS + family_options()
+    from evalcore.pixels import PIXEL_OPTIONS
+
+    return CORE_OPTIONS + PIXEL_OPTIONS + family_options()
 
 
 class EvalOptions:

@@ -18,6 +18,7 @@ from evalcore.metrics import enabled_families, finalize_all, interval_keys
 from evalcore.levels import Sites, aoi_entries, level_summary, unit_table
 from evalcore.metrics.base import GroupView
 from evalcore.options import EvalOptions, RunPlan
+from evalcore.pixels import micro_macro
 
 __all__ = ["DISTANCE_CRS", "WORST_KEYS", "build_summary", "group_summary", "worst_group", "level_tables", "level_blocks"]
 
@@ -122,6 +123,12 @@ def level_tables(merged: MergedSums, options: EvalOptions, sites: Sites | None) 
     """The per-tile and per-AOI tables (None without AOIs) of a run (:func:`evalcore.levels.unit_table`)."""
     tile_m = float(options.tile_km) * 1000.0
     tiles = unit_table(merged.tiles, "tiles", min_support=options.min_support, tile_size_m=tile_m)
+    if merged.pixels is not None:
+        for name in ("tp", "fp", "fn", "tn"):
+            tiles[f"pixel_{name}"] = [
+                int(getattr(merged.pixels[(int(e), int(x), int(y))], name)) if (int(e), int(x), int(y)) in merged.pixels else 0
+                for e, x, y in zip(tiles["epsg"], tiles["tile_x"], tiles["tile_y"])
+            ]
     aois = None
     if sites is not None and sites.aois is not None:
         aois = unit_table(merged.aois, "aois", min_support=options.min_support, aois=sites.aois)
@@ -229,6 +236,12 @@ def build_summary(
         result.setdefault("worst", {})[name] = worst_group(entries)
         offset += len(keys)
     result.update(level_blocks(merged, options, sites))
+    if merged.pixels is not None:
+        counts = [merged.pixels[k] for k in sorted(merged.pixels)]
+        block = {"gsd_m": options.pixel_gsd_m}
+        block.update(micro_macro(counts, alpha=options.tversky_alpha, beta=options.tversky_beta))
+        block["tversky_alpha"], block["tversky_beta"] = options.tversky_alpha, options.tversky_beta
+        result["pixel"] = block
     result.update(merged.global_values.get("keys", {}))
     if with_ci:
         stratified = plan.strata_names is not None

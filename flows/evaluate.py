@@ -126,9 +126,9 @@ def sums(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, resolv
 
 
 @task(name="merge", retries=1, cache_policy=NO_CACHE)
-def merge(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, done: SumsDone) -> dict:
-    """Check every partition is there and add the partial sums."""
-    return merge_phase(setup, index, plan, resolved, done)
+def merge(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, done: SumsDone) -> dict:
+    """Check every partition is there and add the partial sums (and count the tiles' pixels on the workers)."""
+    return merge_phase(setup, index, plan, resolved, done, client)
 
 
 @dataclass(frozen=True)
@@ -298,7 +298,7 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
             resolved = resolve(setup, index, done_pairs, plan)
             done_sums = sums(client, setup, index, plan, resolved)
             merge_started = time.perf_counter()
-            metrics = merge(setup, index, plan, resolved, done_sums)
+            metrics = merge(client, setup, index, plan, resolved, done_sums)
             merge_seconds = time.perf_counter() - merge_started
             publish(record(), metrics, params, started, dashboard)
     except BaseException as exc:

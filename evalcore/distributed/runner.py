@@ -40,6 +40,7 @@ from pathlib import Path
 import geopandas
 import numpy as np
 import pandas as pd
+import shapely
 from pyproj import CRS
 
 from evalcore import boundary
@@ -1088,10 +1089,84 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
     return merged
 
 
-def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, sums: SumsDone) -> dict[str, object]:
-    """Phase 4b: read every partition's sums, check completeness, add them in key order; the summary."""
+def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, sums: SumsDone,
+                client: object = None) -> dict[str, object]:
+    """Phase 4b: read every partition's sums, check completeness, add them in key order; the
+    pixel counts of the tiles (on the workers, with a pixel GSD); the summary."""
     merged = merge_sums(setup, index, plan, resolved, sums)
+    if setup.options.pixel_gsd_m is not None:
+        if client is None:
+            raise ValueError("pixel metrics need the Dask client to count the tiles on the workers")
+        merged = replace(merged, pixels=pixels_phase(client, setup, index, merged))
     return summary_of(setup, index, plan, resolved, merged)
+
+
+def pixels_task(
+    workdir: str, tiles: np.ndarray, ref_info: _LayerInfo, pred_info: _LayerInfo, options: EvalOptions, ea_crs_text: str,
+    annotated: object = None,
+) -> dict:
+    """Pixel counts of some nearby reporting tiles: the polygons that reach them, read by window from every partition."""
+    from evalcore.crs import transform_xy, utm_crs
+    from evalcore.pixels import count_tiles, tile_region
+
+    _inject_fault("pixels", "_".join(map(str, tiles[0].tolist())) if len(tiles) else "none")
+    ea_crs = CRS.from_user_input(ea_crs_text)
+    side = float(options.tile_km) * 1000.0
+    xs, ys = [], []
+    for epsg, x, y in tiles.tolist():
+        region = shapely.segmentize(tile_region(epsg, x, y, side, options.pixel_gsd_m, options.pixel_tolerance_px), side / 8)
+        coords = shapely.get_coordinates(region)
+        ex, ey = transform_xy(coords[:, 0], coords[:, 1], utm_crs(epsg), ea_crs)
+        xs += [ex.min(), ex.max()]
+        ys += [ey.min(), ey.max()]
+    margin = side / 8  # the region's edges were sampled every side / 8: their bulge in the equal-area CRS is far smaller
+    window = (min(xs) - margin, min(ys) - margin, max(xs) + margin, max(ys) + margin)
+    geoms = {}
+    for role, info in (("reference", ref_info), ("predicted", pred_info)):
+        parts = []
+        for key, p in info.partitions.items():
+            if _boxes_overlap(p["box"], window):
+                layer, _, _ = storage.read_partition(
+                    Path(workdir), role, key, crs=info.crs, equal_area_crs=ea_crs, partition_size_m=options.partition_size_m,
+                    window=window, geometries=("geometry",),
+                )
+                parts.append(layer.geoms_source)
+        geoms[role] = np.concatenate(parts) if parts else np.empty(0, dtype=object)
+    counts = count_tiles(tiles, geoms["reference"], ref_info.crs, geoms["predicted"], pred_info.crs, options, annotated)
+    return {key: value for key, value in counts.items()}
+
+
+def pixels_phase(client: object, setup: RunSetup, index: RunIndex, merged: MergedSums) -> dict:
+    """The pixel counts of every reporting tile holding a reference field or a prediction, on the workers.
+
+    Tiles are sent in groups of neighbours (the partition-grid cell of the tile's
+    corner), so a task reads the polygons around its tiles once.
+    """
+    keys = merged.tiles.keys
+    if len(keys) == 0:
+        return {}
+    side = float(setup.options.tile_km) * 1000.0
+    cell = np.column_stack([keys[:, 0], np.floor(keys[:, 1] * side / setup.options.partition_size_m),
+                            np.floor(keys[:, 2] * side / setup.options.partition_size_m)]).astype(np.int64)
+    groups, inverse = np.unique(cell, axis=0, return_inverse=True)
+    inverse = np.asarray(inverse).ravel()
+    ea = setup.ea_crs.to_wkt()
+    annotated = index.sites.annotated if index.sites is not None else None
+    futures = {
+        tuple(int(v) for v in group): client.submit(
+            pixels_task, str(setup.workdir), keys[inverse == g], index.info("reference"), index.info("predicted"), setup.options, ea,
+            annotated, key=setup.task_key("pixels", *group.tolist()), retries=2, priority=int((inverse == g).sum()),
+        )
+        for g, group in enumerate(groups)
+    }
+    done = _gather(setup, "pixels", futures)
+    out: dict = {}
+    for part in done.values():
+        out.update(part)
+    missing = [tuple(int(v) for v in k) for k in keys.tolist() if tuple(int(v) for v in k) not in out]
+    if missing:
+        raise PartitionMissingError(f"{len(missing)} reporting tiles have no pixel counts (e.g. {missing[0]})")
+    return out
 
 
 def summary_of(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, merged: MergedSums) -> dict[str, object]:
@@ -1143,7 +1218,7 @@ def run_phases(client: object, setup: RunSetup) -> RunOutcome:
     resolved = resolve_phase(setup, index, pairs, plan)
     sums = sums_phase(client, setup, index, plan, resolved)
     started = time.perf_counter()
-    metrics = merge_phase(setup, index, plan, resolved, sums)
+    metrics = merge_phase(setup, index, plan, resolved, sums, client)
     timings = {**phase_timings(prepare=index, pairs=pairs, resolve=resolved, sums=sums), "merge": time.perf_counter() - started}
     return RunOutcome(metrics, index, pairs, resolved, sums, timings)
 
