@@ -104,8 +104,21 @@ def _unit_level(c_units: object, i_units: object, key_name) -> dict[str, dict]:
     return out
 
 
+def _undefine(level: dict) -> None:
+    for entry in level.values():
+        for m, e in entry.items():
+            if isinstance(e, dict) and "ci" in e:
+                e["ci"] = [None, None]
+                e.pop("ci_n_undefined", None)
+
+
 def paired_deltas(ev_c: object, ev_i: object, summary_c: dict, summary_i: dict, options: EvalOptions) -> dict[str, object]:
-    """The comparison dict from the two runs' merged sums and summaries (same resamples)."""
+    """The comparison dict from the two runs' merged sums and summaries (same resamples).
+
+    Under a block bootstrap, a unit of the drawn kind comes whole in every resample, so
+    its own delta never varies: those intervals are left null (``unit_ci_note``) and such
+    units are never listed in ``worse_units`` on that ground.
+    """
     mc, mi = ev_c.merged, ev_i.merged
     with_ci = mc.replicates is not None and mi.replicates is not None
     out: dict[str, object] = {}
@@ -140,6 +153,22 @@ def paired_deltas(ev_c: object, ev_i: object, summary_c: dict, summary_i: dict, 
     aois = ev_c.sites.aois
     if aois is not None:
         out["per_aoi"] = _unit_level(mc.aois, mi.aois, lambda k: aois.keys[int(k[0])] if k[0] >= 0 else None)
+    drawn_level = {"tile": "per_tile", "aoi": "per_aoi"}.get(options.bootstrap_unit)
+    if drawn_level in out:
+        _undefine(out[drawn_level])
+        out["unit_ci_note"] = (
+            f"with bootstrap_unit={options.bootstrap_unit!r} each {options.bootstrap_unit} comes whole in every resample, so its "
+            f"own delta does not vary: the {drawn_level} intervals are undefined (use bootstrap_unit='field' for them)"
+        )
+    n_units = ev_c.merged.n_units
+    if options.bootstrap_unit != "field" and n_units is not None and n_units < 2:
+        for level in ("per_stratum", "per_size_class", "per_tile", "per_aoi"):
+            _undefine(out.get(level, {}))
+        _undefine({"overall": out["overall"]})
+        out["note"] = (
+            f"only {n_units} {options.bootstrap_unit} unit(s) to draw from: every resample is that unit again, so the "
+            "deltas' intervals say nothing about sampling variability and are left undefined"
+        )
     worse = []
     for level in ("per_stratum", "per_size_class", "per_tile", "per_aoi"):
         for unit, entry in out.get(level, {}).items():
@@ -221,6 +250,8 @@ def compare(
         "metrics": list(HEADLINE),
     }
     out.update(paired_deltas(ev_c, ev_i, summary_c, summary_i, checked))
+    if "note" in out:
+        out["bootstrap"]["note"] = out.pop("note")
     out["candidate_summary"] = summary_c
     out["incumbent_summary"] = summary_i
     return out
@@ -307,6 +338,8 @@ def compare_on_cluster(
             "metrics": list(HEADLINE),
         }
         out.update(paired_deltas(runs[0], runs[1], summaries[0], summaries[1], checked))
+        if "note" in out:
+            out["bootstrap"]["note"] = out.pop("note")
         out["candidate_summary"], out["incumbent_summary"] = summaries
         return out
     finally:

@@ -138,6 +138,7 @@ class AnnotatedArea:
     source: str
     geoms_source: GeomArray | None = None
     crs: CRS | None = None
+    pieces: GeomArray | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +227,7 @@ def prepare_sites(options: object, equal_area_crs: object = None) -> Sites:
         if frame.crs is None and len(frame):
             raise EvalInputError(f"{where} has no CRS; set one or fix the file's metadata.")
         prepared = _prepare_polygons(frame, where, equal_area_crs)
-        annotated = AnnotatedArea(prepared.geoms_ea, where, prepared.geoms_source, prepared.crs)
+        annotated = AnnotatedArea(prepared.geoms_ea, where, prepared.geoms_source, prepared.crs, annotated_pieces(prepared.geoms_ea))
     return Sites(tile, aois, annotated)
 
 
@@ -246,25 +247,52 @@ def _first_containing(geoms: GeomArray, points: GeomArray) -> IdArray:
     return out
 
 
+ANNOTATED_CELL_M = 2_000.0
+"""Side of the grid cells the annotated area is cut into, metres (equal-area CRS): a
+prediction is then intersected with a few small pieces instead of a polygon hundreds of
+kilometres long (the area is the same: the pieces partition the union)."""
+
+
+def annotated_pieces(geoms_ea: GeomArray, cell_m: float = ANNOTATED_CELL_M) -> GeomArray:
+    """The union of the annotated polygons cut into grid cells of ``cell_m`` (non-overlapping pieces)."""
+    geoms = np.asarray([g for g in geoms_ea if g is not None and not g.is_empty], dtype=object)
+    if len(geoms) == 0:
+        return np.empty(0, dtype=object)
+    union = shapely.union_all(geoms)
+    minx, miny, maxx, maxy = union.bounds
+    xs = np.arange(np.floor(minx / cell_m), np.ceil(maxx / cell_m) + 1) * cell_m
+    ys = np.arange(np.floor(miny / cell_m), np.ceil(maxy / cell_m) + 1) * cell_m
+    gx, gy = np.meshgrid(xs[:-1], ys[:-1])
+    boxes = shapely.box(gx.ravel(), gy.ravel(), gx.ravel() + cell_m, gy.ravel() + cell_m)
+    shapely.prepare(union)
+    touching = boxes[shapely.intersects(union, boxes)]
+    inside = shapely.contains_properly(union, touching)
+    pieces = touching.copy()
+    edge = np.flatnonzero(~inside)
+    # Only cells on the area's boundary need a clip; the others are whole squares.
+    pieces[edge] = [shapely.clip_by_rect(union, *shapely.bounds(b)) for b in touching[edge]]
+    pieces = pieces[~shapely.is_empty(pieces)]
+    return np.asarray(pieces, dtype=object)
+
+
 def annotated_fractions(annotated: AnnotatedArea, geoms_ea: GeomArray, area_m2: F64Array) -> F64Array:
     """Share of each polygon's area inside the union of the annotated polygons (equal-area CRS)."""
     out = np.zeros(len(geoms_ea))
-    if len(annotated.geoms_ea) == 0 or len(geoms_ea) == 0:
+    pieces = annotated.pieces if annotated.pieces is not None else annotated_pieces(annotated.geoms_ea)
+    if len(pieces) == 0 or len(geoms_ea) == 0:
         return out
-    tree = shapely.STRtree(annotated.geoms_ea)
+    tree = shapely.STRtree(pieces)
     row, cand = tree.query(geoms_ea, predicate="intersects")
     if not len(row):
         return out
-    counts = np.bincount(row, minlength=len(geoms_ea))
-    single = counts[row] == 1
     inside = np.zeros(len(geoms_ea))
-    if single.any():
-        r = row[single]
-        inside[r] = shapely.area(shapely.intersection(geoms_ea[r], annotated.geoms_ea[cand[single]]))
-    for r in np.flatnonzero(counts > 1):
-        # Overlapping annotated polygons count once: the share is of their union.
-        union = shapely.union_all(annotated.geoms_ea[cand[row == r]])
-        inside[r] = shapely.area(shapely.intersection(geoms_ea[r], union))
+    within = shapely.within(geoms_ea[row], pieces[cand])
+    inside_area = np.where(within, area_m2[row], 0.0)
+    clip = np.flatnonzero(~within)
+    if len(clip):
+        inside_area[clip] = shapely.area(shapely.intersection(geoms_ea[row[clip]], pieces[cand[clip]]))
+    # The pieces do not overlap, so a polygon's annotated area is the sum over its pieces.
+    inside = np.bincount(row, weights=inside_area, minlength=len(geoms_ea))
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.where(area_m2 > 0, inside / area_m2, 0.0)
     return np.clip(out, 0.0, 1.0)

@@ -335,7 +335,15 @@ def open_registry(url: str) -> Registry:
         def _busy_timeout(dbapi_connection, _record):  # noqa: ANN001
             dbapi_connection.execute("PRAGMA busy_timeout = 30000")
 
-    _metadata.create_all(engine, checkfirst=True)
+    for attempt in range(5):
+        try:
+            _metadata.create_all(engine, checkfirst=True)
+            break
+        except sa.exc.OperationalError as exc:
+            # Two processes opening a new registry at once both find no table; the slower
+            # CREATE fails with "already exists": check again (the tables are there now).
+            if "already exists" not in str(exc) or attempt == 4:
+                raise
     return Registry(engine)
 
 
