@@ -155,6 +155,11 @@ def check_options(**kwargs: object) -> EvalOptions:
     for name, option in declared.items():
         value = kwargs.get(name, option.default)
         values[name] = option.check(name, value)
+    if values["pixel_gsd_m"] is not None:
+        from evalcore.pixels import window_bytes
+
+        # A GSD that makes one tile (or its halo) too large is refused before any work.
+        window_bytes(values["pixel_gsd_m"], values["tile_km"] * 1000.0, values["pixel_tolerance_px"])
     if values["bootstrap_unit"] == "aoi" and values["aoi"] is None:
         raise ValueError("bootstrap_unit='aoi' draws AOIs: give an AOI layer (aoi=..., aoi_id_column=...).")
     return EvalOptions(values)
