@@ -227,6 +227,13 @@ def format_summary(metrics: dict[str, object]) -> str:
             f"scores ({metrics.get('score_column')}): AP50 {with_ci('ap50')}  AP75 {with_ci('ap75')}  AP50:95 {with_ci('ap50_95')};  "
             f"calibration ECE {_fmt(cal.get('ece'))}  Brier {_fmt(cal.get('brier'))} over {cal.get('n')} predictions"
         )
+    px = metrics.get("pixel")
+    if px:
+        micro, bf = px["micro"], px["boundary_f1"]
+        lines.append(
+            f"pixels at {px['gsd_m']:g} m: {px['count_pixels']} evaluated;  F1 (Dice) {_fmt(micro['f1'])}  IoU {_fmt(micro['iou'])}  "
+            f"MCC {_fmt(micro['mcc'])};  boundary F1 within {bf['tolerance_px']} px {_fmt(bf['f1'])}"
+        )
     lines.extend(level_lines(metrics))
     note = unassigned_note(metrics)
     if note:

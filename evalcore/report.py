@@ -128,6 +128,26 @@ def _scores_section(metrics: dict) -> list[str]:
     return lines + [""]
 
 
+def _pixel_section(metrics: dict) -> list[str]:
+    """Pixel metrics: micro and macro over the tiles, and boundary F1 in pixels."""
+    px = metrics.get("pixel")
+    if not px:
+        return []
+    lines = [
+        "## Pixel metrics",
+        "",
+        f"{px['count_pixels']} pixels of {px['gsd_m']:g} m evaluated (TP {px['count_tp']}, FP {px['count_fp']}, FN {px['count_fn']}, "
+        f"TN {px['count_tn']}). Boundary F1 within {px['boundary_f1']['tolerance_px']} px: {_num(px['boundary_f1']['f1'])}.",
+        "",
+        "| | precision | recall | F1 (Dice) | IoU | MCC | Tversky |",
+        "|---|---|---|---|---|---|---|",
+        "| micro | " + " | ".join(_num(px["micro"][m]) for m in ("precision", "recall", "f1", "iou", "mcc", "tversky")) + " |",
+        "| macro (tiles) | " + " | ".join(f"{_num(px['macro'][m]['value'])} ({px['macro'][m]['n_units']})" for m in ("precision", "recall", "f1", "iou", "mcc", "tversky")) + " |",
+        "",
+    ]
+    return lines
+
+
 def _levels_section(metrics: dict) -> list[str]:
     """Tiles, AOIs and the worst group of every grouping."""
     lines: list[str] = []
@@ -227,6 +247,7 @@ def render_report(metrics: dict, *, title: str = "Evaluation report", inputs: di
     if metrics.get("per_size_class"):
         lines += _group_table("Per field-size class (ha)", metrics["per_size_class"], "size class")
     lines += _scores_section(metrics)
+    lines += _pixel_section(metrics)
     lines += _levels_section(metrics)
     lines.append(f"Distances in metres in each field's UTM zone ({', '.join(str(c) for c in metrics['utm_epsg_codes'])}); areas in {metrics['equal_area_crs']}.")
     return "\n".join(lines) + "\n"
