@@ -207,6 +207,7 @@ def _same(actual: object, expected: object, path: str = "") -> list[str]:
     return [] if actual == expected else [f"{path}: {actual!r} != {expected!r}"]
 
 
+@pytest.mark.slow  # 2 min: a deployment run through the stack's worker (make slow); the stack's services are tested in make test
 def test_flow_on_the_stack_equals_single_process(stack, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings

@@ -121,6 +121,7 @@ def test_run_log_has_every_partition(default_run):
     assert "DEBUG" in log and "run finished" in log, log
 
 
+@pytest.mark.slow  # 50 s: a whole flow run in a subprocess for its log lines (make slow)
 def test_verbose_run_shows_every_partition(layers, prefect_home, tmp_path):
     pred, ref = layers
     out = tmp_path / "run"

@@ -179,6 +179,7 @@ def test_resume_reuses_verified_partitions_and_changed_inputs_invalidate(cluster
     assert index.reused is False and pairs.reused == 0
 
 
+@pytest.mark.slow  # 100 s: a client killed mid-run, then a rerun (make slow); worker kills are tested in make test
 def test_killed_client_leaves_nothing_complete_looking_and_rerun_is_identical(data, expected, tmp_path):
     """Kill the process running the flow mid-run, then rerun with the same work directory."""
     pred, ref = data
