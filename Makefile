@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench fuzz slow clean
+.PHONY: demo test bench coverage fuzz slow clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,12 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# Coverage study of the bootstrap intervals (docs/intervals.md); ~10-20 min on 2 cores.
+# The plot needs matplotlib, installed here when missing. COVERAGE_ARGS=--quick: a smoke run.
+coverage: $(STAMP)
+	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/python -m pip install --quiet matplotlib
+	$(BIN)/python -m benchmarks.coverage $(COVERAGE_ARGS)
 
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=slow $(BIN)/python -m pytest -q -p no:cacheprovider --hypothesis-show-statistics tests/properties/test_fuzz.py

@@ -53,6 +53,21 @@ Predicted layer (``EPSG:5070``, NAD83 / Conus Albers, metres)
     (float64 in [0, 1]; Beta-distributed with a mean of 0.8 for good matches down to
     0.2 for false positives, so it is informative but not separating).
 
+Clustered errors (``error_correlation_km=L``)
+    Real errors cluster in space (a hazy scene, a region the model saw little of), so
+    neighbouring fields are not independent. With ``error_correlation_km`` a smooth
+    random field ``z`` over each cluster (a sum of 256 random Fourier features; mean 0,
+    variance 1, correlation ``exp(-(d / L)^2)`` at a distance ``d``, so 1/e at ``L``;
+    independent between clusters) sets a weight ``w = 2 Phi(z)`` at each field, uniform
+    on [0, 2] with mean 1. A field's chances of ``miss``, ``split`` and ``bad_shape``,
+    of starting a ``merge``, and its own 0-2 m shift are multiplied by ``w``;
+    ``dilate_erode`` keeps its share and ``good`` takes the rest (so it never drops
+    below 0.55). The mean error mix is :data:`ERROR_MIX`; the mix of one landscape
+    varies with its field, more so at a long ``L`` (the point). The partly overlapping
+    false positives sit on the new missed fields. Everything else, the reference layer
+    included, is what ``error_correlation_km=None`` (independent errors) gives with the
+    same seed; the extra draws come from ``numpy.random.default_rng([seed, 2])``.
+
 Bad rows
     With ``bad_rows=True`` each layer gets one extra row of each kind in
     :data:`BAD_ROW_KINDS`: a null geometry, an empty polygon, a point, a line string,
@@ -106,6 +121,7 @@ Annotated-area layer (``EPSG:4326``), from :func:`make_site_layers`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -180,6 +196,9 @@ _FIELD, _FP_EMPTY, _FP_OUTSIDE, _FP_PARTIAL, _BAD_REF, _BAD_PRED = range(6)
 # Prediction outcomes of a field; _MERGE_PARTNER is the second field of a merge.
 _GOOD, _DILATE_ERODE, _SPLIT, _MISS, _BAD_SHAPE, _MERGE, _MERGE_PARTNER = range(7)
 _OUTCOME_NAMES = ("good", "dilate_erode", "split", "miss", "bad_shape", "merge", "merge_partner")
+# Outcomes whose rates a clustered error field modulates (merges too, in _add_merges).
+_CLUSTERED_OUTCOMES = [_SPLIT, _MISS, _BAD_SHAPE]
+_FIELD_FEATURES = 256  # random Fourier features of the clustered-error field
 
 _HA_M2 = 10_000.0
 _MEDIAN_FIELD_HA = 3.0
@@ -260,6 +279,7 @@ def make_layers(
     n_clusters: int | None = None,
     bad_rows: bool = True,
     score_decimals: int | None = None,
+    error_correlation_km: float | None = None,
 ) -> tuple[geopandas.GeoDataFrame, geopandas.GeoDataFrame]:
     """Return (predicted, reference) GeoDataFrames.
 
@@ -281,6 +301,14 @@ def make_layers(
     score_decimals : int, optional
         Round the scores to this many decimals, as many detectors emit them (ties in
         score are then common and must be broken by position).
+    error_correlation_km : float, optional
+        Spatially clustered errors (see "Clustered errors" in the module docstring): a
+        smooth random field with this correlation length (km, > 0) raises the rates of
+        miss, merge, split and bad_shape and the per-field shift where it is high and
+        lowers them where it is low, keeping the mean error mix. The reference layer is
+        the one ``error_correlation_km=None`` gives; the predictions differ. Drawn from
+        ``numpy.random.default_rng([seed, 2])`` (``seed`` must then be a non-negative
+        integer). None (the default): independent errors, as always.
 
     Returns
     -------
@@ -302,6 +330,7 @@ def make_layers(
     (0, 0)
     """
     n_ref = _check_count("n_ref", n_ref, minimum=0)
+    correlation_m = _check_correlation_km(error_correlation_km)
     if n_clusters is None:
         n_clusters = max(4, math.ceil(n_ref / FIELDS_PER_CLUSTER))
     n_clusters = _check_count("n_clusters", n_clusters, minimum=1)
@@ -348,6 +377,20 @@ def make_layers(
     layout = _place_items(rng, item_kind, item_cluster, bbox, fp_host, n_clusters)
     clusters = _place_clusters(rng, layout, item_cluster, field_shapes.part_gap_m, n_clusters)
 
+    # 3b. Clustered errors: outcomes redrawn from a random field over the fields'
+    # places, and the partial false positives moved onto the new missed fields. Only
+    # a generator of its own is used, so the reference layer stays the same.
+    error_weight = None
+    if correlation_m is not None:
+        err_rng = np.random.default_rng([operator.index(seed), 2])
+        centre_x = layout.tx[:n_ref] + (bbox[:n_ref, 0] + bbox[:n_ref, 2]) / 2
+        centre_y = layout.ty[:n_ref] + (bbox[:n_ref, 1] + bbox[:n_ref, 3]) / 2
+        field = _random_field(err_rng, centre_x, centre_y, field_cluster, n_clusters, correlation_m)
+        error_weight = _error_weight(field)
+        outcome = _sample_outcomes(err_rng, n_ref, error_weight)
+        fp_host = _partial_fp_hosts(err_rng, outcome, n_fp_partial)
+        rings, layout = _rehost_partial_fps(err_rng, rings, layout, bbox, item_kind, item_cluster, field_shapes, fp_host)
+
     # 4. Reference layer.
     is_field = item_kind == _FIELD
     ref_local = _item_geoms(rings, is_field[:n_shaped], layout.tx, layout.ty)
@@ -367,9 +410,9 @@ def make_layers(
     )
 
     # 5. Predicted layer.
-    outcome = _add_merges(rng, outcome, ref_local, layout.next_in_row[:n_ref], fp_host)
+    outcome = _add_merges(rng, outcome, ref_local, layout.next_in_row[:n_ref], fp_host, error_weight)
     pred_local, pred_item, pred_sub, pred_kind = _predict(
-        rng, rings, ref_local, outcome, layout, item_kind, item_cluster
+        rng, rings, ref_local, outcome, layout, item_kind, item_cluster, error_weight
     )
     del rings, ref_local, ref_geoms  # free memory before the largest step
     pred_geoms = _reproject(pred_local, item_cluster[pred_item], clusters, PRED_CRS)
@@ -390,9 +433,9 @@ def make_layers(
     if logger.isEnabledFor(logging.DEBUG):
         counts = np.bincount(outcome, minlength=len(_OUTCOME_NAMES))
         logger.debug(
-            "make_layers(n_ref=%d, seed=%r): %d reference rows, %d predicted rows, %d clusters, "
-            "outcomes %s, %d false positives, %.2f s",
-            n_ref, seed, len(ref), len(pred), n_clusters,
+            "make_layers(n_ref=%d, seed=%r, error_correlation_km=%r): %d reference rows, %d predicted rows, "
+            "%d clusters, outcomes %s, %d false positives, %.2f s",
+            n_ref, seed, error_correlation_km, len(ref), len(pred), n_clusters,
             dict(zip(_OUTCOME_NAMES, counts.tolist())), n_fp, time.perf_counter() - started,
         )  # fmt: skip
     return pred, ref
@@ -496,7 +539,8 @@ def write_layers(
     fmt : {"parquet", "gpkg"}
         File format (GeoParquet or GeoPackage).
     **kwargs
-        Passed to :func:`make_layers` (``n_clusters``, ``bad_rows``).
+        Passed to :func:`make_layers` (``n_clusters``, ``bad_rows``, ``score_decimals``,
+        ``error_correlation_km``).
 
     Returns
     -------
@@ -815,20 +859,33 @@ def _place_items(
     # Partial false positives: centred near one edge of their host's bbox, so that
     # they stick out of the host across that edge.
     partial = np.flatnonzero(item_kind == _FP_PARTIAL)
-    reach = np.column_stack(
-        [rng.uniform(0.5, 0.9, partial.size), rng.uniform(-0.4, 0.4, partial.size)]
-    ) * rng.choice([-1.0, 1.0], (partial.size, 1))
-    reach = np.where(rng.random((partial.size, 1)) < 0.5, reach, reach[:, ::-1])
-    host_box = bbox[fp_host]
-    host_centre = (host_box[:, :2] + host_box[:, 2:]) / 2
-    host_half_size = (host_box[:, 2:] - host_box[:, :2]) / 2
-    tx[partial] = tx[fp_host] + host_centre[:, 0] + reach[:, 0] * host_half_size[:, 0]
-    ty[partial] = ty[fp_host] + host_centre[:, 1] + reach[:, 1] * host_half_size[:, 1]
+    _place_partial_fps(tx, ty, bbox, partial, fp_host, _partial_fp_reach(rng, partial.size))
     row_y[partial], left[partial] = row_y[fp_host], left[fp_host]
 
     rank = np.empty(n, dtype=np.int64)
     rank[np.lexsort((np.arange(n), left, row_y, item_cluster))] = np.arange(n)
     return _Layout(tx=tx, ty=ty, rank=rank, next_in_row=next_in_row, extent=extent)
+
+
+def _partial_fp_reach(rng: np.random.Generator, n: int) -> F64Array:
+    """Where ``n`` partial false positives sit on their hosts: ``(n, 2)`` offsets in host half sizes.
+
+    One coordinate is 0.5-0.9 (towards an edge), the other -0.4-0.4, with a random sign
+    and a random choice of which is which.
+    """
+    reach = np.column_stack([rng.uniform(0.5, 0.9, n), rng.uniform(-0.4, 0.4, n)]) * rng.choice([-1.0, 1.0], (n, 1))
+    return np.where(rng.random((n, 1)) < 0.5, reach, reach[:, ::-1])
+
+
+def _place_partial_fps(
+    tx: F64Array, ty: F64Array, bbox: F64Array, partial: IdArray, fp_host: IdArray, reach: F64Array
+) -> None:
+    """Set ``tx, ty`` of the partial false positives (in place): centred at ``reach`` on their host's bbox."""
+    host_box = bbox[fp_host]
+    host_centre = (host_box[:, :2] + host_box[:, 2:]) / 2
+    host_half_size = (host_box[:, 2:] - host_box[:, :2]) / 2
+    tx[partial] = tx[fp_host] + host_centre[:, 0] + reach[:, 0] * host_half_size[:, 0]
+    ty[partial] = ty[fp_host] + host_centre[:, 1] + reach[:, 1] * host_half_size[:, 1]
 
 
 def _pack_rows(
@@ -928,7 +985,7 @@ def _place_clusters(
     utm_x, utm_y, rotation = np.zeros(n_clusters), np.zeros(n_clusters), np.zeros(n_clusters)
     anchorable = np.flatnonzero(part_gap_m == 0)
     for c in range(n_clusters):
-        to_utm = pyproj.Transformer.from_crs(4326, int(epsg[c]), always_xy=True)
+        to_utm = _transformer(4326, int(epsg[c]))
         (utm_x[c], north_x), (utm_y[c], north_y) = to_utm.transform([lon[c], lon[c]], [lat[c], lat[c] + 0.01])
         rotation[c] = math.atan2(-(north_x - utm_x[c]), north_y - utm_y[c])
         candidates = anchorable[item_cluster[anchorable] == c]
@@ -1134,12 +1191,18 @@ def _repair(geoms: GeomArray, where: BoolArray) -> GeomArray:
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _transformer(source: int | str, target: int | str) -> pyproj.Transformer:
+    """A lon/lat-order transformer between two CRSs, built once per pair (building one takes ~20 ms)."""
+    return pyproj.Transformer.from_crs(source, target, always_xy=True)
+
+
 def _reproject(geoms: GeomArray, cluster: IdArray, clusters: _Clusters, crs: str) -> GeomArray:
     """Move cluster-local geometries into their UTM zone and transform them to ``crs``."""
     out = geoms.copy()
     for c in np.unique(cluster):
         members = np.flatnonzero(cluster == c)
-        transformer = pyproj.Transformer.from_crs(int(clusters.epsg[c]), crs, always_xy=True)
+        transformer = _transformer(int(clusters.epsg[c]), crs)
         cos, sin = math.cos(clusters.rotation[c]), math.sin(clusters.rotation[c])
         anchor = (float(clusters.anchor_x[c]), float(clusters.anchor_y[c]))
         utm = (float(clusters.utm_x[c]), float(clusters.utm_y[c]))
@@ -1200,25 +1263,134 @@ _SCORE_BETA = {
 """(a, b) of the Beta distribution of the scores of each kind of prediction."""
 
 
-def _sample_outcomes(rng: np.random.Generator, n_ref: int) -> IdArray:
+def _sample_outcomes(rng: np.random.Generator, n_ref: int, weight: F64Array | None = None) -> IdArray:
     """Outcome of each field other than a merge (codes _GOOD ... _BAD_SHAPE).
 
     The shares are those of ERROR_MIX without "merge", scaled up to sum to 1;
     :func:`_add_merges` later turns about ERROR_MIX["merge"] of the fields into merges.
+    With ``weight`` (one per field, mean about 1, in [0, 2]) the shares of the
+    outcomes in :data:`_CLUSTERED_OUTCOMES` are multiplied by the field's weight
+    and "good" takes the rest (it stays >= 0.55).
     """
     names = _OUTCOME_NAMES[: _BAD_SHAPE + 1]
     p = np.array([ERROR_MIX[name] for name in names])
-    return rng.choice(len(names), size=n_ref, p=p / p.sum()).astype(np.int64)
+    if weight is None:
+        return rng.choice(len(names), size=n_ref, p=p / p.sum()).astype(np.int64)
+    shares = np.tile(p / p.sum(), (n_ref, 1))
+    shares[:, _CLUSTERED_OUTCOMES] *= weight[:, None]
+    shares[:, _GOOD] = 0.0
+    shares[:, _GOOD] = 1.0 - shares.sum(axis=1)
+    cumulative = np.cumsum(shares, axis=1)
+    u = rng.random(n_ref)
+    return np.minimum((u[:, None] >= cumulative).sum(axis=1), len(names) - 1).astype(np.int64)
+
+
+def _check_correlation_km(value: object) -> float | None:
+    """``error_correlation_km`` in metres (None stays None), or raise if it is not a positive number."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"error_correlation_km must be a number or None, but got {value!r}.")
+    km = float(value)
+    if not (math.isfinite(km) and km > 0):
+        raise ValueError(f"error_correlation_km must be finite and > 0, but got {value!r}.")
+    return km * 1_000.0
+
+
+def _random_field(
+    rng: np.random.Generator,
+    x: F64Array,
+    y: F64Array,
+    cluster: IdArray,
+    n_clusters: int,
+    correlation_m: float,
+) -> F64Array:
+    """A smooth stationary random field at the points ``(x, y)`` (cluster-local metres), mean 0, variance 1.
+
+    A sum of :data:`_FIELD_FEATURES` random Fourier features, ``sqrt(2 / M) sum_m
+    cos(w_m . p + phi_m)`` with ``w_m ~ N(0, 2 / L^2 I)`` and ``phi_m ~ U(0, 2 pi)``,
+    whose covariance is ``exp(-(d / L)^2)`` at a distance ``d`` (so the correlation
+    is 1/e at ``d = L``). Each cluster has a field of its own (clusters are more than
+    100 km apart, so they are independent anyway). Nearly Gaussian (a sum of many
+    independent terms) and symmetric about 0.
+    """
+    m = _FIELD_FEATURES
+    omega = rng.normal(0.0, math.sqrt(2.0) / correlation_m, (n_clusters, m, 2))
+    phase = rng.uniform(0.0, 2 * math.pi, (n_clusters, m))
+    out = np.zeros(x.size)
+    for c in range(n_clusters):
+        members = np.flatnonzero(cluster == c)
+        for first in range(0, members.size, _CHUNK_ITEMS):
+            rows = members[first : first + _CHUNK_ITEMS]
+            arg = np.outer(x[rows], omega[c, :, 0]) + np.outer(y[rows], omega[c, :, 1]) + phase[c]
+            out[rows] = np.cos(arg).sum(axis=1) * math.sqrt(2.0 / m)
+    return out
+
+
+def _error_weight(field: F64Array) -> F64Array:
+    """Multiplier of the error rates at each field: ``2 Phi(z)``, uniform on [0, 2] for a Gaussian field (mean 1)."""
+    erf = np.frompyfunc(math.erf, 1, 1)
+    return 1.0 + erf(field / math.sqrt(2.0)).astype(np.float64)
+
+
+def _rehost_partial_fps(
+    rng: np.random.Generator,
+    rings: _Rings,
+    layout: _Layout,
+    bbox: F64Array,
+    item_kind: IdArray,
+    item_cluster: IdArray,
+    field_shapes: _Shapes,
+    fp_host: IdArray,
+) -> tuple[_Rings, _Layout]:
+    """Move the partial false positives onto new hosts ``fp_host``: new shapes, places and ranks.
+
+    ``item_cluster`` and ``bbox`` are updated in place. A partial false positive is
+    the last kind of shaped item, one unclosed 4-vertex ring each, so its vertices
+    are the last ones of ``rings``; they are drawn anew (rectangles of 10-40 % of the
+    new host's area at its angle) and the item is placed on the new host as
+    :func:`_place_items` places it. Fields keep their rank; each partial false
+    positive comes right after its host, as there.
+    """
+    partial = np.flatnonzero(item_kind == _FP_PARTIAL)
+    if partial.size == 0:
+        return rings, layout
+    item_cluster[partial] = item_cluster[fp_host]
+    new = _make_rings(rng, _sample_partial_fp_shapes(rng, field_shapes, fp_host))
+    n_vertices = 4 * partial.size
+    if new.x.size != n_vertices or rings.ring_item[-partial.size :].tolist() != partial.tolist():
+        raise AssertionError("partial false positives are not the last single-ring items")
+    x, y = rings.x.copy(), rings.y.copy()
+    x[-n_vertices:], y[-n_vertices:] = new.x, new.y
+    rings = dataclasses.replace(rings, x=x, y=y)
+    bbox[partial] = np.column_stack(
+        [new.x.reshape(-1, 4).min(axis=1), new.y.reshape(-1, 4).min(axis=1),
+         new.x.reshape(-1, 4).max(axis=1), new.y.reshape(-1, 4).max(axis=1)]
+    )  # fmt: skip
+    tx, ty = layout.tx.copy(), layout.ty.copy()
+    _place_partial_fps(tx, ty, bbox, partial, fp_host, _partial_fp_reach(rng, partial.size))
+    anchor = np.arange(item_kind.size)
+    anchor[partial] = fp_host
+    is_partial = item_kind == _FP_PARTIAL
+    rank = np.empty(item_kind.size, dtype=np.int64)
+    rank[np.lexsort((is_partial, layout.rank[anchor]))] = np.arange(item_kind.size)
+    return rings, dataclasses.replace(layout, tx=tx, ty=ty, rank=rank)
 
 
 def _add_merges(
-    rng: np.random.Generator, outcome: IdArray, ref_local: GeomArray, next_in_row: IdArray, fp_host: IdArray
+    rng: np.random.Generator,
+    outcome: IdArray,
+    ref_local: GeomArray,
+    next_in_row: IdArray,
+    fp_host: IdArray,
+    weight: F64Array | None = None,
 ) -> IdArray:
     """Copy of ``outcome`` where about ERROR_MIX["merge"] of the fields are merged in pairs.
 
     A merge joins a field with the next field to its right in the same row, when
     they are at most _MERGE_MAX_GAP_M apart. Merges do not chain, and fields that
-    host a partial false positive are not merged.
+    host a partial false positive are not merged. With ``weight`` (one per field,
+    mean about 1) a field starts a merge at its weight times the usual rate.
     """
     n = ref_local.size
     outcome = outcome.copy()
@@ -1229,7 +1401,7 @@ def _add_merges(
     # Start a merge at rate merge/2 (two fields each), scaled up for the fields that
     # cannot start one and for the starts dropped below.
     p_start = min(1.0, 1.3 * ERROR_MIX["merge"] / 2 / max(float(has_neighbour.mean()) if n else 1.0, 1e-9))
-    start = has_neighbour & (rng.random(n) < p_start)
+    start = has_neighbour & (rng.random(n) < (p_start if weight is None else np.minimum(1.0, p_start * weight)))
     is_partner = np.zeros(n, dtype=bool)
     is_partner[next_in_row[start]] = True
     start &= ~is_partner
@@ -1249,8 +1421,11 @@ def _predict(
     layout: _Layout,
     item_kind: IdArray,
     item_cluster: IdArray,
+    shift_weight: F64Array | None = None,
 ) -> tuple[GeomArray, IdArray, IdArray, IdArray]:
     """Predictions in the cluster frame, metres.
+
+    ``shift_weight`` (one per field) multiplies each field's own 0-2 m shift.
 
     Returns
     -------
@@ -1268,6 +1443,8 @@ def _predict(
     # Registration shift: 0-3 m per cluster plus 0-2 m per field, random directions.
     cluster_angle, cluster_shift = rng.uniform(0, 2 * np.pi, n_clusters), rng.uniform(0, 3, n_clusters)
     field_angle, field_shift = rng.uniform(0, 2 * np.pi, n_ref), rng.uniform(0, 2, n_ref)
+    if shift_weight is not None:
+        field_shift = field_shift * shift_weight
     cluster = item_cluster[:n_ref]
     shift_x = cluster_shift[cluster] * np.cos(cluster_angle[cluster]) + field_shift * np.cos(field_angle)
     shift_y = cluster_shift[cluster] * np.sin(cluster_angle[cluster]) + field_shift * np.sin(field_angle)
