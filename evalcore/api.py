@@ -251,9 +251,12 @@ def evaluate(
         ``bootstrap`` (resamples, default 0), ``bootstrap_seed`` (42),
         ``boundary_tolerance_m`` (metres, None), ``equal_area_crs`` (EPSG:6933),
         ``boundary_sample_spacing_m`` (metres, 1.0; None: perimeter / 1000),
-        ``partition_size_m`` (partition tile side, metres, 50 000; changes no point
-        estimate, the bootstrap draws depend on it), ``iou_sweep_thresholds`` (the ten
-        thresholds 0.50 ... 0.95; None: no sweep), ``majority_fraction`` (0.5).
+        ``partition_size_m`` (partition tile side, metres, 50 000; changes no number),
+        ``iou_sweep_thresholds`` (the ten thresholds 0.50 ... 0.95; None: no sweep),
+        ``majority_fraction`` (0.5), ``tile_km`` (reporting tiles, 10), ``aoi`` and
+        ``aoi_id_column`` (per-AOI metrics), ``annotated_area``, ``bootstrap_unit``
+        ("field", "tile" or "aoi"), ``score_column`` (AP, PR curves, calibration),
+        ``pixel_gsd_m`` (pixel metrics), ``min_support`` (30).
 
     Returns
     -------

@@ -161,7 +161,7 @@ def check_options(**kwargs: object) -> EvalOptions:
         # A GSD that makes one tile (or its halo) too large is refused before any work.
         window_bytes(values["pixel_gsd_m"], values["tile_km"] * 1000.0, values["pixel_tolerance_px"])
     if values["bootstrap_unit"] == "aoi" and values["aoi"] is None:
-        raise ValueError("bootstrap_unit='aoi' draws AOIs: give an AOI layer (aoi=..., aoi_id_column=...).")
+        raise ValueError("bootstrap_unit='aoi' (--bootstrap-unit aoi) draws AOIs: give an AOI layer (--aoi PATH --aoi-id-column C).")
     return EvalOptions(values)
 
 
