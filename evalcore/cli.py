@@ -161,6 +161,12 @@ def _build_parser() -> argparse.ArgumentParser:
     cp.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
     cp.add_argument("-v", "--verbose", action="count", default=0, help="more log lines")
 
+    gt = sub.add_parser("gate", help="check a run directory's metrics against acceptance gates (exit 0 pass, 1 fail, 3 not evaluable)")
+    gt.add_argument("run_dir", help="a run directory (holding metrics.json)")
+    gt.add_argument("gates", help="the gates file (YAML, deploy/gates.example.yaml)")
+    gt.add_argument("-q", "--quiet", action="store_true", help="do not print the gate table")
+    gt.add_argument("-v", "--verbose", action="count", default=0, help="more log lines")
+
     sy = sub.add_parser("synth", help="write a generated multi-zone dataset")
     sy.add_argument("--n-ref", type=int, required=True, help="number of reference fields")
     sy.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -796,6 +802,48 @@ def format_comparison(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _cmd_gate(args: argparse.Namespace) -> int:
+    """``evalcore gate RUN_DIR gates.yaml``: write the gates' outcome beside the metrics.
+
+    A first check writes ``acceptance-gates.json``; a later one adds
+    ``acceptance-gates.vN.json`` linking its predecessor (never overwrites).
+    """
+    import json
+
+    from evalcore.gates import evaluate_gates, exit_status, load_gates
+    from evalcore.io import write_json
+    from evalcore.report import sha256_path
+
+    run_dir = Path(args.run_dir)
+    metrics_path = run_dir / "metrics.json"
+    if not run_dir.is_dir() or not metrics_path.is_file():
+        raise EvalInputError(f"{args.run_dir!r} is not a run directory: it holds no metrics.json.")
+    gates = load_gates(args.gates)
+    try:
+        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise EvalInputError(f"{str(metrics_path)!r} is not valid JSON: {exc}") from None
+    result = evaluate_gates(metrics, gates, evidence_file="metrics.json", evidence_sha256=sha256_path(metrics_path))
+    result["gates_file"] = {"path": str(Path(args.gates).resolve()), "sha256": sha256_path(args.gates)}
+    target = run_dir / "acceptance-gates.json"
+    version = 1
+    while target.exists():
+        previous = target
+        version += 1
+        target = run_dir / f"acceptance-gates.v{version}.json"
+    if version > 1:
+        result["amends"] = {"file": previous.name, "sha256": sha256_path(previous)}
+    write_json(target, result)
+    if not args.quiet:
+        for rule in result["rules"]:
+            group = f"[{rule['group']}]" if rule.get("group") is not None else ""
+            print(f"{rule['state']:<14} {rule['id']}{group}: {rule['metric']} {_fmt(rule['observed'])} {rule['op']} {rule['expected']}"
+                  + (f" ({rule['reason']})" if rule.get("reason") else ""))
+        print(f"decision: {result['decision']} ({result['counts']['pass']} pass, {result['counts']['fail']} fail, "
+              f"{result['counts']['not_evaluable']} not evaluable); wrote {target}")
+    return exit_status(result)
+
+
 def _cmd_synth(args: argparse.Namespace) -> int:
     from evalcore.synth import write_layers
 
@@ -858,7 +906,7 @@ def run(argv: Sequence[str] | None = None) -> tuple[int, str | None]:
         try:
             args = parser.parse_args(argv)
             configure_logging(getattr(args, "verbose", 0))
-            handler = {"evaluate": _cmd_evaluate, "run": _cmd_run, "synth": _cmd_synth, "compare": _cmd_compare}[args.command]
+            handler = {"evaluate": _cmd_evaluate, "run": _cmd_run, "synth": _cmd_synth, "compare": _cmd_compare, "gate": _cmd_gate}[args.command]
             return handler(args), None
         except (_UsageError, EvalInputError, ValueError, TypeError, ImportError, OSError) as exc:
             if debug:

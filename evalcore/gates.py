@@ -1,0 +1,595 @@
+"""Acceptance gates: rules on a run's metrics and the content of ``acceptance-gates.json`` (SPEC 6.8).
+
+A gates file is YAML::
+
+    gates:
+      - id: G-RECALL-STRATA            # unique, required
+        metric: per_stratum.*.recall   # a path into the metrics; * expands over groups
+        op: ">="                       # one of >=, >, <=, < (quoted: a bare > starts a YAML block)
+        threshold: 0.6
+        min_support: 30                # optional: fewer reference fields -> not_evaluable
+        use: ci_lower                  # optional: value (default), ci_lower or ci_upper
+
+Paths
+-----
+A path is a dotted list of keys into the metrics dict (``recall``,
+``per_stratum.*.f1``, ``tiles.worst.f1.value``, ``aois.*.recall``). A whole segment
+``*`` (at most one per path) expands over the keys of the mapping it reaches (or the
+indices of a list), and each key it expands to is gated on its own, as the rule's
+``group``. A segment that is a number indexes a list; keys holding dots (a stratum
+``St. Louis``) are found by joining segments. Under ``aois`` and ``tiles``, ``*`` and
+a unit key that is not a key of the block itself refer to the per-unit entries
+(``aois.*.recall`` is ``aois.per_aoi.*.recall``); ``metrics.json`` holds no per-tile
+entries (they are in the tile layer), so ``tiles.*`` is ``not_evaluable``.
+
+Outcome of a rule
+-----------------
+Each rule, and each group a ``*`` expands to, answers exactly one of ``pass``,
+``fail`` and ``not_evaluable``. The reasons of ``not_evaluable``, checked in this
+order: ``"no metric at this path"`` (also a ``*`` that expands to nothing),
+``"value is null"`` (a null on the way), ``"interval asked for but the run has no
+bootstrap"`` (or, with a bootstrap, ``"the run has no interval for this metric"``),
+``"support N below the minimum M"`` (``"support unknown; the minimum is M"`` when the
+metric's entry states none), ``"value is null"`` (the value, or the asked interval
+bound, null or NaN), ``"value is not a number"`` (a mapping, a text, a boolean) and
+``"value is not finite"``. A ``*`` under ``tiles`` says that the metrics have no
+per-tile entries.
+
+* The **value** is the number at the path; ``use: ci_lower``/``ci_upper`` takes the
+  bound of its interval instead: ``ci[key]`` of the entry holding the metric (groups,
+  AOIs), ``bootstrap.ci[key]`` for a top-level metric, or the entry's own ``ci`` pair
+  for the ``value`` (or ``delta``) of an entry.
+* The **support** of a metric is the ``support`` of the nearest entry on its path
+  that has one (a stratum, size class, AOI, worst-group entry), else its
+  ``count_reference``; a top-level metric's support is the run's ``count_reference``.
+  It is recorded on every rule; only ``min_support`` makes it decide.
+
+The decision is ``pass`` only if every rule (every expanded group) passes, ``fail`` if
+one fails, else ``not_evaluable``; :func:`exit_status` maps it to 0, 1 and 3. A run
+gated by no rule at all is ``not_evaluable``, never a vacuous pass.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evalcore.errors import EvalInputError
+
+__all__ = [
+    "OPS",
+    "STATES",
+    "USES",
+    "Gate",
+    "evaluate_gates",
+    "exit_status",
+    "load_gates",
+    "parse_gates",
+]
+
+OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge,
+    ">": operator.gt,
+    "<=": operator.le,
+    "<": operator.lt,
+}
+"""The comparisons a rule may use: ``observed OP threshold``."""
+
+USES: tuple[str, ...] = ("value", "ci_lower", "ci_upper")
+"""What of a metric a rule compares: its value or a bound of its bootstrap interval."""
+
+STATES: tuple[str, ...] = ("pass", "fail", "not_evaluable")
+"""The answers of a rule, and the decisions of a set of rules."""
+
+EXIT_STATUS: dict[str, int] = {"pass": 0, "fail": 1, "not_evaluable": 3}
+"""Exit status of ``evalcore gate`` / ``evalcore run --gates`` for each decision."""
+
+_RULE_KEYS: tuple[str, ...] = ("id", "metric", "op", "threshold", "min_support", "use")
+
+# Blocks whose ``*`` means their per-unit entries, and what the reason is when there are none.
+_UNIT_BLOCKS: dict[str, tuple[str, str]] = {
+    "aois": ("per_aoi", "the metrics have no per-AOI entries"),
+    "tiles": ("per_tile", "the metrics have no per-tile entries (per-tile values are in the tile layer)"),
+}
+
+REASON_MISSING = "no metric at this path"
+REASON_NULL = "value is null"
+REASON_NO_BOOTSTRAP = "interval asked for but the run has no bootstrap"
+REASON_NO_INTERVAL = "the run has no interval for this metric"
+REASON_NOT_NUMBER = "value is not a number"
+REASON_NOT_FINITE = "value is not finite"
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One rule of a gates file.
+
+    Attributes
+    ----------
+    id : str
+        Unique name of the rule.
+    metric : str
+        Dotted path into the metrics, with at most one ``*`` segment.
+    op : str
+        One of ``>=``, ``>``, ``<=``, ``<``; the rule passes when ``observed op threshold``.
+    threshold : float
+        The expected bound (finite).
+    min_support : int or None
+        Fewer reference fields than this make the rule ``not_evaluable``; ``None``: no minimum.
+    use : str
+        ``value``, ``ci_lower`` or ``ci_upper``.
+    """
+
+    id: str
+    metric: str
+    op: str
+    threshold: float
+    min_support: int | None = None
+    use: str = "value"
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe loader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    seen: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            duplicate = key in seen
+        except TypeError:  # an unhashable key; construct_mapping reports it
+            break
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def load_gates(path: str | Path) -> list[Gate]:
+    """Read and check a gates file.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        A YAML file with a top-level ``gates`` list of rules (see the module docstring
+        and ``deploy/gates.example.yaml``).
+
+    Returns
+    -------
+    list of Gate
+        The rules in file order.
+
+    Raises
+    ------
+    EvalInputError
+        One line naming the file, and the rule (by id, else by position) at fault: the
+        file cannot be read or is not YAML, it has no ``gates`` list or an empty one, a
+        rule is not a mapping, has no id, an id of another rule, an unknown key, no or a
+        bad metric path, an unknown comparison, a threshold that is not a finite
+        number, a bad ``use`` or a ``min_support`` that is not an integer >= 0.
+    """
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvalInputError(f"gates file {name!r} cannot be read: {_one_line(exc)}") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
+    except yaml.YAMLError as exc:
+        raise EvalInputError(f"gates file {name!r} is not valid YAML: {_one_line(exc)}") from None
+    return parse_gates(data, source=name)
+
+
+def parse_gates(data: object, *, source: str = "<gates>") -> list[Gate]:
+    """Check the parsed content of a gates file (``{"gates": [rule, ...]}``).
+
+    Parameters
+    ----------
+    data : object
+        What the YAML file holds (a mapping with one key, ``gates``).
+    source : str, default "<gates>"
+        The file's name, for the messages.
+
+    Returns
+    -------
+    list of Gate
+        The rules in order.
+
+    Raises
+    ------
+    EvalInputError
+        As :func:`load_gates`.
+    """
+    where = f"gates file {source!r}"
+    if not isinstance(data, Mapping) or "gates" not in data:
+        got = "is empty" if data is None else f"holds a {type(data).__name__}" if not isinstance(data, Mapping) else "has no 'gates' key"
+        raise EvalInputError(f"{where} {got}; it needs a top-level 'gates:' list of rules (see deploy/gates.example.yaml).")
+    extra = [str(k) for k in data if k != "gates"]
+    if extra:
+        raise EvalInputError(f"{where}: unknown top-level key(s) {', '.join(map(repr, extra))}; only 'gates' is allowed.")
+    rules = data["gates"]
+    if not isinstance(rules, list):
+        raise EvalInputError(f"{where}: 'gates' must be a list of rules, but it is a {type(rules).__name__}.")
+    if not rules:
+        raise EvalInputError(f"{where}: 'gates' holds no rule; a run gated by nothing cannot pass.")
+    gates: list[Gate] = []
+    seen: dict[str, int] = {}
+    for position, rule in enumerate(rules, start=1):
+        gate = _parse_rule(rule, position, where)
+        if gate.id in seen:
+            raise EvalInputError(f"{where}: rule {gate.id!r} (#{position}): the id is also rule #{seen[gate.id]}'s; ids must be unique.")
+        seen[gate.id] = position
+        gates.append(gate)
+    return gates
+
+
+def _parse_rule(rule: object, position: int, where: str) -> Gate:
+    """One rule; every message names the file and the rule."""
+    if not isinstance(rule, Mapping):
+        raise EvalInputError(f"{where}: rule #{position} is a {type(rule).__name__}, not a mapping of id, metric, op, threshold.")
+    rid = rule.get("id")
+    if not isinstance(rid, str) or not rid.strip():
+        shown = "has no id" if rid is None else f"has the id {rid!r}, not a non-empty text (quote it)"
+        raise EvalInputError(f"{where}: rule #{position} {shown}; every rule needs a unique id.")
+    label = f"{where}: rule {rid!r} (#{position})"
+    unknown = [str(k) for k in rule if k not in _RULE_KEYS]
+    if unknown:
+        raise EvalInputError(f"{label}: unknown key(s) {', '.join(map(repr, unknown))}; a rule has {', '.join(_RULE_KEYS)}.")
+    for key in ("metric", "op", "threshold"):
+        if key not in rule or rule[key] is None:
+            raise EvalInputError(f"{label} has no {key!r}.")
+
+    metric = rule["metric"]
+    if not isinstance(metric, str) or not metric.strip():
+        raise EvalInputError(f"{label}: metric {metric!r} is not a path such as 'recall' or 'per_stratum.*.f1'.")
+    metric = metric.strip()
+    segments = metric.split(".")
+    if any(not s.strip() for s in segments):
+        raise EvalInputError(f"{label}: metric {metric!r} has an empty segment.")
+    if sum(s == "*" for s in segments) > 1:
+        raise EvalInputError(f"{label}: metric {metric!r} has more than one '*'; a path expands over one grouping.")
+    if any("*" in s and s != "*" for s in segments):
+        raise EvalInputError(f"{label}: metric {metric!r}: '*' must be a whole segment (like 'per_stratum.*.f1').")
+
+    op = rule["op"]
+    if not isinstance(op, str) or op.strip() not in OPS:
+        raise EvalInputError(f"{label}: unknown comparison op {op!r}; use one of {', '.join(OPS)} (quoted in YAML).")
+    op = op.strip()
+
+    threshold = _number(rule["threshold"])
+    if threshold is None:
+        raise EvalInputError(f"{label}: threshold {rule['threshold']!r} is not a finite number.")
+
+    use = rule.get("use", "value")
+    if use is None:
+        use = "value"
+    if not isinstance(use, str) or use not in USES:
+        raise EvalInputError(f"{label}: use {use!r} is not one of {', '.join(USES)}.")
+
+    min_support = rule.get("min_support")
+    if min_support is not None:
+        if isinstance(min_support, bool) or not isinstance(min_support, int) or min_support < 0:
+            raise EvalInputError(f"{label}: min_support {min_support!r} is not an integer >= 0.")
+        min_support = int(min_support)
+
+    return Gate(id=rid.strip(), metric=metric, op=op, threshold=threshold, min_support=min_support, use=use)
+
+
+def _number(value: object) -> float | None:
+    """A finite float from a YAML number (or a text such as '1e-3', which YAML 1.1 leaves a string)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+# --------------------------------------------------------------------------- resolving paths
+
+
+@dataclass(frozen=True)
+class _Found:
+    """A path resolved to an entry: the value, its key in its container, and the containers from the root."""
+
+    group: str | None
+    value: object
+    key: str | int | None
+    chain: tuple[object, ...]  # root, ..., the container of the value
+
+
+@dataclass(frozen=True)
+class _Missing:
+    group: str | None
+    reason: str
+
+
+def _child(node: object, segments: Sequence[str], i: int) -> tuple[object, str | int, int] | None:
+    """The child of ``node`` named by ``segments[i:]``: (child, key, segments consumed), or None.
+
+    A mapping key is the segment itself, else the shortest join of the next segments
+    (a key holding dots); a list index is a whole-number segment.
+    """
+    if isinstance(node, Mapping):
+        for j in range(i + 1, len(segments) + 1):
+            key = ".".join(segments[i:j])
+            if key in node:
+                return node[key], key, j - i
+        seg = segments[i]
+        if seg.lstrip("-").isdigit() and int(seg) in node:  # a dict built in Python with integer keys
+            return node[int(seg)], int(seg), 1
+        return None
+    if isinstance(node, (list, tuple)):
+        seg = segments[i]
+        if seg.isdigit() and int(seg) < len(node):
+            return node[int(seg)], int(seg), 1
+    return None
+
+
+def _children(node: object) -> list[tuple[str, object]]:
+    if isinstance(node, Mapping):
+        return [(str(k), v) for k, v in node.items()]
+    if isinstance(node, (list, tuple)):
+        return [(str(k), v) for k, v in enumerate(node)]
+    return []
+
+
+def _resolve(metrics: Mapping, segments: Sequence[str]) -> Iterator[_Found | _Missing]:
+    """Every (group, entry) a path reaches; a path that reaches nothing yields one :class:`_Missing`."""
+
+    def walk(node: object, i: int, chain: tuple[object, ...], key: str | int | None, group: str | None):
+        if i == len(segments):
+            yield _Found(group, node, key, chain)
+            return
+        if node is None or (isinstance(node, float) and math.isnan(node)):
+            yield _Missing(group, REASON_NULL)  # a null entry on the way (e.g. no worst group)
+            return
+        seg = segments[i]
+        # Under aois/tiles, '*' and unit keys mean the block's per-unit entries.
+        if len(chain) == 1 and key in _UNIT_BLOCKS and isinstance(node, Mapping):
+            per_unit, no_units = _UNIT_BLOCKS[key]
+            units = node.get(per_unit)
+            if seg == "*" and not isinstance(units, Mapping):
+                yield _Missing(group, no_units)
+                return
+            if isinstance(units, Mapping) and (seg == "*" or _child(node, segments, i) is None):
+                chain, key, node = (*chain, node), per_unit, units
+        if seg == "*":
+            last = i + 1 == len(segments)
+            children = [(k, v) for k, v in _children(node) if last or isinstance(v, (Mapping, list, tuple)) or v is None]
+            if not children:
+                yield _Missing(group, REASON_MISSING)
+                return
+            for k, v in children:
+                ckey: str | int = int(k) if isinstance(node, (list, tuple)) else k
+                yield from walk(v, i + 1, (*chain, node), ckey, k)
+            return
+        found = _child(node, segments, i)
+        if found is None:
+            yield _Missing(group, REASON_MISSING)
+            return
+        value, ckey, used = found
+        yield from walk(value, i + used, (*chain, node), ckey, group)
+
+    yield from walk(metrics, 0, (), None, None)
+
+
+def _finite(value: object) -> float | None:
+    """A float, or None for null, NaN and infinities (JSON-safe)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _is_number(value: object) -> bool:
+    if value is None or isinstance(value, (bool, str, Mapping, list, tuple)):
+        return False
+    try:
+        float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _support(chain: tuple[object, ...]) -> int | None:
+    """``support`` of the nearest entry on the path that states one, else its ``count_reference``."""
+    for entry in reversed(chain):
+        if isinstance(entry, Mapping):
+            for key in ("support", "count_reference"):
+                if key in entry:
+                    number = _finite(entry[key])
+                    return None if number is None else int(number)
+    return None
+
+
+def _has_bootstrap(metrics: Mapping) -> bool:
+    block = metrics.get("bootstrap")
+    return isinstance(block, Mapping) and bool(block.get("n_resamples", 1))
+
+
+def _interval(metrics: Mapping, found: _Found) -> tuple[object, object] | None:
+    """The [lo, hi] interval of the value at ``found``, or None when the run has none for it."""
+    container = found.chain[-1] if found.chain else None
+    key = found.key
+    candidates: list[object] = []
+    if isinstance(container, Mapping):
+        ci = container.get("ci")
+        if isinstance(ci, Mapping) and key in ci:
+            candidates.append(ci[key])
+        elif isinstance(ci, (list, tuple)) and key in ("value", "delta"):
+            candidates.append(ci)
+        if container is metrics:
+            boot = metrics.get("bootstrap")
+            boot_ci = boot.get("ci") if isinstance(boot, Mapping) else None
+            if isinstance(boot_ci, Mapping) and key in boot_ci:
+                candidates.append(boot_ci[key])
+    for pair in candidates:
+        if isinstance(pair, (list, tuple)) and len(pair) == 2:
+            return pair[0], pair[1]
+    return None
+
+
+# --------------------------------------------------------------------------- evaluating
+
+
+def _row(gate: Gate, group: str | None, observed: float | None, support: int | None, state: str, reason: str | None) -> dict:
+    return {
+        "id": gate.id,
+        "metric": gate.metric,
+        "group": group,
+        "observed": observed,
+        "use": gate.use,
+        "op": gate.op,
+        "expected": float(gate.threshold),
+        "support": support,
+        "min_support": gate.min_support,
+        "state": state,
+        "reason": reason,
+    }
+
+
+def _judge(metrics: Mapping, gate: Gate, entry: _Found | _Missing) -> dict:
+    """The row of one rule in one group."""
+    if isinstance(entry, _Missing):
+        return _row(gate, entry.group, None, None, "not_evaluable", entry.reason)
+    support = _support(entry.chain)
+    raw: object = entry.value
+    if gate.use != "value" and (raw is None or _is_number(raw)):
+        pair = _interval(metrics, entry)
+        if pair is None:
+            reason = REASON_NO_INTERVAL if _has_bootstrap(metrics) else REASON_NO_BOOTSTRAP
+            return _row(gate, entry.group, None, support, "not_evaluable", reason)
+        raw = pair[0] if gate.use == "ci_lower" else pair[1]
+    observed = _finite(raw)
+    if gate.min_support is not None:
+        if support is None:
+            return _row(gate, entry.group, observed, None, "not_evaluable", f"support unknown; the minimum is {gate.min_support}")
+        if support < gate.min_support:
+            return _row(gate, entry.group, observed, support, "not_evaluable", f"support {support} below the minimum {gate.min_support}")
+    if raw is None or (_is_number(raw) and math.isnan(float(raw))):  # type: ignore[arg-type]
+        return _row(gate, entry.group, None, support, "not_evaluable", REASON_NULL)
+    if not _is_number(raw):  # a mapping, a list, a text or a boolean
+        return _row(gate, entry.group, None, support, "not_evaluable", REASON_NOT_NUMBER)
+    if observed is None:  # an infinity, which JSON cannot hold
+        return _row(gate, entry.group, None, support, "not_evaluable", REASON_NOT_FINITE)
+    state = "pass" if OPS[gate.op](observed, float(gate.threshold)) else "fail"
+    return _row(gate, entry.group, observed, support, state, None)
+
+
+def evaluate_gates(
+    metrics: Mapping[str, Any],
+    gates: Sequence[Gate],
+    *,
+    evidence_file: str = "metrics.json",
+    evidence_sha256: str | None = None,
+) -> dict[str, Any]:
+    """Check a run's metrics against rules: the content of ``acceptance-gates.json``.
+
+    Parameters
+    ----------
+    metrics : mapping
+        A metrics dict, as in ``metrics.json`` (JSON nulls) or as :func:`evalcore.evaluate`
+        returns it (NaN is taken for null).
+    gates : sequence of Gate
+        The rules, e.g. from :func:`load_gates`.
+    evidence_file : str, default "metrics.json"
+        The file the metrics were read from, recorded as evidence.
+    evidence_sha256 : str or None
+        Its SHA-256 (hex), recorded as evidence.
+
+    Returns
+    -------
+    dict
+        ``{"decision", "rules", "evidence", "counts"}``: ``decision`` is ``pass``,
+        ``fail`` or ``not_evaluable``; ``rules`` one entry per rule and per group a
+        ``*`` expands to, with ``id``, ``metric``, ``group`` (the key ``*`` expanded
+        to, else None), ``observed`` (the compared number, None when there is none),
+        ``use``, ``op``, ``expected`` (the threshold), ``support``, ``min_support``,
+        ``state`` and ``reason`` (why not evaluable, else None); ``evidence``
+        ``{"file", "sha256"}``; ``counts`` the rows in each state. No NaN: the dict
+        passes ``json.dumps(..., allow_nan=False)``.
+
+    Notes
+    -----
+    Pure: reads nothing and writes nothing. The decision is ``pass`` only if every row
+    passes; ``fail`` if any fails; else (some row not evaluable, or no rule at all)
+    ``not_evaluable``.
+    """
+    rows: list[dict] = []
+    for gate in gates:
+        if not isinstance(gate, Gate):
+            raise TypeError(f"evaluate_gates takes Gate rules (see load_gates), not {type(gate).__name__}")
+        if gate.op not in OPS:
+            raise ValueError(f"rule {gate.id!r}: unknown comparison op {gate.op!r}; use one of {', '.join(OPS)}")
+        if gate.use not in USES:
+            raise ValueError(f"rule {gate.id!r}: use {gate.use!r} is not one of {', '.join(USES)}")
+        segments = gate.metric.split(".")
+        for entry in _resolve(metrics, segments):
+            rows.append(_judge(metrics, gate, entry))
+    counts = {state: sum(row["state"] == state for row in rows) for state in STATES}
+    if rows and counts["pass"] == len(rows):
+        decision = "pass"
+    elif counts["fail"]:
+        decision = "fail"
+    else:
+        decision = "not_evaluable"
+    return {
+        "decision": decision,
+        "rules": rows,
+        "evidence": {"file": evidence_file, "sha256": evidence_sha256},
+        "counts": counts,
+    }
+
+
+def exit_status(result: Mapping[str, Any]) -> int:
+    """The exit status of a gates outcome: 0 pass, 1 fail, 3 not evaluable.
+
+    Parameters
+    ----------
+    result : mapping
+        What :func:`evaluate_gates` returns (or an ``acceptance-gates.json`` read back).
+
+    Returns
+    -------
+    int
+        0, 1 or 3.
+
+    Raises
+    ------
+    ValueError
+        When ``result["decision"]`` is none of ``pass``, ``fail``, ``not_evaluable``.
+    """
+    decision = result.get("decision")
+    if decision not in EXIT_STATUS:
+        raise ValueError(f"a gates outcome's decision is 'pass', 'fail' or 'not_evaluable', not {decision!r}")
+    return EXIT_STATUS[decision]
