@@ -144,6 +144,7 @@ def _build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--workdir", help="work directory; keep it to resume an interrupted run (default: RUN_DIR/work, removed after success)")
     rn.add_argument("-o", "--output-dir", required=True, help="run directory: metrics.json, report.md, manifest.json, fields/ (its parent must exist)")
     rn.add_argument("-v", "--verbose", action="count", default=0, help="more log lines (-v: every partition, -vv: also Prefect's and Dask's); the run directory keeps the whole log")
+    rn.add_argument("--gates", help="acceptance gates file (YAML): acceptance-gates.json in the run directory; exit 1 when a gate fails, 3 when one is not evaluable (default: none)")
 
     cp = sub.add_parser("compare", help="paired comparison of a candidate and an incumbent prediction layer against one reference")
     cp.add_argument("-p", "--candidate", required=True, help="candidate prediction layer (any format the readers take)")

@@ -75,6 +75,18 @@ class _TerminalFilter(logging.Filter):
         return v >= 2 and record.levelno >= logging.INFO
 
 
+class _TerminalFormatter(logging.Formatter):
+    """The terminal's format; no traceback for an exception that is an expected outcome
+    (its class sets ``expected_outcome = True``: gates that did not pass), which the log
+    file still records whole."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and getattr(exc, "expected_outcome", False):
+            record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
+        return super().format(record)
+
+
 class TerminalHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a record arrives.
 
@@ -86,7 +98,7 @@ class TerminalHandler(logging.StreamHandler):
 
     def __init__(self, verbosity: int = 0) -> None:
         super().__init__(sys.stderr)
-        self.setFormatter(logging.Formatter(_TERMINAL_FORMAT))
+        self.setFormatter(_TerminalFormatter(_TERMINAL_FORMAT))
         self.addFilter(_TerminalFilter(verbosity))
 
     @property

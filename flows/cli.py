@@ -46,6 +46,7 @@ def run_command(args: argparse.Namespace) -> int:
             cluster=args.cluster,
             n_workers=args.workers,
             workdir=args.workdir,
+            gates=args.gates,
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -58,8 +59,20 @@ def run_command(args: argparse.Namespace) -> int:
         check_output_dir(args.workdir, "--workdir")
     check_columns_up_front(args)
     check_site_layers(args)
+    if args.gates is not None:
+        from evalcore.gates import load_gates
+
+        load_gates(args.gates)  # a bad gates file fails before any work
     started = time.perf_counter()
-    metrics = evaluate_layers(params)
+    from flows.evaluate import GatesNotPassed
+
+    try:
+        metrics = evaluate_layers(params)
+    except GatesNotPassed as exc:
+        from evalcore.gates import exit_status
+
+        print(f"{exc}", flush=True)
+        return exit_status(exc.result)
     print(format_summary(metrics))
     out = Path(args.output_dir)
     written = [name for name in ("metrics.json", "report.md", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet") if (out / name).exists()]

@@ -248,12 +248,12 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
     logger = get_run_logger()
     _log.debug("run %s: predicted %s, reference %s", out, params.predicted, params.reference)
     # A rerun must not leave an earlier result looking current while it runs or if it fails.
-    for stale in ("metrics.json", "report.md", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet"):
+    for stale in ("metrics.json", "report.md", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet", "acceptance-gates.json"):
         (out / stale).unlink(missing_ok=True)
     started = _now()
     write_json(out / "status.json", {"status": "running", "started": started})
     workdir = Path(params.workdir) if params.workdir else out / "work"
-    setup = index = done_pairs = resolved = done_sums = merge_seconds = None
+    setup = index = done_pairs = resolved = done_sums = merge_seconds = gate_result = None
     dashboard = ""
 
     def record() -> RunRecord | None:
@@ -301,6 +301,7 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
             metrics = merge(client, setup, index, plan, resolved, done_sums)
             merge_seconds = time.perf_counter() - merge_started
             publish(record(), metrics, params, started, dashboard)
+            gate_result = check_gates(params) if params.gates else None
     except BaseException as exc:
         _log.debug("run %s failed", out, exc_info=True)  # the whole traceback, in the run log only
         for partial in ("metrics.json", "report.md"):
@@ -317,4 +318,45 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
     if not params.keep_workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     logger.info("run finished: precision %.3f, recall %.3f, F1 %.3f; outputs in %s", metrics["precision"], metrics["recall"], metrics["f1"], out)
+    if gate_result is not None and gate_result["decision"] != "pass":
+        # After everything is written: the run ends Failed, so an automation can alert.
+        raise GatesNotPassed(gate_result)
     return metrics
+
+
+class GatesNotPassed(RuntimeError):
+    """The run's acceptance gates did not all pass (``decision``: fail or not_evaluable)."""
+
+    expected_outcome = True  # a decision, not a crash: no traceback on the terminal
+
+    def __init__(self, result: dict) -> None:
+        self.result = result
+        counts = result["counts"]
+        super().__init__(
+            f"acceptance gates: {result['decision']} ({counts['pass']} pass, {counts['fail']} fail, "
+            f"{counts['not_evaluable']} not evaluable); see acceptance-gates.json"
+        )
+
+
+@task(name="gates", retries=0, cache_policy=NO_CACHE)
+def check_gates(params: EvaluateParams) -> dict:
+    """Check the run's metrics against the gates file; write acceptance-gates.json; publish the gate table."""
+    import json
+
+    from evalcore.gates import evaluate_gates, load_gates
+
+    out = Path(params.output_dir)
+    metrics_path = out / "metrics.json"
+    result = evaluate_gates(
+        json.loads(metrics_path.read_text(encoding="utf-8")), load_gates(params.gates),
+        evidence_file="metrics.json", evidence_sha256=sha256_path(metrics_path),
+    )
+    result["gates_file"] = {"path": str(Path(params.gates).resolve()), "sha256": sha256_path(params.gates)}
+    write_json(out / "acceptance-gates.json", result)
+    create_table_artifact(
+        [{k: r.get(k) for k in ("id", "group", "metric", "observed", "op", "expected", "support", "state", "reason")} for r in result["rules"]],
+        key=artifact_key("evalcore-gates", params),
+        description=f"Acceptance gates: {result['decision']}",
+    )
+    get_run_logger().info("acceptance gates: %s (%s)", result["decision"], ", ".join(f"{k} {v}" for k, v in result["counts"].items()))
+    return result

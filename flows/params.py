@@ -78,6 +78,7 @@ class EvaluateParams(MetricParams):
     workdir: str | None = Field(None, description="work directory (default: <output_dir>/work)")
     chunk_rows: int = Field(50_000, ge=1, description="input rows per prepare task")
     keep_workdir: bool = Field(False, description="keep the work directory after a successful run (it is always kept after a failure, for resume)")
+    gates: str | None = Field(None, description="acceptance gates file (YAML, deploy/gates.example.yaml): acceptance-gates.json in the run directory; the run ends Failed unless every gate passes")
 
 
 #: The ``EvaluateParams`` fields that decide the numbers (besides the two input files).
