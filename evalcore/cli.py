@@ -579,33 +579,15 @@ def _check_not_inputs(inputs: dict[str, str], outputs: dict[str, str | None], di
 
 
 def _check_score_column(values: object, column: str, where: str, columns: list[str]) -> None:
-    """Scores must exist and be finite numbers in [0, 1]; the message names the first bad row (0-based)."""
-    import numpy as np
+    """Scores must exist and be finite numbers in [0, 1] (:func:`evalcore.metrics.scores.score_values`)."""
     import pandas as pd
-    from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
-    if values is None:
+    from evalcore.metrics.scores import score_values
+
+    if values is None:  # only the header was read: the column names, not their types
         shown = ", ".join(repr(c) for c in columns) or "(none)"
         raise EvalInputError(f"--score-column {column!r} is not a column of the {where}; its columns are: {shown}.")
-    values = pd.Series(values).reset_index(drop=True)
-    if is_bool_dtype(values) or not is_numeric_dtype(values):
-        numbers = pd.to_numeric(values, errors="coerce")
-        bad = np.flatnonzero(numbers.isna().to_numpy() & values.notna().to_numpy())
-        row = int(bad[0]) if len(bad) else 0
-        raise EvalInputError(
-            f"--score-column {column!r} of the {where} is not numeric (dtype {values.dtype}): row {row} (0-based) holds "
-            f"{_plain(values.iloc[row])!r}. Scores must be numbers in [0, 1]; convert the column or choose another one."
-        )
-    v = values.to_numpy(dtype=np.float64, na_value=np.nan)
-    with np.errstate(invalid="ignore"):
-        bad = np.flatnonzero(~np.isfinite(v) | (v < 0.0) | (v > 1.0))
-    if len(bad):
-        row = int(bad[0])
-        what = "missing" if np.isnan(v[row]) else "not finite" if not np.isfinite(v[row]) else "outside [0, 1]"
-        raise EvalInputError(
-            f"--score-column {column!r} of the {where}: row {row} (0-based) holds {_plain(values.iloc[row])!r}, which is {what} "
-            f"({len(bad)} of {len(v)} rows are not finite numbers in [0, 1]). Fix or remove those rows."
-        )
+    score_values(pd.DataFrame({column: values}), column, where, label="--score-column")
 
 
 def _plain(value: object) -> object:

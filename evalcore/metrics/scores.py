@@ -63,13 +63,17 @@ def _parse_score(text: str) -> float | None:
     return None if text.strip().lower() == "none" else float(text)
 
 
-def score_values(layer: object, column: str, where: str) -> np.ndarray:
+def score_values(layer: object, column: str, where: str, *, label: str = "score column") -> np.ndarray:
     """The scores of a layer's rows as float64, checked: a numeric column, finite, in [0, 1].
+
+    The one check of a score column: the library's (``label`` "score column") and the
+    command line's (``label`` "--score-column") messages differ only by that label.
 
     Raises
     ------
     EvalInputError
-        Naming the layer, the column and the first bad row (0-based), or listing the
+        Naming the layer, the column and the first bad row (0-based; a chunk of a file,
+        indexed by its rows' positions, names the row in the file), or listing the
         numeric columns when the column is missing.
     """
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
@@ -80,26 +84,39 @@ def score_values(layer: object, column: str, where: str) -> np.ndarray:
     if column not in columns:
         numeric = [c for c in columns if is_numeric_dtype(layer[c]) and not is_bool_dtype(layer[c])]
         raise EvalInputError(
-            f"score column {column!r} is not a column of the {where}; its numeric columns are: "
+            f"{label} {column!r} is not a column of the {where}; its numeric columns are: "
             f"{', '.join(map(repr, numeric)) or '(none)'}."
         )
+    index = getattr(layer, "index", None)
+
+    def row_name(row: int) -> int:
+        return int(index[row]) if isinstance(index, pd.RangeIndex) else row
+
     values = pd.Series(layer[column]).reset_index(drop=True)
     if is_bool_dtype(values) or not is_numeric_dtype(values):
-        raise EvalInputError(f"score column {column!r} of the {where} is not numeric (dtype {values.dtype}).")
+        numbers = pd.to_numeric(values, errors="coerce")
+        bad = np.flatnonzero(numbers.isna().to_numpy() & values.notna().to_numpy())
+        row = int(bad[0]) if len(bad) else 0
+        raise EvalInputError(
+            f"{label} {column!r} of the {where} is not numeric (dtype {values.dtype}): row {row_name(row)} (0-based) holds "
+            f"{_plain(values.iloc[row])!r}. Scores must be numbers in [0, 1]; convert the column or choose another one."
+        )
     v = values.to_numpy(dtype=np.float64, na_value=np.nan)
     with np.errstate(invalid="ignore"):
         bad = np.flatnonzero(~np.isfinite(v) | (v < 0.0) | (v > 1.0))
     if len(bad):
         row = int(bad[0])
         what = "missing" if np.isnan(v[row]) else "not finite" if not np.isfinite(v[row]) else "outside [0, 1]"
-        index = getattr(layer, "index", None)
-        # A chunk of a file is indexed by its rows' positions in the file.
-        shown = int(index[row]) if isinstance(index, pd.RangeIndex) else row
         raise EvalInputError(
-            f"score column {column!r} of the {where}: row {shown} (0-based) holds {float(v[row])!r}, which is {what} "
-            f"({len(bad)} of {len(v)} rows are not finite numbers in [0, 1])."
+            f"{label} {column!r} of the {where}: row {row_name(row)} (0-based) holds {_plain(values.iloc[row])!r}, which is {what} "
+            f"({len(bad)} of {len(v)} rows are not finite numbers in [0, 1]). Fix or remove those rows."
         )
     return v
+
+
+def _plain(value: object) -> object:
+    """A numpy scalar as the Python value it holds (messages show ``1.5``, not ``np.float64(1.5)``)."""
+    return value.item() if hasattr(value, "item") else value
 
 
 def calibration_bin(score: np.ndarray, n_bins: int) -> np.ndarray:
