@@ -114,12 +114,31 @@ def draw_field_counts(m: IdArray, n_fields: int, seed: int, pool: int, key: Part
     -------
     ndarray of float64, shape (n_replicates, n_fields)
     """
-    rng = _rng(seed, 1, pool, key[0], key[1] + _OFFSET, key[2] + _OFFSET)
     out = np.zeros((len(m), n_fields))
-    for b, draws in enumerate(np.asarray(m).tolist()):
-        if draws:
-            out[b] = np.bincount(rng.integers(0, n_fields, size=draws), minlength=n_fields)
+    for b, hits in enumerate(field_count_stream(m, n_fields, seed, pool, key)):
+        out[b] = hits
     return out
+
+
+def field_count_stream(m: IdArray, n_fields: int, seed: int, pool: int, key: PartitionKey):
+    """:func:`draw_field_counts` one replicate at a time (the same generator, the same order)."""
+    rng = _rng(seed, 1, pool, key[0], key[1] + _OFFSET, key[2] + _OFFSET)
+    empty = np.zeros(n_fields)
+    for draws in np.asarray(m).tolist():
+        yield np.bincount(rng.integers(0, n_fields, size=draws), minlength=n_fields) if draws else empty
+
+
+def _field_groups(pools: IdArray, tiles: IdArray):
+    """The (pool, tile key, rows) of every (pool, reporting tile) group of some rows, rows in order."""
+    if len(pools) == 0:
+        return
+    keys = np.column_stack([pools, tiles])
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = np.asarray(inverse).ravel()
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(unique) + 1))
+    for g, row in enumerate(unique.tolist()):
+        yield int(row[0]), (int(row[1]), int(row[2]), int(row[3])), order[bounds[g] : bounds[g + 1]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,19 +287,11 @@ class RowDraws:
             for u in np.unique(self.units):
                 out[:, self.units == u] = self.unit_counts[int(u)][:, None]
             return out
-        n = len(self.pools)
-        out = np.zeros((self.n_replicates, n))
-        if n == 0:
-            return out
-        keys = np.column_stack([self.pools, self.tiles])
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-        inverse = inverse.ravel()
-        for g, row in enumerate(unique):
-            pool, tile = int(row[0]), tuple(int(v) for v in row[1:])
+        out = np.zeros((self.n_replicates, len(self.pools)))
+        for pool, tile, mine in _field_groups(self.pools, self.tiles):
             size, counts = self.groups[(pool, tile)]
             # The whole group's draws, regenerated here: the same wherever its fields are.
             drawn = draw_field_counts(counts, size, self.seed, pool, tile)
-            mine = np.flatnonzero(inverse == g)
             out[:, mine] = drawn[:, self.ranks[mine]]
         return out
 
@@ -333,7 +344,7 @@ class RunDraws:
             return RowDraws(self.unit, self.n_replicates, self.seed, units=units,
                             unit_counts={int(u): self.counts[:, u] for u in np.unique(units)})
         pools, tiles = self.ref_pools[rows], self.ref_tiles[rows]
-        needed = {(int(p), (int(e), int(x), int(y))) for p, (e, x, y) in zip(pools.tolist(), tiles.tolist())}
+        needed = [(pool, tile) for pool, tile, _ in _field_groups(pools, tiles)]
         return RowDraws(self.unit, self.n_replicates, self.seed, pools=pools, ranks=self.ref_ranks[rows], tiles=tiles,
                         groups={k: self.groups[k] for k in needed})
 
@@ -350,25 +361,14 @@ class RunDraws:
             for b in range(self.n_replicates):
                 yield self.counts[b, self.ref_units]
             return
-        n = len(self.ref_pools)
         streams = []
-        keys = np.column_stack([self.ref_pools, self.ref_tiles]) if n else np.empty((0, 4), np.int64)
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True) if n else (keys, np.empty(0, np.int64))
-        inverse = np.asarray(inverse).ravel()
-        order = np.argsort(inverse, kind="stable")
-        bounds = np.searchsorted(inverse[order], np.arange(len(unique) + 1))
-        for g, row in enumerate(unique):
-            pool, tile = int(row[0]), tuple(int(v) for v in row[1:])
+        for pool, tile, members in _field_groups(self.ref_pools, self.ref_tiles):
             size, counts = self.groups[(pool, tile)]
-            members = order[bounds[g] : bounds[g + 1]]
-            rng = _rng(self.seed, 1, pool, tile[0], tile[1] + _OFFSET, tile[2] + _OFFSET)
-            streams.append((members, self.ref_ranks[members], size, rng, counts))
-        for b in range(self.n_replicates):
-            weights = np.zeros(n)
-            for members, ranks, size, rng, counts in streams:
-                if counts[b]:
-                    hits = np.bincount(rng.integers(0, size, size=int(counts[b])), minlength=size)
-                    weights[members] = hits[ranks]
+            streams.append((members, self.ref_ranks[members], field_count_stream(counts, size, self.seed, pool, tile)))
+        for _ in range(self.n_replicates):
+            weights = np.zeros(len(self.ref_pools))
+            for members, ranks, stream in streams:
+                weights[members] = next(stream)[ranks]
             yield weights
 
 

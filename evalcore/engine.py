@@ -410,16 +410,6 @@ def run_draws(results: PairResults, preds: pd.DataFrame, options: EvalOptions, u
     return block_draws(options.bootstrap_unit, unit_keys, ref_units, B, seed), pred_units
 
 
-def unit_keys_of(results: PairResults, preds: pd.DataFrame, unit: str) -> IdArray:
-    """Every unit of a block bootstrap that holds a reference field or a prediction, sorted."""
-    if unit == "tile":
-        ref_keys = np.stack([results.ref_utm_epsg, results.ref_tile_x, results.ref_tile_y], axis=1)
-        pred_keys = preds[["tile_epsg", "tile_x", "tile_y"]].to_numpy(np.int64)
-    else:
-        ref_keys, pred_keys = results.ref_aoi[:, None], preds["aoi"].to_numpy(np.int64)[:, None]
-    return np.unique(np.concatenate([ref_keys, pred_keys]), axis=0)
-
-
 def _unit_index(unit_keys: IdArray, keys: IdArray) -> IdArray:
     """Row of each key in ``unit_keys`` (sorted, unique rows)."""
     if len(keys) == 0:

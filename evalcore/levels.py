@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from dataclasses import dataclass, field
 
 import geopandas
@@ -35,7 +36,8 @@ import shapely
 from pyproj import CRS
 
 from evalcore._typing import F64Array, GeomArray, IdArray
-from evalcore.bootstrap import percentile_intervals, replicate_group_sums
+from evalcore.bootstrap import replicate_group_sums
+from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 from evalcore.crs import WGS84, transform_xy, utm_crs
 from evalcore.errors import EvalInputError
 
@@ -223,7 +225,7 @@ def prepare_sites(options: object, equal_area_crs: object = None) -> Sites:
             )
         pieces, piece_aoi = [], []
         for k, geom in enumerate(prepared.geoms_ea):
-            cut = annotated_pieces(np.asarray([geom], dtype=object))
+            cut = grid_pieces(np.asarray([geom], dtype=object))
             pieces.append(cut)
             piece_aoi.append(np.full(len(cut), k, dtype=np.int64))
         aois = AoiLayer(column, np.asarray(ids.tolist(), dtype=object), keys, prepared.geoms_source,
@@ -236,7 +238,7 @@ def prepare_sites(options: object, equal_area_crs: object = None) -> Sites:
         if frame.crs is None and len(frame):
             raise EvalInputError(f"{where} has no CRS; set one or fix the file's metadata.")
         prepared = _prepare_polygons(frame, where, equal_area_crs)
-        annotated = AnnotatedArea(prepared.geoms_ea, where, prepared.geoms_source, prepared.crs, annotated_pieces(prepared.geoms_ea))
+        annotated = AnnotatedArea(prepared.geoms_ea, where, prepared.geoms_source, prepared.crs, grid_pieces(prepared.geoms_ea))
     return Sites(tile, aois, annotated)
 
 
@@ -247,6 +249,12 @@ def _first_containing(geoms: GeomArray, points: GeomArray) -> IdArray:
         return out
     tree = shapely.STRtree(geoms)
     point_idx, geom_idx = tree.query(points, predicate="within")
+    return _first_of_each(point_idx, geom_idx, len(points))
+
+
+def _first_of_each(point_idx: IdArray, geom_idx: IdArray, n: int) -> IdArray:
+    """For (point, polygon) pairs, the lowest polygon index of each point (-1: none)."""
+    out = np.full(n, -1, dtype=np.int64)
     if len(point_idx):
         order = np.lexsort((geom_idx, point_idx))
         p, g = point_idx[order], geom_idx[order]
@@ -259,7 +267,7 @@ def _first_containing(geoms: GeomArray, points: GeomArray) -> IdArray:
 def first_aoi(aois: AoiLayer, points: GeomArray) -> IdArray:
     """Index of the first AOI (by position) containing each point (-1: none).
 
-    Tested against the AOIs' grid pieces (:func:`annotated_pieces`), a few hundred vertices
+    Tested against the AOIs' grid pieces (:func:`grid_pieces`), a few hundred vertices
     each, instead of polygons whose 50 m split edges hold millions; a point on a piece's
     edge (a grid line) is decided against its whole AOI, so the answer is the AOI's
     ``contains``.
@@ -278,24 +286,19 @@ def first_aoi(aois: AoiLayer, points: GeomArray) -> IdArray:
     edge = np.flatnonzero(~inside)
     if len(edge):
         inside[edge] = shapely.within(points[point_idx[edge]], aois.geoms_ea[aoi_idx[edge]])
-    p, a = point_idx[inside], aoi_idx[inside]
-    if len(p):
-        order = np.lexsort((a, p))
-        p, a = p[order], a[order]
-        first = np.ones(len(p), dtype=bool)
-        first[1:] = p[1:] != p[:-1]
-        out[p[first]] = a[first]
-    return out
+    return _first_of_each(point_idx[inside], aoi_idx[inside], len(points))
 
 
-ANNOTATED_CELL_M = 2_000.0
-"""Side of the grid cells the annotated area is cut into, metres (equal-area CRS): a
-prediction is then intersected with a few small pieces instead of a polygon hundreds of
-kilometres long (the area is the same: the pieces partition the union)."""
+GRID_CELL_M = 2_000.0
+"""Side of the grid cells the annotated area and the AOIs are cut into, metres
+(equal-area CRS): a prediction or a centroid is then tested against a few small pieces
+instead of a polygon hundreds of kilometres long (the pieces partition the union, so
+areas and memberships are the same)."""
 
 
-def annotated_pieces(geoms_ea: GeomArray, cell_m: float = ANNOTATED_CELL_M) -> GeomArray:
-    """The union of the annotated polygons cut into grid cells of ``cell_m`` (non-overlapping pieces)."""
+def grid_pieces(geoms_ea: GeomArray, cell_m: float = GRID_CELL_M) -> GeomArray:
+    """The union of some polygons cut into grid cells of ``cell_m`` (non-overlapping pieces):
+    the annotated area's, or one AOI's."""
     geoms = np.asarray([g for g in geoms_ea if g is not None and not g.is_empty], dtype=object)
     if len(geoms) == 0:
         return np.empty(0, dtype=object)
@@ -319,7 +322,7 @@ def annotated_pieces(geoms_ea: GeomArray, cell_m: float = ANNOTATED_CELL_M) -> G
 def annotated_fractions(annotated: AnnotatedArea, geoms_ea: GeomArray, area_m2: F64Array) -> F64Array:
     """Share of each polygon's area inside the union of the annotated polygons (equal-area CRS)."""
     out = np.zeros(len(geoms_ea))
-    pieces = annotated.pieces if annotated.pieces is not None else annotated_pieces(annotated.geoms_ea)
+    pieces = annotated.pieces if annotated.pieces is not None else grid_pieces(annotated.geoms_ea)
     if len(pieces) == 0 or len(geoms_ea) == 0:
         return out
     tree = shapely.STRtree(pieces)
@@ -438,16 +441,6 @@ class UnitSums:
         reps = np.concatenate([p.replicates for p in parts]) if with_reps == {True} else None
         keys = np.concatenate([p.keys for p in parts])
         return UnitSums.of_rows(keys, np.concatenate([p.values for p in parts]), reps)
-
-    def add_constant_to_replicates(self, other: UnitSums) -> UnitSums:
-        """Add ``other`` (rows the same in every replicate: the homeless predictions) to
-        the point sums and to every replicate."""
-        if self.replicates is None:
-            return self.merge(other)
-        n_rep = self.replicates.shape[1]
-        cols = [UNIT_COLUMNS.index(c) for c in _REPLICATE_COLUMNS]
-        const = np.repeat(other.values[:, cols][:, None, :], n_rep, axis=1)
-        return self.merge(UnitSums(other.keys, other.values, const))
 
     def column(self, name: str) -> F64Array:
         return self.values[:, UNIT_COLUMNS.index(name)]
@@ -591,16 +584,18 @@ def unit_table(sums: UnitSums, kind: str, *, min_support: int, tile_size_m: floa
     if reps is not None:
         r = {name: reps[:, :, j] for j, name in enumerate(_REPLICATE_COLUMNS)}
         rates = _rates(r["n_ref"], r["tp"], r["n_pred"], r["n_pred_matched"])
+        alpha = (1.0 - BOOTSTRAP_CONFIDENCE_LEVEL) / 2.0
         for name, value in rates.items():
-            lower, upper, undefined = [], [], []
-            for u in range(len(out)):
-                ci, und = percentile_intervals({name: (value[u], ~np.isnan(value[u]))})
-                lower.append(ci[name][0])
-                upper.append(ci[name][1])
-                undefined.append(und[name])
+            # percentile_intervals' rule (quantiles over the replicates where the rate is
+            # defined, NaN exactly where it is not), all units at once.
+            lower = upper = np.full(len(out), np.nan)
+            if value.size:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # units undefined in every replicate
+                    lower, upper = np.nanquantile(value, [alpha, 1.0 - alpha], axis=1)
             out[f"{name}_ci_lower"] = np.asarray(lower, dtype=np.float64)
             out[f"{name}_ci_upper"] = np.asarray(upper, dtype=np.float64)
-            out[f"{name}_ci_n_undefined"] = np.asarray(undefined, dtype=np.int64)
+            out[f"{name}_ci_n_undefined"] = np.isnan(value).sum(axis=1).astype(np.int64) if value.size else np.zeros(len(out), np.int64)
     return out
 
 
