@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from evalcore.bootstrap import percentile_intervals
-from evalcore.levels import UNIT_COLUMNS, tile_key
+from evalcore.levels import UNIT_COLUMNS, tile_key, unit_rates
 from evalcore.metrics import finalize_all
 from evalcore.options import EvalOptions, check_options
 
@@ -66,41 +66,44 @@ def _group_replicates(merged: object, group: int, options: EvalOptions) -> dict:
 
 
 def _unit_rates(values: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Precision, recall, F1 of per-unit sums (..., 4 replicate columns or UNIT_COLUMNS)."""
-    n_ref, tp, n_pred, n_matched = (values[..., k] for k in range(4))
-    fp = n_pred - n_matched
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p = np.where(tp + fp > 0, tp / (tp + fp), np.nan)
-        r = np.where(n_ref > 0, tp / n_ref, np.nan)
-        f = np.where(p + r > 0, 2 * p * r / (p + r), np.nan)
-    return {"precision": (p, ~np.isnan(p)), "recall": (r, ~np.isnan(r)), "f1": (f, ~np.isnan(f))}
+    """Precision, recall, F1 of per-unit sums (last axis: n_ref, tp, n_pred, n_pred_matched),
+    as ``(value, defined)`` (:func:`evalcore.levels.unit_rates`)."""
+    rates = unit_rates(values[..., 0], values[..., 1], values[..., 2], values[..., 3])
+    return {name: (value, ~np.isnan(value)) for name, value in rates.items()}
+
+
+def _aligned(units: object, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """A run's per-unit point sums (and replicates) on ``keys``; zeros for a unit it does not hold."""
+    cols = [UNIT_COLUMNS.index(c) for c in ("n_ref", "tp", "n_pred", "n_pred_matched")]
+    row = {tuple(k): i for i, k in enumerate(units.keys.tolist())}
+    where = np.array([row.get(tuple(k), -1) for k in keys.tolist()], dtype=np.int64)
+    have = where >= 0
+    point = np.zeros((len(keys), 4))
+    point[have] = units.values[where[have]][:, cols]
+    reps = None
+    if units.replicates is not None:
+        reps = np.zeros((len(keys),) + units.replicates.shape[1:])
+        reps[have] = units.replicates[where[have]]
+    return point, reps
 
 
 def _unit_level(c_units: object, i_units: object, key_name) -> dict[str, dict]:
     """Per-unit deltas over the union of both runs' units (a unit absent from a run holds nothing there)."""
-    cols = [UNIT_COLUMNS.index(c) for c in ("n_ref", "tp", "n_pred", "n_pred_matched")]
-    keys = np.unique(np.concatenate([c_units.keys, i_units.keys]), axis=0) if len(c_units.keys) + len(i_units.keys) else c_units.keys
+    keys = np.unique(np.concatenate([c_units.keys, i_units.keys]), axis=0)
+    (cp, cr), (ip, ir) = _aligned(c_units, keys), _aligned(i_units, keys)
+    point_c, point_i = _unit_rates(cp), _unit_rates(ip)
+    reps_c = _unit_rates(cr) if cr is not None else None
+    reps_i = _unit_rates(ir) if ir is not None else None
     out = {}
-
-    def lookup(units, key):
-        hit = np.flatnonzero(np.all(units.keys == key, axis=1)) if len(units.keys) else np.empty(0, np.int64)
-        if len(hit):
-            k = int(hit[0])
-            reps = units.replicates[k] if units.replicates is not None else None
-            return units.values[k, cols], reps
-        n_rep = units.replicates.shape[1] if units.replicates is not None else 0
-        return np.zeros(4), (np.zeros((n_rep, 4)) if units.replicates is not None else None)
-    for key in keys:
-        (cp, cr), (ip, ir) = lookup(c_units, key), lookup(i_units, key)
-        point_c, point_i = _unit_rates(cp), _unit_rates(ip)
-        reps_c = _unit_rates(cr) if cr is not None else None
-        reps_i = _unit_rates(ir) if ir is not None else None
+    for u, key in enumerate(keys):
         name = key_name(key)
         if name is None:
             continue
-        out[name] = {"support": int(cp[0])}
+        out[name] = {"support": int(cp[u, 0])}
         for m in UNIT_METRICS:
-            out[name][m] = _delta(point_c[m][0], point_i[m][0], reps_c[m] if reps_c else None, reps_i[m] if reps_i else None)
+            rc = (reps_c[m][0][u], reps_c[m][1][u]) if reps_c else None
+            ri = (reps_i[m][0][u], reps_i[m][1][u]) if reps_i else None
+            out[name][m] = _delta(point_c[m][0][u], point_i[m][0][u], rc, ri)
     return out
 
 
@@ -121,12 +124,17 @@ def paired_deltas(ev_c: object, ev_i: object, summary_c: dict, summary_i: dict, 
     """
     mc, mi = ev_c.merged, ev_i.merged
     with_ci = mc.replicates is not None and mi.replicates is not None
+
+    def replicates(group: int) -> tuple[dict, dict]:
+        if not with_ci:
+            return {}, {}
+        return _group_replicates(mc, group, options), _group_replicates(mi, group, options)
+
     out: dict[str, object] = {}
     overall = {}
+    rc, ri = replicates(0)
     for m in HEADLINE:
-        reps_c = _group_replicates(mc, 0, options)[m] if with_ci else None
-        reps_i = _group_replicates(mi, 0, options)[m] if with_ci else None
-        overall[m] = _delta(summary_c.get(m), summary_i.get(m), reps_c, reps_i)
+        overall[m] = _delta(summary_c.get(m), summary_i.get(m), rc.get(m), ri.get(m))
     if "ap50" in summary_c and "ap50" in summary_i:
         for m in SCORE_METRICS:
             rc = mc.global_values.get("replicates", {}).get(m)
@@ -142,10 +150,9 @@ def paired_deltas(ev_c: object, ev_i: object, summary_c: dict, summary_i: dict, 
         for j, key in enumerate(keys):
             gc, gi = summary_c[name][key], summary_i[name][key]
             entry = {"support": gc["support"]}
+            rc, ri = replicates(offset + j)
             for m in HEADLINE:
-                reps_c = _group_replicates(mc, offset + j, options)[m] if with_ci else None
-                reps_i = _group_replicates(mi, offset + j, options)[m] if with_ci else None
-                entry[m] = _delta(gc.get(m), gi.get(m), reps_c, reps_i)
+                entry[m] = _delta(gc.get(m), gi.get(m), rc.get(m), ri.get(m))
             level[key] = entry
         out[name] = level
         offset += len(keys)

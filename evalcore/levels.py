@@ -53,6 +53,7 @@ __all__ = [
     "UNIT_COLUMNS",
     "UnitSums",
     "unit_values",
+    "unit_rates",
     "unit_sums",
     "replicate_columns",
     "homeless_values",
@@ -503,7 +504,7 @@ def homeless_values(area_m2: F64Array) -> F64Array:
 # --------------------------------------------------------------------------- per-unit values
 
 
-def _rates(n_ref: F64Array, tp: F64Array, n_pred: F64Array, n_matched: F64Array) -> dict[str, F64Array]:
+def unit_rates(n_ref: F64Array, tp: F64Array, n_pred: F64Array, n_matched: F64Array) -> dict[str, F64Array]:
     """Precision, recall and F1 per unit, NaN where undefined (F1 also where both are 0)."""
     fp = n_pred - n_matched
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -568,7 +569,7 @@ def unit_table(sums: UnitSums, kind: str, *, min_support: int, tile_size_m: floa
     out["count_fp"] = (n_pred - n_matched).astype(np.int64)
     out["count_fn"] = (n_ref - tp).astype(np.int64)
     out["count_fp_unassigned"] = v["n_pred_unassigned"].astype(np.int64)
-    for name, value in _rates(n_ref, tp, n_pred, n_matched).items():
+    for name, value in unit_rates(n_ref, tp, n_pred, n_matched).items():
         out[name] = value
     with np.errstate(divide="ignore", invalid="ignore"):
         out["count_ratio"] = np.where(n_ref > 0, n_pred / n_ref, np.nan)
@@ -583,7 +584,7 @@ def unit_table(sums: UnitSums, kind: str, *, min_support: int, tile_size_m: floa
     out["insufficient_support"] = n_ref < min_support
     if reps is not None:
         r = {name: reps[:, :, j] for j, name in enumerate(_REPLICATE_COLUMNS)}
-        rates = _rates(r["n_ref"], r["tp"], r["n_pred"], r["n_pred_matched"])
+        rates = unit_rates(r["n_ref"], r["tp"], r["n_pred"], r["n_pred_matched"])
         alpha = (1.0 - BOOTSTRAP_CONFIDENCE_LEVEL) / 2.0
         for name, value in rates.items():
             # percentile_intervals' rule (quantiles over the replicates where the rate is
@@ -624,7 +625,7 @@ def level_summary(table: pd.DataFrame, kind: str, *, tile_km: float | None = Non
     tp = float(table["count_tp"].sum())
     fp = float(table["count_fp"].sum())
     n_ref = float(table["count_reference"].sum())
-    micro = _rates(np.array([n_ref]), np.array([tp]), np.array([tp + fp]), np.array([tp]))
+    micro = unit_rates(np.array([n_ref]), np.array([tp]), np.array([tp + fp]), np.array([tp]))
     out: dict[str, object] = {}
     name = "tiles" if kind == "tiles" else "aois"
     with_ref = table["count_reference"].to_numpy() > 0
