@@ -291,24 +291,14 @@ def unassigned_note(metrics: dict[str, object]) -> str | None:
 
 
 def _frame_out_kind(args: argparse.Namespace) -> str | None:
-    """``"dir"`` (a directory of parts), ``"file"`` (one table in the format of its suffix) or None."""
-    path = args.frame_out
-    if path is None:
-        return None
-    from evalcore.io import table_format
+    """``"dir"`` (a directory of parts), ``"file"`` (one table in the format of its suffix) or None.
 
-    is_dir = path.endswith(("/", os.sep)) or Path(path).is_dir()
-    if args.cluster and not is_dir:
-        if Path(path).suffix:
-            raise EvalInputError(
-                f"--frame-out {path!r}: with --cluster the per-field table is written as a directory of GeoParquet parts, "
-                f"one per partition; give a directory, e.g. {str(Path(path).with_suffix('')) + '/'!r}."
-            )
+    With ``--cluster`` a path without a suffix names a directory of parts too.
+    """
+    path = args.frame_out
+    if path is not None and args.cluster and not Path(path).suffix and not path.endswith(("/", os.sep)):
         return "dir"
-    if is_dir:
-        return "dir"
-    table_format(path, "--frame-out")  # an unknown suffix is refused here, before any work
-    return "file"
+    return _table_out_kind(args, "frame_out", "--frame-out", "per-field")
 
 
 def _check_evaluate_arguments(args: argparse.Namespace) -> str | None:
