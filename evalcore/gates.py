@@ -297,18 +297,12 @@ def _parse_rule(rule: object, position: int, where: str) -> Gate:
 
 def _number(value: object) -> float | None:
     """A finite float from a YAML number (or a text such as '1e-3', which YAML 1.1 leaves a string)."""
-    if isinstance(value, bool):
-        return None
     if isinstance(value, str):
         try:
             value = float(value.strip())
         except ValueError:
             return None
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
+    return _finite(value)
 
 
 # --------------------------------------------------------------------------- resolving paths
