@@ -194,7 +194,12 @@ def load_gates(path: str | Path) -> list[Gate]:
     except (OSError, UnicodeDecodeError) as exc:
         raise EvalInputError(f"gates file {name!r} cannot be read: {_one_line(exc)}") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
+        # What yaml.load does, with a SafeLoader subclass (no arbitrary objects) named here.
+        loader = _UniqueKeyLoader(text)
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         raise EvalInputError(f"gates file {name!r} is not valid YAML: {_one_line(exc)}") from None
     return parse_gates(data, source=name)
