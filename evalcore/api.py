@@ -34,6 +34,7 @@ from evalcore.levels import Sites, aois_frame, prepare_sites, tiles_frame
 from evalcore.quantities import index_of
 from evalcore.pixels import count_tiles
 from evalcore.prepare import PreparedLayer, layer_geometries, prepare_layer
+from evalcore.study import Study, prepare_study, study_keys
 from evalcore.summary import build_summary, level_tables
 
 __all__ = [
@@ -65,6 +66,7 @@ class _Evaluation:
     strata_column: str | None
     sites: Sites
     preds: pd.DataFrame  # every prediction's matching outcome and sites, indexed by position
+    study: Study | None = None
 
 
 def _partition_of_rows(keys: list[tuple[int, int, int]]) -> tuple[list[tuple[int, int, int]], np.ndarray]:
@@ -90,10 +92,14 @@ class _Prepared:
     all_refs: RefRows
     results: object
     strata_column: str | None
+    study: Study | None = None
 
 
-def _prepare_reference(reference: object, strata: object, size_bins: object, options: EvalOptions, sites: Sites):
-    ref = prepare_layer(reference, "reference", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m, sites=sites)
+def _prepare_reference(reference: object, strata: object, size_bins: object, options: EvalOptions, sites: Sites,
+                       study: Study | None = None):
+    study = study if study is not None else prepare_study(options, options.equal_area_crs)
+    ref = prepare_layer(reference, "reference", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m, sites=sites,
+                        study=study)
     ref_strata = None
     if strata is not None:
         ref_strata = strata_values(reference, strata, ref.n_input)[ref.positions]
@@ -108,13 +114,14 @@ def _prepare_reference(reference: object, strata: object, size_bins: object, opt
 
 
 def _prepare_run(predicted: object, reference: object, strata: object, size_bins: object, options: EvalOptions,
-                 reference_prepared: tuple | None = None, sites: Sites | None = None) -> _Prepared:
-    """Phases 1 and 2 in this process (the reference's preparation may be given, to share it)."""
+                 reference_prepared: tuple | None = None, sites: Sites | None = None, study: Study | None = None) -> _Prepared:
+    """Phases 1 and 2 in this process (the reference's preparation, the sites and the study may be given, to share them)."""
     sites = sites if sites is not None else prepare_sites(options, options.equal_area_crs)
-    ref, plan, keys, ref_part, all_refs = reference_prepared or _prepare_reference(reference, strata, size_bins, options, sites)
+    study = study if study is not None else prepare_study(options, options.equal_area_crs)
+    ref, plan, keys, ref_part, all_refs = reference_prepared or _prepare_reference(reference, strata, size_bins, options, sites, study)
     pred = prepare_layer(
         predicted, "predicted", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m, sites=sites,
-        score_column=options.score_column,
+        score_column=options.score_column, study=study,
     )
     # Phase 2 once over everything: per-row results do not depend on the grouping.
     results = compute_pairs(
@@ -128,7 +135,7 @@ def _prepare_run(predicted: object, reference: object, strata: object, size_bins
         ref_pools=all_refs.pools,
     )
     strata_column = strata if isinstance(strata, str) else None
-    return _Prepared(options, sites, ref, pred, plan, keys, ref_part, all_refs, results, strata_column)
+    return _Prepared(options, sites, ref, pred, plan, keys, ref_part, all_refs, results, strata_column, study)
 
 
 def _run(predicted: object, reference: object, strata: object, size_bins: object, options: EvalOptions) -> _Evaluation:
@@ -172,7 +179,7 @@ def _finish_run(prepared: _Prepared, resolved: object = None) -> _Evaluation:
     fields["matched_pred_pos"] = fields["matched_pred_pos"].astype(np.int64)
     fields["max_overlap_pred_pos"] = fields["max_overlap_pred_pos"].astype(np.int64)
     return _Evaluation(options, plan, ref, pred, fields, all_refs.strata_codes, all_refs.size_codes, merged, strata_column,
-                       sites, resolved.preds)
+                       sites, resolved.preds, p.study)
 
 
 def _empty_fields() -> pd.DataFrame:
@@ -197,6 +204,9 @@ def _empty_fields() -> pd.DataFrame:
         "tile_x": np.empty(0, np.int64),
         "tile_y": np.empty(0, np.int64),
         "aoi": np.empty(0, np.int64),
+        "error_code": np.empty(0, np.int8),
+        "merge": np.empty(0, bool),
+        "split": np.empty(0, bool),
     }
     return pd.DataFrame(columns, index=pd.Index(np.empty(0, np.int64), name="ref_pos"))
 
@@ -209,9 +219,13 @@ def _summarize(ev: _Evaluation, options: EvalOptions) -> dict[str, object]:
         "count_reference_repaired": ev.ref.n_repaired,
     }
     codes = sorted({int(c) for c in np.concatenate([ev.ref.utm_epsg, ev.pred.utm_epsg])})
+    study_counts = {}
+    for role, layer in (("reference", ev.ref), ("predicted", ev.pred)):
+        study_counts |= {f"outside_{role}": layer.n_outside_study_area, f"within_{role}": layer.n_within_training_buffer, f"kept_{role}": len(layer)}
     return build_summary(
         ev.merged, ev.plan, options, layer_counts=counts, utm_epsg_codes=codes,
         equal_area_crs=ev.ref.equal_area_crs.to_string(), strata_column=ev.strata_column, sites=ev.sites,
+        run_keys=study_keys(ev.study, study_counts),
     )
 
 
@@ -256,7 +270,10 @@ def evaluate(
         ``majority_fraction`` (0.5), ``tile_km`` (reporting tiles, 10), ``aoi`` and
         ``aoi_id_column`` (per-AOI metrics), ``annotated_area``, ``bootstrap_unit``
         ("field", "tile" or "aoi"), ``score_column`` (AP, PR curves, calibration),
-        ``pixel_gsd_m`` (pixel metrics), ``min_support`` (30).
+        ``pixel_gsd_m`` (pixel metrics), ``min_support`` (30), ``study_area`` and
+        ``study_area_rule`` ("intersects", "within" or "centroid": which rows of both
+        layers are evaluated), ``training_area``, ``leakage_buffer_m`` (metres, 0) and
+        ``exclude_training_area`` (the leakage audit; docs/study-area.md).
 
     Returns
     -------

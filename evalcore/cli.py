@@ -59,6 +59,13 @@ def _size_bins(text: str) -> object:
     return edges
 
 
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"a label is KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
 def _option_type(option: Option) -> Callable[[str], object]:
     def parse(text: str) -> object:
         try:
@@ -74,6 +81,9 @@ def _add_option_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per evaluation option (:func:`evalcore.options.all_options`), help and default from it."""
     for option in all_options():
         default = option.cli_default if option.cli_default is not None else option.default
+        if option.annotation is bool:  # a switch: the flag alone turns it on
+            parser.add_argument(option.cli_flag, dest=option.name, action="store_true", default=default, help=option.help.replace("%", "%%"))
+            continue
         parser.add_argument(
             option.cli_flag,
             dest=option.name,
@@ -144,14 +154,32 @@ def _build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--workdir", help="work directory; keep it to resume an interrupted run (default: RUN_DIR/work, removed after success)")
     rn.add_argument("-o", "--output-dir", required=True, help="run directory: metrics.json, report.md, manifest.json, fields/ (its parent must exist)")
     rn.add_argument("-v", "--verbose", action="count", default=0, help="more log lines (-v: every partition, -vv: also Prefect's and Dask's); the run directory keeps the whole log")
+    rn.add_argument(
+        "--label", action="append", type=_label, default=[], metavar="KEY=VALUE",
+        help="a label of the run written into evaluation-contract.json (model hash, imagery source ...); repeatable (default: none)",
+    )
     rn.add_argument("--gates", help="acceptance gates file (YAML): acceptance-gates.json in the run directory; exit 1 when a gate fails, 3 when one is not evaluable (default: none)")
 
-    cp = sub.add_parser("compare", help="paired comparison of a candidate and an incumbent prediction layer against one reference")
-    cp.add_argument("-p", "--candidate", required=True, help="candidate prediction layer (any format the readers take)")
-    cp.add_argument("-i", "--incumbent", required=True, help="incumbent prediction layer, as for --candidate (its CRS may differ)")
-    cp.add_argument("-r", "--reference", required=True, help="reference layer")
-    cp.add_argument("--candidate-layer", help="layer name inside the candidate file (default: its only layer)")
-    cp.add_argument("--incumbent-layer", help="layer name inside the incumbent file (default: its only layer)")
+    cp = sub.add_parser(
+        "compare", help="compare prediction layers (models) against one reference on the same resamples: a table and paired deltas"
+    )
+    cp.add_argument(
+        "-p", "--predicted", "--candidate", dest="predicted", action="append", required=True, type=_named_layer, metavar="NAME=PATH",
+        help="a model's prediction layer, named (repeat for every model: -p A=a.parquet -p B=b.gpkg); a bare PATH is named "
+        "by itself; with -i, the one candidate",
+    )
+    cp.add_argument(
+        "-i", "--incumbent",
+        help="the two-model form -p CANDIDATE -i INCUMBENT: the candidate − incumbent delta layout (default: the NAME=PATH form)",
+    )
+    cp.add_argument("--baseline", metavar="NAME", help="the model every other one is compared with (default: the first -p)")
+    cp.add_argument("-r", "--reference", required=True, help="reference layer (read and prepared once)")
+    cp.add_argument(
+        "--pred-layer", action="append", default=[], type=_named_layer, metavar="NAME=LAYER",
+        help="layer name inside a model's file, repeatable (default: its only layer)",
+    )
+    cp.add_argument("--candidate-layer", help="with -i: layer name inside the candidate file (default: its only layer)")
+    cp.add_argument("--incumbent-layer", help="with -i: layer name inside the incumbent file (default: its only layer)")
     cp.add_argument("--ref-layer", help="layer name inside the reference file (default: its only layer)")
     cp.add_argument("--strata-column", help="reference column holding the stratum of each field (default: no strata)")
     cp.add_argument("--size-bins", type=_size_bins, help="field-size classes: 'auto' or edges in hectares (default: none)")
@@ -167,6 +195,11 @@ def _build_parser() -> argparse.ArgumentParser:
     gt.add_argument("gates", help="the gates file (YAML, deploy/gates.example.yaml)")
     gt.add_argument("-q", "--quiet", action="store_true", help="do not print the gate table")
     gt.add_argument("-v", "--verbose", action="count", default=0, help="more log lines")
+
+    vf = sub.add_parser("verify", help="recheck every SHA-256 of a run directory's evidence bundle and its inputs (exit 0 intact, 1 changed)")
+    vf.add_argument("run_dir", help="a run directory (holding evidence-manifest.json)")
+    vf.add_argument("--skip-inputs", action="store_true", help="do not rehash the input layers (default: rehash those still at their path)")
+    vf.add_argument("-v", "--verbose", action="count", default=0, help="more log lines")
 
     sy = sub.add_parser("synth", help="write a generated multi-zone dataset")
     sy.add_argument("--n-ref", type=int, required=True, help="number of reference fields")
@@ -242,10 +275,30 @@ def format_summary(metrics: dict[str, object]) -> str:
             f"MCC {_fmt(micro['mcc'])};  boundary F1 within {bf['tolerance_px']} px {_fmt(bf['f1'])}"
         )
     lines.extend(level_lines(metrics))
+    lines.extend(study_lines(metrics))
     note = unassigned_note(metrics)
     if note:
         lines.append(note)
     return "\n".join(lines)
+
+
+def study_lines(metrics: dict[str, object]) -> list[str]:
+    """The study area's and the leakage audit's line, when they were asked for."""
+    lines = []
+    study = metrics.get("study_area")
+    if study:
+        lines.append(
+            f"study area ({study['rule']}, {_fmt(study['area_km2'], 1)} km²): left out {metrics.get('count_reference_outside_study_area')} "
+            f"reference fields and {metrics.get('count_predicted_outside_study_area')} predictions"
+        )
+    leak = metrics.get("leakage")
+    if leak:
+        lines.append(
+            f"training area within {leak['buffer_m']:g} m: {leak['count_reference_within_buffer']} reference fields "
+            f"({_fmt(leak['fraction'])} of those audited) and {leak['count_predicted_within_buffer']} predictions"
+            + ("; excluded from the evaluation" if leak.get("excluded") else "")
+        )
+    return lines
 
 
 def _worst_text(worst: dict | None) -> str:
@@ -339,7 +392,8 @@ def _check_evaluate_arguments(args: argparse.Namespace) -> str | None:
     if args.workdir:
         check_output_dir(args.workdir, "--workdir")
     _check_not_inputs(
-        {"-p/--predicted": args.predicted, "-r/--reference": args.reference, "--aoi": args.aoi, "--annotated-area": args.annotated_area},
+        {"-p/--predicted": args.predicted, "-r/--reference": args.reference, "--aoi": args.aoi, "--annotated-area": args.annotated_area,
+         "--study-area": getattr(args, "study_area", None), "--training-area": getattr(args, "training_area", None)},
         {"-o/--output": args.output, "--frame-out": args.frame_out, "--workdir": args.workdir, "--tiles-out": args.tiles_out,
          "--aois-out": args.aois_out, "--predictions-out": args.predictions_out, "--pr-curve-out": args.pr_curve_out},
         directories={"--workdir"} | ({"--frame-out"} if kind == "dir" else set()) | ({"--predictions-out"} if pred_kind == "dir" else set()),
@@ -349,14 +403,17 @@ def _check_evaluate_arguments(args: argparse.Namespace) -> str | None:
 
 
 def check_site_layers(args: argparse.Namespace) -> None:
-    """Read and prepare the AOI and annotated-area layers now, so that a bad one fails before any work."""
-    if getattr(args, "aoi", None) is None and getattr(args, "annotated_area", None) is None:
+    """Read and prepare the AOI, annotated-area, study-area and training-area layers now, so that a bad one fails before any work."""
+    names = ("aoi", "annotated_area", "study_area", "training_area")
+    if all(getattr(args, name, None) is None for name in names):
         return
     from evalcore.levels import prepare_sites
     from evalcore.options import check_options
+    from evalcore.study import prepare_study
 
     options = check_options(**metric_options(args))
     prepare_sites(options, options.equal_area_crs)
+    prepare_study(options, options.equal_area_crs)
 
 
 def _table_out_kind(args: argparse.Namespace, dest: str, flag: str, what: str) -> str | None:
@@ -699,34 +756,82 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return command(args)
 
 
+def _named_layer(text: str) -> tuple[str, str]:
+    """``NAME=PATH`` -> (NAME, PATH); a bare path (or an existing file whose name holds '=') is named by itself."""
+    name, sep, value = text.partition("=")
+    if sep and name and all(c.isalnum() or c in "_.+-" for c in name) and not Path(text).exists():
+        if not value:
+            raise argparse.ArgumentTypeError(f"{text!r} names no path after '='; give NAME=PATH")
+        return name, value
+    return text, text
+
+
+def _compare_models_arguments(args: argparse.Namespace) -> tuple[list[tuple[str, str]], str, dict[str, str]]:
+    """The NAME=PATH form: the models, the baseline and the layer names, checked."""
+    models = list(args.predicted)
+    names = [name for name, _ in models]
+    for k, name in enumerate(names):
+        if name in names[:k]:
+            raise EvalInputError(f"-p/--predicted: two models are named {name!r}; give each model its own NAME (-p NAME=PATH).")
+    if len(models) < 2:
+        raise EvalInputError(
+            "-p/--predicted: evalcore compare needs two or more models (-p A=PATH -p B=PATH), or the two-model form -p CANDIDATE -i INCUMBENT."
+        )
+    baseline = args.baseline if args.baseline is not None else names[0]
+    if baseline not in names:
+        raise EvalInputError(f"--baseline {baseline!r} is not a model name; the models are: {', '.join(map(repr, names))}.")
+    layers: dict[str, str] = {}
+    for name, layer in args.pred_layer:
+        if name not in names or name in layers:
+            raise EvalInputError(f"--pred-layer {name}={layer}: {name!r} is {'given twice' if name in layers else 'not a model name'}; the models are: {', '.join(map(repr, names))}.")
+        layers[name] = layer
+    if args.candidate_layer is not None or args.incumbent_layer is not None:
+        raise EvalInputError("--candidate-layer and --incumbent-layer belong to the form -p CANDIDATE -i INCUMBENT; use --pred-layer NAME=LAYER.")
+    return models, baseline, layers
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
-    """``evalcore compare``: the paired comparison (:func:`evalcore.compare.compare`)."""
-    from evalcore.compare import compare
+    """``evalcore compare``: several named models (:func:`evalcore.compare.compare_models`), or the
+    two-model form ``-p CANDIDATE -i INCUMBENT`` (:func:`evalcore.compare.compare`)."""
+    from evalcore.compare import compare, compare_models
     from evalcore.io import read_layer, write_json
     from evalcore.options import check_options
 
     started = time.perf_counter()
+    pair = args.incumbent is not None
+    if pair:
+        if len(args.predicted) != 1:
+            raise EvalInputError("-i/--incumbent is the two-model form -p CANDIDATE -i INCUMBENT: give one -p with it, or name every model (-p A=PATH -p B=PATH) without -i.")
+        if args.baseline is not None or args.pred_layer:
+            raise EvalInputError("--baseline and --pred-layer belong to the form -p NAME=PATH; with -i the incumbent is the baseline.")
+        models = [("candidate", args.predicted[0][1]), ("incumbent", args.incumbent)]
+        baseline, layers = "incumbent", {"candidate": args.candidate_layer, "incumbent": args.incumbent_layer}
+    else:
+        models, baseline, layers = _compare_models_arguments(args)
     options = metric_options(args)
     checked = check_options(**options)
     if checked.bootstrap <= 0:
         raise EvalInputError("evalcore compare needs resamples for the deltas' intervals: add --bootstrap N (1000 is usual).")
     _check_output_file(args.output, "-o/--output")
+    flags = {"candidate": "-p/--candidate", "incumbent": "-i/--incumbent"} if pair else {name: f"-p {name}" for name, _ in models}
     _check_not_inputs(
-        {"-p/--candidate": args.candidate, "-i/--incumbent": args.incumbent, "-r/--reference": args.reference, "--aoi": args.aoi},
+        {**{flags[name]: path for name, path in models}, "-r/--reference": args.reference, "--aoi": args.aoi},
         {"-o/--output": args.output},
         directories=set(),
     )
     check_site_layers(args)
     if args.cluster:
-        result = _compare_on_cluster(args, options)
+        result = _compare_on_cluster(args, options, models, baseline, layers, pair)
     else:
         reference = read_layer(args.reference, layer=args.ref_layer, role="reference")
         if args.strata_column is not None and args.strata_column not in reference.columns:
             columns = ", ".join(repr(c) for c in reference.columns if c != reference.geometry.name)
             raise EvalInputError(f"--strata-column {args.strata_column!r} is not a column of the reference file {args.reference!r}; its columns are: {columns or '(none)'}.")
-        candidate = read_layer(args.candidate, layer=args.candidate_layer, role="candidate")
-        incumbent = read_layer(args.incumbent, layer=args.incumbent_layer, role="incumbent")
-        result = compare(candidate, incumbent, reference, strata=args.strata_column, size_bins=args.size_bins, **options)
+        read = {name: read_layer(path, layer=layers.get(name), role=name if pair else f"model {name!r}") for name, path in models}
+        if pair:
+            result = compare(read["candidate"], read["incumbent"], reference, strata=args.strata_column, size_bins=args.size_bins, **options)
+        else:
+            result = compare_models(read, reference, baseline=baseline, strata=args.strata_column, size_bins=args.size_bins, **options)
     write_json(args.output, result)
     if not args.quiet:
         print(format_comparison(result))
@@ -734,10 +839,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compare_on_cluster(args: argparse.Namespace, options: dict) -> dict:
+def _compare_on_cluster(args: argparse.Namespace, options: dict, models: list[tuple[str, str]], baseline: str,
+                        layers: dict[str, str | None], pair: bool) -> dict:
     from distributed import Client
 
-    from evalcore.compare import compare_on_cluster
+    from evalcore.compare import compare_models_on_cluster, compare_on_cluster
     from evalcore.distributed.cluster import local_cluster
 
     logging.getLogger("distributed").setLevel(library_level())
@@ -751,27 +857,63 @@ def _compare_on_cluster(args: argparse.Namespace, options: dict) -> dict:
         else:
             raise EvalInputError(f"--cluster {args.cluster!r} must be 'local' or a scheduler address like tcp://127.0.0.1:8786.")
         with client:
-            layers = {"candidate": args.candidate_layer, "incumbent": args.incumbent_layer, "reference": args.ref_layer}
-            return compare_on_cluster(args.candidate, args.incumbent, args.reference, client, strata=args.strata_column,
-                                      size_bins=args.size_bins, layers=layers, **options)
+            layers = {**layers, "reference": args.ref_layer}
+            if pair:
+                return compare_on_cluster(models[0][1], models[1][1], args.reference, client, strata=args.strata_column,
+                                          size_bins=args.size_bins, layers=layers, **options)
+            return compare_models_on_cluster(dict(models), args.reference, client, baseline=baseline, strata=args.strata_column,
+                                             size_bins=args.size_bins, layers=layers, **options)
     finally:
         if cluster is not None:
             cluster.close()
 
 
 def format_comparison(result: dict) -> str:
-    """A few lines: the overall deltas with their paired intervals and the units where the candidate is worse."""
+    """A few lines: the overall deltas with their paired intervals and the units where a model is worse."""
+    if "table" in result:
+        return _format_models(result)
     b = result["bootstrap"]
     lines = [f"{result['candidate']} against {result['incumbent']}: {b['n_resamples']} paired resamples of {b['n_units']} {b['unit']} units"]
     for metric, e in result["overall"].items():
         ci = e.get("ci") or [None, None]
         lines.append(f"  {metric:<10} {_fmt(e['candidate'])} vs {_fmt(e['incumbent'])}: delta {_fmt(e['delta'])} [{_fmt(ci[0])}, {_fmt(ci[1])}]")
-    worse = result["worse_units"]
-    if worse:
-        shown = ", ".join(f"{w['level'][4:]} {w['unit']} ({w['metric']} {_fmt(w['delta'])})" for w in worse[:8])
-        lines.append(f"worse with the interval below zero: {len(worse)} (unit, metric) pairs: {shown}{' …' if len(worse) > 8 else ''}")
-    else:
-        lines.append("no stratum, size class, tile or AOI where the candidate is significantly worse")
+    lines.append(_worse_line(result["worse_units"], "the candidate"))
+    return "\n".join(lines)
+
+
+def _worse_line(worse: list[dict], who: str) -> str:
+    if not worse:
+        return f"no stratum, size class, tile or AOI where {who} is significantly worse"
+    shown = ", ".join(f"{w['level'][4:]} {w['unit']} ({w['metric']} {_fmt(w['delta'])})" for w in worse[:8])
+    return f"worse with the interval below zero: {len(worse)} (unit, metric) pairs: {shown}{' …' if len(worse) > 8 else ''}"
+
+
+def _format_models(result: dict) -> str:
+    """The table (a row per model, the metrics with their intervals) and each model's deltas against the baseline."""
+    b = result["bootstrap"]
+    metrics = result["metrics"]
+    lines = [f"{len(result['table'])} models against one reference, baseline {result['baseline']}: "
+             f"{b['n_resamples']} paired resamples of {b['n_units']} {b['unit']} units"]
+    width = max(len(name) for name in result["table"])
+    for name, row in result["table"].items():
+        cells = []
+        for m in metrics:
+            e = row[m]
+            ci = e.get("ci") or [None, None]
+            cells.append(f"{m} {_fmt(e['value'])} [{_fmt(ci[0])}, {_fmt(ci[1])}]")
+        worst = (row.get("worst_f1") or {}).get("per_stratum")
+        if worst:
+            cells.append(f"worst stratum {worst['group']} (F1 {_fmt(worst['value'])})")
+        lines.append(f"  {name:<{width}}  " + "  ".join(cells))
+    for name, deltas in result["deltas"].items():
+        parts = []
+        for m in metrics:
+            e = deltas["overall"].get(m)
+            if e is not None:
+                ci = e.get("ci") or [None, None]
+                parts.append(f"{m} {_fmt(e['delta'])} [{_fmt(ci[0])}, {_fmt(ci[1])}]")
+        lines.append(f"{name} − {result['baseline']}: " + "  ".join(parts))
+        lines.append("  " + _worse_line(deltas["worse_units"], name))
     return "\n".join(lines)
 
 
@@ -783,6 +925,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     """
     import json
 
+    from evalcore.evidence import latest_manifest, write_evidence_manifest
     from evalcore.gates import evaluate_gates, exit_status, load_gates
     from evalcore.io import write_json
     from evalcore.report import sha256_path
@@ -807,14 +950,33 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     if version > 1:
         result["amends"] = {"file": previous.name, "sha256": sha256_path(previous)}
     write_json(target, result)
+    amended = None
+    if latest_manifest(run_dir) is not None:
+        amended = write_evidence_manifest(run_dir, reason=f"gates amendment: {target.name}")
     if not args.quiet:
         for rule in result["rules"]:
             group = f"[{rule['group']}]" if rule.get("group") is not None else ""
             print(f"{rule['state']:<14} {rule['id']}{group}: {rule['metric']} {_fmt(rule['observed'])} {rule['op']} {rule['expected']}"
                   + (f" ({rule['reason']})" if rule.get("reason") else ""))
         print(f"decision: {result['decision']} ({result['counts']['pass']} pass, {result['counts']['fail']} fail, "
-              f"{result['counts']['not_evaluable']} not evaluable); wrote {target}")
+              f"{result['counts']['not_evaluable']} not evaluable); wrote {target}" + (f" and {amended.name}" if amended else ""))
     return exit_status(result)
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    """``evalcore verify RUN_DIR``: recheck every hash of the run's evidence (0: intact, 1: changed)."""
+    from evalcore.evidence import verify
+
+    found = verify(args.run_dir, check_inputs=not args.skip_inputs)
+    for label, items in (("changed", found.changed), ("missing", found.missing), ("chain", found.chain),
+                         ("input changed", found.inputs_changed), ("input not found", found.inputs_missing),
+                         ("not in the manifest", found.unlisted)):
+        for item in items:
+            print(f"{label}: {item}")
+    verdict = "intact" if found.ok else "NOT intact"
+    print(f"{args.run_dir}: {verdict} ({found.checked} files checked against {found.manifest}"
+          + ("" if args.skip_inputs else "; inputs rechecked") + ")")
+    return 0 if found.ok else 1
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
@@ -879,7 +1041,7 @@ def run(argv: Sequence[str] | None = None) -> tuple[int, str | None]:
         try:
             args = parser.parse_args(argv)
             configure_logging(getattr(args, "verbose", 0))
-            handler = {"evaluate": _cmd_evaluate, "run": _cmd_run, "synth": _cmd_synth, "compare": _cmd_compare, "gate": _cmd_gate}[args.command]
+            handler = {"evaluate": _cmd_evaluate, "run": _cmd_run, "synth": _cmd_synth, "compare": _cmd_compare, "gate": _cmd_gate, "verify": _cmd_verify}[args.command]
             return handler(args), None
         except (_UsageError, EvalInputError, ValueError, TypeError, ImportError, OSError) as exc:
             if debug:

@@ -1,4 +1,4 @@
-"""Paired comparison of a candidate and an incumbent prediction layer against one reference (SPEC 6.6).
+"""Paired comparison of prediction layers against one reference (SPEC 6.6, 6.9).
 
 Both layers are evaluated against the same reference with the same bootstrap resamples:
 the field draws depend only on the reference (its pools and reporting tiles), and the
@@ -11,11 +11,24 @@ separate intervals (which overlap far more often than the layers truly differ).
 "delta", "ci"}`` overall, per stratum, per size class, per tile and per AOI, and
 ``worse_units``: the strata, tiles and AOIs where the candidate is worse with the
 delta's interval below zero.
+
+:func:`compare_models` does the same for any number of named layers (seed 000, example
+20: several sensors and engines on one registry): the reference is prepared once, every
+layer is evaluated on the same resamples, and the result is one table (a row per model:
+the headline metrics with their intervals, AP and aurc with scores, the worst group of
+each grouping) and the paired deltas of every model against a chosen baseline. Under a
+block bootstrap the units drawn are the union of every layer's units, so each model's
+intervals are those of that union (a separate run of one layer draws its own units).
+See docs/compare.md.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +39,10 @@ from evalcore.levels import UNIT_COLUMNS, tile_key, unit_rates
 from evalcore.metrics import finalize_all
 from evalcore.options import EvalOptions, check_options
 
-__all__ = ["compare", "compare_on_cluster", "paired_deltas", "HEADLINE", "UNIT_METRICS"]
+__all__ = [
+    "compare", "compare_on_cluster", "compare_models", "compare_models_on_cluster", "paired_deltas", "HEADLINE", "UNIT_METRICS",
+    "SCORE_METRICS",
+]
 
 HEADLINE: tuple[str, ...] = ("precision", "recall", "f1", "iou_mean")
 """Metrics compared overall and per stratum and size class."""
@@ -34,8 +50,9 @@ HEADLINE: tuple[str, ...] = ("precision", "recall", "f1", "iou_mean")
 UNIT_METRICS: tuple[str, ...] = ("precision", "recall", "f1")
 """Metrics compared per tile and per AOI."""
 
-SCORE_METRICS: tuple[str, ...] = ("ap50", "ap75", "ap50_95")
-"""Compared overall when both layers have scores."""
+SCORE_METRICS: tuple[str, ...] = ("ap50", "ap75", "ap50_95", "aurc")
+"""Compared overall when both layers have scores (aurc: lower is better)."""
+
 
 
 def _value(v: object) -> float | None:
@@ -45,10 +62,14 @@ def _value(v: object) -> float | None:
     return v if np.isfinite(v) else None
 
 
-def _delta(c: object, i: object, reps_c: tuple | None, reps_i: tuple | None) -> dict[str, object]:
+PAIR_LABELS: tuple[str, str] = ("candidate", "incumbent")
+"""Names of the two values in a delta entry of :func:`compare`; :func:`compare_models` uses ("model", "baseline")."""
+
+
+def _delta(c: object, i: object, reps_c: tuple | None, reps_i: tuple | None, labels: tuple[str, str] = PAIR_LABELS) -> dict[str, object]:
     """One metric's entry: both values, the delta and its paired interval."""
     cv, iv = _value(c), _value(i)
-    entry: dict[str, object] = {"candidate": cv, "incumbent": iv, "delta": None if cv is None or iv is None else cv - iv}
+    entry: dict[str, object] = {labels[0]: cv, labels[1]: iv, "delta": None if cv is None or iv is None else cv - iv}
     if reps_c is not None and reps_i is not None:
         (vc, dc), (vi, di) = reps_c, reps_i
         delta = np.asarray(vc, dtype=np.float64) - np.asarray(vi, dtype=np.float64)
@@ -87,7 +108,7 @@ def _aligned(units: object, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | 
     return point, reps
 
 
-def _unit_level(c_units: object, i_units: object, key_name) -> dict[str, dict]:
+def _unit_level(c_units: object, i_units: object, key_name, labels: tuple[str, str] = PAIR_LABELS) -> dict[str, dict]:
     """Per-unit deltas over the union of both runs' units (a unit absent from a run holds nothing there)."""
     keys = np.unique(np.concatenate([c_units.keys, i_units.keys]), axis=0)
     (cp, cr), (ip, ir) = _aligned(c_units, keys), _aligned(i_units, keys)
@@ -103,7 +124,7 @@ def _unit_level(c_units: object, i_units: object, key_name) -> dict[str, dict]:
         for m in UNIT_METRICS:
             rc = (reps_c[m][0][u], reps_c[m][1][u]) if reps_c else None
             ri = (reps_i[m][0][u], reps_i[m][1][u]) if reps_i else None
-            out[name][m] = _delta(point_c[m][0][u], point_i[m][0][u], rc, ri)
+            out[name][m] = _delta(point_c[m][0][u], point_i[m][0][u], rc, ri, labels)
     return out
 
 
@@ -115,8 +136,12 @@ def _undefine(level: dict) -> None:
                 e.pop("ci_n_undefined", None)
 
 
-def paired_deltas(ev_c: object, ev_i: object, summary_c: dict, summary_i: dict, options: EvalOptions) -> dict[str, object]:
+def paired_deltas(
+    ev_c: object, ev_i: object, summary_c: dict, summary_i: dict, options: EvalOptions, labels: tuple[str, str] = PAIR_LABELS
+) -> dict[str, object]:
     """The comparison dict from the two runs' merged sums and summaries (same resamples).
+
+    ``labels`` name the two values of every entry (first − second is the delta).
 
     Under a block bootstrap, a unit of the drawn kind comes whole in every resample, so
     its own delta never varies: those intervals are left null (``unit_ci_note``) and such
@@ -134,15 +159,15 @@ def paired_deltas(ev_c: object, ev_i: object, summary_c: dict, summary_i: dict, 
     overall = {}
     rc, ri = replicates(0)
     for m in HEADLINE:
-        overall[m] = _delta(summary_c.get(m), summary_i.get(m), rc.get(m), ri.get(m))
+        overall[m] = _delta(summary_c.get(m), summary_i.get(m), rc.get(m), ri.get(m), labels)
     if "ap50" in summary_c and "ap50" in summary_i:
         for m in SCORE_METRICS:
             rc = mc.global_values.get("replicates", {}).get(m)
             ri = mi.global_values.get("replicates", {}).get(m)
             if rc is not None and ri is not None:
-                overall[m] = _delta(summary_c.get(m), summary_i.get(m), (rc, ~np.isnan(rc)), (ri, ~np.isnan(ri)))
-            else:
-                overall[m] = _delta(summary_c.get(m), summary_i.get(m), None, None)
+                overall[m] = _delta(summary_c.get(m), summary_i.get(m), (rc, ~np.isnan(rc)), (ri, ~np.isnan(ri)), labels)
+            elif m in summary_c or m in summary_i:
+                overall[m] = _delta(summary_c.get(m), summary_i.get(m), None, None, labels)
     out["overall"] = overall
     offset = 1
     for name, keys in ev_c.plan.groupings:
@@ -152,14 +177,14 @@ def paired_deltas(ev_c: object, ev_i: object, summary_c: dict, summary_i: dict, 
             entry = {"support": gc["support"]}
             rc, ri = replicates(offset + j)
             for m in HEADLINE:
-                entry[m] = _delta(gc.get(m), gi.get(m), rc.get(m), ri.get(m))
+                entry[m] = _delta(gc.get(m), gi.get(m), rc.get(m), ri.get(m), labels)
             level[key] = entry
         out[name] = level
         offset += len(keys)
-    out["per_tile"] = _unit_level(mc.tiles, mi.tiles, lambda k: tile_key(*k))
+    out["per_tile"] = _unit_level(mc.tiles, mi.tiles, lambda k: tile_key(*k), labels)
     aois = ev_c.sites.aois
     if aois is not None:
-        out["per_aoi"] = _unit_level(mc.aois, mi.aois, lambda k: aois.keys[int(k[0])] if k[0] >= 0 else None)
+        out["per_aoi"] = _unit_level(mc.aois, mi.aois, lambda k: aois.keys[int(k[0])] if k[0] >= 0 else None, labels)
     drawn_level = {"tile": "per_tile", "aoi": "per_aoi"}.get(options.bootstrap_unit)
     if drawn_level in out:
         _undefine(out[drawn_level])
@@ -185,6 +210,86 @@ def paired_deltas(ev_c: object, ev_i: object, summary_c: dict, summary_i: dict, 
                     worse.append({"level": level, "unit": unit, "metric": m, "delta": entry[m]["delta"], "ci": ci,
                                   "support": entry["support"]})
     out["worse_units"] = worse
+    return out
+
+
+def _named_layers(predictions: object, baseline: str | None) -> tuple[list[tuple[str, object]], str]:
+    """The models as ``[(name, layer)]`` in the given order, checked, and the baseline's name."""
+    from collections.abc import Mapping
+
+    items = list(predictions.items()) if isinstance(predictions, Mapping) else list(predictions)
+    if not all(isinstance(item, tuple) and len(item) == 2 for item in items):
+        raise ValueError("predictions must be a mapping {name: layer} or a sequence of (name, layer) pairs.")
+    names = [name for name, _ in items]
+    bad = [name for name in names if not isinstance(name, str) or not name.strip()]
+    if bad:
+        raise ValueError(f"predictions: every model needs a non-empty name, but got {bad[0]!r}.")
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"predictions: two models are named {name!r}; give each model its own name.")
+        seen.add(name)
+    if len(items) < 2:
+        raise ValueError(f"predictions: a comparison needs at least two models, but got {len(items)}.")
+    if baseline is None:
+        baseline = names[0]
+    elif baseline not in seen:
+        raise ValueError(f"baseline {baseline!r} is not one of the models: {', '.join(map(repr, names))}.")
+    return items, baseline
+
+
+def _checked(options: dict) -> EvalOptions:
+    checked = check_options(**options)
+    if checked.bootstrap <= 0:
+        raise ValueError("a paired comparison needs bootstrap resamples: give bootstrap=N (1000 is usual).")
+    return checked
+
+
+def _bootstrap_block(checked: EvalOptions, n_units: int | None) -> dict[str, object]:
+    return {
+        "unit": checked.bootstrap_unit,
+        "n_resamples": checked.bootstrap,
+        "seed": checked.bootstrap_seed,
+        "n_units": n_units,
+        "tile_km": checked.tile_km,
+        "paired": True,
+    }
+
+
+def _evaluate_in_process(layers: list[object], reference: object, strata: object, size_bins: object, checked: EvalOptions):
+    """Every layer against one reference, prepared once, on the same resamples: their evaluations and summaries."""
+    from evalcore.api import _finish_run, _prepare_reference, _prepare_run, _summarize
+    from evalcore.engine import resolve_run
+    from evalcore.levels import prepare_sites
+
+    sites = prepare_sites(checked, checked.equal_area_crs)
+    shared = _prepare_reference(reference, strata, size_bins, checked, sites)
+    runs = [_prepare_run(layer, reference, strata, size_bins, checked, shared, sites) for layer in layers]
+    if checked.bootstrap_unit == "field":
+        # The field draws depend only on the reference: every run draws the same resamples.
+        evaluations = [_finish_run(p) for p in runs]
+    else:
+        # Block draws are keyed by the sorted unit keys: draw every layer over the union of their units.
+        resolved = [resolve_run(p.results, checked) for p in runs]
+        union = np.unique(np.concatenate([r.draws.unit_keys for r in resolved]), axis=0)
+        resolved = [
+            r if len(r.draws.unit_keys) == len(union) and np.array_equal(r.draws.unit_keys, union) else resolve_run(p.results, checked, union)
+            for p, r in zip(runs, resolved)
+        ]
+        evaluations = [_finish_run(p, r) for p, r in zip(runs, resolved)]
+    return evaluations, [_summarize(ev, checked) for ev in evaluations], evaluations[0].merged.n_units
+
+
+def _pair_result(names: tuple[str, str], ev_c: object, ev_i: object, summary_c: dict, summary_i: dict, checked: EvalOptions,
+                 n_units: int | None) -> dict[str, object]:
+    """The layout of :func:`compare` (two layers)."""
+    out: dict[str, object] = {"candidate": names[0], "incumbent": names[1], "bootstrap": _bootstrap_block(checked, n_units),
+                              "metrics": list(HEADLINE)}
+    out.update(paired_deltas(ev_c, ev_i, summary_c, summary_i, checked))
+    if "note" in out:
+        out["bootstrap"]["note"] = out.pop("note")
+    out["candidate_summary"] = summary_c
+    out["incumbent_summary"] = summary_i
     return out
 
 
@@ -222,46 +327,107 @@ def compare(
     ValueError
         Without bootstrap resamples.
     """
-    from evalcore.api import _finish_run, _prepare_reference, _prepare_run, _read_if_path, _summarize
-    from evalcore.engine import resolve_run
-    from evalcore.levels import prepare_sites
+    from evalcore.api import _read_if_path
 
-    checked = check_options(**options)
-    if checked.bootstrap <= 0:
-        raise ValueError("a paired comparison needs bootstrap resamples: give bootstrap=N (1000 is usual).")
+    checked = _checked(options)
     candidate, incumbent = _read_if_path(candidate, "predicted"), _read_if_path(incumbent, "predicted")
     reference = _read_if_path(reference, "reference")
-    sites = prepare_sites(checked, checked.equal_area_crs)
-    shared = _prepare_reference(reference, strata, size_bins, checked, sites)
-    runs = [_prepare_run(layer, reference, strata, size_bins, checked, shared, sites) for layer in (candidate, incumbent)]
-    resolved = [resolve_run(p.results, checked) for p in runs]
-    if checked.bootstrap_unit != "field":
-        union = np.unique(np.concatenate([r.draws.unit_keys for r in resolved]), axis=0)
-        resolved = [
-            r if len(r.draws.unit_keys) == len(union) and np.array_equal(r.draws.unit_keys, union) else resolve_run(p.results, checked, union)
-            for p, r in zip(runs, resolved)
-        ]
-    ev_c, ev_i = (_finish_run(p, r) for p, r in zip(runs, resolved))
-    summary_c, summary_i = _summarize(ev_c, checked), _summarize(ev_i, checked)
+    (ev_c, ev_i), (summary_c, summary_i), n_units = _evaluate_in_process([candidate, incumbent], reference, strata, size_bins, checked)
+    return _pair_result((_label(candidate), _label(incumbent)), ev_c, ev_i, summary_c, summary_i, checked, n_units)
+
+
+def _table_row(summary: dict) -> dict[str, object]:
+    """One model's row: the headline (and score) metrics with their intervals, the counts, the worst groups (F1)."""
+    ci = summary.get("bootstrap", {}).get("ci", {})
+    row: dict[str, object] = {k: summary.get(k) for k in ("count_predicted", "count_reference", "count_tp", "count_fp", "count_fn")}
+    for m in HEADLINE + tuple(m for m in SCORE_METRICS if m in summary):
+        bounds = ci.get(m)
+        row[m] = {"value": _value(summary.get(m)), "ci": [_value(bounds[0]), _value(bounds[1])] if bounds is not None else None}
+    worst: dict[str, object] = {}
+    for grouping, block in (summary.get("worst") or {}).items():  # per_stratum, per_size_class
+        worst[grouping] = None if block is None else block.get("f1")
+    for level in ("tiles", "aois"):
+        if isinstance(summary.get(level), dict) and "worst" in summary[level]:
+            block = summary[level]["worst"]
+            worst[level] = None if block is None else block.get("f1")
+    row["worst_f1"] = worst
+    return row
+
+
+def _models_result(names: list[str], sources: list[str], reference: str, baseline: str, runs: list[object], summaries: list[dict],
+                   checked: EvalOptions, n_units: int | None) -> dict[str, object]:
+    """The layout of :func:`compare_models`."""
+    base = names.index(baseline)
     out: dict[str, object] = {
-        "candidate": _label(candidate),
-        "incumbent": _label(incumbent),
-        "bootstrap": {
-            "unit": checked.bootstrap_unit,
-            "n_resamples": checked.bootstrap,
-            "seed": checked.bootstrap_seed,
-            "n_units": resolved[0].draws.n_units,
-            "tile_km": checked.tile_km,
-            "paired": True,
-        },
-        "metrics": list(HEADLINE),
+        "reference": reference,
+        "models": dict(zip(names, sources)),
+        "baseline": baseline,
+        "bootstrap": _bootstrap_block(checked, n_units),
+        "metrics": list(HEADLINE) + [m for m in SCORE_METRICS if m in summaries[0]],
+        "table": {name: _table_row(summary) for name, summary in zip(names, summaries)},
+        "deltas": {},
     }
-    out.update(paired_deltas(ev_c, ev_i, summary_c, summary_i, checked))
-    if "note" in out:
-        out["bootstrap"]["note"] = out.pop("note")
-    out["candidate_summary"] = summary_c
-    out["incumbent_summary"] = summary_i
+    for k, name in enumerate(names):
+        if k == base:
+            continue
+        deltas = paired_deltas(runs[k], runs[base], summaries[k], summaries[base], checked, labels=("model", "baseline"))
+        note = deltas.pop("note", None)
+        if note is not None:
+            out["bootstrap"]["note"] = note
+        out["deltas"][name] = deltas
+    out["summaries"] = dict(zip(names, summaries))
     return out
+
+
+def compare_models(
+    predictions: object,
+    reference: object,
+    *,
+    baseline: str | None = None,
+    strata: object = None,
+    size_bins: object = None,
+    **options: object,
+) -> dict[str, object]:
+    """Several prediction layers against one reference, on the same resamples (SPEC 6.9).
+
+    Parameters
+    ----------
+    predictions : mapping of str to layer, or sequence of (name, layer)
+        Two or more models (GeoDataFrame, GeoSeries or path each), named; their CRSs
+        may differ. Names must be distinct.
+    reference : GeoDataFrame, GeoSeries or path
+        Read and prepared once, shared by every evaluation.
+    baseline : str, optional
+        The model every other one is compared with (default: the first).
+    strata, size_bins, **options
+        As :func:`evalcore.evaluate`; ``bootstrap`` must be positive.
+
+    Returns
+    -------
+    dict
+        ``models`` (name: source), ``baseline``, ``bootstrap``, ``metrics``, ``table``
+        (name: the row of :func:`_table_row`: counts, ``{"value", "ci"}`` per metric,
+        ``worst_f1`` per grouping), ``deltas`` (each other model's paired deltas
+        against the baseline, in the layout of :func:`compare` with the entries'
+        values named ``model`` and ``baseline``), and every model's summary under
+        ``summaries`` (each equal to :func:`evalcore.evaluate` of that layer with a field
+        bootstrap).
+
+    Raises
+    ------
+    ValueError
+        Fewer than two models, a repeated or empty name, an unknown baseline, no
+        bootstrap resamples.
+    """
+    from evalcore.api import _read_if_path
+
+    items, baseline = _named_layers(predictions, baseline)
+    checked = _checked(options)
+    layers = [_read_if_path(layer, "predicted") for _, layer in items]
+    reference = _read_if_path(reference, "reference")
+    runs, summaries, n_units = _evaluate_in_process(layers, reference, strata, size_bins, checked)
+    names = [name for name, _ in items]
+    return _models_result(names, [_label(layer) for layer in layers], _label(reference), baseline, runs, summaries, checked, n_units)
 
 
 @dataclass(frozen=True)
@@ -271,6 +437,53 @@ class _Run:
     merged: object
     plan: object
     sites: object
+
+
+def _evaluate_on_cluster(
+    paths: list[tuple[str, str]], reference: str, client: object, checked: EvalOptions, work: Path, strata: str | None,
+    size_bins: object, layers: dict,
+) -> tuple[list[_Run], list[dict], int | None]:
+    """Every layer's distributed phases in ``work/<directory>``; the resolve phases share the block units."""
+    from evalcore.distributed.runner import (
+        merge_sums,
+        pairs_phase,
+        plan_phase,
+        prepare_phase,
+        resolve_phase,
+        start_run,
+        summary_of,
+        sums_phase,
+    )
+    from evalcore.distributed.sources import LayerSource
+
+    setups = [
+        start_run(LayerSource(str(path), layers.get(name), "predicted"), LayerSource(str(reference), layers.get("reference"), "reference"),
+                  checked, work / directory, strata_column=strata, size_bins=size_bins)
+        for (name, path), directory in zip(paths, _directories(paths))
+    ]
+    indexes = [prepare_phase(client, setup) for setup in setups]
+    plans = [plan_phase(setup, index) for setup, index in zip(setups, indexes)]
+    pairs = [pairs_phase(client, setup, index) for setup, index in zip(setups, indexes)]
+    resolved = [resolve_phase(s, i, p, plan) for s, i, p, plan in zip(setups, indexes, pairs, plans)]
+    if checked.bootstrap_unit != "field":
+        union = np.unique(np.concatenate([r.resolved.draws.unit_keys for r in resolved]), axis=0)
+        resolved = [
+            r if np.array_equal(r.resolved.draws.unit_keys, union) else resolve_phase(s, i, p, plan, union)
+            for r, s, i, p, plan in zip(resolved, setups, indexes, pairs, plans)
+        ]
+    sums = [sums_phase(client, s, i, plan, r) for s, i, plan, r in zip(setups, indexes, plans, resolved)]
+    merged = [merge_sums(s, i, plan, r, d) for s, i, plan, r, d in zip(setups, indexes, plans, resolved, sums)]
+    summaries = [summary_of(s, i, plan, r, m) for s, i, plan, r, m in zip(setups, indexes, plans, resolved, merged)]
+    runs = [_Run(m, plan, i.sites) for m, plan, i in zip(merged, plans, indexes)]
+    return runs, summaries, resolved[0].resolved.draws.n_units
+
+
+def _directories(paths: list[tuple[str, str]]) -> list[str]:
+    """A work subdirectory per model: the two-model names as before, else ``model-<k>`` (names need not be file names)."""
+    names = [name for name, _ in paths]
+    if names == list(PAIR_LABELS):
+        return names
+    return [f"model-{k}" for k in range(len(paths))]
 
 
 def compare_on_cluster(
@@ -290,68 +503,53 @@ def compare_on_cluster(
     Each layer runs the distributed phases in its own work directory; the two resolve
     phases share the block bootstrap's units, so the resamples are the same.
     """
-    import shutil
-    import tempfile
+    checked = _checked(options)
+    with _work_directory(workdir) as work:
+        runs, summaries, n_units = _evaluate_on_cluster(
+            [("candidate", str(candidate)), ("incumbent", str(incumbent))], reference, client, checked, work, strata, size_bins,
+            layers or {},
+        )
+    return _pair_result((str(candidate), str(incumbent)), runs[0], runs[1], summaries[0], summaries[1], checked, n_units)
 
-    from evalcore.distributed.runner import (
-        merge_sums,
-        pairs_phase,
-        plan_phase,
-        prepare_phase,
-        resolve_phase,
-        start_run,
-        summary_of,
-        sums_phase,
-    )
-    from evalcore.distributed.sources import LayerSource
 
-    checked = check_options(**options)
-    if checked.bootstrap <= 0:
-        raise ValueError("a paired comparison needs bootstrap resamples: give bootstrap=N (1000 is usual).")
-    layers = layers or {}
-    own = workdir is None
-    work = Path(tempfile.mkdtemp(prefix="evalcore-compare-")) if own else Path(workdir)
+def compare_models_on_cluster(
+    predictions: object,
+    reference: str,
+    client: object,
+    *,
+    baseline: str | None = None,
+    strata: str | None = None,
+    size_bins: object = None,
+    workdir: str | os.PathLike | None = None,
+    layers: dict | None = None,
+    **options: object,
+) -> dict[str, object]:
+    """:func:`compare_models` on a Dask cluster, for layer files: the same result.
+
+    ``predictions`` maps names to paths; ``layers`` optionally maps a name (or
+    ``"reference"``) to the layer inside its file. Each model runs the distributed phases
+    in ``workdir/model-<k>``; the resolve phases share the block bootstrap's units.
+    """
+    items, baseline = _named_layers(predictions, baseline)
+    checked = _checked(options)
+    paths = [(name, str(path)) for name, path in items]
+    with _work_directory(workdir) as work:
+        runs, summaries, n_units = _evaluate_on_cluster(paths, reference, client, checked, work, strata, size_bins, layers or {})
+    names = [name for name, _ in paths]
+    return _models_result(names, [path for _, path in paths], str(reference), baseline, runs, summaries, checked, n_units)
+
+
+@contextmanager
+def _work_directory(workdir: str | os.PathLike | None) -> Iterator[Path]:
+    """The given work directory, or a temporary one removed afterwards."""
+    if workdir is not None:
+        yield Path(workdir)
+        return
+    path = Path(tempfile.mkdtemp(prefix="evalcore-compare-"))
     try:
-        setups = [
-            start_run(LayerSource(str(path), layers.get(name), "predicted"), LayerSource(str(reference), layers.get("reference"), "reference"),
-                      checked, work / name, strata_column=strata, size_bins=size_bins)
-            for name, path in (("candidate", candidate), ("incumbent", incumbent))
-        ]
-        indexes = [prepare_phase(client, setup) for setup in setups]
-        plans = [plan_phase(setup, index) for setup, index in zip(setups, indexes)]
-        pairs = [pairs_phase(client, setup, index) for setup, index in zip(setups, indexes)]
-        resolved = [resolve_phase(s, i, p, plan) for s, i, p, plan in zip(setups, indexes, pairs, plans)]
-        if checked.bootstrap_unit != "field":
-            union = np.unique(np.concatenate([r.resolved.draws.unit_keys for r in resolved]), axis=0)
-            resolved = [
-                r if np.array_equal(r.resolved.draws.unit_keys, union) else resolve_phase(s, i, p, plan, union)
-                for r, s, i, p, plan in zip(resolved, setups, indexes, pairs, plans)
-            ]
-        sums = [sums_phase(client, s, i, plan, r) for s, i, plan, r in zip(setups, indexes, plans, resolved)]
-        merged = [merge_sums(s, i, plan, r, d) for s, i, plan, r, d in zip(setups, indexes, plans, resolved, sums)]
-        summaries = [summary_of(s, i, plan, r, m) for s, i, plan, r, m in zip(setups, indexes, plans, resolved, merged)]
-        runs = [_Run(m, plan, i.sites) for m, plan, i in zip(merged, plans, indexes)]
-        out: dict[str, object] = {
-            "candidate": str(candidate),
-            "incumbent": str(incumbent),
-            "bootstrap": {
-                "unit": checked.bootstrap_unit,
-                "n_resamples": checked.bootstrap,
-                "seed": checked.bootstrap_seed,
-                "n_units": resolved[0].resolved.draws.n_units,
-                "tile_km": checked.tile_km,
-                "paired": True,
-            },
-            "metrics": list(HEADLINE),
-        }
-        out.update(paired_deltas(runs[0], runs[1], summaries[0], summaries[1], checked))
-        if "note" in out:
-            out["bootstrap"]["note"] = out.pop("note")
-        out["candidate_summary"], out["incumbent_summary"] = summaries
-        return out
+        yield path
     finally:
-        if own:
-            shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _label(layer: object) -> str:

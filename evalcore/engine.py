@@ -30,6 +30,15 @@ from evalcore.bootstrap import PartitionKey, ReplicateSums, RowDraws, RunDraws, 
 from evalcore.matching import Resolution, eligible_pairs, resolve
 from evalcore.metrics import enabled_families, max_columns, quantity_columns
 from evalcore.metrics.base import GlobalContext, PairContext, PredContext, RefContext
+from evalcore.metrics.taxonomy import (
+    PREDICTION_CODES,
+    REFERENCE_CODES,
+    code_labels,
+    prediction_codes,
+    prediction_flags,
+    reference_codes,
+    reference_flags,
+)
 from evalcore.options import EvalOptions, RunPlan, base_threshold
 from evalcore.pairs import PairTable, candidate_pairs
 from evalcore.prepare import PreparedLayer
@@ -355,6 +364,7 @@ def resolve_run(results: PairResults, options: EvalOptions, unit_keys: IdArray |
     preds["base_home_iou"] = base_iou
     preds["overlap_ref_pos"] = overlap
     _add_prediction_sites(preds, results, resolution)
+    _add_prediction_codes(preds, results, resolution, pair_values, options)
     contributions, unassigned, homeless_rows = prediction_contributions(PredContext(preds, pairs, pair_values, options))
     home = preds["home_ref_pos"].to_numpy(np.int64)
     home_row = np.full(len(home), -1, dtype=np.int64)
@@ -487,6 +497,19 @@ class Routing:
     ref_rows: list[IdArray]
     pair_rows: list[IdArray]
     contribution_rows: list[IdArray]
+
+
+def _add_prediction_codes(preds: pd.DataFrame, results: PairResults, resolution: Resolution,
+                          pair_values: dict[str, np.ndarray], options: EvalOptions) -> None:
+    """Each prediction's primary error code and flags (SPEC 6.8, :mod:`evalcore.metrics.taxonomy`)."""
+    pairs = results.pairs
+    matched_refs = np.unique(pairs.ref_pos[resolution.is_match])
+    preds["error_code"] = prediction_codes(
+        preds["matched"].to_numpy(bool), preds["overlap_ref_pos"].to_numpy(np.int64), matched_refs,
+    )
+    flags = prediction_flags(results.pred_pos, pairs, pair_values, results.pred_area_of_pair, results.mean_distance_m, options)
+    for name, values in flags.items():
+        preds[name] = values
 
 
 def _rows_by_part(part: IdArray, n_parts: int) -> list[IdArray]:
@@ -672,6 +695,16 @@ def summarize_partition(
         options=options,
     )
     table = quantity_table(ctx, contributions)
+    matched = fields["matched"].to_numpy(bool)
+    fields["error_code"] = reference_codes(matched, fields["n_overlapping_pred"].to_numpy(np.int64))
+    present = set(table.columns)
+    flags = reference_flags(
+        table.column("merged_reference") if "merged_reference" in present else None,
+        table.column("splits") if "splits" in present else None,
+        matched, mean, options.boundary_tolerance_m,
+    )
+    for name, values in flags.items():
+        fields[name] = values
     flat_groups = plan.flat_groups(refs.strata_codes, refs.size_codes)
     replicates = weights = None
     if options.bootstrap > 0:
@@ -853,7 +886,18 @@ def prediction_table(preds: pd.DataFrame, *, aoi_keys: list[str] | None, annotat
         out["annotated_fraction"] = preds["annotated_fraction"].to_numpy(np.float64)
     if scored:
         out["score"] = preds["score"].to_numpy(np.float64)
+    _add_code_columns(out, preds, PREDICTION_CODES)
     return out
+
+
+def _add_code_columns(out: pd.DataFrame, rows: pd.DataFrame, names: tuple[str, ...]) -> None:
+    """``error_code`` (string) and the boolean flags of the taxonomy, when computed."""
+    if "error_code" not in rows.columns:
+        return
+    out["error_code"] = code_labels(rows["error_code"].to_numpy(np.int8), names)
+    for flag in ("merge", "split", "boundary_error"):
+        if flag in rows.columns:
+            out[flag] = rows[flag].to_numpy(bool)
 
 
 def field_table(
@@ -903,6 +947,7 @@ def field_table(
     out["boundary_sample_spacing_m"] = fields["boundary_sample_spacing_m"].to_numpy()
     out["tile_x"] = fields["tile_x"].to_numpy(np.int64)
     out["tile_y"] = fields["tile_y"].to_numpy(np.int64)
+    _add_code_columns(out, fields, REFERENCE_CODES)
     if aoi_keys is not None:
         out["aoi"] = _aoi_column(fields["aoi"].to_numpy(np.int64), aoi_keys)
     if strata_names is not None:

@@ -70,8 +70,17 @@ QUANTILES: tuple[int, ...] = (10, 25, 50, 75, 90)
 
 UNIT_COLUMNS: tuple[str, ...] = (
     "n_ref", "tp", "n_pred", "n_pred_matched", "n_pred_unassigned", "area_ref_m2", "area_pred_m2",
+    "fn_missed", "fn_localisation", "fp_background", "fp_duplicate", "fp_localisation", "merges", "splits",
+    "boundary_errors",
 )
-"""The sums per unit. The first five are counts; the areas are square metres."""
+"""The sums per unit: counts, the two areas (square metres), then the error taxonomy's
+counts (:mod:`evalcore.metrics.taxonomy`; zero where a column is not computed)."""
+
+_TAXONOMY_UNIT_COLUMNS = {
+    "count_fn_missed": "fn_missed", "count_fn_localisation": "fn_localisation",
+    "count_fp_background": "fp_background", "count_fp_duplicate": "fp_duplicate",
+    "count_fp_localisation": "fp_localisation", "count_merges": "merges", "count_splits": "splits",
+}
 
 _REPLICATE_COLUMNS = ("n_ref", "tp", "n_pred", "n_pred_matched")
 """What the per-AOI bootstrap intervals (precision, recall, F1) need per replicate."""
@@ -498,6 +507,7 @@ def homeless_values(area_m2: F64Array) -> F64Array:
     out[:, UNIT_COLUMNS.index("n_pred")] = 1.0
     out[:, UNIT_COLUMNS.index("n_pred_unassigned")] = 1.0
     out[:, UNIT_COLUMNS.index("area_pred_m2")] = area_m2
+    out[:, UNIT_COLUMNS.index("fp_background")] = 1.0  # no candidate pair: overlaps no reference field
     return out
 
 
@@ -521,7 +531,7 @@ def tile_key(epsg: int, x: int, y: int) -> str:
 
 
 def unit_table(sums: UnitSums, kind: str, *, min_support: int, tile_size_m: float | None = None,
-               aois: AoiLayer | None = None) -> pd.DataFrame:
+               aois: AoiLayer | None = None, boundary_errors: bool = False) -> pd.DataFrame:
     """One row per unit with the values of SPEC 6.3.
 
     Parameters
@@ -533,13 +543,16 @@ def unit_table(sums: UnitSums, kind: str, *, min_support: int, tile_size_m: floa
     min_support : int
     tile_size_m : float, optional
         For tiles: the side, metres (for ``fp_per_km2``).
+    boundary_errors : bool
+        A boundary tolerance was given: ``count_boundary_errors`` is a column.
 
     Returns
     -------
     pandas.DataFrame
         Columns ``epsg, tile_x, tile_y`` (tiles) or ``aoi`` (AOIs), the counts, rates,
         ``count_ratio``, ``count_error``, ``area_bias_ha``, ``fp_per_km2`` and
-        ``tile_area_km2`` (tiles), ``support``, ``insufficient_support``, and with
+        ``tile_area_km2`` (tiles), the error taxonomy's counts (``count_fn_missed`` ...
+        ``count_splits``, ``count_boundary_errors``), ``support``, ``insufficient_support``, and with
         replicates ``precision_ci_lower`` ... ``f1_ci_upper`` and their
         ``*_n_undefined``.
     """
@@ -580,6 +593,10 @@ def unit_table(sums: UnitSums, kind: str, *, min_support: int, tile_size_m: floa
         out["tile_area_km2"] = area_km2
         with np.errstate(divide="ignore", invalid="ignore"):
             out["fp_per_km2"] = np.where(area_km2 > 0, out["count_fp"].to_numpy() / area_km2, np.nan)
+    for key, column in _TAXONOMY_UNIT_COLUMNS.items():
+        out[key] = v[column].astype(np.int64)
+    if boundary_errors:
+        out["count_boundary_errors"] = v["boundary_errors"].astype(np.int64)
     out["support"] = n_ref.astype(np.int64)
     out["insufficient_support"] = n_ref < min_support
     if reps is not None:

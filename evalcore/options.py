@@ -88,10 +88,11 @@ def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
 
 
 def all_options() -> tuple[Option, ...]:
-    """Every option: the engine's, then each registered family's, in registry order."""
+    """Every option: the engine's, the pixel metrics', the study area's, then each registered family's, in registry order."""
     from evalcore.pixels import PIXEL_OPTIONS
+    from evalcore.study import STUDY_OPTIONS
 
-    return CORE_OPTIONS + PIXEL_OPTIONS + family_options()
+    return CORE_OPTIONS + PIXEL_OPTIONS + STUDY_OPTIONS + family_options()
 
 
 class EvalOptions:
@@ -160,6 +161,9 @@ def check_options(**kwargs: object) -> EvalOptions:
 
         # A GSD that makes one tile (or its halo) too large is refused before any work.
         window_bytes(values["pixel_gsd_m"], values["tile_km"] * 1000.0, values["pixel_tolerance_px"])
+    from evalcore.study import check_study_options
+
+    check_study_options(values)
     if values["bootstrap_unit"] == "aoi" and values["aoi"] is None:
         raise ValueError("bootstrap_unit='aoi' (--bootstrap-unit aoi) draws AOIs: give an AOI layer (--aoi PATH --aoi-id-column C).")
     return EvalOptions(values)

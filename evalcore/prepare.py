@@ -10,7 +10,8 @@ position of every kept row so that every tie-break can be made by position.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import geopandas
 import numpy as np
@@ -34,6 +35,9 @@ from evalcore.errors import CRSError, EvalInputError
 from evalcore.io import LINEARIZED_ROWS_ATTR, SOURCE_ATTR
 from evalcore.levels import Sites, locate
 from evalcore.rings import flatten_rings
+
+if TYPE_CHECKING:
+    from evalcore.study import Study
 
 __all__ = [
     "PreparedLayer",
@@ -119,9 +123,15 @@ class PreparedLayer:
     score : ndarray of float64
         Confidence score of each row (NaN without a score column).
     n_input, n_dropped, n_repaired : int
-        Rows read, rows excluded and rows repaired and kept.
+        Rows read, rows excluded by SPEC 2 (null, empty, non-polygonal, zero area) and
+        rows repaired that SPEC 2 kept.
     equal_area_crs : pyproj.CRS
     partition_size_m : float
+    n_outside_study_area : int
+        Rows SPEC 2 kept that the study area's rule left out (:mod:`evalcore.study`).
+    n_within_training_buffer : int
+        Rows the study area kept that lie within the leakage buffer of the training
+        area; they are among the rows unless the run excludes them.
     """
 
     name: str
@@ -148,6 +158,8 @@ class PreparedLayer:
     n_repaired: int
     equal_area_crs: CRS
     partition_size_m: float
+    n_outside_study_area: int = 0
+    n_within_training_buffer: int = 0
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -300,6 +312,7 @@ def prepare_layer(
     partition_size_m: float = DEFAULT_PARTITION_SIZE_M,
     sites: Sites | None = None,
     score_column: str | None = None,
+    study: Study | None = None,
 ) -> PreparedLayer:
     """Prepare one polygon layer for evaluation (SPEC section 2).
 
@@ -320,6 +333,10 @@ def prepare_layer(
         row in (the annotated fraction is measured for the predicted layer only).
     score_column : str, optional
         Column of confidence scores (finite, in [0, 1]; every row is checked, dropped ones too).
+    study : evalcore.study.Study, optional
+        A study area (rows its rule leaves out are not kept, and counted apart from the
+        dropped rows) and a training area (rows within its buffer are counted, and left
+        out when the study says so).
 
     Returns
     -------
@@ -384,6 +401,12 @@ def prepare_layer(
 
     if user_crs and ea_crs != CRS.from_user_input(DEFAULT_EQUAL_AREA_CRS) and len(rows):
         _warn_area_change(name, source, crs, ea_crs, area)
+    n_prepared, n_repaired = len(rows), int(repaired[rows].sum())  # what SPEC 2 kept and repaired
+    if study is not None and study.study_area is not None:
+        from evalcore.study import study_area_mask  # evalcore.study imports the metric registry, which imports this module
+
+        inside = study_area_mask(study.study_area, geoms_ea)
+        rows, source, geoms_ea, area = rows[inside], source[inside], geoms_ea[inside], area[inside]
 
     centroids = shapely.centroid(geoms_ea)
     lon, lat = transform_xy(shapely.get_x(centroids), shapely.get_y(centroids), ea_crs, WGS84)
@@ -399,7 +422,7 @@ def prepare_layer(
 
         score = score_values(layer, score_column, where)[rows]
     n_kept = len(rows)
-    return PreparedLayer(
+    prepared = PreparedLayer(
         name=name,
         positions=rows.astype(np.int64),
         labels=labels[rows],
@@ -420,11 +443,19 @@ def prepare_layer(
         annotated_fraction=annotated_fraction,
         score=score,
         n_input=n_input,
-        n_dropped=n_input - n_kept,
-        n_repaired=int(repaired[rows].sum()),
+        n_dropped=n_input - n_prepared,
+        n_repaired=n_repaired,
         equal_area_crs=ea_crs,
         partition_size_m=float(partition_size_m),
+        n_outside_study_area=n_prepared - n_kept,
     )
+    if study is None or study.training is None:
+        return prepared
+    from evalcore.study import within_training_buffer
+
+    near = within_training_buffer(study.training, geoms_ea, geoms_utm, prepared.utm_epsg, lon, lat)
+    prepared = replace(prepared, n_within_training_buffer=int(near.sum()))
+    return prepared.take(np.flatnonzero(~near)) if study.training.exclude else prepared
 
 
 def empty_layer(

@@ -235,6 +235,32 @@ def render_report(metrics: dict, *, title: str = "Evaluation report", inputs: di
             f"{_with_ci(overall, 'count_ratio')}.",
             "",
         ]
+    if "count_fn_missed" in metrics:
+        boundary = (f"; {metrics['count_boundary_errors']} matched fields are more than {metrics.get('boundary_tolerance_m'):g} m "
+                    "off on average (M-BOUNDARY)") if "count_boundary_errors" in metrics else ""
+        lines += [
+            f"Errors (docs/evidence.md): {metrics['count_fn_missed']} reference fields missed outright (M-FN-MISSED), "
+            f"{metrics['count_fn_localisation']} overlapped but not matched (M-FN-LOCALISATION); false positives: "
+            f"{metrics['count_fp_background']} over no reference field (M-FP-BACKGROUND), {metrics['count_fp_duplicate']} "
+            f"duplicates of a matched field (M-FP-DUPLICATE), {metrics['count_fp_localisation']} badly placed "
+            f"(M-FP-LOCALISATION){boundary}.",
+            "",
+        ]
+    study = metrics.get("study_area")
+    if study:
+        lines += [
+            f"Study area ({study['rule']}, {_num(study['area_km2'], 1)} km²): {metrics.get('count_reference_outside_study_area')} "
+            f"reference fields and {metrics.get('count_predicted_outside_study_area')} predictions left out.",
+            "",
+        ]
+    leak = metrics.get("leakage")
+    if leak:
+        lines += [
+            f"Leakage audit: {leak['count_reference_within_buffer']} reference fields ({_num(leak['fraction'])} of those audited) "
+            f"and {leak['count_predicted_within_buffer']} predictions lie within {leak['buffer_m']:g} m of the training area"
+            + ("; they were excluded from the evaluation." if leak.get("excluded") else "; they are included in the numbers above."),
+            "",
+        ]
     n_unassigned = metrics.get("count_fp_unassigned", 0)
     if n_unassigned and (metrics.get("per_stratum") or metrics.get("per_size_class")):
         lines += [

@@ -122,7 +122,8 @@ def worst_group(entries: dict[str, dict]) -> dict | None:
 def level_tables(merged: MergedSums, options: EvalOptions, sites: Sites | None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The per-tile and per-AOI tables (None without AOIs) of a run (:func:`evalcore.levels.unit_table`)."""
     tile_m = float(options.tile_km) * 1000.0
-    tiles = unit_table(merged.tiles, "tiles", min_support=options.min_support, tile_size_m=tile_m)
+    boundary = options.boundary_tolerance_m is not None
+    tiles = unit_table(merged.tiles, "tiles", min_support=options.min_support, tile_size_m=tile_m, boundary_errors=boundary)
     if merged.pixels is not None:
         for name in ("tp", "fp", "fn", "tn"):
             tiles[f"pixel_{name}"] = [
@@ -131,7 +132,7 @@ def level_tables(merged: MergedSums, options: EvalOptions, sites: Sites | None) 
             ]
     aois = None
     if sites is not None and sites.aois is not None:
-        aois = unit_table(merged.aois, "aois", min_support=options.min_support, aois=sites.aois)
+        aois = unit_table(merged.aois, "aois", min_support=options.min_support, aois=sites.aois, boundary_errors=boundary)
     return tiles, aois
 
 
@@ -169,6 +170,7 @@ def build_summary(
     equal_area_crs: str,
     strata_column: str | None = None,
     sites: Sites | None = None,
+    run_keys: dict[str, object] | None = None,
 ) -> dict[str, object]:
     """The summary dict from merged partition sums.
 
@@ -185,6 +187,9 @@ def build_summary(
         Name of the reference column the strata came from (None for given values).
     sites : Sites, optional
         The reporting tiles and AOIs (default: 10 km tiles, no AOIs).
+    run_keys : dict, optional
+        More run-level keys, placed after the layer counts: the study area's and the
+        leakage audit's (:func:`evalcore.study.study_keys`).
     """
     overall = merged.sums.as_dict(0)
     both_empty = overall["n_ref"] == 0 and overall["n_pred"] == 0
@@ -195,6 +200,7 @@ def build_summary(
     result["count_fp_unassigned"] = int(round(merged.unassigned.get("n_pred", 0.0)))
     for key in ("count_predicted_dropped", "count_reference_dropped", "count_predicted_repaired", "count_reference_repaired"):
         result[key] = int(layer_counts[key])
+    result.update(run_keys or {})
     result["matching"] = options.matching
     result["equal_area_crs"] = equal_area_crs
     result["distance_crs"] = DISTANCE_CRS

@@ -22,6 +22,15 @@ from evalcore.errors import EvalInputError
 __all__ = ["run_command"]
 
 
+def _labels(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for key, value in pairs:
+        if key in labels:
+            raise EvalInputError(f"--label {key}= is given twice.")
+        labels[key] = value
+    return labels
+
+
 def run_command(args: argparse.Namespace) -> int:
     """``evalcore run``: validate the arguments, run the flow ``evaluate-layers``, print the summary.
 
@@ -47,6 +56,7 @@ def run_command(args: argparse.Namespace) -> int:
             n_workers=args.workers,
             workdir=args.workdir,
             gates=args.gates,
+            labels=_labels(args.label),
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -77,5 +87,7 @@ def run_command(args: argparse.Namespace) -> int:
     out = Path(args.output_dir)
     written = [name for name in ("metrics.json", "report.md", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet") if (out / name).exists()]
     written += [f"{name}/" for name in ("fields", "predictions") if (out / name).is_dir()]
+    if (out / "evidence-manifest.json").exists():
+        written.append("the evidence bundle (evidence-manifest.json; check it with evalcore verify)")
     print(f"run directory {args.output_dir}: {', '.join(written)}, {RUN_LOG.as_posix()} ({time.perf_counter() - started:.1f} s)")
     return 0

@@ -14,6 +14,10 @@ task keys named after the partition; the tasks pass the phases' frozen outputs a
 * ``manifest.json``: parameters, input checksums and rows, versions, partitions,
   outputs with checksums, and the run's status;
 * ``status.json``: ``running``, ``succeeded`` or ``failed`` (with the error);
+* the evidence bundle of SPEC 6.8 (:mod:`evalcore.evidence`, docs/evidence.md):
+  ``evaluation-contract.json``, ``input-manifest.json``, the per-family metrics files,
+  ``latency-and-reliability.json``, ``error-taxonomy.json``, ``acceptance-gates.json``
+  and, written last, ``evidence-manifest.json`` (the SHA-256 of every other file);
 * ``logs/run.log``: the whole log of the run, appended to by a rerun: DEBUG lines, a
   line per partition and phase, Prefect's lines and Dask's warnings (the Prefect run
   log and the terminal get one line per phase).
@@ -39,6 +43,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 from prefect.cache_policies import NO_CACHE
 
 from evalcore.distributed.runner import (
+    SITE_OPTIONS,
     PairsDone,
     ResolvedRun,
     RunIndex,
@@ -54,7 +59,9 @@ from evalcore.distributed.runner import (
     sums_phase,
 )
 from evalcore.distributed.sources import LayerSource
+from evalcore.distributed.reliability import peak_rss_mib, run_reliability, start_recording
 from evalcore.errors import EvalInputError
+from evalcore.evidence import BUNDLE_FILES
 from evalcore.io import atomic_path, write_json
 from evalcore.logs import run_log
 from evalcore.options import EvalOptions, RunPlan
@@ -248,13 +255,16 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
     logger = get_run_logger()
     _log.debug("run %s: predicted %s, reference %s", out, params.predicted, params.reference)
     # A rerun must not leave an earlier result looking current while it runs or if it fails.
-    for stale in ("metrics.json", "report.md", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet", "acceptance-gates.json"):
+    for stale in ("metrics.json", "report.md", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet", *BUNDLE_FILES):
         (out / stale).unlink(missing_ok=True)
+    for amendment in (*out.glob("acceptance-gates.v*.json"), *out.glob("evidence-manifest.v*.json")):
+        amendment.unlink()  # the previous run's amendments: not evidence of this one
     started = _now()
     write_json(out / "status.json", {"status": "running", "started": started})
     workdir = Path(params.workdir) if params.workdir else out / "work"
     setup = index = done_pairs = resolved = done_sums = merge_seconds = gate_result = None
     dashboard = ""
+    client_peaks: dict[str, float] = {}  # this process's peak memory after each phase, MiB
 
     def record() -> RunRecord | None:
         """What the manifest can say of the run so far (the phases that finished)."""
@@ -289,19 +299,27 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
                 predictions_dir=out / "predictions",
                 pr_curve_out=out / "pr_curve.parquet" if options.score_column is not None else None,
             )
+            recording_since = start_recording(client)
             index, plan = prepare(client, setup)
+            client_peaks["prepare"] = peak_rss_mib()
             logger.info(
                 "prepared %d reference fields and %d predictions into %d partitions",
                 index.layers["reference"]["n_kept"], index.layers["predicted"]["n_kept"], len(index.keys()),
             )
             done_pairs = pairs(client, setup, index)
+            client_peaks["pairs"] = peak_rss_mib()
             resolved = resolve(setup, index, done_pairs, plan)
+            client_peaks["resolve"] = peak_rss_mib()
             done_sums = sums(client, setup, index, plan, resolved)
+            client_peaks["sums"] = peak_rss_mib()
             merge_started = time.perf_counter()
             metrics = merge(client, setup, index, plan, resolved, done_sums)
             merge_seconds = time.perf_counter() - merge_started
+            client_peaks["merge"] = peak_rss_mib()
             publish(record(), metrics, params, started, dashboard)
             gate_result = check_gates(params) if params.gates else None
+            reliability = run_reliability(client, recording_since, record().timings, client_peaks, embedded=not params.cluster)
+        evidence(params, options, setup, metrics, reliability, started)
     except BaseException as exc:
         _log.debug("run %s failed", out, exc_info=True)  # the whole traceback, in the run log only
         for partial in ("metrics.json", "report.md"):
@@ -336,6 +354,38 @@ class GatesNotPassed(RuntimeError):
             f"acceptance gates: {result['decision']} ({counts['pass']} pass, {counts['fail']} fail, "
             f"{counts['not_evaluable']} not evaluable); see acceptance-gates.json"
         )
+
+
+@task(name="evidence", retries=0, cache_policy=NO_CACHE)
+def evidence(params: EvaluateParams, options: EvalOptions, setup: RunSetup, metrics: dict, reliability: dict, started: str) -> str:
+    """Write the evidence bundle (SPEC 6.8) and, last, the evidence manifest; return its path."""
+    from prefect.runtime import flow_run
+
+    from evalcore.evidence import BundleInputs, InputLayer, write_bundle
+
+    layers = [
+        InputLayer("reference", params.reference, params.ref_layer),
+        InputLayer("predicted", params.predicted, params.pred_layer),
+    ]
+    for role in SITE_OPTIONS:
+        value = getattr(params, role, None)
+        if isinstance(value, str):
+            layers.append(InputLayer(role, value, getattr(params, f"{role}_layer", None)))
+    if params.gates:
+        layers.append(InputLayer("gates", params.gates))
+    given = BundleInputs(
+        inputs=layers,
+        parameters=params.model_dump(mode="json"),
+        metric_parameters=params.metric_parameters(),
+        labels=dict(params.labels),
+        reliability=reliability,
+        run_id=str(flow_run.id) if flow_run.id else None,
+        started=started,
+        expected_sha256=dict(setup.input_sha256),
+    )
+    manifest = write_bundle(params.output_dir, metrics, given)
+    get_run_logger().info("evidence bundle written; %s hashes every file of the run directory", manifest.name)
+    return str(manifest)
 
 
 @task(name="gates", retries=0, cache_policy=NO_CACHE)

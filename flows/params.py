@@ -79,6 +79,19 @@ class EvaluateParams(MetricParams):
     chunk_rows: int = Field(50_000, ge=1, description="input rows per prepare task")
     keep_workdir: bool = Field(False, description="keep the work directory after a successful run (it is always kept after a failure, for resume)")
     gates: str | None = Field(None, description="acceptance gates file (YAML, deploy/gates.example.yaml): acceptance-gates.json in the run directory; the run ends Failed unless every gate passes")
+    labels: dict[str, str] = Field(default_factory=dict, description="user labels of the run (model hash, imagery source ...), written into evaluation-contract.json")
+
+    @field_validator("labels")
+    @classmethod
+    def _label_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not key or not key.strip() or "=" in key:
+                raise ValueError(f"a label key must be non-empty text without '=', got {key!r}")
+        return value
+
+    def metric_parameters(self) -> dict:
+        """The options that decide the numbers (:data:`METRIC_PARAMETERS`), JSON-ready."""
+        return {name: getattr(self, name) for name in METRIC_PARAMETERS}
 
 
 #: The ``EvaluateParams`` fields that decide the numbers (besides the two input files).

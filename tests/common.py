@@ -50,6 +50,8 @@ __all__ = [
     "SUMMARY_KEYS",
     "TOLERANCE_SUMMARY_KEYS",
     "FAMILY_KEYS",
+    "STUDY_AREA_KEYS",
+    "LEAKAGE_KEYS",
     "GROUP_KEYS",
     "run_cli",
     "INTERVAL_BLOCKS",
@@ -162,15 +164,19 @@ FAMILY_KEYS = frozenset(
     {
         "iou_sweep", "count_merges", "count_merged_reference", "count_splits",
         "count_split_predictions", "count_ratio", "majority_fraction", "precision_touching", "tiles",
+        "count_fp_background", "count_fp_duplicate", "count_fp_localisation", "count_fn_missed", "count_fn_localisation",
     }
 )
+# Run-level keys with a study area (SPEC 6.9, docs/study-area.md), and with a training area.
+STUDY_AREA_KEYS = frozenset({"study_area", "count_reference_outside_study_area", "count_predicted_outside_study_area"})
+LEAKAGE_KEYS = frozenset({"leakage"})
 # Keys that hold bootstrap intervals (the top-level block, and every group's and sweep entry's).
 INTERVAL_BLOCKS = frozenset({"bootstrap", "ci", "ci_n_undefined"})
 # Seed 000, "With boundary_tolerance_m".
 TOLERANCE_SUMMARY_KEYS = frozenset(
     {
         "boundary_recall", "boundary_precision", "boundary_f1", "coverage_within_tolerance",
-        "coverage_within_tolerance_area", "boundary_tolerance_m",
+        "coverage_within_tolerance_area", "boundary_tolerance_m", "count_boundary_errors",
     }
 )
 # Keys whose values come from evalcore/boundary.py; the tests here only check they exist.
@@ -186,6 +192,7 @@ FRAME_COLUMNS = [
     "area_m2", "area_ha", "perimeter_m", "utm_epsg", "matched", "pred_index", "iou", "pred_area_m2",
     "best_iou", "n_overlapping_pred", "max_overlap_pred_index", "oversegmentation",
     "undersegmentation", "hausdorff_m", "boundary_mean_distance_m", "boundary_sample_spacing_m", "tile_x", "tile_y",
+    "error_code", "merge", "split",
 ]
 
 # Scenario A, in units of the strip grid (all strips in one row, y extent [0, 1]):

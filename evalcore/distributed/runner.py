@@ -69,6 +69,7 @@ from evalcore.io import atomic_path, write_geoparquet, write_json, write_table
 from evalcore.options import EvalOptions, RunPlan, make_run_plan
 from evalcore.prepare import PreparedLayer, empty_layer, prepare_layer
 from evalcore.levels import LayerInput, Sites, aois_frame, prepare_sites, tiles_frame
+from evalcore.study import Study, prepare_study, study_keys
 from evalcore.quantities import Contributions, index_of
 from evalcore.summary import build_summary, level_tables
 
@@ -183,6 +184,7 @@ def prepare_chunk_task(
     strata_column: str | None,
     sites: Sites | None = None,
     score_column: str | None = None,
+    study: Study | None = None,
 ) -> dict:
     """Read, prepare and write one input chunk, partitioned by key; return its index entry."""
     gdf = read_chunk(source, chunk)
@@ -196,7 +198,7 @@ def prepare_chunk_task(
         strata_all = strata_values(gdf, strata_column, len(gdf))
     layer = prepare_layer(
         gdf, source.role, equal_area_crs=equal_area_crs, partition_size_m=partition_size_m, sites=sites,
-        score_column=score_column if source.role == "predicted" else None,
+        score_column=score_column if source.role == "predicted" else None, study=study,
     )
     local = layer.positions
     layer = replace(layer, positions=layer.positions + chunk.start)
@@ -238,6 +240,8 @@ def prepare_chunk_task(
         "n_kept": len(layer),
         "n_dropped": layer.n_dropped,
         "n_repaired": layer.n_repaired,
+        "n_outside_study_area": layer.n_outside_study_area,
+        "n_within_training_buffer": layer.n_within_training_buffer,
         "crs": layer.crs.to_wkt() if layer.crs is not None else None,
         "area_min_m2": float(layer.area_m2.min()) if len(layer) else None,
         "area_max_m2": float(layer.area_m2.max()) if len(layer) else None,
@@ -492,19 +496,23 @@ class RunIndex:
     Attributes
     ----------
     layers : dict
-        ``{role: {"crs", "n_input", "n_kept", "n_dropped", "n_repaired", "area_min_m2",
-        "area_max_m2", "utm_epsg", "partitions": {key: {"n", "box", "reach_box", "strata"}}}}``.
+        ``{role: {"crs", "n_input", "n_kept", "n_dropped", "n_repaired", "n_outside_study_area",
+        "n_within_training_buffer", "area_min_m2", "area_max_m2", "utm_epsg",
+        "partitions": {key: {"n", "box", "reach_box", "strata"}}}}``.
     reused : bool
         The prepared partitions of an interrupted run were reused.
     seconds : float
     sites : Sites, optional
         The reporting tiles, AOIs and annotated area every row was located in.
+    study : Study, optional
+        The study area and training area every row was selected by.
     """
 
     layers: dict
     reused: bool = False
     seconds: float = 0.0
     sites: Sites | None = field(default=None, compare=False, repr=False)
+    study: Study | None = field(default=None, compare=False, repr=False)
 
     def info(self, role: str) -> _LayerInfo:
         entry = self.layers[role]
@@ -675,7 +683,7 @@ def _signature_of_run(
     return hashlib.sha256(text.encode()).hexdigest(), input_sha256
 
 
-SITE_OPTIONS: tuple[str, ...] = ("aoi", "annotated_area")
+SITE_OPTIONS: tuple[str, ...] = ("aoi", "annotated_area", "study_area", "training_area")
 """Options naming a site layer (read on the client, hashed into the run's signature)."""
 
 
@@ -824,11 +832,13 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
     record = setup.workdir / "prepared" / "done.json"
     # The site layers are small next to the layers: prepared here once, sent to every worker.
     sites = prepare_sites(setup.options, setup.options.equal_area_crs)
+    study = prepare_study(setup.options, setup.options.equal_area_crs)
     if storage.done_record_valid(record, setup.signature) and index_path.exists():
         if setup.log:
             setup.log("prepare: reusing the prepared partitions of the interrupted run (checksums verified)")
-        return RunIndex(_index_from_json(json.loads(index_path.read_text())), True, time.perf_counter() - started, sites)
+        return RunIndex(_index_from_json(json.loads(index_path.read_text())), True, time.perf_counter() - started, sites, study)
     sites_future = client.scatter(sites, broadcast=True, hash=False) if sites.aois is not None or sites.annotated is not None else sites
+    study_future = client.scatter(study, broadcast=True, hash=False) if study.active else None
     shutil.rmtree(setup.workdir / "prepared", ignore_errors=True)
     options = setup.options
     futures = {}
@@ -848,6 +858,7 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
             setup.strata_column,
             sites_future,
             options.score_column,
+            study_future,
             key=setup.task_key("prepare", source.role, chunk.index),
             retries=2,
             priority=chunk.weight,  # largest first, so the last task to finish is a small one
@@ -876,6 +887,8 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
             "n_kept": sum(c["n_kept"] for c in chunks),
             "n_dropped": sum(c["n_dropped"] for c in chunks),
             "n_repaired": sum(c["n_repaired"] for c in chunks),
+            "n_outside_study_area": sum(c["n_outside_study_area"] for c in chunks),
+            "n_within_training_buffer": sum(c["n_within_training_buffer"] for c in chunks),
             "area_min_m2": min(areas_min) if areas_min else None,
             "area_max_m2": max(areas_max) if areas_max else None,
             "utm_epsg": sorted({code for c in chunks for code in c["utm_epsg"]}),
@@ -885,7 +898,7 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
     files = [Path(f) for f in checksums]
     write_json(index_path, _index_to_json(index))
     storage.write_done_record(record, setup.signature, files + [index_path], base=setup.workdir / "prepared", checksums=checksums)
-    return RunIndex(index, False, time.perf_counter() - started, sites)
+    return RunIndex(index, False, time.perf_counter() - started, sites, study)
 
 
 def plan_phase(setup: RunSetup, index: RunIndex) -> RunPlan:
@@ -1177,9 +1190,15 @@ def summary_of(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
         f"count_{role}_{what}": index.layers[role][f"n_{what}"] for role in ("reference", "predicted") for what in ("dropped", "repaired")
     }
     codes = sorted(set(ref["utm_epsg"]) | set(index.layers["predicted"]["utm_epsg"]))
+    study_counts = {}
+    for role in ("reference", "predicted"):
+        entry = index.layers[role]
+        study_counts |= {f"outside_{role}": entry.get("n_outside_study_area", 0), f"within_{role}": entry.get("n_within_training_buffer", 0),
+                         f"kept_{role}": entry["n_kept"]}
     metrics = build_summary(
         merged, plan, setup.options, layer_counts=counts, utm_epsg_codes=codes,
         equal_area_crs=setup.ea_crs.to_string(), strata_column=setup.strata_label, sites=index.sites,
+        run_keys=study_keys(index.study, study_counts),
     )
     if setup.tiles_out is not None or setup.aois_out is not None:
         tiles, aois = level_tables(merged, setup.options, index.sites)

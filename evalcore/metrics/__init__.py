@@ -20,6 +20,7 @@ from evalcore.metrics.incomplete import Incomplete
 from evalcore.metrics.scores import Scores
 from evalcore.metrics.segmentation import Segmentation
 from evalcore.metrics.sweep import Sweep
+from evalcore.metrics.taxonomy import Taxonomy
 from evalcore.metrics.tolerance import Tolerance
 from evalcore.metrics.topology import Topology
 
@@ -43,6 +44,7 @@ FAMILIES: list[MetricFamily] = [
     Tolerance(),
     Sweep(),
     Topology(),
+    Taxonomy(),
     Incomplete(),
     Scores(),
 ]

@@ -213,6 +213,9 @@ class GlobalContext:
         prediction, number of reference fields)``: the predictions weighed as their
         home reference (field draws, homeless ones 1) or their unit (block draws) is
         drawn; None without a bootstrap.
+    ref_strata : ndarray of object, optional
+        Stratum name (str) of each reference row of ``ref_pos``, None where it is
+        missing; None for a run without strata (or a caller that does not give them).
     """
 
     preds: pd.DataFrame
@@ -221,6 +224,7 @@ class GlobalContext:
     home_ref_row: IdArray
     options: object
     replicate_weights: Callable[[], object] | None = None
+    ref_strata: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True)

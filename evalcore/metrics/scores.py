@@ -19,10 +19,22 @@ With a confidence column on the predictions (``score_column``, finite, in [0, 1]
   bins are sums, so calibration is a quantity family like the others: per stratum and
   size class (a prediction in its home's group) and with intervals from the resamples.
 
+* **Risk-coverage** (seed 004 §11) against the main matching too: a prediction is an
+  *error* when it is unmatched at ``iou_threshold``. Predictions are retained as the
+  score threshold falls, one step per distinct score (tied predictions enter together);
+  at the step of score s, ``coverage`` = retained / all predictions and ``risk`` =
+  errors among the retained / retained (1 − their precision). ``aurc`` is the area under
+  that step curve, Σ_k (coverage_k − coverage_{k−1}) · risk_k (coverage_0 = 0): with
+  distinct scores, the mean of the n selective risks. ``precision_targets`` give the
+  operating points: for each target, the step of largest coverage whose retained
+  precision meets it. Overall and per stratum (a prediction in its home's stratum).
+
 AP is not a sum: it is computed once, centrally, from the pairs and the scores (never
 the geometries) by :meth:`Scores.global_values`. Its bootstrap intervals hold the
 matching fixed and weigh each prediction by the draws of its home reference (homeless
-predictions weigh 1), the reference count being the resample's.
+predictions weigh 1), the reference count being the resample's. So are the risk-coverage
+curves and their ``aurc`` intervals (a prediction weighs as it is drawn; the steps stay
+those of the distinct scores).
 """
 
 from __future__ import annotations
@@ -36,7 +48,10 @@ from evalcore.config import IOU_MATCH_RTOL, IOU_SWEEP_THRESHOLDS
 from evalcore.metrics.base import NULL, GlobalContext, GroupView, MetricFamily, Option, PredContext, ratio
 from evalcore.metrics.checks import optional_text, positive_int
 
-__all__ = ["Scores", "score_values", "calibration_bin", "coco_true_positives", "coco_ap", "pr_curve"]
+__all__ = [
+    "Scores", "score_values", "calibration_bin", "coco_true_positives", "coco_ap", "pr_curve", "risk_coverage", "aurc",
+    "operating_points",
+]
 
 AP_THRESHOLDS: tuple[float, ...] = IOU_SWEEP_THRESHOLDS
 """The ten IoU thresholds of AP (SPEC 6: the decimals 0.50 ... 0.95)."""
@@ -61,6 +76,30 @@ def _score_or_none(name: str, value: object) -> float | None:
 
 def _parse_score(text: str) -> float | None:
     return None if text.strip().lower() == "none" else float(text)
+
+
+def _precision_targets(name: str, value: object) -> tuple[float, ...] | None:
+    """None, or a non-empty strictly increasing sequence of precisions in (0, 1]."""
+    if value is None:
+        return None
+    rule = f"{name} (--precision-targets) must be increasing precisions in (0, 1], e.g. [0.9, 0.95], or None"
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, np.ndarray)):
+        raise ValueError(f"{rule}, but got {value!r}.")
+    values = list(value)
+    ok = all(not isinstance(v, bool) and isinstance(v, (int, float, np.integer, np.floating)) and 0.0 < float(v) <= 1.0 for v in values)
+    if not values or not ok or any(float(b) <= float(a) for a, b in zip(values, values[1:])):
+        raise ValueError(f"{rule}, but got {value!r}.")
+    return tuple(float(v) for v in values)
+
+
+def _parse_targets(text: str) -> tuple[float, ...] | None:
+    """``0.9,0.95`` -> (0.9, 0.95); ``none`` -> None."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip() != "")
+    except ValueError:
+        raise ValueError(f"--precision-targets {text!r}: expected comma-separated precisions like 0.9,0.95, or 'none'") from None
 
 
 def score_values(layer: object, column: str, where: str, *, label: str = "score column") -> np.ndarray:
@@ -189,16 +228,125 @@ def pr_curve(tp: np.ndarray, score_sorted: np.ndarray, n_ref: int) -> pd.DataFra
     return pd.DataFrame({"score": s, "precision": precision, "recall": recall, "f1": f1, "tp": tps.astype(np.int64), "fp": fps.astype(np.int64)})
 
 
+def _step_ends(score_sorted: np.ndarray) -> np.ndarray:
+    """Whether each row (scores descending) is the last of its distinct score."""
+    last = np.ones(len(score_sorted), dtype=bool)
+    last[:-1] = score_sorted[1:] != score_sorted[:-1]
+    return last
+
+
+def _weighted_curve(error_sorted: np.ndarray, weights_sorted: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Retained weight and errors at each step, and the aurc (NaN when nothing weighs)."""
+    retained = np.cumsum(weights_sorted)[last]
+    errors = np.cumsum(weights_sorted * error_sorted)[last]
+    total = float(retained[-1]) if len(retained) else 0.0
+    if total <= 0.0:
+        return retained, errors, float("nan")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        risk = np.where(retained > 0.0, errors / np.where(retained > 0.0, retained, 1.0), 0.0)
+    grown = np.diff(retained, prepend=0.0)
+    return retained, errors, float(np.sum(grown * risk) / total)
+
+
+def risk_coverage(score: np.ndarray, correct: np.ndarray) -> pd.DataFrame:
+    """The risk-coverage curve: one row per distinct score, descending.
+
+    Parameters
+    ----------
+    score : ndarray of float64, shape (n,)
+    correct : ndarray of bool, shape (n,)
+        Whether each prediction is right (matched); an error otherwise.
+
+    Returns
+    -------
+    DataFrame
+        ``score`` (retain score >= it), ``n_retained``, ``n_errors``, ``coverage``
+        (n_retained / n), ``risk`` (n_errors / n_retained) and ``precision`` (1 − risk).
+        No rows without predictions.
+
+    Examples
+    --------
+    >>> c = risk_coverage(np.array([0.9, 0.5, 0.5, 0.2]), np.array([True, False, True, False]))
+    >>> c["coverage"].tolist(), c["risk"].tolist()
+    ([0.25, 0.75, 1.0], [0.0, 0.3333333333333333, 0.5])
+    >>> len(risk_coverage(np.empty(0), np.empty(0, bool)))
+    0
+    """
+    score = np.asarray(score, dtype=np.float64)
+    order = np.lexsort((np.arange(len(score)), -score))
+    s = score[order]
+    last = _step_ends(s)
+    error = (~np.asarray(correct, dtype=bool)[order]).astype(np.float64)
+    retained, errors, _ = _weighted_curve(error, np.ones(len(s)), last)
+    n = len(s)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        risk = errors / retained
+    return pd.DataFrame({
+        "score": s[last],
+        "n_retained": retained.astype(np.int64),
+        "n_errors": errors.astype(np.int64),
+        "coverage": retained / n if n else retained,
+        "risk": risk,
+        "precision": (retained - errors) / retained,
+    })
+
+
+def aurc(score: np.ndarray, correct: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """Area under the risk-coverage step curve, Σ_k Δcoverage_k · risk_k; NaN without predictions.
+
+    With ``weights`` (a bootstrap replicate: how many times each prediction is drawn),
+    coverage and risk are weighted counts; the steps are still the distinct scores.
+
+    Examples
+    --------
+    >>> aurc(np.array([0.9, 0.5, 0.5, 0.2]), np.array([True, False, True, False]))
+    0.29166666666666663
+    >>> aurc(np.empty(0), np.empty(0, bool))
+    nan
+    """
+    score = np.asarray(score, dtype=np.float64)
+    order = np.lexsort((np.arange(len(score)), -score))
+    w = np.ones(len(score)) if weights is None else np.asarray(weights, dtype=np.float64)[order]
+    error = (~np.asarray(correct, dtype=bool)[order]).astype(np.float64)
+    return _weighted_curve(error, w, _step_ends(score[order]))[2]
+
+
+def operating_points(curve: pd.DataFrame, targets: tuple[float, ...]) -> list[dict[str, object]]:
+    """For each precision target, the step of largest coverage whose retained precision meets it.
+
+    ``met`` is False (and the threshold, precision and risk null, coverage 0) when no
+    step reaches the target: only retaining nothing would.
+    """
+    out = []
+    precision = curve["precision"].to_numpy(np.float64)
+    for target in targets:
+        ok = np.flatnonzero(precision >= target)
+        if len(ok) == 0:
+            out.append({"precision_target": target, "met": False, "score_threshold": None, "coverage": 0.0,
+                        "precision": None, "risk": None, "n_retained": 0, "n_errors": 0})
+            continue
+        r = curve.iloc[int(ok[-1])]
+        out.append({
+            "precision_target": target, "met": True, "score_threshold": float(r["score"]), "coverage": float(r["coverage"]),
+            "precision": float(r["precision"]), "risk": float(r["risk"]), "n_retained": int(r["n_retained"]),
+            "n_errors": int(r["n_errors"]),
+        })
+    return out
+
+
+def _thinned_rows(n: int) -> np.ndarray:
+    if n > MAX_CURVE_POINTS:
+        return np.unique(np.round(np.linspace(0, n - 1, MAX_CURVE_POINTS)).astype(np.int64))
+    return np.arange(n)
+
+
 def _none(v: float) -> float | None:
     return None if v is None or not np.isfinite(v) else float(v)
 
 
-def _thinned(curve: pd.DataFrame) -> dict[str, list]:
-    rows = np.arange(len(curve))
-    if len(curve) > MAX_CURVE_POINTS:
-        rows = np.unique(np.round(np.linspace(0, len(curve) - 1, MAX_CURVE_POINTS)).astype(np.int64))
-    part = curve.iloc[rows]
-    return {k: [_none(v) for v in part[k].to_numpy(np.float64)] for k in ("score", "precision", "recall", "f1")}
+def _thinned(curve: pd.DataFrame, keys: tuple[str, ...] = ("score", "precision", "recall", "f1")) -> dict[str, list]:
+    part = curve.iloc[_thinned_rows(len(curve))]
+    return {k: [_none(v) for v in part[k].to_numpy(np.float64)] for k in keys}
 
 
 def _point(curve: pd.DataFrame, row: int | None, n_ref: int) -> dict[str, float | None]:
@@ -220,6 +368,12 @@ class Scores(MetricFamily):
         Option(
             "score_threshold", None, "a frozen score threshold in [0, 1]: the PR curves' operating point (default: none)",
             _score_or_none, parse=_parse_score, annotation=float | None,
+        ),
+        Option(
+            "precision_targets", None,
+            "precisions in (0, 1], comma-separated and increasing, e.g. 0.9,0.95: the risk-coverage operating points "
+            "(lowest score threshold meeting each) (default: none)",
+            _precision_targets, parse=_parse_targets, annotation=list[float] | None,
         ),
     )
 
@@ -284,7 +438,7 @@ class Scores(MetricFamily):
         return {"score_column": options.score_column}
 
     def global_values(self, ctx: GlobalContext) -> dict[str, object]:
-        """AP, the PR curves, the best F1 and the operating point; the exact curves as tables."""
+        """AP, the PR curves, the best F1, the operating point and risk-coverage; the exact curves as tables."""
         p = ctx.preds
         options = ctx.options
         score = p["score"].to_numpy(np.float64)
@@ -316,23 +470,105 @@ class Scores(MetricFamily):
         keys["best_f1"] = best
         if options.score_threshold is not None:
             keys["operating_point"] = operating
-        ci, n_undefined = {}, {}
+
+        groups = _RiskGroups.of(score, p["matched"].to_numpy(bool), ctx.home_ref_row, ctx.ref_strata)
+        blocks = [groups.block(g, options.precision_targets) for g in range(groups.n_groups)]
+
+        ci, n_undefined, replicates = {}, {}, {}
         if ctx.replicate_weights is not None and n_ref == 0:
             # Undefined in every resample, like any rate without a denominator.
             ci = {k: [float("nan"), float("nan")] for k in ("ap50", "ap75", "ap50_95")}
             n_undefined = dict.fromkeys(ci, options.bootstrap)
+        ap_values, aurc_values = [], []
+        if ctx.replicate_weights is not None and n_ref == 0 and options.bootstrap_unit == "field":
+            # No reference field to draw: every prediction is homeless and weighs 1 in every resample.
+            aurc_values = [groups.replicate_aurc(np.ones(len(score)))] * options.bootstrap
         elif ctx.replicate_weights is not None:
-            values = []
+            # One pass over the replicates (each regenerates its draws): AP and every group's aurc.
             for pred_weights, n_ref_b in ctx.replicate_weights():
-                values.append(coco_ap(tp, n_ref_b, pred_weights[order]))
-            reps = np.asarray(values)
-            ci, n_undefined = percentile_intervals({
-                "ap50": (reps[:, 0], ~np.isnan(reps[:, 0])),
-                "ap75": (reps[:, AP_THRESHOLDS.index(0.75)], ~np.isnan(reps[:, AP_THRESHOLDS.index(0.75)])),
-                "ap50_95": (reps.mean(axis=1), ~np.isnan(reps.mean(axis=1))),
-            })
-        table = pd.concat(tables, ignore_index=True)[["iou_threshold", "score", "precision", "recall", "f1", "tp", "fp"]]
-        replicates = {}
-        if ctx.replicate_weights is not None and n_ref > 0:
+                if n_ref > 0:
+                    ap_values.append(coco_ap(tp, n_ref_b, pred_weights[order]))
+                aurc_values.append(groups.replicate_aurc(pred_weights))
+        if ap_values:
+            reps = np.asarray(ap_values)
             replicates = {"ap50": reps[:, 0], "ap75": reps[:, AP_THRESHOLDS.index(0.75)], "ap50_95": reps.mean(axis=1)}
-        return {"keys": keys, "ci": ci, "n_undefined": n_undefined, "tables": {"pr_curve": table}, "replicates": replicates}
+            ci, n_undefined = percentile_intervals({k: (v, ~np.isnan(v)) for k, v in replicates.items()})
+        if aurc_values:
+            per_group = np.asarray(aurc_values)  # (replicates, groups)
+            group_ci, group_undefined = percentile_intervals({g: (per_group[:, g], ~np.isnan(per_group[:, g])) for g in range(groups.n_groups)})
+            for g, block in enumerate(blocks):
+                block["ci"] = {"aurc": [_none(v) for v in group_ci[g]]}
+                if group_undefined[g]:
+                    block["ci_n_undefined"] = {"aurc": group_undefined[g]}
+            replicates["aurc"] = per_group[:, 0]
+            ci["aurc"], n_undefined["aurc"] = group_ci[0], group_undefined[0]
+        keys["aurc"] = blocks[0]["aurc"]
+        risk: dict[str, object] = {"overall": blocks[0]}
+        if ctx.ref_strata is not None:
+            risk["per_stratum"] = dict(zip(groups.strata, blocks[1:]))
+        if options.precision_targets is not None:
+            risk["precision_targets"] = list(options.precision_targets)
+        keys["risk_coverage"] = risk
+        table = pd.concat(tables, ignore_index=True)[["iou_threshold", "score", "precision", "recall", "f1", "tp", "fp"]]
+        risk_table = pd.concat(
+            [groups.curve(g).assign(stratum=name) for g, name in enumerate([None, *groups.strata])], ignore_index=True
+        )
+        return {"keys": keys, "ci": ci, "n_undefined": n_undefined, "tables": {"pr_curve": table, "risk_coverage": risk_table},
+                "replicates": replicates}
+
+
+class _RiskGroups:
+    """The predictions in score order, with their groups: overall (group 0), then each stratum (sorted).
+
+    A prediction is in its home reference's stratum; one without a home, or whose home
+    has no stratum, only overall (SPEC 5).
+    """
+
+    def __init__(self, order: np.ndarray, score_sorted: np.ndarray, error_sorted: np.ndarray, code_sorted: np.ndarray,
+                 strata: list[str]):
+        self.order = order
+        self.score = score_sorted
+        self.error = error_sorted
+        self.strata = strata  # group k + 1 is the stratum of code k
+        self.members = [np.arange(len(order))] + [np.flatnonzero(code_sorted == k) for k in range(len(strata))]
+        self.last = [_step_ends(score_sorted[m]) for m in self.members]
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.members)
+
+    @classmethod
+    def of(cls, score: np.ndarray, matched: np.ndarray, home_ref_row: np.ndarray, ref_strata: np.ndarray | None) -> _RiskGroups:
+        order = np.lexsort((np.arange(len(score)), -score)).astype(np.int64)
+        code = np.full(len(score), -1, dtype=np.int64)
+        strata: list[str] = []
+        if ref_strata is not None:
+            strata = sorted({str(v) for v in ref_strata.tolist() if v is not None})
+            lookup = {name: k for k, name in enumerate(strata)}
+            ref_code = np.array([-1 if v is None else lookup[str(v)] for v in ref_strata.tolist()], dtype=np.int64)
+            has = home_ref_row >= 0
+            code[has] = ref_code[home_ref_row[has]]
+        return cls(order, score[order], (~matched[order]).astype(np.float64), code[order], strata)
+
+    def curve(self, g: int) -> pd.DataFrame:
+        m = self.members[g]
+        return risk_coverage(self.score[m], self.error[m] == 0.0)
+
+    def block(self, g: int, targets: tuple[float, ...] | None) -> dict[str, object]:
+        curve = self.curve(g)
+        m = self.members[g]
+        value = _weighted_curve(self.error[m], np.ones(len(m)), self.last[g])[2]
+        out: dict[str, object] = {
+            "n": len(m),
+            "n_errors": int(self.error[m].sum()),
+            "aurc": _none(value),
+            "curve": _thinned(curve, ("score", "coverage", "risk")),
+        }
+        if targets is not None:
+            out["operating_points"] = operating_points(curve, targets)
+        return out
+
+    def replicate_aurc(self, pred_weights: np.ndarray) -> np.ndarray:
+        """Every group's aurc with the predictions weighed as one replicate draws them."""
+        w = np.asarray(pred_weights, dtype=np.float64)[self.order]
+        return np.array([_weighted_curve(self.error[m], w[m], last)[2] for m, last in zip(self.members, self.last)])

@@ -21,12 +21,15 @@ from evalcore.synth import make_layers
 from tests.common import assert_metrics_equal
 
 OPTIONS = {
-    "score_column": "score", "score_threshold": 0.55, "calibration_bins": 8, "bootstrap": 20,
+    "score_column": "score", "score_threshold": 0.55, "calibration_bins": 8, "bootstrap": 20, "precision_targets": [0.8, 0.9],
     "strata": "stratum", "size_bins": "auto",
 }
 # workers -> partition side (m): each run compared with the single process at that side
 PARTITION_FOR_WORKERS = {1: 5_000.0, 2: 20_000.0, 3: 50_000.0}
-SCORE_KEYS = ("ap50", "ap75", "ap50_95", "ap_per_threshold", "ap_iou_thresholds", "pr_curve", "best_f1", "operating_point", "calibration")
+SCORE_KEYS = (
+    "ap50", "ap75", "ap50_95", "ap_per_threshold", "ap_iou_thresholds", "pr_curve", "best_f1", "operating_point", "calibration",
+    "aurc", "risk_coverage",
+)
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +90,9 @@ def test_distributed_scores_equal_single_process(layers, expected, client, tmp_p
     assert result["ap_per_threshold"] == single["ap_per_threshold"]
     assert result["pr_curve"] == single["pr_curve"]
     assert result["best_f1"] == single["best_f1"] and result["operating_point"] == single["operating_point"]
+    # risk-coverage too: computed centrally, identical to the bit
+    assert result["risk_coverage"] == single["risk_coverage"]
+    assert result["bootstrap"]["ci"]["aurc"] == single["bootstrap"]["ci"]["aurc"]
     # calibration intervals, overall and in every group, to 1e-9 (sums merged across partitions)
     assert_metrics_equal(result["calibration"], single["calibration"])
     for group in ("per_stratum", "per_size_class"):

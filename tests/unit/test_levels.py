@@ -351,7 +351,9 @@ def test_an_aoi_with_nothing_in_it():
     assert list(block["per_aoi"]) == ["full", "empty"]
     assert block["per_aoi"]["empty"] == {
         **counts(0, 0, 0, 0, 0, 0), "precision": None, "recall": None, "f1": None, "count_ratio": None,
-        "count_error": 0, "area_bias_ha": 0.0, "support": 0, "insufficient_support": True,
+        "count_error": 0, "area_bias_ha": 0.0, "count_fn_missed": 0, "count_fn_localisation": 0,
+        "count_fp_background": 0, "count_fp_duplicate": 0, "count_fp_localisation": 0, "count_merges": 0,
+        "count_splits": 0, "support": 0, "insufficient_support": True,
     }
     full = block["per_aoi"]["full"]
     assert counts_of(full) == counts(2, 2, 1, 1, 1, 0)

@@ -1,0 +1,108 @@
+"""What a run on a Dask cluster cost and survived: ``latency-and-reliability.json``.
+
+Read from the cluster itself while the client is still connected: the scheduler's task
+stream (every task execution since the run started, failed attempts included), the
+workers there at the start and gone at the end (lost workers), and each worker
+process's peak resident memory (``getrusage``: the peak of the process's life, which
+for the embedded ``LocalCluster`` is the run; for a long-lived external cluster it can
+include earlier work, and the file says which).
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+__all__ = ["Recording", "start_recording", "run_reliability", "peak_rss_mib"]
+
+
+def peak_rss_mib() -> float:
+    """Peak resident memory of this process so far, MiB (Linux ``ru_maxrss`` is KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+@dataclass(frozen=True)
+class Recording:
+    """When the recording started (epoch seconds) and the workers there then."""
+
+    started: float
+    workers: tuple[str, ...]
+
+
+def start_recording(client: object) -> Recording:
+    """Start the scheduler's task stream (if it is not running); note the time and the workers."""
+    started = time.time()
+    client.get_task_stream(start=started)  # registers the scheduler plugin on first use
+    return Recording(started, tuple(sorted(client.scheduler_info(n_workers=-1)["workers"])))
+
+
+def _phase_of(key: object) -> str:
+    text = key if isinstance(key, str) else str(key[0] if isinstance(key, tuple) and key else key)
+    return text.split("-", 1)[0]
+
+
+def run_reliability(client: object, recording: Recording, timings_s: dict[str, float], client_peak_mib: dict[str, float],
+                    *, embedded: bool) -> dict[str, object]:
+    """The run's per-phase costs and failures.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    recording : Recording
+        :func:`start_recording`'s output.
+    timings_s : dict of str to float
+        Wall seconds of each phase.
+    client_peak_mib : dict of str to float
+        This process's peak resident memory after each phase, MiB.
+    embedded : bool
+        The cluster was started for this run (so the workers' peaks are the run's).
+
+    Returns
+    -------
+    dict
+        ``phases``: per phase ``wall_s``, ``tasks`` (distinct Dask tasks), ``attempts``
+        (executions), ``retries`` (failed executions that were tried again),
+        ``client_peak_rss_mib``; ``lost_workers`` (there at the start, gone at the end)
+        with their addresses; ``workers``;
+        ``peak_rss_mib`` of the client and of each worker.
+    """
+    records = client.get_task_stream(start=recording.started)
+    workers_at_start = recording.workers
+    keys: dict[str, set] = defaultdict(set)
+    attempts: dict[str, int] = defaultdict(int)
+    failed: dict[str, int] = defaultdict(int)
+    for record in records:
+        phase = _phase_of(record.get("key"))
+        keys[phase].add(str(record.get("key")))
+        attempts[phase] += 1
+        if record.get("status") != "OK":
+            failed[phase] += 1
+    phases = {}
+    for name in list(timings_s) + sorted(set(keys) - set(timings_s)):
+        phases[name] = {
+            "wall_s": timings_s.get(name),
+            "tasks": len(keys.get(name, ())),
+            "attempts": attempts.get(name, 0),
+            "retries": failed.get(name, 0),
+            "client_peak_rss_mib": client_peak_mib.get(name),
+        }
+    # A worker there at the start and gone now was lost (a nanny's replacement has a new address).
+    now = set(client.scheduler_info(n_workers=-1)["workers"])
+    lost = sorted(set(workers_at_start) - now)
+    workers = client.run(peak_rss_mib)
+    return {
+        "total_wall_s": sum(v for v in timings_s.values() if v is not None),
+        "phases": phases,
+        "tasks": sum(p["tasks"] for p in phases.values()),
+        "retries": sum(p["retries"] for p in phases.values()),
+        "lost_workers": len(lost),
+        "lost_worker_addresses": lost,
+        "workers": len(workers),
+        "peak_rss_mib": {
+            "client": peak_rss_mib(),
+            "workers": {str(address): value for address, value in sorted(workers.items())},
+            "workers_scope": "this run (embedded cluster)" if embedded else "each worker process's life (external cluster)",
+        },
+    }

@@ -1,0 +1,565 @@
+"""The evidence bundle of a run directory (SPEC 6.8, seed 004 §3, §15, §17).
+
+A run directory that is to be signed off holds, beside ``metrics.json`` and the tables:
+
+* ``evaluation-contract.json``: what was asked and who answered (task, matching policy,
+  thresholds, parameters and their hash, CRS decisions, evaluator version and git
+  commit, run id, seed, platform and library versions, the user's labels, and the
+  SHA-256 of ``input-manifest.json``);
+* ``input-manifest.json``: every input file or GeoParquet part as read: SHA-256, bytes,
+  rows, CRS, layer;
+* ``object-metrics.json``, ``stratified-metrics.json``, ``tile-metrics.json``,
+  ``aoi-metrics.json``, ``calibration-metrics.json``: the metrics, regrouped by family
+  (``"state": "not_configured"`` for a family that was not asked for);
+* ``latency-and-reliability.json``: per phase, wall time, Dask tasks, attempts and
+  retries, and the run's lost workers and peak memory;
+* ``error-taxonomy.json``: the counts of the error codes (:mod:`evalcore.metrics.taxonomy`)
+  overall, per stratum, per size class, per tile and per AOI;
+* ``acceptance-gates.json``: the gates' outcome (:mod:`evalcore.gates`), or
+  ``not_configured``;
+* ``evidence-manifest.json``: the SHA-256 of every other file of the run directory
+  (the log under ``logs/`` and a left-over ``work/`` directory excepted), written last.
+
+Nothing is overwritten once written: an amendment (``evalcore gate`` on a finished run)
+adds ``acceptance-gates.vN.json`` and ``evidence-manifest.vN.json``, which names and
+hashes its predecessor. :func:`verify` rechecks every hash of the newest manifest, the
+chain of manifests, and the inputs where they can still be read.
+
+Undefined values are ``null`` (the files are written with NaN as null and checked to
+hold no NaN).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import platform
+import re
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from evalcore.errors import EvalInputError
+from evalcore.io import write_json
+from evalcore.metrics.taxonomy import TAXONOMY_KEYS, taxonomy_counts
+from evalcore.report import package_versions, sha256_path
+
+__all__ = [
+    "BUNDLE_FILES",
+    "EVIDENCE_MANIFEST",
+    "InputLayer",
+    "describe_input",
+    "input_manifest",
+    "evaluation_contract",
+    "family_files",
+    "error_taxonomy",
+    "write_bundle",
+    "write_evidence_manifest",
+    "latest_manifest",
+    "verify",
+    "Verification",
+    "evaluator_commit",
+    "parameters_sha256",
+    "NOT_CONFIGURED",
+]
+
+EVIDENCE_MANIFEST = "evidence-manifest.json"
+
+BUNDLE_FILES: tuple[str, ...] = (
+    "evaluation-contract.json",
+    "input-manifest.json",
+    "object-metrics.json",
+    "tile-metrics.json",
+    "aoi-metrics.json",
+    "stratified-metrics.json",
+    "calibration-metrics.json",
+    "latency-and-reliability.json",
+    "error-taxonomy.json",
+    "acceptance-gates.json",
+    EVIDENCE_MANIFEST,
+)
+"""The files of SPEC 6.8, the evidence manifest last (it hashes the others)."""
+
+NOT_CONFIGURED = {"state": "not_configured"}
+
+SCHEMA_VERSION = 1
+
+#: Directories of a run directory that the evidence manifest leaves out: the log is
+#: appended to after the manifest is written (and by a rerun), and the work directory is
+#: scratch space (removed after a successful run).
+_UNHASHED_DIRS = ("logs", "work")
+
+#: Top-level keys of ``metrics.json`` that other bundle files carry.
+_GROUPED_KEYS = ("per_stratum", "per_size_class", "worst", "tiles", "aois")
+
+#: Top-level keys of the scores family (AP, calibration, score-ordered curves' summaries).
+_SCORE_KEY_PREFIXES = ("score_column", "ap", "calibration", "best_f1", "operating_point", "risk_coverage", "aurc", "precision_target")
+
+TASK = "object-level evaluation of predicted polygons against reference polygons (SPEC.md, agribound 1.0.1 keys)"
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class InputLayer:
+    """One input of a run: a role (``reference``, ``predicted``, ``aoi`` ...), its path
+    (a file or a directory of GeoParquet parts) and the layer name inside it."""
+
+    role: str
+    path: str
+    layer: str | None = None
+
+
+def _parquet_facts(path: Path) -> tuple[int | None, str | None]:
+    """Rows and CRS (as ``EPSG:n`` where it has one, else its name) of a (Geo)Parquet file."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    rows = int(meta.num_rows)
+    crs = None
+    geo = (meta.metadata or {}).get(b"geo")
+    if geo:
+        info = json.loads(geo)
+        column = info.get("columns", {}).get(info.get("primary_column", ""), {})
+        crs = _crs_text(column.get("crs", "OGC:CRS84"))  # GeoParquet: no crs key means OGC:CRS84
+    return rows, crs
+
+
+def _crs_text(crs: object) -> str | None:
+    if crs is None:
+        return None
+    from pyproj import CRS
+
+    try:
+        value = CRS.from_user_input(crs)
+    except Exception:  # an unreadable CRS is reported as it is written
+        return json.dumps(crs) if not isinstance(crs, str) else crs
+    code = value.to_authority()
+    return f"{code[0]}:{code[1]}" if code else value.name
+
+
+def _ogr_facts(path: Path, layer: str | None) -> tuple[int | None, str | None]:
+    import pyogrio
+
+    try:
+        info = pyogrio.read_info(path, layer=layer)
+    except Exception:  # not a layer GDAL reads (a sidecar file of a part directory)
+        return None, None
+    return int(info["features"]), _crs_text(info.get("crs"))
+
+
+def describe_input(layer: InputLayer) -> dict[str, object]:
+    """The manifest entry of one input: each file (each part of a directory) with its
+    SHA-256, bytes, rows and CRS, and the SHA-256 of the whole (:func:`sha256_path`)."""
+    path = Path(layer.path)
+    if not path.exists():
+        raise EvalInputError(f"input {layer.role} {layer.path!r} does not exist (it was read by the run).")
+    files = sorted(q for q in path.rglob("*") if q.is_file()) if path.is_dir() else [path]
+    parts = []
+    for f in files:
+        if f.suffix.lower() in (".parquet", ".geoparquet"):
+            rows, crs = _parquet_facts(f)
+        else:
+            rows, crs = _ogr_facts(f, layer.layer)
+        parts.append({
+            "path": str(f.relative_to(path)) if path.is_dir() else f.name,
+            "sha256": sha256_path(f),
+            "bytes": f.stat().st_size,
+            "rows": rows,
+            "crs": crs,
+        })
+    crs_values = sorted({p["crs"] for p in parts if p["crs"] is not None})
+    return {
+        "role": layer.role,
+        "path": str(path.resolve()),
+        "layer": layer.layer,
+        "kind": "directory of parts" if path.is_dir() else "file",
+        "sha256": sha256_path(path),
+        "rows": sum(p["rows"] for p in parts if p["rows"] is not None) if any(p["rows"] is not None for p in parts) else None,
+        "crs": crs_values[0] if len(crs_values) == 1 else (crs_values or None),
+        "parts": parts,
+    }
+
+
+def input_manifest(layers: list[InputLayer], expected_sha256: dict[str, str] | None = None) -> dict[str, object]:
+    """``input-manifest.json``: every input as read.
+
+    Parameters
+    ----------
+    layers : list of InputLayer
+    expected_sha256 : dict of str to str, optional
+        SHA-256 of some inputs (by role) taken when the run started; an input whose bytes
+        differ now changed while the run read it, and is refused.
+    """
+    entries = [describe_input(layer) for layer in layers]
+    for entry in entries:
+        expected = (expected_sha256 or {}).get(entry["role"])
+        if expected is not None and expected != entry["sha256"]:
+            raise EvalInputError(
+                f"input {entry['role']} {entry['path']!r} changed while the run read it "
+                f"(SHA-256 {expected[:12]}... at the start, {entry['sha256'][:12]}... now): no evidence is written."
+            )
+    return {"schema_version": SCHEMA_VERSION, "inputs": entries}
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def evaluator_commit() -> dict[str, object]:
+    """The git commit of the evaluator's source when it runs from a checkout (else nulls)."""
+    root = Path(__file__).resolve().parents[1]
+    out: dict[str, object] = {"git_commit": None, "git_dirty": None}
+    if not (root / ".git").exists():
+        return out
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return out
+    if commit.returncode == 0:
+        out["git_commit"] = commit.stdout.strip()
+        out["git_dirty"] = bool(status.stdout.strip()) if status.returncode == 0 else None
+    return out
+
+
+def parameters_sha256(parameters: dict) -> str:
+    """SHA-256 of the parameters as canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(parameters, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def evaluation_contract(metrics: dict, *, parameters: dict, metric_parameters: dict, input_manifest_sha256: str,
+                        inputs: dict, labels: dict[str, str], run_id: str, started: str | None = None) -> dict[str, object]:
+    """``evaluation-contract.json``: the run's identity (seed 004 §3) as far as it applies.
+
+    Parameters
+    ----------
+    metrics : dict
+        The summary (for the settings it reports: matching, thresholds, CRS decisions).
+    parameters : dict
+        Every parameter of the run (JSON-ready).
+    metric_parameters : dict
+        The parameters that decide the numbers (their hash identifies the evaluation).
+    input_manifest_sha256 : str
+        SHA-256 of ``input-manifest.json``.
+    inputs : dict
+        ``input-manifest.json`` itself (to say whether every input has a checksum).
+    labels : dict of str to str
+        The user's labels (``--label KEY=VALUE``: model hash, imagery source ...).
+    run_id : str
+    """
+    from evalcore import __version__
+
+    missing = [e["role"] for e in inputs["inputs"] if not e.get("sha256")]
+    sweep = metrics.get("iou_sweep") or []
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "task": TASK,
+        "run_id": run_id,
+        "started": started,
+        "evaluator": {"name": "evalcore", "version": __version__, **evaluator_commit()},
+        "matching_policy": {
+            "matching": metrics.get("matching"),
+            "iou_threshold": metrics.get("iou_threshold"),
+            "iou_thresholds_swept": [entry["iou_threshold"] for entry in sweep] or None,
+            "majority_fraction": metrics.get("majority_fraction"),
+            "tie_break": "input position (reference, then prediction)",
+        },
+        "crs": {
+            "equal_area_crs": metrics.get("equal_area_crs"),
+            "distance_crs": metrics.get("distance_crs"),
+            "utm_epsg_codes": metrics.get("utm_epsg_codes"),
+        },
+        "seed": parameters.get("bootstrap_seed"),
+        "bootstrap": {k: parameters.get(k) for k in ("bootstrap", "bootstrap_unit", "bootstrap_seed") if k in parameters},
+        "parameters": parameters,
+        "parameters_sha256": parameters_sha256(metric_parameters),
+        "input_manifest_sha256": input_manifest_sha256,
+        "labels": dict(sorted(labels.items())),
+        "platform": {
+            "system": platform.system(),
+            "release": platform.release(),
+            "machine": platform.machine(),
+            "python": sys.version.split()[0],
+        },
+        "versions": package_versions(),
+        "publishable": not missing,
+        "not_publishable_because": None if not missing else f"no checksum for input(s) {', '.join(missing)}",
+    }
+
+
+# --------------------------------------------------------------------------- metrics files
+
+
+def _records(table: pd.DataFrame | None, key_columns: tuple[str, ...]) -> dict[str, dict] | None:
+    if table is None:
+        return None
+    frame = pd.DataFrame(table.drop(columns=[c for c in ("geometry",) if c in table.columns]))
+    out = {}
+    for row in frame.to_dict(orient="records"):
+        key = "_".join(str(row[c]) for c in key_columns)
+        out[key] = {k: _plain(v) for k, v in row.items()}
+    return out
+
+
+def _aoi_key(aois: pd.DataFrame | None) -> tuple[str, ...]:
+    """The AOI id column: the first of the per-AOI table (named after the AOI layer's id column)."""
+    return (str(aois.columns[0]),) if aois is not None else ()
+
+
+def _plain(value: object) -> object:
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if np.isfinite(value) else None
+    return value
+
+
+def family_files(metrics: dict, tiles: pd.DataFrame | None, aois: pd.DataFrame | None) -> dict[str, dict]:
+    """The per-family metrics files of the bundle, from the summary and the unit tables."""
+    object_metrics = {"state": "computed", "source": "metrics.json",
+                      **{k: v for k, v in metrics.items() if k not in _GROUPED_KEYS}}
+    grouped = {k: metrics[k] for k in ("per_stratum", "per_size_class") if k in metrics}
+    stratified = ({"state": "computed", "source": "metrics.json", **grouped, "worst": metrics.get("worst")}
+                  if grouped else dict(NOT_CONFIGURED))
+    tile_file = dict(NOT_CONFIGURED)
+    if "tiles" in metrics:
+        tile_file = {"state": "computed", "source": "tiles.parquet", "summary": metrics["tiles"],
+                     "per_tile": _records(tiles, ("epsg", "tile_x", "tile_y"))}
+    aoi_file = dict(NOT_CONFIGURED)
+    if "aois" in metrics:
+        summary = {k: v for k, v in metrics["aois"].items() if k != "per_aoi"}
+        aoi_file = {"state": "computed", "source": "aois.parquet", "summary": summary,
+                    "per_aoi": _records(aois, _aoi_key(aois)) if aois is not None else metrics["aois"].get("per_aoi")}
+    calibration = dict(NOT_CONFIGURED)
+    if metrics.get("score_column") is not None:
+        calibration = {"state": "computed", "source": "metrics.json",
+                       **{k: v for k, v in metrics.items() if k.startswith(_SCORE_KEY_PREFIXES)}}
+    return {
+        "object-metrics.json": object_metrics,
+        "stratified-metrics.json": stratified,
+        "tile-metrics.json": tile_file,
+        "aoi-metrics.json": aoi_file,
+        "calibration-metrics.json": calibration,
+    }
+
+
+def error_taxonomy(metrics: dict, tiles: pd.DataFrame | None, aois: pd.DataFrame | None) -> dict[str, object]:
+    """``error-taxonomy.json``: the counts of every code, overall and per group.
+
+    ``M-BOUNDARY`` is null without a boundary tolerance.
+    """
+    out: dict[str, object] = {
+        "state": "computed",
+        "codes": {code: key for code, key in TAXONOMY_KEYS.items()},
+        "overall": taxonomy_counts(metrics),
+    }
+    for name in ("per_stratum", "per_size_class"):
+        if name in metrics:
+            out[name] = {key: taxonomy_counts(entry) for key, entry in metrics[name].items()}
+    for name, table, keys in (("per_tile", tiles, ("epsg", "tile_x", "tile_y")), ("per_aoi", aois, _aoi_key(aois))):
+        records = _records(table, keys)
+        if records is not None:
+            out[name] = {key: taxonomy_counts(row) for key, row in records.items()}
+    return out
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _hashed_files(run_dir: Path) -> list[Path]:
+    out = []
+    for p in sorted(run_dir.rglob("*")):
+        rel = p.relative_to(run_dir)
+        if not p.is_file() or rel.parts[0] in _UNHASHED_DIRS or ".tmp" in p.name:
+            continue
+        out.append(p)
+    return out
+
+
+def _manifest_version(name: str) -> int:
+    found = re.fullmatch(r"evidence-manifest(?:\.v(\d+))?\.json", name)
+    return 0 if found is None else (int(found.group(1)) if found.group(1) else 1)
+
+
+def latest_manifest(run_dir: str | Path) -> Path | None:
+    """The newest ``evidence-manifest[.vN].json`` of a run directory (None: none)."""
+    found = [p for p in Path(run_dir).glob("evidence-manifest*.json") if _manifest_version(p.name) > 0]
+    return max(found, key=lambda p: _manifest_version(p.name)) if found else None
+
+
+def write_evidence_manifest(run_dir: str | Path, *, reason: str = "run") -> Path:
+    """Hash every file of the run directory into the next ``evidence-manifest[.vN].json``.
+
+    The first is ``evidence-manifest.json``; an amendment writes ``.v2``, ``.v3`` ...
+    naming and hashing its predecessor.
+    """
+    run_dir = Path(run_dir)
+    previous = latest_manifest(run_dir)
+    version = 1 if previous is None else _manifest_version(previous.name) + 1
+    target = run_dir / (EVIDENCE_MANIFEST if version == 1 else f"evidence-manifest.v{version}.json")
+    files = [p for p in _hashed_files(run_dir) if p != target]
+    manifest = {
+        "schema_version": SCHEMA_VERSION,
+        "version": version,
+        "reason": reason,
+        "written": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "amends": None if previous is None else {"file": previous.name, "sha256": sha256_path(previous)},
+        "unhashed": [f"{d}/" for d in _UNHASHED_DIRS],
+        "files": [{"path": p.relative_to(run_dir).as_posix(), "sha256": sha256_path(p), "bytes": p.stat().st_size} for p in files],
+    }
+    return write_json(target, manifest)
+
+
+@dataclass(frozen=True)
+class BundleInputs:
+    """What :func:`write_bundle` needs besides the run directory's own files."""
+
+    inputs: list[InputLayer]
+    parameters: dict
+    metric_parameters: dict
+    labels: dict[str, str] = field(default_factory=dict)
+    reliability: dict = field(default_factory=dict)
+    run_id: str | None = None
+    started: str | None = None
+    expected_sha256: dict[str, str] = field(default_factory=dict)
+
+
+def _read_table(path: Path) -> pd.DataFrame | None:
+    if not path.exists():
+        return None
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    return table.drop([c for c in ("geometry",) if c in table.column_names]).to_pandas()
+
+
+def write_bundle(run_dir: str | Path, metrics: dict, given: BundleInputs) -> Path:
+    """Write every file of SPEC 6.8 into a run directory (``acceptance-gates.json`` only
+    when no gates wrote it), then the evidence manifest; return the manifest's path."""
+    run_dir = Path(run_dir)
+    manifest = input_manifest(given.inputs, given.expected_sha256)
+    manifest_path = write_json(run_dir / "input-manifest.json", manifest)
+    contract = evaluation_contract(
+        metrics, parameters=given.parameters, metric_parameters=given.metric_parameters,
+        input_manifest_sha256=sha256_path(manifest_path), inputs=manifest, labels=given.labels,
+        run_id=given.run_id or str(uuid.uuid4()), started=given.started,
+    )
+    write_json(run_dir / "evaluation-contract.json", contract)
+    tiles = _read_table(run_dir / "tiles.parquet")
+    aois = _read_table(run_dir / "aois.parquet")
+    for name, content in family_files(metrics, tiles, aois).items():
+        write_json(run_dir / name, content)
+    write_json(run_dir / "latency-and-reliability.json", {"state": "computed", **given.reliability} if given.reliability else dict(NOT_CONFIGURED))
+    write_json(run_dir / "error-taxonomy.json", error_taxonomy(metrics, tiles, aois))
+    if not (run_dir / "acceptance-gates.json").exists():
+        write_json(run_dir / "acceptance-gates.json", dict(NOT_CONFIGURED))
+    return write_evidence_manifest(run_dir)
+
+
+# --------------------------------------------------------------------------- verifying
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What :func:`verify` found. ``ok`` when nothing changed, went missing or broke the chain.
+
+    Attributes
+    ----------
+    manifest : str
+        The manifest checked (the newest).
+    checked : int
+        Files whose hash was rechecked.
+    changed, missing : list of str
+        Run-directory files whose SHA-256 differs from the manifest, or that are gone.
+    unlisted : list of str
+        Files of the run directory that no manifest lists (reported, not a failure).
+    chain : list of str
+        Broken links between manifests (a predecessor changed or is gone).
+    inputs_changed, inputs_missing : list of str
+        Inputs (and their parts) that differ from ``input-manifest.json``, or are gone.
+    """
+
+    manifest: str
+    checked: int
+    changed: list[str]
+    missing: list[str]
+    unlisted: list[str]
+    chain: list[str]
+    inputs_changed: list[str]
+    inputs_missing: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not (self.changed or self.missing or self.chain or self.inputs_changed)
+
+
+def _load(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EvalInputError(f"{str(path)!r} is not valid JSON: {exc}") from None
+
+
+def verify(run_dir: str | Path, *, check_inputs: bool = True) -> Verification:
+    """Recheck every hash of a run directory's newest evidence manifest.
+
+    Raises
+    ------
+    EvalInputError
+        ``run_dir`` is not a run directory with an evidence manifest.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise EvalInputError(f"{str(run_dir)!r} is not a run directory.")
+    newest = latest_manifest(run_dir)
+    if newest is None:
+        raise EvalInputError(f"{str(run_dir)!r} is not a run directory with evidence: it holds no {EVIDENCE_MANIFEST}.")
+    manifest = _load(newest)
+    changed, missing, chain = [], [], []
+    listed = {newest.relative_to(run_dir).as_posix()}
+    for entry in manifest.get("files", []):
+        path = run_dir / entry["path"]
+        listed.add(entry["path"])
+        if not path.is_file():
+            missing.append(entry["path"])
+        elif sha256_path(path) != entry["sha256"]:
+            changed.append(entry["path"])
+    # The chain: each manifest names its predecessor's hash (the newest one's files
+    # include every older manifest, so a changed predecessor also shows above).
+    current = manifest
+    while current.get("amends"):
+        link = current["amends"]
+        path = run_dir / link["file"]
+        if not path.is_file():
+            chain.append(f"{link['file']} (gone)")
+            break
+        if sha256_path(path) != link["sha256"]:
+            chain.append(f"{link['file']} (changed)")
+        current = _load(path)
+    unlisted = [p.relative_to(run_dir).as_posix() for p in _hashed_files(run_dir) if p.relative_to(run_dir).as_posix() not in listed]
+    inputs_changed, inputs_missing = [], []
+    inputs_path = run_dir / "input-manifest.json"
+    if check_inputs and inputs_path.is_file():
+        for entry in _load(inputs_path).get("inputs", []):
+            root = Path(entry["path"])
+            for part in entry.get("parts", []):
+                path = root / part["path"] if entry.get("kind") == "directory of parts" else root
+                where = f"{entry['role']} {path}"
+                if not path.is_file():
+                    inputs_missing.append(where)
+                elif sha256_path(path) != part["sha256"]:
+                    inputs_changed.append(where)
+    return Verification(newest.name, len(manifest.get("files", [])), changed, missing, unlisted, chain, inputs_changed, inputs_missing)
