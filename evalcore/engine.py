@@ -327,7 +327,9 @@ class Resolved:
     unassigned_replicates: F64Array | None = None
 
 
-def resolve_run(results: PairResults, options: EvalOptions, unit_keys: IdArray | None = None) -> Resolved:
+def resolve_run(
+    results: PairResults, options: EvalOptions, unit_keys: IdArray | None = None, strata_names: list[str] | None = None
+) -> Resolved:
     """Phase 3: match every pair of the run and decide what each prediction adds where.
 
     Parameters
@@ -338,6 +340,9 @@ def resolve_run(results: PairResults, options: EvalOptions, unit_keys: IdArray |
     unit_keys : ndarray of int64, optional
         The units of a block bootstrap (default: those of this run; a paired comparison
         gives the union of both runs').
+    strata_names : list of str, optional
+        The run's strata (:attr:`RunPlan.strata_names`): the families' global step gets
+        each reference row's stratum (risk-coverage per stratum).
     """
     pairs = results.pairs
     resolution = resolve(pairs, options.iou_threshold, options.matching, base_threshold(options))
@@ -383,7 +388,11 @@ def resolve_run(results: PairResults, options: EvalOptions, unit_keys: IdArray |
     if weights is not None:
         # Group 0 of every replicate: the homeless predictions, each weighed by its unit's draws.
         unassigned_replicates = replicate_group_sums(weights, homeless_rows, np.full((len(homeless), 0), -1, np.int64), 1).groups[0]
-    ctx = GlobalContext(preds, pairs, results.ref_pos, home_row, options, _pred_weight_stream(draws, home_row, pred_units))
+    ref_strata = None
+    if strata_names is not None:
+        name_of_pool = {pool_id(name, True): name for name in strata_names}  # the missing-stratum pool maps to None
+        ref_strata = np.array([name_of_pool.get(p) for p in results.ref_pool.tolist()], dtype=object)
+    ctx = GlobalContext(preds, pairs, results.ref_pos, home_row, options, _pred_weight_stream(draws, home_row, pred_units), ref_strata)
     global_values: dict = {"keys": {}, "ci": {}, "n_undefined": {}, "tables": {}, "replicates": {}}
     for family in enabled_families(options):
         for part, values in family.global_values(ctx).items():
