@@ -956,7 +956,9 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     if not args.quiet:
         for rule in result["rules"]:
             group = f"[{rule['group']}]" if rule.get("group") is not None else ""
-            print(f"{rule['state']:<14} {rule['id']}{group}: {rule['metric']} {_fmt(rule['observed'])} {rule['op']} {rule['expected']}"
+            observed = rule["observed"]
+            shown = str(int(observed)) if isinstance(observed, (int, float)) and not isinstance(observed, bool) and float(observed).is_integer() else _fmt(observed)
+            print(f"{rule['state']:<14} {rule['id']}{group}: {rule['metric']} {shown} {rule['op']} {rule['expected']}"
                   + (f" ({rule['reason']})" if rule.get("reason") else ""))
         print(f"decision: {result['decision']} ({result['counts']['pass']} pass, {result['counts']['fail']} fail, "
               f"{result['counts']['not_evaluable']} not evaluable); wrote {target}" + (f" and {amended.name}" if amended else ""))

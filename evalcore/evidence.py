@@ -231,9 +231,21 @@ def evaluator_commit() -> dict[str, object]:
 
 
 def parameters_sha256(parameters: dict) -> str:
-    """SHA-256 of the parameters as canonical JSON (sorted keys, no spaces)."""
-    text = json.dumps(parameters, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
+    """SHA-256 of the parameters as canonical JSON (sorted keys, no spaces; an infinite
+    size-class edge as ``Infinity``, as :meth:`flows.params.ReevaluateParams.params_hash`)."""
+    text = json.dumps(parameters, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _spelled(value: object) -> object:
+    """Parameters for a JSON file: infinite numbers as the text ``"inf"`` (JSON has none)."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _spelled(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_spelled(v) for v in value]
+    return value
 
 
 def evaluation_contract(metrics: dict, *, parameters: dict, metric_parameters: dict, input_manifest_sha256: str,
@@ -280,7 +292,7 @@ def evaluation_contract(metrics: dict, *, parameters: dict, metric_parameters: d
         },
         "seed": parameters.get("bootstrap_seed"),
         "bootstrap": {k: parameters.get(k) for k in ("bootstrap", "bootstrap_unit", "bootstrap_seed") if k in parameters},
-        "parameters": parameters,
+        "parameters": _spelled(parameters),
         "parameters_sha256": parameters_sha256(metric_parameters),
         "input_manifest_sha256": input_manifest_sha256,
         "labels": dict(sorted(labels.items())),

@@ -16,7 +16,6 @@ from evalcore.evidence import (
     EVIDENCE_MANIFEST,
     BundleInputs,
     InputLayer,
-    parameters_sha256,
     verify,
     write_bundle,
     write_evidence_manifest,
@@ -57,11 +56,12 @@ def run_dir(tmp_path):
     metrics = to_jsonable(t.summary)
     write_json(out / "metrics.json", metrics)
     t.tiles.to_parquet(out / "tiles.parquet")
-    parameters = {"strata_column": "crop", "iou_threshold": 0.5, "bootstrap_seed": 42, "output_dir": str(out)}
+    parameters = {"strata_column": "crop", "iou_threshold": 0.5, "bootstrap_seed": 42, "output_dir": str(out),
+                  "size_bins": [0.0, 1.0, float("inf")]}
     given = BundleInputs(
         inputs=[InputLayer("reference", str(data / "reference.parquet")), InputLayer("predicted", str(parts))],
         parameters=parameters,
-        metric_parameters={"strata_column": "crop", "iou_threshold": 0.5},
+        metric_parameters={"strata_column": "crop", "iou_threshold": 0.5, "size_bins": [0.0, 1.0, float("inf")]},
         labels={"model": "sha256:abc", "imagery": "S2 2026-11"},
         run_id="run-1",
     )
@@ -113,9 +113,9 @@ def test_contract_identity(run_dir):
     assert contract["run_id"] == "run-1" and contract["seed"] == 42
     assert contract["labels"] == {"imagery": "S2 2026-11", "model": "sha256:abc"}
     assert contract["input_manifest_sha256"] == naive_sha256(out / "input-manifest.json")
-    text = json.dumps({"iou_threshold": 0.5, "strata_column": "crop"}, sort_keys=True, separators=(",", ":"))
-    assert contract["parameters_sha256"] == hashlib.sha256(text.encode()).hexdigest() == parameters_sha256(
-        {"strata_column": "crop", "iou_threshold": 0.5})
+    text = '{"iou_threshold":0.5,"size_bins":[0.0,1.0,Infinity],"strata_column":"crop"}'
+    assert contract["parameters_sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    assert contract["parameters"]["size_bins"] == [0.0, 1.0, "inf"]  # JSON has no infinity
     assert contract["matching_policy"]["iou_threshold"] == metrics["iou_threshold"]
     assert contract["matching_policy"]["iou_thresholds_swept"][0] == 0.5
     assert contract["publishable"] is True
