@@ -196,6 +196,10 @@ def _build_parser() -> argparse.ArgumentParser:
     gt.add_argument("-q", "--quiet", action="store_true", help="do not print the gate table")
     gt.add_argument("-v", "--verbose", action="count", default=0, help="more log lines")
 
+    rp = sub.add_parser("report", help="rebuild report.html (and figures/) of a run directory from its files alone")
+    rp.add_argument("run_dir", help="a run directory (holding metrics.json)")
+    rp.add_argument("-v", "--verbose", action="count", default=0, help="more log lines")
+
     vf = sub.add_parser("verify", help="recheck every SHA-256 of a run directory's evidence bundle and its inputs (exit 0 intact, 1 changed)")
     vf.add_argument("run_dir", help="a run directory (holding evidence-manifest.json)")
     vf.add_argument("--skip-inputs", action="store_true", help="do not rehash the input layers (default: rehash those still at their path)")
@@ -965,6 +969,16 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     return exit_status(result)
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    """``evalcore report RUN_DIR``: the self-contained HTML page of a run, rebuilt from its files."""
+    from evalcore.html_report import build_report
+
+    started = time.perf_counter()
+    path = build_report(args.run_dir)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, {time.perf_counter() - started:.1f} s)")
+    return 0
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     """``evalcore verify RUN_DIR``: recheck every hash of the run's evidence (0: intact, 1: changed)."""
     from evalcore.evidence import verify
@@ -1043,7 +1057,7 @@ def run(argv: Sequence[str] | None = None) -> tuple[int, str | None]:
         try:
             args = parser.parse_args(argv)
             configure_logging(getattr(args, "verbose", 0))
-            handler = {"evaluate": _cmd_evaluate, "run": _cmd_run, "synth": _cmd_synth, "compare": _cmd_compare, "gate": _cmd_gate, "verify": _cmd_verify}[args.command]
+            handler = {"evaluate": _cmd_evaluate, "run": _cmd_run, "synth": _cmd_synth, "compare": _cmd_compare, "gate": _cmd_gate, "verify": _cmd_verify, "report": _cmd_report}[args.command]
             return handler(args), None
         except (_UsageError, EvalInputError, ValueError, TypeError, ImportError, OSError) as exc:
             if debug:

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if status:
         return _failed("2/2 (flow evaluate-layers)", status, why)
-    report = run / "report.md"
+    report = run / "report.html"
     if not report.is_file():  # a zero status without the report is still a failure
         return _failed("2/2 (flow evaluate-layers)", 1, f"the flow ended without writing {report}")
     print(f"demo finished in {time.perf_counter() - started:.1f} s; open {report} for the report", flush=True)

@@ -458,9 +458,13 @@ def _read_table(path: Path) -> pd.DataFrame | None:
     return table.drop([c for c in ("geometry",) if c in table.column_names]).to_pandas()
 
 
-def write_bundle(run_dir: str | Path, metrics: dict, given: BundleInputs) -> Path:
+def write_bundle(run_dir: str | Path, metrics: dict, given: BundleInputs, *, seal: bool = True) -> Path | None:
     """Write every file of SPEC 6.8 into a run directory (``acceptance-gates.json`` only
-    when no gates wrote it), then the evidence manifest; return the manifest's path."""
+    when no gates wrote it), then the evidence manifest; return the manifest's path.
+
+    With ``seal=False`` the manifest is left for :func:`write_evidence_manifest` to write
+    after the files that read the bundle (the HTML report); None is returned.
+    """
     run_dir = Path(run_dir)
     manifest = input_manifest(given.inputs, given.expected_sha256)
     manifest_path = write_json(run_dir / "input-manifest.json", manifest)
@@ -478,7 +482,7 @@ def write_bundle(run_dir: str | Path, metrics: dict, given: BundleInputs) -> Pat
     write_json(run_dir / "error-taxonomy.json", error_taxonomy(metrics, tiles, aois))
     if not (run_dir / "acceptance-gates.json").exists():
         write_json(run_dir / "acceptance-gates.json", dict(NOT_CONFIGURED))
-    return write_evidence_manifest(run_dir)
+    return write_evidence_manifest(run_dir) if seal else None
 
 
 # --------------------------------------------------------------------------- verifying

@@ -85,7 +85,7 @@ def run_command(args: argparse.Namespace) -> int:
         return exit_status(exc.result)
     print(format_summary(metrics))
     out = Path(args.output_dir)
-    written = [name for name in ("metrics.json", "report.md", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet") if (out / name).exists()]
+    written = [name for name in ("metrics.json", "report.html", "report.md", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet") if (out / name).exists()]
     written += [f"{name}/" for name in ("fields", "predictions") if (out / name).is_dir()]
     if (out / "evidence-manifest.json").exists():
         written.append("the evidence bundle (evidence-manifest.json; check it with evalcore verify)")

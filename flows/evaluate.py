@@ -11,6 +11,8 @@ task keys named after the partition; the tasks pass the phases' frozen outputs a
 * ``aois.parquet``: the per-AOI table with every AOI's polygon (with an AOI layer);
 * ``pr_curve.parquet``: the exact precision-recall curves (with a score column);
 * ``report.md``: the readable summary with intervals, per stratum and size class;
+* ``report.html`` and ``figures/``: the self-contained page (:mod:`evalcore.html_report`,
+  docs/report.md), also published as Prefect artifacts;
 * ``manifest.json``: parameters, input checksums and rows, versions, partitions,
   outputs with checksums, and the run's status;
 * ``status.json``: ``running``, ``succeeded`` or ``failed`` (with the error);
@@ -30,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
-import re
 import shutil
 import time
 import traceback
@@ -184,8 +185,9 @@ def publish(record: RunRecord, metrics: dict, params: EvaluateParams, started: s
 
 def artifact_key(prefix: str, params: EvaluateParams) -> str:
     """``<prefix>-<run directory name>``, reduced to what Prefect keys allow (a-z, 0-9, dashes)."""
-    name = re.sub(r"[^a-z0-9]+", "-", Path(params.output_dir).resolve().name.lower()).strip("-")
-    return f"{prefix}-{name}"[:100].rstrip("-") if name else prefix
+    from flows.report_artifacts import artifact_key as reduced_key
+
+    return reduced_key(prefix, Path(params.output_dir).resolve().name)
 
 
 def _inputs(record: RunRecord, params: EvaluateParams) -> dict:
@@ -255,10 +257,11 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
     logger = get_run_logger()
     _log.debug("run %s: predicted %s, reference %s", out, params.predicted, params.reference)
     # A rerun must not leave an earlier result looking current while it runs or if it fails.
-    for stale in ("metrics.json", "report.md", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet", *BUNDLE_FILES):
+    for stale in ("metrics.json", "report.md", "report.html", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet", *BUNDLE_FILES):
         (out / stale).unlink(missing_ok=True)
     for amendment in (*out.glob("acceptance-gates.v*.json"), *out.glob("evidence-manifest.v*.json")):
         amendment.unlink()  # the previous run's amendments: not evidence of this one
+    shutil.rmtree(out / "figures", ignore_errors=True)
     started = _now()
     write_json(out / "status.json", {"status": "running", "started": started})
     workdir = Path(params.workdir) if params.workdir else out / "work"
@@ -320,6 +323,8 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
             gate_result = check_gates(params) if params.gates else None
             reliability = run_reliability(client, recording_since, record().timings, client_peaks, embedded=not params.cluster)
         evidence(params, options, setup, metrics, reliability, started)
+        html_report(params)  # after the gates and the bundle: the decision and the identity are on the page
+        seal_evidence(params)
     except BaseException as exc:
         _log.debug("run %s failed", out, exc_info=True)  # the whole traceback, in the run log only
         for partial in ("metrics.json", "report.md"):
@@ -356,9 +361,32 @@ class GatesNotPassed(RuntimeError):
         )
 
 
+@task(name="html-report", retries=1, cache_policy=NO_CACHE)
+def html_report(params: EvaluateParams) -> str | None:
+    """Build report.html and figures/ from the run directory; publish the figures and tables as artifacts.
+
+    A plotting failure is logged, not raised: the metrics are written and must not be
+    thrown away for a figure (``evalcore report RUN_DIR`` rebuilds the page later).
+    """
+    from evalcore.html_report import build_report
+    from flows.report_artifacts import publish_report_artifacts
+
+    out = Path(params.output_dir)
+    logger = get_run_logger()
+    try:
+        path = build_report(out)
+    except Exception as exc:
+        logger.warning("report.html could not be built (%s: %s); rebuild it with: evalcore report %s", type(exc).__name__, exc, out)
+        _log.debug("report.html failed", exc_info=True)
+        return None
+    publish_report_artifacts(out, out.resolve().name)
+    logger.info("report: %s", path)
+    return str(path)
+
+
 @task(name="evidence", retries=0, cache_policy=NO_CACHE)
-def evidence(params: EvaluateParams, options: EvalOptions, setup: RunSetup, metrics: dict, reliability: dict, started: str) -> str:
-    """Write the evidence bundle (SPEC 6.8) and, last, the evidence manifest; return its path."""
+def evidence(params: EvaluateParams, options: EvalOptions, setup: RunSetup, metrics: dict, reliability: dict, started: str) -> None:
+    """Write the evidence bundle's files (SPEC 6.8); :func:`seal_evidence` adds the manifest."""
     from prefect.runtime import flow_run
 
     from evalcore.evidence import BundleInputs, InputLayer, write_bundle
@@ -383,7 +411,15 @@ def evidence(params: EvaluateParams, options: EvalOptions, setup: RunSetup, metr
         started=started,
         expected_sha256=dict(setup.input_sha256),
     )
-    manifest = write_bundle(params.output_dir, metrics, given)
+    write_bundle(params.output_dir, metrics, given, seal=False)  # sealed by seal_evidence, after the report
+
+
+@task(name="seal-evidence", retries=0, cache_policy=NO_CACHE)
+def seal_evidence(params: EvaluateParams) -> str:
+    """Write evidence-manifest.json last: the SHA-256 of every other file of the run directory."""
+    from evalcore.evidence import write_evidence_manifest
+
+    manifest = write_evidence_manifest(params.output_dir)
     get_run_logger().info("evidence bundle written; %s hashes every file of the run directory", manifest.name)
     return str(manifest)
 
