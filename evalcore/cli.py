@@ -929,7 +929,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     """
     import json
 
-    from evalcore.evidence import latest_manifest, write_evidence_manifest
+    from evalcore.evidence import gate_metrics, latest_manifest, write_evidence_manifest
     from evalcore.gates import evaluate_gates, exit_status, load_gates
     from evalcore.io import write_json
     from evalcore.report import sha256_path
@@ -943,7 +943,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise EvalInputError(f"{str(metrics_path)!r} is not valid JSON: {exc}") from None
-    result = evaluate_gates(metrics, gates, evidence_file="metrics.json", evidence_sha256=sha256_path(metrics_path))
+    result = evaluate_gates(gate_metrics(run_dir, metrics), gates, evidence_file="metrics.json", evidence_sha256=sha256_path(metrics_path))
     result["gates_file"] = {"path": str(Path(args.gates).resolve()), "sha256": sha256_path(args.gates)}
     target = run_dir / "acceptance-gates.json"
     version = 1

@@ -261,10 +261,12 @@ def _evaluate_in_process(layers: list[object], reference: object, strata: object
     from evalcore.api import _finish_run, _prepare_reference, _prepare_run, _summarize
     from evalcore.engine import resolve_run
     from evalcore.levels import prepare_sites
+    from evalcore.study import prepare_study
 
     sites = prepare_sites(checked, checked.equal_area_crs)
-    shared = _prepare_reference(reference, strata, size_bins, checked, sites)
-    runs = [_prepare_run(layer, reference, strata, size_bins, checked, shared, sites) for layer in layers]
+    study = prepare_study(checked, checked.equal_area_crs)  # once, like the sites and the reference
+    shared = _prepare_reference(reference, strata, size_bins, checked, sites, study)
+    runs = [_prepare_run(layer, reference, strata, size_bins, checked, shared, sites, study) for layer in layers]
     if checked.bootstrap_unit == "field":
         # The field draws depend only on the reference: every run draws the same resamples.
         evaluations = [_finish_run(p) for p in runs]

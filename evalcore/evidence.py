@@ -62,6 +62,7 @@ __all__ = [
     "write_bundle",
     "write_evidence_manifest",
     "latest_manifest",
+    "gate_metrics",
     "verify",
     "Verification",
     "evaluator_commit",
@@ -483,6 +484,17 @@ def write_bundle(run_dir: str | Path, metrics: dict, given: BundleInputs, *, sea
     if not (run_dir / "acceptance-gates.json").exists():
         write_json(run_dir / "acceptance-gates.json", dict(NOT_CONFIGURED))
     return write_evidence_manifest(run_dir) if seal else None
+
+
+def gate_metrics(run_dir: str | Path, metrics: dict) -> dict:
+    """The metrics the gates see: ``metrics.json`` plus ``tiles.per_tile`` from the run's
+    ``tiles.parquet`` (so ``tiles.*.f1`` gates every tile, with each tile's support)."""
+    from evalcore.levels import unit_entries
+
+    tiles = _read_table(Path(run_dir) / "tiles.parquet")
+    if tiles is None or "tiles" not in metrics:
+        return metrics
+    return {**metrics, "tiles": {**metrics["tiles"], "per_tile": unit_entries(tiles, "tiles")}}
 
 
 # --------------------------------------------------------------------------- verifying

@@ -19,8 +19,10 @@ indices of a list), and each key it expands to is gated on its own, as the rule'
 ``group``. A segment that is a number indexes a list; keys holding dots (a stratum
 ``St. Louis``) are found by joining segments. Under ``aois`` and ``tiles``, ``*`` and
 a unit key that is not a key of the block itself refer to the per-unit entries
-(``aois.*.recall`` is ``aois.per_aoi.*.recall``); ``metrics.json`` holds no per-tile
-entries (they are in the tile layer), so ``tiles.*`` is ``not_evaluable``.
+(``aois.*.recall`` is ``aois.per_aoi.*.recall``). ``metrics.json`` holds no per-tile
+entries (they are in the tile layer): ``evalcore gate`` and the flow add them from the
+run's ``tiles.parquet`` (:func:`evalcore.evidence.gate_metrics`), so ``tiles.*.f1``
+gates every tile; without them ``tiles.*`` is ``not_evaluable``.
 
 Outcome of a rule
 -----------------

@@ -688,9 +688,16 @@ def level_summary(table: pd.DataFrame, kind: str, *, tile_km: float | None = Non
 
 def aoi_entries(table: pd.DataFrame) -> dict[str, dict]:
     """``per_aoi``: every AOI's values keyed by id (rates null when undefined)."""
+    return unit_entries(table, "aois")
+
+
+def unit_entries(table: pd.DataFrame, kind: str) -> dict[str, dict]:
+    """Every unit's values keyed like the outputs (an AOI's id, a tile's ``EPSG_x_y``), rates
+    null when undefined and intervals as ``ci: {rate: [lower, upper]}`` (the layout of a group)."""
     out = {}
-    for rec in table.to_dict("records"):
-        key = str(rec.pop("aoi"))
+    keys = _unit_keys(table, kind)
+    key_columns = ("aoi",) if kind == "aois" else ("epsg", "tile_x", "tile_y")
+    for key, rec in zip(keys, table.drop(columns=[c for c in (*key_columns, "geometry") if c in table.columns]).to_dict("records")):
         entry = {}
         for k, v in rec.items():
             if isinstance(v, (bool, np.bool_)):

@@ -429,12 +429,13 @@ def check_gates(params: EvaluateParams) -> dict:
     """Check the run's metrics against the gates file; write acceptance-gates.json; publish the gate table."""
     import json
 
+    from evalcore.evidence import gate_metrics
     from evalcore.gates import evaluate_gates, load_gates
 
     out = Path(params.output_dir)
     metrics_path = out / "metrics.json"
     result = evaluate_gates(
-        json.loads(metrics_path.read_text(encoding="utf-8")), load_gates(params.gates),
+        gate_metrics(out, json.loads(metrics_path.read_text(encoding="utf-8"))), load_gates(params.gates),
         evidence_file="metrics.json", evidence_sha256=sha256_path(metrics_path),
     )
     result["gates_file"] = {"path": str(Path(params.gates).resolve()), "sha256": sha256_path(params.gates)}
