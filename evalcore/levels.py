@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import geopandas
 import numpy as np

@@ -16,6 +16,8 @@ Places
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import subprocess
 import sys
@@ -60,6 +62,9 @@ __all__ = [
     "scenario_a",
     "grid_layers",
     "assert_metrics_equal",
+    "naive_sha256",
+    "strict_json",
+    "without_partition_size",
 ]
 
 _ROOT = Path(__file__).resolve().parents[1]
@@ -270,3 +275,25 @@ def run_cli(*args: str, cwd: str | Path | None = None, timeout: float = 300) -> 
     return subprocess.run(
         [sys.executable, "-m", "evalcore.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd or _ROOT
     )
+
+
+def naive_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, without the project's helper."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def strict_json(path: str | Path) -> object:
+    """A JSON file read refusing NaN and infinity (Python's reader accepts them by default)."""
+    def refuse(name: str) -> None:
+        raise ValueError(f"{path}: {name} in JSON")
+
+    return json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=refuse)
+
+
+def without_partition_size(metrics: dict) -> dict:
+    """A summary without the bootstrap block's ``partition_size_m`` (the one key that names
+    the partitioning, for comparing runs partitioned differently)."""
+    out = dict(metrics)
+    if "bootstrap" in out:
+        out["bootstrap"] = {k: v for k, v in out["bootstrap"].items() if k != "partition_size_m"}
+    return out

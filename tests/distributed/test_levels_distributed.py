@@ -12,7 +12,7 @@ from distributed import Client, LocalCluster
 
 import evalcore
 from evalcore.synth import make_layers, make_site_layers
-from tests.common import assert_metrics_equal
+from tests.common import assert_metrics_equal, without_partition_size
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +33,6 @@ def client():
         yield c
 
 
-def _without_partition_size(metrics: dict) -> dict:
-    out = dict(metrics)
-    if "bootstrap" in out:
-        out["bootstrap"] = {k: v for k, v in out["bootstrap"].items() if k != "partition_size_m"}
-    return out
-
-
 @pytest.mark.parametrize("unit", ["tile", "aoi"])
 def test_block_bootstrap_levels_and_pixels_equal_single_process(files, client, tmp_path, unit):
     options = dict(
@@ -51,4 +44,4 @@ def test_block_bootstrap_levels_and_pixels_equal_single_process(files, client, t
     cluster = evalcore.evaluate(
         files["predicted"], files["reference"], client=client, workdir=tmp_path / "work", partition_size_m=7_000.0, **options
     )
-    assert_metrics_equal(_without_partition_size(cluster), _without_partition_size(single), rel=1e-9)
+    assert_metrics_equal(without_partition_size(cluster), without_partition_size(single), rel=1e-9)

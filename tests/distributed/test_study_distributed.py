@@ -16,7 +16,7 @@ import evalcore
 from evalcore.distributed.runner import run_distributed
 from evalcore.options import check_options
 from evalcore.synth import make_layers, make_site_layers
-from tests.common import assert_metrics_equal
+from tests.common import assert_metrics_equal, without_partition_size
 
 
 @pytest.fixture(scope="module")
@@ -36,13 +36,6 @@ def files(tmp_path_factory):
 def client():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, Client(cluster) as c:
         yield c
-
-
-def _without_partition_size(metrics: dict) -> dict:
-    out = dict(metrics)
-    if "bootstrap" in out:
-        out["bootstrap"] = {k: v for k, v in out["bootstrap"].items() if k != "partition_size_m"}
-    return out
 
 
 CASES = {
@@ -68,4 +61,4 @@ def test_study_area_and_leakage_equal_single_process(files, client, tmp_path, ca
     checked = check_options(partition_size_m=7_000.0, **options)
     cluster = run_distributed(files["predicted"], files["reference"], client, checked, strata="stratum",
                               workdir=tmp_path / "work", chunk_rows=100)
-    assert_metrics_equal(_without_partition_size(cluster), _without_partition_size(single), rel=1e-9)
+    assert_metrics_equal(without_partition_size(cluster), without_partition_size(single), rel=1e-9)

@@ -7,9 +7,6 @@ pass, fail and are not evaluable: the run writes everything, then ends Failed.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -22,6 +19,7 @@ from evalcore.evidence import BUNDLE_FILES, verify
 from evalcore.synth import write_layers
 from flows.evaluate import evaluate_layers
 from flows.params import EvaluateParams
+from tests.common import naive_sha256, strict_json
 
 GATES = """\
 gates:
@@ -39,17 +37,6 @@ gates:
     threshold: 0.5
     min_support: 1000000
 """
-
-
-def naive_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def strict_json(path: Path) -> object:
-    def refuse(name: str) -> None:
-        raise ValueError(f"{path}: {name}")
-
-    return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import pytest
 from evalcore import evaluate, evaluate_frame
 from evalcore.bootstrap import block_counts, block_draws, field_draws, pool_id
 from evalcore.synth import make_layers, make_site_layers
-from tests.common import X0, Y0, assert_metrics_equal, layer, square
+from tests.common import X0, Y0, assert_metrics_equal, layer, square, without_partition_size
 
 N_RESAMPLES = 60
 PARTITION_SIZES_M = (1_000.0, 7_000.0, 50_000.0)
@@ -39,12 +39,6 @@ def _options(aoi, unit: str) -> dict:
         "strata": "stratum", "size_bins": "auto", "bootstrap": N_RESAMPLES, "bootstrap_unit": unit, "tile_km": 10.0,
         "aoi": aoi, "aoi_id_column": "aoi_id",
     }
-
-
-def _without_partition_size(result: dict) -> dict:
-    out = dict(result)
-    out["bootstrap"] = {k: v for k, v in result["bootstrap"].items() if k != "partition_size_m"}
-    return out
 
 
 def _interval_count(entry: object) -> int:
@@ -86,7 +80,7 @@ def test_every_interval_is_independent_of_the_partition_size(synth, unit):
     assert lo < base["recall"] < hi
     for size, result in results.items():
         assert result["bootstrap"]["partition_size_m"] == size
-        assert_metrics_equal(_without_partition_size(result), _without_partition_size(base), rel=1e-12)
+        assert_metrics_equal(without_partition_size(result), without_partition_size(base), rel=1e-12)
 
 
 def test_tile_bootstrap_is_the_same_on_two_worker_processes(synth):

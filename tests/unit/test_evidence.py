@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -21,22 +20,10 @@ from evalcore.evidence import (
     write_evidence_manifest,
 )
 from evalcore.io import to_jsonable, write_json
-from tests.common import layer, run_cli, strips
+from tests.common import layer, naive_sha256, run_cli, strict_json, strips
 
 REF = [(0, 1), (2, 3), (4, 5), (6, 7)]
 PRED = [(0, 1), (2.5, 3.5), (10, 11)]
-
-
-def naive_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def strict_json(path: Path) -> object:
-    """JSON that refuses NaN and infinity (Python's reader accepts them by default)."""
-    def refuse(name: str) -> None:
-        raise ValueError(f"{path.name}: {name} in JSON")
-
-    return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
 
 
 @pytest.fixture()
