@@ -46,9 +46,9 @@ import numpy as np
 import pandas as pd
 
 from evalcore.errors import EvalInputError
-from evalcore.io import write_json
+from evalcore.io import to_jsonable, write_json
 from evalcore.metrics.taxonomy import TAXONOMY_KEYS, taxonomy_counts
-from evalcore.report import package_versions, sha256_path
+from evalcore.report import package_versions, sha256_of_parts, sha256_path
 
 __all__ = [
     "BUNDLE_FILES",
@@ -59,6 +59,7 @@ __all__ = [
     "evaluation_contract",
     "family_files",
     "error_taxonomy",
+    "unit_rows",
     "write_bundle",
     "write_evidence_manifest",
     "latest_manifest",
@@ -182,7 +183,8 @@ def describe_input(layer: InputLayer) -> dict[str, object]:
         "path": str(path.resolve()),
         "layer": layer.layer,
         "kind": "directory of parts" if path.is_dir() else "file",
-        "sha256": sha256_path(path),
+        # The whole from its parts' hashes (sha256_path's rule), not by reading every file again.
+        "sha256": sha256_of_parts((p["path"], p["sha256"]) for p in parts) if path.is_dir() else parts[0]["sha256"],
         "rows": sum(p["rows"] for p in parts if p["rows"] is not None) if any(p["rows"] is not None for p in parts) else None,
         "crs": crs_values[0] if len(crs_values) == 1 else (crs_values or None),
         "parts": parts,
@@ -312,36 +314,20 @@ def evaluation_contract(metrics: dict, *, parameters: dict, metric_parameters: d
 # --------------------------------------------------------------------------- metrics files
 
 
-def _records(table: pd.DataFrame | None, key_columns: tuple[str, ...]) -> dict[str, dict] | None:
+def unit_rows(table: pd.DataFrame | None, kind: str) -> dict[str, dict] | None:
+    """Every row of a tile or AOI table without its geometry, keyed like the outputs (a
+    tile's ``EPSG_x_y``, an AOI's id: the table's first column), JSON-ready."""
     if table is None:
         return None
+    key_columns = ("epsg", "tile_x", "tile_y") if kind == "tiles" else (str(table.columns[0]),)
     frame = pd.DataFrame(table.drop(columns=[c for c in ("geometry",) if c in table.columns]))
-    out = {}
-    for row in frame.to_dict(orient="records"):
-        key = "_".join(str(row[c]) for c in key_columns)
-        out[key] = {k: _plain(v) for k, v in row.items()}
-    return out
+    return {"_".join(str(row[c]) for c in key_columns): {k: to_jsonable(v) for k, v in row.items()}
+            for row in frame.to_dict(orient="records")}
 
 
-def _aoi_key(aois: pd.DataFrame | None) -> tuple[str, ...]:
-    """The AOI id column: the first of the per-AOI table (named after the AOI layer's id column)."""
-    return (str(aois.columns[0]),) if aois is not None else ()
-
-
-def _plain(value: object) -> object:
-    if value is None or value is pd.NA:
-        return None
-    if isinstance(value, (np.bool_, bool)):
-        return bool(value)
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if np.isfinite(value) else None
-    return value
-
-
-def family_files(metrics: dict, tiles: pd.DataFrame | None, aois: pd.DataFrame | None) -> dict[str, dict]:
-    """The per-family metrics files of the bundle, from the summary and the unit tables."""
+def family_files(metrics: dict, tile_rows: dict | None, aoi_rows: dict | None) -> dict[str, dict]:
+    """The per-family metrics files of the bundle, from the summary and the unit tables' rows
+    (:func:`unit_rows`; None where the run has no such table)."""
     object_metrics = {"state": "computed", "source": "metrics.json",
                       **{k: v for k, v in metrics.items() if k not in _GROUPED_KEYS}}
     grouped = {k: metrics[k] for k in ("per_stratum", "per_size_class") if k in metrics}
@@ -350,12 +336,12 @@ def family_files(metrics: dict, tiles: pd.DataFrame | None, aois: pd.DataFrame |
     tile_file = dict(NOT_CONFIGURED)
     if "tiles" in metrics:
         tile_file = {"state": "computed", "source": "tiles.parquet", "summary": metrics["tiles"],
-                     "per_tile": _records(tiles, ("epsg", "tile_x", "tile_y"))}
+                     "per_tile": tile_rows}
     aoi_file = dict(NOT_CONFIGURED)
     if "aois" in metrics:
         summary = {k: v for k, v in metrics["aois"].items() if k != "per_aoi"}
         aoi_file = {"state": "computed", "source": "aois.parquet", "summary": summary,
-                    "per_aoi": _records(aois, _aoi_key(aois)) if aois is not None else metrics["aois"].get("per_aoi")}
+                    "per_aoi": aoi_rows if aoi_rows is not None else metrics["aois"].get("per_aoi")}
     calibration = dict(NOT_CONFIGURED)
     if metrics.get("score_column") is not None:
         calibration = {"state": "computed", "source": "metrics.json",
@@ -369,7 +355,7 @@ def family_files(metrics: dict, tiles: pd.DataFrame | None, aois: pd.DataFrame |
     }
 
 
-def error_taxonomy(metrics: dict, tiles: pd.DataFrame | None, aois: pd.DataFrame | None) -> dict[str, object]:
+def error_taxonomy(metrics: dict, tile_rows: dict | None, aoi_rows: dict | None) -> dict[str, object]:
     """``error-taxonomy.json``: the counts of every code, overall and per group.
 
     ``M-BOUNDARY`` is null without a boundary tolerance.
@@ -382,10 +368,9 @@ def error_taxonomy(metrics: dict, tiles: pd.DataFrame | None, aois: pd.DataFrame
     for name in ("per_stratum", "per_size_class"):
         if name in metrics:
             out[name] = {key: taxonomy_counts(entry) for key, entry in metrics[name].items()}
-    for name, table, keys in (("per_tile", tiles, ("epsg", "tile_x", "tile_y")), ("per_aoi", aois, _aoi_key(aois))):
-        records = _records(table, keys)
-        if records is not None:
-            out[name] = {key: taxonomy_counts(row) for key, row in records.items()}
+    for name, rows in (("per_tile", tile_rows), ("per_aoi", aoi_rows)):
+        if rows is not None:
+            out[name] = {key: taxonomy_counts(row) for key, row in rows.items()}
     return out
 
 
@@ -475,12 +460,12 @@ def write_bundle(run_dir: str | Path, metrics: dict, given: BundleInputs, *, sea
         run_id=given.run_id or str(uuid.uuid4()), started=given.started,
     )
     write_json(run_dir / "evaluation-contract.json", contract)
-    tiles = _read_table(run_dir / "tiles.parquet")
-    aois = _read_table(run_dir / "aois.parquet")
-    for name, content in family_files(metrics, tiles, aois).items():
+    tile_rows = unit_rows(_read_table(run_dir / "tiles.parquet"), "tiles")
+    aoi_rows = unit_rows(_read_table(run_dir / "aois.parquet"), "aois")
+    for name, content in family_files(metrics, tile_rows, aoi_rows).items():
         write_json(run_dir / name, content)
     write_json(run_dir / "latency-and-reliability.json", {"state": "computed", **given.reliability} if given.reliability else dict(NOT_CONFIGURED))
-    write_json(run_dir / "error-taxonomy.json", error_taxonomy(metrics, tiles, aois))
+    write_json(run_dir / "error-taxonomy.json", error_taxonomy(metrics, tile_rows, aoi_rows))
     if not (run_dir / "acceptance-gates.json").exists():
         write_json(run_dir / "acceptance-gates.json", dict(NOT_CONFIGURED))
     return write_evidence_manifest(run_dir) if seal else None

@@ -25,7 +25,6 @@ import io
 import json
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from evalcore.errors import EvalInputError
+from evalcore.io import atomic_path
 
 __all__ = [
     "build_report",
@@ -1201,15 +1201,6 @@ def _render(run: RunFiles) -> tuple[str, list[_Figure]]:
     return doc, page.figures
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def build_report(run_dir: str | Path) -> Path:
     """Write ``report.html`` (and ``figures/*.png``) into a run directory from its files alone.
 
@@ -1236,11 +1227,11 @@ def build_report(run_dir: str | Path) -> Path:
     fig_dir.mkdir(exist_ok=True)
     drawn = {f.name for f in figures}
     for f in figures:
-        _atomic_write(fig_dir / f"{f.name}.png", f.png)
+        atomic_path(fig_dir / f"{f.name}.png", lambda tmp, png=f.png: tmp.write_bytes(png))
     for name, _ in FIGURES:  # a figure of an earlier build that this build did not draw
         if name not in drawn:
             (fig_dir / f"{name}.png").unlink(missing_ok=True)
     out = run.run_dir / "report.html"
-    _atomic_write(out, doc.encode("utf-8"))
+    atomic_path(out, lambda tmp: tmp.write_bytes(doc.encode("utf-8")))
     _log.info("wrote %s (%d figures, %.0f KB) in %.1f s", out, len(figures), out.stat().st_size / 1024, time.perf_counter() - started)
     return out

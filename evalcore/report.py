@@ -12,6 +12,7 @@ import hashlib
 import math
 import platform
 from importlib import metadata
+from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ["sha256_path", "package_versions", "render_report", "HEADLINE_KEYS"]
@@ -40,15 +41,22 @@ _PACKAGES = ("evalcore", "numpy", "pandas", "shapely", "geopandas", "pyproj", "p
 def sha256_path(path: str | Path) -> str:
     """SHA-256 of a file, or of a directory (its files' relative paths and hashes, sorted)."""
     p = Path(path)
-    digest = hashlib.sha256()
     if p.is_dir():
-        for child in sorted(q for q in p.rglob("*") if q.is_file()):
-            digest.update(str(child.relative_to(p)).encode())
-            digest.update(bytes.fromhex(sha256_path(child)))
-        return digest.hexdigest()
+        return sha256_of_parts((str(child.relative_to(p)), sha256_path(child)) for child in sorted(q for q in p.rglob("*") if q.is_file()))
+    digest = hashlib.sha256()
     with open(p, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_of_parts(parts: Iterable[tuple[str, str]]) -> str:
+    """SHA-256 of a directory from its files' ``(relative path, SHA-256)``, in sorted path
+    order: what :func:`sha256_path` returns for the directory, without reading a file again."""
+    digest = hashlib.sha256()
+    for relative, sha in parts:
+        digest.update(relative.encode())
+        digest.update(bytes.fromhex(sha))
     return digest.hexdigest()
 
 
@@ -165,7 +173,7 @@ def _levels_section(metrics: dict) -> list[str]:
             )
         else:
             lines.append(f"{block['count_aois']} AOIs ({block['count_aois_with_reference']} with reference fields), ids from `{block['id_column']}`.")
-        lines += ["", f"| | precision | recall | F1 |", "|---|---|---|---|"]
+        lines += ["", "| | precision | recall | F1 |", "|---|---|---|---|"]
         micro, macro = block["micro"], block["macro"]
         lines.append(f"| micro (pooled counts) | {_num(micro['precision'])} | {_num(micro['recall'])} | {_num(micro['f1'])} |")
         lines.append(

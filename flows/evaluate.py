@@ -322,7 +322,7 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
             publish(record(), metrics, params, started, dashboard)
             gate_result = check_gates(params) if params.gates else None
             reliability = run_reliability(client, recording_since, record().timings, client_peaks, embedded=not params.cluster)
-        evidence(params, options, setup, metrics, reliability, started)
+        evidence(params, setup, metrics, reliability, started)
         html_report(params)  # after the gates and the bundle: the decision and the identity are on the page
         seal_evidence(params)
     except BaseException as exc:
@@ -385,7 +385,7 @@ def html_report(params: EvaluateParams) -> str | None:
 
 
 @task(name="evidence", retries=0, cache_policy=NO_CACHE)
-def evidence(params: EvaluateParams, options: EvalOptions, setup: RunSetup, metrics: dict, reliability: dict, started: str) -> None:
+def evidence(params: EvaluateParams, setup: RunSetup, metrics: dict, reliability: dict, started: str) -> None:
     """Write the evidence bundle's files (SPEC 6.8); :func:`seal_evidence` adds the manifest."""
     from prefect.runtime import flow_run
 
