@@ -10,17 +10,25 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# Byte-code for every module, written even where PYTHONDONTWRITEBYTECODE is set (as on the
+# development machine), so each worker process does not compile the engine again
+# (docs/performance.md, "Starting a cluster"); only changed modules are recompiled.
+COMPILE := $(BIN)/python -m compileall -q evalcore flows benchmarks >/dev/null
+
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
+	$(COMPILE)
 	$(BIN)/python -m evalcore.demo
 
 test: $(STAMP)
+	$(COMPILE)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
+	$(COMPILE)
 	$(BIN)/python -m benchmarks
 
 # Coverage study of the bootstrap intervals (docs/intervals.md); ~10-20 min on 2 cores.

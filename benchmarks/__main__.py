@@ -7,10 +7,19 @@ Sections (``--sections``, default all):
   default and with full options, against the straightforward geopandas + shapely
   baseline (timed on a slice of the pairs and scaled, as said in the output) and the
   GEOS floor (repair, reprojection, STRtree, intersection areas).
-* ``workers``: the anchor data through the distributed runner with 1 and 2 worker processes.
+* ``families``: the anchor data in one process with full options, once with only round 1's
+  metric families (detection, area, segmentation, distance, tolerance) and once with every
+  family on by default or cheap (IoU sweep, topology, error taxonomy, AOIs and annotated
+  area, scores with AP, risk-coverage and calibration; not pixels).
+* ``workers``: the anchor data through the distributed runner with 1 and 2 worker
+  processes, and the machine's own two-process ceiling (``bench_cpu_ceiling``) in the same run.
+* ``cli``: what a user types, ``evalcore evaluate`` on the anchor files: in this process,
+  ``--cluster local --workers 2 --in-process-below 0`` (cluster start included) and plain
+  ``--cluster local`` (which chooses this process below ``--in-process-below``).
 * ``scale``: 250k, 500k and 1M generated reference fields end to end through the
-  ``evaluate-layers`` flow with full options on 2 workers (each size in a fresh process):
-  wall time, fields per second, peak RSS of each worker and of the client, time per phase.
+  ``evaluate-layers`` flow with full options and the families on 2 workers (each size in a
+  fresh process): wall time, fields per second, peak RSS of each worker and of the client,
+  time per phase. ``--scale-sizes 250000,1000000,4000000`` adds 4M (about 15 min more).
 
 Results print as tables and go to ``benchmarks/results/<date>.json``.
 """
@@ -87,6 +96,87 @@ def section_anchor(repeat: int) -> dict:
     }
 
 
+def _metric_options(kwargs: dict) -> dict:
+    return {k: v for k, v in kwargs.items() if k not in ("strata", "size_bins")}
+
+
+ALWAYS_ON_ROUND2 = ("topology", "taxonomy")
+"""Round-2 families with no option that switches them off; the families section switches
+them off by hand (the others are off without their options: no sweep thresholds, no
+score column, no annotated area)."""
+
+
+def section_families(repeat: int) -> dict:
+    """Full options with round 1's families only, then with every default or cheap family on."""
+    import evalcore
+    from evalcore.metrics import FAMILIES
+    from evalcore.options import check_options
+    from evalcore.synth import make_site_layers
+
+    pred, ref = anchor_layers()
+    aoi, annotated = make_site_layers(ref, pred, seed=1)
+    with tempfile.TemporaryDirectory(prefix="evalcore-families-") as tmp:
+        aoi.to_parquet(f"{tmp}/aoi.parquet")
+        annotated.to_parquet(f"{tmp}/annotated.parquet")
+        every = dict(FULL, score_column="score", aoi=f"{tmp}/aoi.parquet", aoi_id_column="aoi_id",
+                     annotated_area=f"{tmp}/annotated.parquet")
+        evalcore.evaluate(pred.iloc[:500], ref.iloc[:500], **every)  # compile numba once
+        switched = [f for f in FAMILIES if f.name in ALWAYS_ON_ROUND2]
+        try:
+            for family in switched:
+                family.enabled = lambda options: False  # an instance attribute, removed below
+            round1 = dict(FULL, iou_sweep_thresholds=None)
+            t_round1, m_round1 = _timed(lambda: evalcore.evaluate(pred, ref, **round1), repeat)
+            families_round1 = [f.name for f in FAMILIES if f.enabled(check_options(**_metric_options(round1)))]
+        finally:
+            for family in switched:
+                del family.enabled
+        t_every, m_every = _timed(lambda: evalcore.evaluate(pred, ref, **every), repeat)
+        families_every = [f.name for f in FAMILIES if f.enabled(check_options(**_metric_options(every)))]
+    return {
+        "families_round1": families_round1,
+        "families_every": families_every,
+        "full_round1_s": t_round1,
+        "full_every_family_s": t_every,
+        "ratio": t_every / t_round1,
+        "keys_round1": len(m_round1),
+        "keys_every_family": len(m_every),
+    }
+
+
+def _cpu_ceiling() -> dict:
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_cpu_ceiling", "--json"], check=True, capture_output=True, text=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def section_cli(repeat: int) -> dict:
+    """``evalcore evaluate`` from the command line on the anchor files, each run a fresh process."""
+    from evalcore.synth import write_layers
+
+    modes = {
+        "in_process": [],
+        "cluster_local_forced": ["--cluster", "local", "--workers", "2", "--in-process-below", "0"],
+        "cluster_local_default": ["--cluster", "local", "--workers", "2"],
+    }
+    runs: dict[str, list[float]] = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory(prefix="evalcore-cli-") as tmp:
+        pred, ref = write_layers(tmp, 50_000, seed=1)
+        base = [sys.executable, "-m", "evalcore.cli", "evaluate", "-p", str(pred), "-r", str(ref), "-q"]
+        subprocess.run(base + ["-o", f"{tmp}/warm.json"], check=True)  # numba caches of this checkout
+        for _ in range(repeat):
+            for mode, extra in modes.items():  # interleaved, so drifting load hits every mode alike
+                started = time.perf_counter()
+                subprocess.run(base + extra + ["-o", f"{tmp}/{mode}.json"], check=True, stderr=subprocess.DEVNULL)
+                runs[mode].append(time.perf_counter() - started)
+        same = len({Path(f"{tmp}/{mode}.json").read_text() for mode in modes}) == 1
+    medians = {m: statistics.median(v) for m, v in runs.items()}
+    return {
+        "n_ref": 50_000, "runs_s": runs, "median_s": medians, "metrics_identical": same,
+        "forced_cluster_vs_in_process": medians["cluster_local_forced"] / medians["in_process"],
+        "default_cluster_vs_in_process": medians["cluster_local_default"] / medians["in_process"],
+    }
+
+
 def section_workers(workers: list[int], repeat: int) -> dict:
     """The anchor data from GeoParquet files (as a national run reads them) through the
     distributed runner, on a fresh ``LocalCluster`` per worker count; median of ``repeat``."""
@@ -116,6 +206,8 @@ def section_workers(workers: list[int], repeat: int) -> dict:
     out = {"partition_size_m": 25_000.0, "input": "GeoParquet files, 50,000-row groups", "wall_s": rows, "runs_s": phases}
     if len(workers) >= 2:
         out["speedup"] = rows[workers[0]] / rows[workers[-1]]
+        out["cpu_ceiling"] = _cpu_ceiling()
+        out["speedup_vs_ceiling"] = out["speedup"] / out["cpu_ceiling"]["ratio"]
     return out
 
 
@@ -137,7 +229,8 @@ def _scale_child(n_ref: int, data: str, out: str) -> None:
                 EvaluateParams(
                     predicted=f"{data}/predicted.parquet", reference=f"{data}/reference.parquet", output_dir=out,
                     strata_column="stratum", size_bins=FULL["size_bins"], bootstrap=1000, boundary_tolerance_m=10.0,
-                    cluster=cluster.scheduler_address,
+                    score_column="score", aoi=f"{data}/aoi.parquet", aoi_id_column="aoi_id",
+                    annotated_area=f"{data}/annotated.parquet", cluster=cluster.scheduler_address,
                 )
             )
             wall = time.perf_counter() - started
@@ -167,7 +260,8 @@ def section_scale(sizes: list[int]) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", default="anchor,workers,scale")
+    parser.add_argument("--sections", default="anchor,families,workers,cli,scale",
+                        help="comma-separated: anchor, families, workers, cli, scale (default: all)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per anchor timing (median reported)")
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--scale-sizes", default="250000,500000,1000000")
@@ -189,13 +283,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {'GEOS floor':<40} {a['geos_floor_s']:>8.2f} s   evalcore default / floor = {a['default_vs_floor']:.2f}x")
         print(f"  {'baseline, default (scaled from slice)':<40} {a['baseline_default_s_scaled']:>8.2f} s   baseline / evalcore = {a['baseline_vs_default']:.1f}x")
         print(f"  {'baseline, + 10 m tolerance (scaled)':<40} {a['baseline_full_s_scaled']:>8.2f} s   baseline / evalcore full = {a['baseline_full_vs_full']:.1f}x")
+    if "families" in sections:
+        f = record["families"] = section_families(args.repeat)
+        print(f"\nfamilies (anchor data, one process, full options, median of {args.repeat})")
+        print(f"  {'round 1 families only':<40} {f['full_round1_s']:>8.2f} s")
+        print(f"  {'every default or cheap family':<40} {f['full_every_family_s']:>8.2f} s   ratio = {f['ratio']:.2f}x")
     if "workers" in sections:
         w = record["workers"] = section_workers([int(n) for n in args.workers.split(",")], args.repeat)
         print(f"\nworkers (anchor data from GeoParquet, distributed runner, 25 km tiles, median of {args.repeat})")
         for n, t in w["wall_s"].items():
             print(f"  {n} worker(s) {t:>8.2f} s")
         if "speedup" in w:
-            print(f"  speed-up: {w['speedup']:.2f}x")
+            c = w["cpu_ceiling"]
+            print(f"  speed-up: {w['speedup']:.2f}x; this machine's two-process ceiling {c['ratio']:.2f}x; "
+                  f"speed-up / ceiling = {w['speedup_vs_ceiling']:.2f}")
+    if "cli" in sections:
+        c = record["cli"] = section_cli(args.repeat)
+        print(f"\ncli (evalcore evaluate on 50,000 generated fields, fresh process each, median of {args.repeat})")
+        for mode, t in c["median_s"].items():
+            print(f"  {mode:<40} {t:>8.2f} s")
+        print(f"  forced cluster / in process = {c['forced_cluster_vs_in_process']:.2f}x; "
+              f"default --cluster local / in process = {c['default_cluster_vs_in_process']:.2f}x; "
+              f"identical metrics.json: {c['metrics_identical']}")
     if "scale" in sections:
         rows = record["scale"] = section_scale([int(n) for n in args.scale_sizes.split(",")])
         print("\nscale (flow, full options, 2 workers)")

@@ -28,6 +28,9 @@ def job(_: int) -> float:
 
 
 def main() -> None:
+    import json
+    import sys
+
     context = multiprocessing.get_context("spawn")
     alone = job(0)
     with context.Pool(2) as pool:
@@ -35,6 +38,9 @@ def main() -> None:
         started = time.perf_counter()
         each = pool.map(job, [0, 0])
         both = time.perf_counter() - started
+    if "--json" in sys.argv[1:]:
+        print(json.dumps({"alone_s": alone, "both_s": both, "each_s": each, "ratio": 2 * alone / both}))
+        return
     print(f"one job alone {alone:.2f} s; two at once {both:.2f} s (each {each[0]:.2f}, {each[1]:.2f} s); throughput ratio {2 * alone / both:.2f}x")
 
 

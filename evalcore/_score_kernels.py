@@ -14,7 +14,7 @@ from numba import njit
 
 from evalcore.config import NUMBA_OPTIONS
 
-__all__ = ["_coco_match", "_weighted_ap"]
+__all__ = ["_coco_match", "_weighted_ap", "_replicate_ap", "_replicate_aurc"]
 
 
 @njit(**NUMBA_OPTIONS)
@@ -121,4 +121,123 @@ def _weighted_ap(tp: np.ndarray, weights: np.ndarray, n_ref: float, rec_thrs: np
             if i < m:
                 total += pr[i]
         out[t] = total / n_rec
+    return out
+
+
+@njit(**NUMBA_OPTIONS)
+def _replicate_ap(tp_by_pred: np.ndarray, weights: np.ndarray, n_refs: np.ndarray, rec_thrs: np.ndarray, eps: float) -> np.ndarray:
+    """:func:`_weighted_ap` for several replicates at once, with the same bits per replicate.
+
+    The bootstrap asks for AP in every resample (1,000 by default), so this form is laid
+    out for speed: the thresholds are the inner loop (one weight load serves them all,
+    and their additions and divisions vectorise), the TP flags add as ``w * flag``
+    (adding 0.0 leaves a sum's bits unchanged, and no branch is mispredicted), and the
+    recall ``tp / n_ref`` is computed only where the 101 recall thresholds are looked up,
+    by bisection (it is non-decreasing: ``tp`` is, and a correctly rounded division by a
+    positive constant keeps the order). The precision envelope is the same suffix maximum.
+
+    Parameters
+    ----------
+    tp_by_pred : float64 (n_pred, n_thr)
+        1.0 where the k-th prediction in score order is a true positive at threshold t.
+    weights : float64 (n_rep, n_pred)
+        Each replicate's weight of every prediction, in score order.
+    n_refs : float64 (n_rep,)
+        Each replicate's reference count; AP is NaN where it is not positive.
+
+    Returns
+    -------
+    float64 (n_rep, n_thr)
+    """
+    n_pred, n_thr = tp_by_pred.shape
+    n_rep = weights.shape[0]
+    n_rec = rec_thrs.shape[0]
+    out = np.empty((n_rep, n_thr))
+    tps_at = np.empty((n_pred, n_thr))
+    pr = np.empty((n_pred, n_thr))
+    tps = np.empty(n_thr)
+    fps = np.empty(n_thr)
+    for b in range(n_rep):
+        n_ref = n_refs[b]
+        if not n_ref > 0.0:
+            out[b, :] = np.nan
+            continue
+        tps[:] = 0.0
+        fps[:] = 0.0
+        m = 0
+        for k in range(n_pred):
+            w = weights[b, k]
+            if w == 0.0:
+                continue
+            for t in range(n_thr):
+                flag = tp_by_pred[k, t]
+                tps[t] += w * flag
+                fps[t] += w * (1.0 - flag)
+                tps_at[m, t] = tps[t]
+                pr[m, t] = tps[t] / (fps[t] + tps[t] + eps)
+            m += 1
+        for i in range(m - 1, 0, -1):
+            for t in range(n_thr):
+                if pr[i, t] > pr[i - 1, t]:
+                    pr[i - 1, t] = pr[i, t]
+        for t in range(n_thr):
+            total = 0.0
+            lo = 0
+            for r in range(n_rec):
+                # first i >= lo with tps_at[i] / n_ref >= rec_thrs[r] (the thresholds increase)
+                hi = m
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if tps_at[mid, t] / n_ref < rec_thrs[r]:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                if lo < m:
+                    total += pr[lo, t]
+            out[b, t] = total / n_rec
+    return out
+
+
+@njit(**NUMBA_OPTIONS)
+def _replicate_aurc(error: np.ndarray, weights: np.ndarray, members: np.ndarray, member_start: np.ndarray,
+                    last: np.ndarray) -> np.ndarray:
+    """Every group's weighted aurc in several replicates (``scores._weighted_curve``'s value).
+
+    Parameters
+    ----------
+    error : float64 (n_pred,)
+        1.0 for an unmatched prediction, in score order.
+    weights : float64 (n_rep, n_pred)
+        In score order.
+    members : int64 (n_members,)
+        The score-order rows of group g are ``members[member_start[g]:member_start[g + 1]]``,
+        increasing.
+    last : bool (n_members,)
+        Whether each member is the last of its distinct score within its group.
+
+    Returns
+    -------
+    float64 (n_rep, n_groups)
+        NaN where a group weighs nothing. The steps' products are added one after the
+        other (``_weighted_curve`` adds them pairwise: the last bits may differ).
+    """
+    n_rep = weights.shape[0]
+    n_groups = member_start.shape[0] - 1
+    out = np.empty((n_rep, n_groups))
+    for b in range(n_rep):
+        for g in range(n_groups):
+            retained = 0.0
+            errors = 0.0
+            previous = 0.0
+            area = 0.0
+            for j in range(member_start[g], member_start[g + 1]):
+                k = members[j]
+                w = weights[b, k]
+                retained += w
+                errors += w * error[k]
+                if last[j]:
+                    risk = errors / retained if retained > 0.0 else 0.0
+                    area += (retained - previous) * risk
+                    previous = retained
+            out[b, g] = area / retained if retained > 0.0 else np.nan
     return out

@@ -51,6 +51,9 @@ PartitionKey = tuple[int, int, int]
 
 _OFFSET = 2**31  # tile indices can be negative; spawn keys must not be
 
+WEIGHT_CHUNK_BYTES = 32 * 2**20
+"""Memory of the replicates-by-fields weights :meth:`RunDraws.ref_weights` draws at once."""
+
 
 def pool_id(name: str | None, stratified: bool) -> int:
     """A stable 63-bit integer naming a bootstrap pool (for seeding).
@@ -120,9 +123,14 @@ def draw_field_counts(m: IdArray, n_fields: int, seed: int, pool: int, key: Part
     return out
 
 
+def _field_rng(seed: int, pool: int, key: PartitionKey) -> np.random.Generator:
+    """The generator of the uniform draws over one (pool, reporting tile)'s fields."""
+    return _rng(seed, 1, pool, key[0], key[1] + _OFFSET, key[2] + _OFFSET)
+
+
 def field_count_stream(m: IdArray, n_fields: int, seed: int, pool: int, key: PartitionKey):
     """:func:`draw_field_counts` one replicate at a time (the same generator, the same order)."""
-    rng = _rng(seed, 1, pool, key[0], key[1] + _OFFSET, key[2] + _OFFSET)
+    rng = _field_rng(seed, pool, key)
     empty = np.zeros(n_fields)
     for draws in np.asarray(m).tolist():
         yield np.bincount(rng.integers(0, n_fields, size=draws), minlength=n_fields) if draws else empty
@@ -355,21 +363,39 @@ class RunDraws:
         out[:, inside] = self.counts[:, units[inside]]
         return out
 
-    def ref_weights(self):
-        """Every reference row's weight, one replicate at a time (without the replicates-by-fields matrix)."""
+    def ref_weights(self, chunk_bytes: int = WEIGHT_CHUNK_BYTES):
+        """Every reference row's weight, one replicate at a time (without the replicates-by-fields matrix).
+
+        Field draws are made for a chunk of replicates at once (about ``chunk_bytes`` of
+        weights): one call of each (pool, tile)'s generator per chunk draws what its
+        replicates draw one call each (numpy's bounded integers continue the same stream
+        across calls; ``tests/unit/test_bootstrap.py`` checks the equality with
+        :func:`field_count_stream`), which takes the Python overhead per group and
+        replicate out of the resolve phase.
+        """
         if self.unit != "field":
             for b in range(self.n_replicates):
                 yield self.counts[b, self.ref_units]
             return
+        n = len(self.ref_pools)
+        chunk = int(max(1, min(64, chunk_bytes // (8 * max(n, 1)))))
         streams = []
         for pool, tile, members in _field_groups(self.ref_pools, self.ref_tiles):
             size, counts = self.groups[(pool, tile)]
-            streams.append((members, self.ref_ranks[members], field_count_stream(counts, size, self.seed, pool, tile)))
-        for _ in range(self.n_replicates):
-            weights = np.zeros(len(self.ref_pools))
-            for members, ranks, stream in streams:
-                weights[members] = next(stream)[ranks]
-            yield weights
+            streams.append((members, self.ref_ranks[members], size, np.asarray(counts, np.int64), _field_rng(self.seed, pool, tile)))
+        for b0 in range(0, self.n_replicates, chunk):
+            c = min(chunk, self.n_replicates - b0)
+            weights = np.zeros((c, n))
+            which = np.arange(c)
+            for members, ranks, size, counts, rng in streams:
+                m = counts[b0 : b0 + c]
+                total = int(m.sum())
+                if total == 0:
+                    continue
+                draws = rng.integers(0, size, size=total)
+                hits = np.bincount(np.repeat(which, m) * size + draws, minlength=c * size).reshape(c, size)
+                weights[:, members] = hits[:, ranks]
+            yield from weights
 
 
 def field_draws(ref_pos: IdArray, ref_pools: IdArray, ref_tiles: IdArray, n_replicates: int, seed: int) -> RunDraws:

@@ -104,6 +104,21 @@ def metric_options(args: argparse.Namespace) -> dict[str, object]:
     return out
 
 
+IN_PROCESS_BELOW_ROWS = 200_000
+"""Default of ``--in-process-below``: below this many rows (both layers) a ``--cluster local``
+run of 2 workers on 2 cores was slower than one process (measured, docs/performance.md)."""
+
+
+def _row_count(text: str) -> int:
+    try:
+        value = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of rows, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def _add_layer_arguments(parser: argparse.ArgumentParser) -> None:
     """The inputs, shared by ``evaluate`` and ``run``."""
     parser.add_argument("-p", "--predicted", required=True, help="predicted layer: any file pyogrio reads (GeoPackage, GeoParquet, FlatGeobuf, Shapefile, GeoJSON) or a directory of GeoParquet parts")
@@ -141,6 +156,15 @@ def _build_parser() -> argparse.ArgumentParser:
         help="run on Dask: 'local' starts a LocalCluster, tcp://HOST:PORT connects to a running scheduler (default: in this process)",
     )
     ev.add_argument("--workers", type=int, help="worker processes of --cluster local (default 2)")
+    ev.add_argument(
+        "--in-process-below",
+        type=_row_count,
+        default=IN_PROCESS_BELOW_ROWS,
+        metavar="ROWS",
+        help="with --cluster local, evaluate in this process instead when the two layers hold fewer rows together "
+        "(the same numbers, faster: a cluster's start costs more than it saves on small layers, docs/performance.md); "
+        f"0 always starts the cluster (default {IN_PROCESS_BELOW_ROWS:,})",
+    )
     ev.add_argument("--workdir", help="work directory of a --cluster run; keep it to resume an interrupted run (default: a temporary one)")
     ev.add_argument("-o", "--output", required=True, help="metrics JSON file to write (its directory must exist)")
     ev.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
@@ -370,6 +394,8 @@ def _check_evaluate_arguments(args: argparse.Namespace) -> str | None:
                 f"{' and '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a Dask run: add --cluster local (or --cluster tcp://HOST:PORT), "
                 "or leave them out to evaluate in this process."
             )
+    if args.workers is not None and args.workers < 1:
+        raise EvalInputError(f"--workers must be at least 1, but got {args.workers}.")
     kind = _frame_out_kind(args)
     pred_kind = _table_out_kind(args, "predictions_out", "--predictions-out", "per-prediction")
     _check_output_file(args.output, "-o/--output")
@@ -491,6 +517,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.cluster:
         check_columns_up_front(args)
         _check_id_columns_up_front(args)
+    if args.cluster and not _small_enough_in_process(args):
         metrics = _evaluate_on_cluster(args)
         _finish(args, metrics, started)
         return 0
@@ -691,26 +718,62 @@ def _progress_bar(phase: str, done: int, total: int) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
+def _small_enough_in_process(args: argparse.Namespace) -> bool:
+    """Whether a ``--cluster local`` run goes in this process (``--in-process-below``); says so on standard error.
+
+    Never for a scheduler address (the user chose that cluster), with ``--workdir`` (a
+    work directory exists only on a cluster) or with ``--in-process-below 0``. The
+    numbers are the same either way; only the time differs (docs/performance.md).
+    """
+    if args.cluster != "local" or args.workdir is not None or not args.in_process_below:
+        return False
+    from evalcore.distributed.sources import LayerSource, plan_chunks
+
+    rows = sum(
+        chunk.n_rows
+        for path, layer, role in ((args.predicted, args.pred_layer, "predicted"), (args.reference, args.ref_layer, "reference"))
+        for chunk in plan_chunks(LayerSource(path, layer, role))
+    )
+    if rows >= args.in_process_below:
+        return False
+    if not args.quiet:
+        print(
+            f"evaluating in this process: the layers hold {rows:,} rows, fewer than --in-process-below {args.in_process_below:,}, "
+            "where one process is faster than starting a cluster (the numbers are the same); "
+            "--in-process-below 0 starts the cluster anyway",
+            file=sys.stderr,
+            flush=True,
+        )
+    return True
+
+
 def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
+    from concurrent.futures import ThreadPoolExecutor
+
     from distributed import Client
 
-    from evalcore.api import check_options
     from evalcore.distributed.cluster import local_cluster
-    from evalcore.distributed.runner import run_distributed
 
     # Importing distributed sets its loggers to INFO again.
     logging.getLogger("distributed").setLevel(library_level())
-
-    options = check_options(**metric_options(args))
     workers = 2 if args.workers is None else args.workers
-    if workers < 1:
-        raise EvalInputError(f"--workers must be at least 1, but got {workers}.")
+    starting = None
+    if args.cluster == "local":
+        # The worker processes start (and import the engine, evalcore.distributed.warm)
+        # while this process imports it: their start-up overlaps instead of adding up.
+        # Task errors reach this process as exceptions, reported in one line: the
+        # workers' own "Compute Failed" logs (with tracebacks) stay silent.
+        pool = ThreadPoolExecutor(1, thread_name_prefix="evalcore-cluster-start")
+        starting = pool.submit(local_cluster, workers, silence_logs=library_level(quiet=logging.CRITICAL))
+        pool.shutdown(wait=False)
     cluster = None
     try:
-        if args.cluster == "local":
-            # Task errors reach this process as exceptions, reported in one line: the
-            # workers' own "Compute Failed" logs (with tracebacks) stay silent.
-            cluster = local_cluster(workers, silence_logs=library_level(quiet=logging.CRITICAL))
+        from evalcore.api import check_options
+        from evalcore.distributed.runner import run_distributed
+
+        options = check_options(**metric_options(args))
+        if starting is not None:
+            cluster = starting.result()
             client = Client(cluster)
         elif args.cluster.startswith(("tcp://", "tls://")):
             try:
@@ -741,6 +804,11 @@ def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
                 pr_curve_out=args.pr_curve_out,
             )
     finally:
+        if cluster is None and starting is not None:
+            try:  # a failure before the cluster was needed: close it once it is up
+                cluster = starting.result()
+            except Exception:  # noqa: BLE001  (the first error is the one to report)
+                cluster = None
         if cluster is not None:
             cluster.close()
 

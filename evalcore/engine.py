@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from collections.abc import Iterator
+
 import numpy as np
 import pandas as pd
 
@@ -778,7 +780,7 @@ class MergedSums:
 
 
 def merge_partitions(
-    parts: list[PartitionSummary],
+    parts: list[PartitionSummary] | Iterator[PartitionSummary],
     unassigned: dict[str, float],
     options: EvalOptions,
     plan: RunPlan,
@@ -789,20 +791,32 @@ def merge_partitions(
     unassigned_columns: tuple[str, ...] = (),
     n_units: int | None = None,
 ) -> MergedSums:
-    """Add the partitions' sums in partition-key order (so the bits never depend on arrival order)."""
-    parts = sorted(parts, key=lambda p: p.key)
-    keys = [p.key for p in parts]
-    if len(set(keys)) != len(keys):
-        raise ValueError("a partition was summed twice")
+    """Add the partitions' sums in partition-key order (so the bits never depend on arrival order).
+
+    ``parts`` is a list in any order, or an iterator yielding them in key order: then
+    each partition is added and let go before the next is read, so the bootstrap's
+    replicate sums (groups x replicates x columns per partition) are held for one
+    partition at a time, whatever the number of partitions.
+    """
+    if isinstance(parts, list):
+        parts = iter(sorted(parts, key=lambda p: p.key))
     columns, max_cols = quantity_columns(options), max_columns(options)
     sums = GroupSums.empty(columns, max_cols, plan.n_groups)
     replicates = None
     if options.bootstrap > 0:
         replicates = ReplicateSums(np.zeros((plan.n_groups, options.bootstrap, len(columns))))
+    previous = None
+    gathered_parts, tile_parts, aoi_parts = [], [], []
     for part in parts:
+        if previous is not None and part.key <= previous:
+            raise ValueError("a partition was summed twice" if part.key == previous else "partitions arrived out of key order")
+        previous = part.key
         sums = sums.merge(part.sums)
         if replicates is not None:
             replicates = replicates.merge(part.replicates)
+        gathered_parts.append(part.gathered)
+        tile_parts.append(part.tiles)
+        aoi_parts.append(part.aois)
     row = np.array([unassigned.get(c, 0.0) for c in columns])
     sums = sums.add_to_group(0, row)
     if replicates is not None:
@@ -814,13 +828,13 @@ def merge_partitions(
             for j, name in enumerate(unassigned_columns):
                 groups[0][:, col[name]] += unassigned_replicates[:, j]
         replicates = ReplicateSums(groups)
-    if parts:
-        gathered = pd.concat([p.gathered for p in parts]).sort_index()
+    if gathered_parts:
+        gathered = pd.concat(gathered_parts).sort_index()
     else:
         gathered = pd.DataFrame(index=pd.Index(np.empty(0, np.int64), name="ref_pos"))
     n_rep = options.bootstrap if options.bootstrap > 0 else None
-    tiles = UnitSums.concat([UnitSums.empty(3, n_rep)] + [p.tiles for p in parts] + ([homeless_tiles] if homeless_tiles is not None else []))
-    aois = UnitSums.concat([UnitSums.empty(1, n_rep)] + [p.aois for p in parts] + ([homeless_aois] if homeless_aois is not None else []))
+    tiles = UnitSums.concat([UnitSums.empty(3, n_rep)] + tile_parts + ([homeless_tiles] if homeless_tiles is not None else []))
+    aois = UnitSums.concat([UnitSums.empty(1, n_rep)] + aoi_parts + ([homeless_aois] if homeless_aois is not None else []))
     return MergedSums(sums, replicates, gathered, dict(unassigned), tiles, aois, dict(global_values or {}), n_units)
 
 

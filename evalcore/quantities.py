@@ -274,7 +274,10 @@ def prediction_contributions(ctx: PredContext) -> tuple[Contributions, dict[str,
     for name in targets:
         for cname, v in per_target[name].items():
             homeless[:, col[cname]] += np.asarray(v, dtype=np.float64)[without]
-    return Contributions(uniq[assigned], columns, out[assigned]), unassigned, homeless
+    # uniq is sorted, so the unassigned target (-1) can only be its first row: a slice,
+    # not a masked copy of the whole table (which would hold it twice at the peak).
+    first = 0 if not len(uniq) or assigned[0] else 1
+    return Contributions(uniq[first:], columns, out[first:]), unassigned, homeless
 
 
 _TARGET_ORDER = ("home", "base_home", "overlap")

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["WORKER_SATURATION", "local_cluster"]
+__all__ = ["WORKER_SATURATION", "WARM_PRELOAD", "local_cluster"]
 
 WORKER_SATURATION = 1.0
+
+WARM_PRELOAD = "evalcore.distributed.warm"
+"""The workers' preload module: the engine imported and its kernels loaded at start."""
 
 
 def local_cluster(n_workers: int, **kwargs: object) -> object:
@@ -36,14 +39,15 @@ def local_cluster(n_workers: int, **kwargs: object) -> object:
     **kwargs
         Passed to ``distributed.LocalCluster`` (e.g. ``dashboard_address``,
         ``memory_limit``, ``silence_logs``). An explicit ``silence_logs`` is passed
-        on unchanged and the logging of every process is left to distributed.
+        on unchanged and the logging of every process is left to distributed. The
+        default ``preload`` is :data:`WARM_PRELOAD` (``preload=[]``: none).
     """
     import dask
     from distributed import LocalCluster
 
     from evalcore.logs import library_level
 
-    options = {"threads_per_worker": 1, "processes": True, "dashboard_address": ":0", **kwargs}
+    options = {"threads_per_worker": 1, "processes": True, "dashboard_address": ":0", "preload": [WARM_PRELOAD], **kwargs}
     config: dict[str, object] = {"distributed.scheduler.worker-saturation": WORKER_SATURATION}
     if "silence_logs" not in kwargs:
         level = library_level()

@@ -1072,24 +1072,27 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
             f"{len(missing)} of {len(keys)} partitions have no sums output ({names}) in {setup.workdir / 'sums'}; "
             "the run is incomplete."
         )
-    parts = []
-    for key in keys:
-        path = paths[key]
-        if not storage.done_record_valid(path.with_suffix(".done.json"), setup.signature):
-            raise PartitionMissingError(
-                f"partition {storage.key_name(key)}: its outputs do not match their recorded checksums or "
-                "belong to another run; rerun to recompute it."
-            )
-        part = storage.summary_from_arrays(storage.read_summary(path))
-        expected = ref["partitions"][key]["n"]
-        if part.n_ref != expected:
-            raise PartitionMissingError(
-                f"partition {storage.key_name(key)} summed {part.n_ref} reference fields but {expected} were prepared."
-            )
-        parts.append(part)
+
+    def parts():
+        # One partition at a time, in key order: merge_partitions adds each and lets it go.
+        for key in keys:
+            path = paths[key]
+            if not storage.done_record_valid(path.with_suffix(".done.json"), setup.signature):
+                raise PartitionMissingError(
+                    f"partition {storage.key_name(key)}: its outputs do not match their recorded checksums or "
+                    "belong to another run; rerun to recompute it."
+                )
+            part = storage.summary_from_arrays(storage.read_summary(path))
+            expected = ref["partitions"][key]["n"]
+            if part.n_ref != expected:
+                raise PartitionMissingError(
+                    f"partition {storage.key_name(key)} summed {part.n_ref} reference fields but {expected} were prepared."
+                )
+            yield part
+
     r = resolved.resolved
     merged = merge_partitions(
-        parts, r.unassigned, setup.options, plan, r.homeless_tiles, r.homeless_aois, r.global_values, r.unassigned_replicates, r.columns,
+        parts(), r.unassigned, setup.options, plan, r.homeless_tiles, r.homeless_aois, r.global_values, r.unassigned_replicates, r.columns,
         r.draws.n_units if r.draws is not None else None,
     )
     n_ref = int(merged.sums.as_dict(0)["n_ref"])

@@ -39,10 +39,12 @@ those of the distinct scores).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import numpy as np
 import pandas as pd
 
-from evalcore._score_kernels import _coco_match, _weighted_ap
+from evalcore._score_kernels import _coco_match, _replicate_ap, _replicate_aurc, _weighted_ap
 from evalcore.bootstrap import percentile_intervals
 from evalcore.config import IOU_MATCH_RTOL, IOU_SWEEP_THRESHOLDS
 from evalcore.metrics.base import NULL, GlobalContext, GroupView, MetricFamily, Option, PredContext, ratio
@@ -484,16 +486,12 @@ class Scores(MetricFamily):
             # No reference field to draw: every prediction is homeless and weighs 1 in every resample.
             aurc_values = [groups.replicate_aurc(np.ones(len(score)))] * options.bootstrap
         elif ctx.replicate_weights is not None:
-            # One pass over the replicates (each regenerates its draws): AP and every group's aurc.
-            for pred_weights, n_ref_b in ctx.replicate_weights():
-                if n_ref > 0:
-                    ap_values.append(coco_ap(tp, n_ref_b, pred_weights[order]))
-                aurc_values.append(groups.replicate_aurc(pred_weights))
-        if ap_values:
+            ap_values, aurc_values = replicate_ap_and_aurc(ctx.replicate_weights, tp, order, groups, n_ref > 0)
+        if len(ap_values):
             reps = np.asarray(ap_values)
             replicates = {"ap50": reps[:, 0], "ap75": reps[:, AP_THRESHOLDS.index(0.75)], "ap50_95": reps.mean(axis=1)}
             ci, n_undefined = percentile_intervals({k: (v, ~np.isnan(v)) for k, v in replicates.items()})
-        if aurc_values:
+        if len(aurc_values):
             per_group = np.asarray(aurc_values)  # (replicates, groups)
             group_ci, group_undefined = percentile_intervals({g: (per_group[:, g], ~np.isnan(per_group[:, g])) for g in range(groups.n_groups)})
             for g, block in enumerate(blocks):
@@ -515,6 +513,77 @@ class Scores(MetricFamily):
         )
         return {"keys": keys, "ci": ci, "n_undefined": n_undefined, "tables": {"pr_curve": table, "risk_coverage": risk_table},
                 "replicates": replicates}
+
+
+REPLICATE_CHUNK_BYTES = 32 * 2**20
+"""Memory of one chunk of replicate weights (replicates x predictions, float64) in
+:func:`replicate_ap_and_aurc`; two chunks are alive at a time."""
+
+
+def replicate_ap_and_aurc(
+    replicate_weights: Callable[[], Iterator[tuple[np.ndarray, float]]],
+    tp: np.ndarray,
+    order: np.ndarray,
+    groups: _RiskGroups,
+    with_ap: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """AP per threshold and every group's aurc in every bootstrap replicate.
+
+    The replicates' weights are generated one after the other (each regenerates its
+    draws, :attr:`GlobalContext.replicate_weights`) into chunks of
+    :data:`REPLICATE_CHUNK_BYTES`; while this thread fills the next chunk, a second one
+    runs the kernels (:func:`evalcore._score_kernels._replicate_ap`, ``_replicate_aurc``,
+    which release the GIL) on the last, so the draws and the arithmetic share the two
+    cores the workers leave idle during the resolve phase.
+
+    Returns
+    -------
+    ap : ndarray, shape (n_replicates, n_thresholds)
+        Empty (0, n_thresholds) when ``with_ap`` is False.
+    aurc : ndarray, shape (n_replicates, n_groups)
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    n_pred = len(order)
+    chunk = int(max(1, min(64, REPLICATE_CHUNK_BYTES // (8 * max(n_pred, 1)))))
+    members = np.concatenate(groups.members).astype(np.int64) if groups.members else np.empty(0, np.int64)
+    member_start = np.concatenate([[0], np.cumsum([len(m) for m in groups.members])]).astype(np.int64)
+    last = np.concatenate(groups.last) if groups.last else np.empty(0, bool)
+    error = np.ascontiguousarray(groups.error, dtype=np.float64)
+    eps = float(np.spacing(1))
+    tp_by_pred = np.ascontiguousarray(tp.T, dtype=np.float64)
+
+    def kernels(weights: np.ndarray, n_refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ap = _replicate_ap(tp_by_pred, weights, n_refs, REC_THRS, eps) if with_ap else np.empty((len(weights), tp.shape[0]))
+        return ap, _replicate_aurc(error, weights, members, member_start, last)
+
+    ap_parts, aurc_parts = [], []
+    with ThreadPoolExecutor(1, thread_name_prefix="evalcore-replicates") as pool:
+        pending = None
+        rows: list[np.ndarray] = []
+        n_refs: list[float] = []
+        for pred_weights, n_ref_b in replicate_weights():
+            rows.append(np.asarray(pred_weights, dtype=np.float64)[order])
+            n_refs.append(n_ref_b)
+            if len(rows) == chunk:
+                if pending is not None:
+                    ap, au = pending.result()
+                    ap_parts.append(ap)
+                    aurc_parts.append(au)
+                pending = pool.submit(kernels, np.stack(rows), np.asarray(n_refs, dtype=np.float64))
+                rows, n_refs = [], []
+        if pending is not None:
+            ap, au = pending.result()
+            ap_parts.append(ap)
+            aurc_parts.append(au)
+        if rows:
+            ap, au = kernels(np.stack(rows), np.asarray(n_refs, dtype=np.float64))
+            ap_parts.append(ap)
+            aurc_parts.append(au)
+    n_thr, n_groups = tp.shape[0], groups.n_groups
+    ap = np.concatenate(ap_parts) if ap_parts and with_ap else np.empty((0, n_thr))
+    aurc = np.concatenate(aurc_parts) if aurc_parts else np.empty((0, n_groups))
+    return ap, aurc
 
 
 class _RiskGroups:

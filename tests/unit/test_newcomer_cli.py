@@ -256,8 +256,21 @@ def test_ids_on_a_cluster_equal_ids_in_process(tmp_path):
     ref.to_parquet(tmp_path / "ref.parquet")
     pred.to_parquet(tmp_path / "pred.parquet")
     common = ["-p", str(tmp_path / "pred.parquet"), "-r", str(tmp_path / "ref.parquet"), "--ref-id-column", "field_id", "--pred-id-column", "det", "-q"]
-    proc = cli("evaluate", *common, "--cluster", "local", "--workers", "1", "--frame-out", f"{tmp_path / 'parts'}/", "-o", str(tmp_path / "c.json"))
+    proc = cli("evaluate", *common, "--cluster", "local", "--workers", "1", "--in-process-below", "0",
+               "--frame-out", f"{tmp_path / 'parts'}/", "-o", str(tmp_path / "c.json"))
     assert proc.returncode == 0, proc.stderr
+    assert "Dask dashboard" in proc.stderr  # the cluster ran, though the layers are tiny
     frame = geopandas.read_parquet(tmp_path / "parts").sort_values("field_id")
     assert frame["field_id"].tolist() == ["A-1", "A-2", "A-3"]
     assert frame["pred_index"].tolist()[:2] == ["d9", "d8"] and frame["pred_index"].isna().tolist() == [False, False, True]
+
+    # Without --in-process-below 0, five rows are evaluated in this process, which says so,
+    # into the same kind of output (a directory of parts) with the same numbers.
+    small = cli("evaluate", *common[:-1], "--cluster", "local", "--frame-out", f"{tmp_path / 'small'}/", "-o", str(tmp_path / "s.json"))
+    assert small.returncode == 0, small.stderr
+    assert "evaluating in this process: the layers hold 5 rows, fewer than --in-process-below 200,000" in small.stderr
+    assert "Dask dashboard" not in small.stderr
+    assert json.loads((tmp_path / "s.json").read_text()) == json.loads((tmp_path / "c.json").read_text())
+    in_process = geopandas.read_parquet(tmp_path / "small").sort_values("field_id")
+    assert in_process["field_id"].tolist() == ["A-1", "A-2", "A-3"]
+    assert in_process["pred_index"].tolist()[:2] == ["d9", "d8"]
