@@ -51,7 +51,7 @@ PartitionKey = tuple[int, int, int]
 
 _OFFSET = 2**31  # tile indices can be negative; spawn keys must not be
 
-WEIGHT_CHUNK_BYTES = 32 * 2**20
+WEIGHT_CHUNK_BYTES = 16 * 2**20
 """Memory of the replicates-by-fields weights :meth:`RunDraws.ref_weights` draws at once."""
 
 
@@ -382,20 +382,21 @@ class RunDraws:
         streams = []
         for pool, tile, members in _field_groups(self.ref_pools, self.ref_tiles):
             size, counts = self.groups[(pool, tile)]
-            streams.append((members, self.ref_ranks[members], size, np.asarray(counts, np.int64), _field_rng(self.seed, pool, tile)))
+            row_of_rank = np.empty(size, dtype=np.int64)
+            row_of_rank[self.ref_ranks[members]] = members  # a draw picks a rank: the row that has it
+            streams.append((row_of_rank, size, np.asarray(counts, np.int64), _field_rng(self.seed, pool, tile)))
         for b0 in range(0, self.n_replicates, chunk):
             c = min(chunk, self.n_replicates - b0)
-            weights = np.zeros((c, n))
-            which = np.arange(c)
-            for members, ranks, size, counts, rng in streams:
+            offsets = np.arange(c, dtype=np.int64) * n
+            picked = []  # every draw of the chunk as replicate * n + row
+            for row_of_rank, size, counts, rng in streams:
                 m = counts[b0 : b0 + c]
                 total = int(m.sum())
-                if total == 0:
-                    continue
-                draws = rng.integers(0, size, size=total)
-                hits = np.bincount(np.repeat(which, m) * size + draws, minlength=c * size).reshape(c, size)
-                weights[:, members] = hits[:, ranks]
-            yield from weights
+                if total:
+                    picked.append(np.repeat(offsets, m) + row_of_rank[rng.integers(0, size, size=total)])
+            flat = np.concatenate(picked) if picked else np.empty(0, np.int64)
+            # Counts are whole numbers, exact in float64 however they are added.
+            yield from np.bincount(flat, minlength=c * n).reshape(c, n).astype(np.float64)
 
 
 def field_draws(ref_pos: IdArray, ref_pools: IdArray, ref_tiles: IdArray, n_replicates: int, seed: int) -> RunDraws:
