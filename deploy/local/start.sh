@@ -164,7 +164,8 @@ for ((i = 1; i <= EVALCORE_DASK_WORKERS; i++)); do
     launch "dask-worker-$i" -- "$EVALCORE_BIN/dask" worker "$DASK_ADDRESS" \
         --host "$EVALCORE_HOST" --dashboard-address "$EVALCORE_HOST:0" \
         --nthreads "$EVALCORE_DASK_THREADS" --nworkers 1 --memory-limit "$EVALCORE_DASK_MEMORY_LIMIT" \
-        --name "local-worker-$i" --local-directory "$EVALCORE_STATE_DIR/dask-worker-space" || true
+        --name "local-worker-$i" --local-directory "$EVALCORE_STATE_DIR/dask-worker-space" \
+        --preload evalcore.distributed.warm || true
 done
 wait_for dask-scheduler "$EVALCORE_DASK_WORKERS worker(s) connected" workers_ready
 
