@@ -44,7 +44,7 @@ import shapely
 from pyproj import CRS
 
 from evalcore import boundary
-from evalcore.bootstrap import PartitionKey, RowDraws, pool_id
+from evalcore.bootstrap import PartitionKey, pool_id
 from evalcore.config import DEFAULT_EQUAL_AREA_CRS
 from evalcore.crs import equal_area_crs_from
 from evalcore.distributed import storage
@@ -70,7 +70,7 @@ from evalcore.options import EvalOptions, RunPlan, make_run_plan
 from evalcore.prepare import PreparedLayer, empty_layer, prepare_layer
 from evalcore.levels import LayerInput, Sites, aois_frame, prepare_sites, tiles_frame
 from evalcore.study import Study, prepare_study, study_keys
-from evalcore.quantities import Contributions, index_of
+from evalcore.quantities import index_of
 from evalcore.summary import build_summary, level_tables
 
 __all__ = [
@@ -336,8 +336,7 @@ def sums_task(
     workdir: str,
     key: PartitionKey,
     ref_info: _LayerInfo,
-    pair_values: dict[str, np.ndarray],
-    contributions: Contributions,
+    resolved_path: str,
     plan: RunPlan,
     options: EvalOptions,
     ea_crs_text: str,
@@ -345,15 +344,17 @@ def sums_task(
     signature: str,
     id_column: str | None = None,
     aoi_keys: list[str] | None = None,
-    draws: RowDraws | None = None,
 ) -> dict:
     """The sums phase of one partition: write its field table part and its partial sums.
 
-    Reads the partition's own pairs phase output from the work directory; the resolve
-    phase's per-pair values arrive in the same (reference, prediction) order.
+    Reads the partition's own pairs phase output and what the resolve phase decided for
+    it (per-pair values in the same (reference, prediction) order, the predictions'
+    contributions and the bootstrap draws, :func:`storage.write_sums_input`) from the
+    work directory.
     """
     _inject_fault("sums", storage.key_name(key))
     ea_crs = CRS.from_user_input(ea_crs_text)
+    pair_values, contributions, draws = storage.read_sums_input(Path(resolved_path))
     results = storage.read_pair_results(Path(workdir) / "pairs", key, signature)
     if results is None:
         raise PartitionMissingError(f"partition {storage.key_name(key)}: its pairs output is missing or does not match its checksums")
@@ -786,7 +787,7 @@ def start_run(
         except ValueError:
             previous = None
     if previous != signature:
-        for sub in ("prepared", "pairs", "sums"):
+        for sub in ("prepared", "pairs", "resolved", "sums"):
             shutil.rmtree(workdir / sub, ignore_errors=True)
         if frame_dir is not None:
             for stale in Path(frame_dir).glob("part-*.parquet"):
@@ -991,13 +992,18 @@ def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, 
             raise PartitionMissingError(f"partition {storage.key_name(key)} has reference fields but no pairs output")
         i = slot[key]
         pair_rows = resolved.routing.pair_rows[i]
+        handed = storage.write_sums_input(
+            setup.workdir / "resolved" / f"{storage.key_name(key)}.npz",
+            {name: values[pair_rows] for name, values in r.pair_values.items()},
+            r.contributions.take(resolved.routing.contribution_rows[i]),
+            r.draws.rows(resolved.routing.ref_rows[i]) if r.draws is not None else None,
+        )
         futures[key] = client.submit(
             sums_task,
             str(setup.workdir),
             key,
             ref_info,
-            {name: values[pair_rows] for name, values in r.pair_values.items()},
-            r.contributions.take(resolved.routing.contribution_rows[i]),
+            str(handed),
             plan,
             setup.options,
             ea,
@@ -1005,7 +1011,6 @@ def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, 
             setup.signature,
             setup.reference.id_column,
             _aoi_keys(index),
-            r.draws.rows(resolved.routing.ref_rows[i]) if r.draws is not None else None,
             key=setup.task_key("sums", *key),
             retries=2,
             priority=index.rows(key),

@@ -41,6 +41,8 @@ __all__ = [
     "partition_files",
     "write_summary",
     "read_summary",
+    "write_sums_input",
+    "read_sums_input",
 ]
 
 
@@ -419,3 +421,62 @@ def summary_from_arrays(a: dict[str, np.ndarray]) -> object:
         tiles=UnitSums(a["tiles_keys"], a["tiles_values"], a.get("tiles_replicates")),
         aois=UnitSums(a["aois_keys"], a["aois_values"], a.get("aois_replicates")),
     )
+
+
+def write_sums_input(path: Path, pair_values: dict[str, np.ndarray], contributions: object, draws: object | None) -> Path:
+    """What the resolve phase hands one partition's sums task, as an ``.npz`` of plain arrays.
+
+    These travel through the work directory, not the task graph: in the graph they sat
+    in the scheduler's memory (the client's process on the embedded cluster) until every
+    sums task had run, about 0.5 KiB per reference field.
+
+    Parameters
+    ----------
+    pair_values : dict of str to ndarray
+        The families' per-pair values of the partition's pairs.
+    contributions : evalcore.quantities.Contributions
+    draws : evalcore.bootstrap.RowDraws, optional
+    """
+    arrays = {f"pv__{name}": np.asarray(v) for name, v in pair_values.items()}
+    arrays["c__ref_pos"] = contributions.ref_pos
+    arrays["c__columns"] = np.asarray(contributions.columns, dtype=str)
+    arrays["c__values"] = contributions.values
+    if draws is not None:
+        arrays["d__unit"] = np.asarray([draws.unit], dtype=str)
+        arrays["d__sizes"] = np.asarray([draws.n_replicates, draws.seed], dtype=np.int64)
+        if draws.unit == "field":
+            keys = sorted(draws.groups)
+            arrays["d__pools"], arrays["d__ranks"], arrays["d__tiles"] = draws.pools, draws.ranks, draws.tiles
+            arrays["d__group_keys"] = np.asarray([[pool, *tile] for pool, tile in keys], dtype=np.int64).reshape(len(keys), 4)
+            arrays["d__group_sizes"] = np.asarray([draws.groups[k][0] for k in keys], dtype=np.int64)
+            arrays["d__group_counts"] = np.asarray([draws.groups[k][1] for k in keys], dtype=np.int64).reshape(len(keys), draws.n_replicates)
+        else:
+            units = sorted(draws.unit_counts)
+            arrays["d__units"] = draws.units
+            arrays["d__unit_ids"] = np.asarray(units, dtype=np.int64)
+            arrays["d__unit_counts"] = np.asarray([draws.unit_counts[u] for u in units], dtype=np.float64).reshape(len(units), draws.n_replicates)
+    return write_summary(path, arrays)
+
+
+def read_sums_input(path: Path) -> tuple[dict[str, np.ndarray], object, object | None]:
+    """The inverse of :func:`write_sums_input`: ``(pair_values, contributions, draws)``."""
+    from evalcore.bootstrap import RowDraws
+    from evalcore.quantities import Contributions
+
+    a = read_summary(path)
+    pair_values = {name[4:]: v for name, v in a.items() if name.startswith("pv__")}
+    contributions = Contributions(a["c__ref_pos"], tuple(str(c) for c in a["c__columns"]), a["c__values"])
+    draws = None
+    if "d__unit" in a:
+        unit = str(a["d__unit"][0])
+        n_replicates, seed = (int(v) for v in a["d__sizes"])
+        if unit == "field":
+            groups = {
+                (int(k[0]), (int(k[1]), int(k[2]), int(k[3]))): (int(size), counts)
+                for k, size, counts in zip(a["d__group_keys"], a["d__group_sizes"], a["d__group_counts"])
+            }
+            draws = RowDraws(unit, n_replicates, seed, pools=a["d__pools"], ranks=a["d__ranks"], tiles=a["d__tiles"], groups=groups)
+        else:
+            unit_counts = {int(u): c for u, c in zip(a["d__unit_ids"], a["d__unit_counts"])}
+            draws = RowDraws(unit, n_replicates, seed, units=a["d__units"], unit_counts=unit_counts)
+    return pair_values, contributions, draws
