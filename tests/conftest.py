@@ -7,6 +7,16 @@ kernel compiles). ``slow``: 10 000 examples; select it with
 ``HYPOTHESIS_PROFILE=slow``.
 
 Tests marked ``slow`` (pyproject.toml) are skipped unless ``EVALCORE_SLOW=1``.
+
+Shared set-up
+-------------
+``local_clients``: real LocalClusters of 1, 2 and 3 one-thread worker processes,
+each started the first time a test asks for it and kept for the session (a start and
+the workers' first imports cost about 10 s on 2 cores). Tests that compare a cluster
+run with a single-process run share them; a test that kills workers or changes their
+environment starts its own. ``prefect_server``: one temporary Prefect server
+(``prefect_test_harness``) for the session, for in-process flow runs (tests/flows) and
+for ``evalcore run`` subprocesses pointed at it with ``PREFECT_API_URL`` (tests/report).
 """
 
 from __future__ import annotations
@@ -35,6 +45,68 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+class ClusterPool:
+    """Real LocalClusters by number of workers, started on first use, closed at the end."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, tuple[object, object]] = {}
+
+    def get(self, n_workers: int):
+        """A ``distributed.Client`` of a LocalCluster of ``n_workers`` one-thread worker processes.
+
+        The client is made this process's default client, as the only client of a test
+        that starts its own cluster is (``distributed.as_completed`` and
+        ``distributed.default_client`` find it).
+        """
+        from distributed import Client, LocalCluster
+        from distributed.client import _set_global_client
+
+        if n_workers not in self._open:
+            cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0")
+            self._open[n_workers] = (cluster, Client(cluster))
+        client = self._open[n_workers][1]
+        client.wait_for_workers(n_workers, timeout=120)
+        _set_global_client(client)
+        return client
+
+    def close(self) -> None:
+        for cluster, client in self._open.values():
+            client.close()
+            cluster.close()
+        self._open.clear()
+
+
+@pytest.fixture(scope="session")
+def local_clients():
+    pool = ClusterPool()
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture(scope="session")
+def prefect_server():
+    """A temporary Prefect server for the session; yields its API URL.
+
+    The server is a subprocess that creates its database before it answers; with
+    both cores busy that can take minutes, so the wait is generous (300 s).
+    """
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    # Read by the server subprocess at its start: its telemetry heartbeat otherwise fails
+    # with "database is locked" and prints a long traceback into the test output.
+    analytics = os.environ.get("PREFECT_SERVER_ANALYTICS_ENABLED")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    try:
+        with prefect_test_harness(server_startup_timeout=300):
+            yield PREFECT_API_URL.value()
+    finally:
+        if analytics is None:
+            os.environ.pop("PREFECT_SERVER_ANALYTICS_ENABLED", None)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

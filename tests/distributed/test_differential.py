@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from distributed import Client, LocalCluster
 
 import evalcore
 from evalcore.api import check_options
@@ -70,11 +69,9 @@ def expected(layers):
 
 
 @pytest.fixture(scope="module", params=[1, 2, 3], ids=lambda n: f"{n}workers")
-def client(request):
-    with LocalCluster(
-        n_workers=request.param, threads_per_worker=1, processes=True, dashboard_address=":0"
-    ) as cluster, Client(cluster) as c:
-        yield c
+def client(request, local_clients):
+    """A real LocalCluster of 1, 2 or 3 worker processes (the session's, tests/conftest.py)."""
+    return local_clients.get(request.param)
 
 
 @pytest.mark.parametrize("partition_size_m", TILE_SIZES, ids=lambda t: f"tile{int(t)}m")

@@ -35,8 +35,11 @@ def _wait_for_workers(address: str, n: int, timeout: float = 60.0) -> None:
         client.wait_for_workers(n, timeout=timeout)
 
 
-@pytest.fixture()
-def dask_processes(tmp_path):
+@pytest.fixture(scope="module")
+def dask_processes(tmp_path_factory):
+    """One scheduler and two workers for the module's command-line runs (each run has its
+    own work directory and task keys); stopped, and checked gone, after the last one."""
+    tmp_path = tmp_path_factory.mktemp("dask-processes")
     port, dash = _free_port(), _free_port()
     address = f"tcp://127.0.0.1:{port}"
     env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False")
@@ -130,13 +133,11 @@ def test_relative_paths_from_another_directory_reach_the_workers(dask_processes,
     assert sorted((data / "fields").glob("part-*.parquet"))
 
 
-def test_a_path_the_workers_cannot_see_is_named_before_any_work():
-    from distributed import Client, LocalCluster
-
+def test_a_path_the_workers_cannot_see_is_named_before_any_work(local_clients):
     from evalcore.distributed.runner import check_workers_see
     from evalcore.errors import EvalInputError
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, Client(cluster) as client:
-        check_workers_see(client, {"reference layer": Path(__file__)})  # visible: no error
-        with pytest.raises(EvalInputError, match=r"cannot see the work directory '/nonexistent/shared/work'.*same path"):
-            check_workers_see(client, {"work directory": Path("/nonexistent/shared/work")})
+    client = local_clients.get(1)  # a real LocalCluster of 1 worker process (the session's, tests/conftest.py)
+    check_workers_see(client, {"reference layer": Path(__file__)})  # visible: no error
+    with pytest.raises(EvalInputError, match=r"cannot see the work directory '/nonexistent/shared/work'.*same path"):
+        check_workers_see(client, {"work directory": Path("/nonexistent/shared/work")})

@@ -8,7 +8,6 @@ counts must not depend on the workers or on the partition size: the cluster run 
 from __future__ import annotations
 
 import pytest
-from distributed import Client, LocalCluster
 
 import evalcore
 from evalcore.synth import make_layers, make_site_layers
@@ -28,9 +27,9 @@ def files(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, Client(cluster) as c:
-        yield c
+def client(local_clients):
+    """A real LocalCluster of 2 worker processes (the session's, tests/conftest.py)."""
+    return local_clients.get(2)
 
 
 @pytest.mark.parametrize("unit", ["tile", "aoi"])

@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from distributed import Client, LocalCluster
 
 import evalcore
 from evalcore.synth import make_layers
@@ -46,12 +45,9 @@ def expected(layers):
 
 
 @pytest.fixture(scope="module", params=sorted(PARTITION_FOR_WORKERS), ids=lambda n: f"{n}workers")
-def client(request):
-    with LocalCluster(
-        n_workers=request.param, threads_per_worker=1, processes=True, dashboard_address=None
-    ) as cluster, Client(cluster) as c:
-        c.wait_for_workers(request.param)
-        yield c
+def client(request, local_clients):
+    """A real LocalCluster of 1, 2 or 3 worker processes (the session's, tests/conftest.py)."""
+    return local_clients.get(request.param)
 
 
 def test_the_data_exercises_the_score_keys(layers, expected):

@@ -10,7 +10,6 @@ drawn after the selection must be the same too.
 from __future__ import annotations
 
 import pytest
-from distributed import Client, LocalCluster
 
 import evalcore
 from evalcore.distributed.runner import run_distributed
@@ -33,9 +32,9 @@ def files(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, Client(cluster) as c:
-        yield c
+def client(local_clients):
+    """A real LocalCluster of 2 worker processes (the session's, tests/conftest.py)."""
+    return local_clients.get(2)
 
 
 CASES = {

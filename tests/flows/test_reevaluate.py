@@ -1,8 +1,10 @@
 """``reevaluate-new-imagery``: only new layers are evaluated, every run is registered and compared.
 
-The scenario (module fixture) on one generated reference and three prediction layers
-cut from one predicted layer (different rows dropped): a GeoParquet file, a
-GeoPackage, and later a directory of GeoParquet parts.
+The scenario (module fixture) on one generated reference (400 fields) and three
+prediction layers cut from one predicted layer (different rows dropped): a GeoParquet
+file, a GeoPackage, and later a directory of GeoParquet parts. Its evaluations run on
+the session's real 2-worker LocalCluster (``cluster``: the path of a running scheduler);
+the flow's own LocalCluster (``n_workers``) is started by the failed-evaluation test.
 
 1. local directory: the first two layers are evaluated;
 2. again: nothing new;
@@ -66,9 +68,9 @@ def _subset(frame: geopandas.GeoDataFrame, rng: np.random.Generator, share: floa
 
 
 @pytest.fixture(scope="module")
-def scenario(tmp_path_factory):
+def scenario(tmp_path_factory, local_clients):
     tmp = tmp_path_factory.mktemp("reevaluate")
-    pred, ref = write_layers(tmp / "data", 800, seed=11)
+    pred, ref = write_layers(tmp / "data", 400, seed=11)
     frame = geopandas.read_parquet(pred)
     rng = np.random.default_rng(5)
     preds = tmp / PRODUCT
@@ -78,7 +80,8 @@ def scenario(tmp_path_factory):
     (preds / "notes.txt").write_text("not a layer")
     (preds / "empty-dir").mkdir()
     out = tmp / "out"
-    params = ReevaluateParams(reference=str(ref), predictions=str(preds), output_root=str(out), **OPTIONS)
+    cluster = local_clients.get(2).scheduler.address
+    params = ReevaluateParams(reference=str(ref), predictions=str(preds), output_root=str(out), cluster=cluster, **OPTIONS)
     s = SimpleNamespace(tmp=tmp, ref=ref, preds=preds, out=out, params=params, registry_url=default_registry_url(out))
 
     s.first, _ = _run(params)

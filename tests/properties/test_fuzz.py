@@ -14,8 +14,8 @@ its perimeter; and partial sums of a random split of both layers into two partit
 globally, as the distributed runner does) equal the sums of the whole.
 
 Example counts come from the hypothesis profile (tests/conftest.py): each test runs
-``max(100, profile examples)``, so about 300 in ``make test`` (profile "ci") and
-10 000 per test with ``HYPOTHESIS_PROFILE=slow`` (``make fuzz``).
+the profile's examples, so 50 per test in ``make test`` (profile "ci") and 10 000 per
+test with ``HYPOTHESIS_PROFILE=slow`` (``make fuzz``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ X0, Y0 = 500_000.0, 4_400_000.0
 CRS = "EPSG:32613"
 SPAN = 1_500.0
 MAX_ROWS = 8
-EXAMPLES = max(100, settings.default.max_examples)
+EXAMPLES = settings.default.max_examples
 FUZZ = settings(max_examples=EXAMPLES)
 
 RATE_KEYS = (

@@ -476,11 +476,9 @@ DISTRIBUTED_ERRORS = ["truncated_geopackage", "corrupt_geoparquet", "parts_with_
 
 
 @pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, Client(cluster) as c:
-        yield c
+def client(local_clients):
+    """A real LocalCluster of 1 worker process (the session's, tests/conftest.py)."""
+    return local_clients.get(1)
 
 
 def _layer_args(args: list[str]) -> dict:

@@ -79,10 +79,43 @@ def _all_phases(client, setup: RunSetup) -> tuple[dict, RunIndex, PairsDone, Sum
     return merge_phase(setup, index, plan, resolved, sums), index, pairs, sums
 
 
-@pytest.fixture()
-def cluster_client():
+@pytest.fixture(scope="module")
+def _module_cluster():
+    """The module's own LocalCluster of 2 worker processes (its tests kill workers and set
+    their environment, so it is not the session's shared one)."""
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, Client(cluster) as client:
         yield client
+
+
+@pytest.fixture()
+def cluster_client(_module_cluster):
+    """The module's cluster with 2 live workers and no injected fault, before and after each test.
+
+    A killed worker is replaced by its nanny (a new process, without the fault variable);
+    the variable is removed from the workers that lived.
+    """
+    client = _module_cluster
+    _two_live_workers_without_faults(client)
+    yield client
+    _two_live_workers_without_faults(client)
+
+
+def _clear_fault() -> int:
+    os.environ.pop(FAULT_ENV, None)
+    return os.getpid()
+
+
+def _two_live_workers_without_faults(client, timeout: float = 120.0) -> None:
+    """Wait until exactly 2 workers answer (a killed one is dropped by the scheduler and its
+    replacement registers), clearing the fault variable in each."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answers = client.run(_clear_fault, on_error="return")
+        if len(answers) == 2 and all(isinstance(pid, int) for pid in answers.values()):
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"the module's cluster did not get 2 live workers back in {timeout:.0f} s: {answers}")
+        time.sleep(0.2)
 
 
 def _set_fault(client, **spec) -> None:

@@ -3,8 +3,12 @@
 ``run_dirs`` generates one small layer pair (``evalcore synth``, 500 fields) and runs
 ``evalcore run`` on it twice, at the same time, in subprocesses: ``full`` (strata, size
 classes, AOIs, scores, 20 bootstrap resamples, a gates file) and ``minimal`` (no option:
-no strata, size classes, AOIs, scores or intervals). ``reports`` builds ``report.html``
-in both once.
+no strata, size classes, AOIs, scores or intervals). Both talk to the session's
+temporary Prefect server (``prefect_server``, tests/conftest.py: ``PREFECT_API_URL``)
+instead of starting an ephemeral server each (tests/flows/test_newcomer.py runs
+``evalcore run`` with its own). ``reports`` is the ``report.html`` the flow's
+``html-report`` task built in each (:func:`evalcore.html_report.build_report`, which
+test_html_report.py also calls in this process to rebuild a copy).
 
 ``chromium`` is the path of Debian's ``chromium``; when it is missing, the fixture
 installs it with ``apt-get`` (the machine's package registry), and skips only when that
@@ -43,7 +47,7 @@ def _evalcore() -> str:
 
 
 @pytest.fixture(scope="session")
-def run_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def run_dirs(tmp_path_factory: pytest.TempPathFactory, prefect_server: str) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("report-runs")
     data = root / "data"
     subprocess.run([_evalcore(), "synth", "--n-ref", str(N_REF), "--seed", str(SEED), "--out", str(data)], check=True, capture_output=True, timeout=300)
@@ -55,7 +59,7 @@ def run_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                           "--score-column", "score", "--bootstrap", "20", "--gates", str(gates), "-o", str(root / "full")],
         "minimal": layers + ["-o", str(root / "minimal")],
     }
-    env = dict(os.environ, PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    env = dict(os.environ, PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_API_URL=prefect_server)
     procs = {name: subprocess.Popen([_evalcore(), "run", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
              for name, args in commands.items()}
     out = {}
@@ -71,9 +75,10 @@ def run_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def reports(run_dirs: dict[str, Path]) -> dict[str, Path]:
-    from evalcore.html_report import build_report
-
-    return {name: build_report(path) for name, path in run_dirs.items()}
+    out = {name: path / "report.html" for name, path in run_dirs.items()}
+    for name, page in out.items():
+        assert page.is_file() and page.stat().st_size > 10_000, f"evalcore run ({name}) wrote no report.html"
+    return out
 
 
 def _install_chromium() -> str | None:

@@ -83,15 +83,14 @@ def test_every_interval_is_independent_of_the_partition_size(synth, unit):
         assert_metrics_equal(without_partition_size(result), without_partition_size(base), rel=1e-12)
 
 
-def test_tile_bootstrap_is_the_same_on_two_worker_processes(synth):
-    distributed = pytest.importorskip("distributed")
+def test_tile_bootstrap_is_the_same_on_two_worker_processes(synth, local_clients):
+    pytest.importorskip("distributed")
     pred, ref, _ = synth
     options = {"strata": "stratum", "size_bins": "auto", "bootstrap": N_RESAMPLES, "bootstrap_unit": "tile",
                "tile_km": 10.0, "partition_size_m": 20_000.0}
     local = evaluate(pred, ref, **options)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as client:
-        remote = evaluate(pred, ref, client=client, **options)
+    client = local_clients.get(2)  # a real LocalCluster of 2 worker processes (the session's, tests/conftest.py)
+    remote = evaluate(pred, ref, client=client, **options)
     assert remote["bootstrap"]["unit"] == "tile" and remote["bootstrap"]["n_units"] == local["bootstrap"]["n_units"]
     assert_metrics_equal(remote, local, rel=1e-9)
     # The same draws: the intervals to the last bits.
