@@ -96,6 +96,9 @@ def test_demo_with_a_bad_size_fails_before_any_work(prefect_home, tmp_path):
     assert not (tmp_path / "demo" / "data").exists()
 
 
+# The default run is a whole `evalcore run` with its own Prefect server (about 100 s):
+# make slow. make test runs `evalcore run` through tests/report and test_evidence_flow.
+@pytest.mark.slow
 def test_default_run_output_is_short(default_run):
     output, out = default_run
     lines = output.splitlines()
@@ -112,6 +115,7 @@ def test_default_run_output_is_short(default_run):
         assert sum(f"{phase}: " in line and " running: " in line for line in lines) == 1, (phase, output)
 
 
+@pytest.mark.slow
 def test_run_log_has_every_partition(default_run):
     _, out = default_run
     log = (out / "logs" / "run.log").read_text(encoding="utf-8")
