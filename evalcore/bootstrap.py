@@ -55,6 +55,11 @@ WEIGHT_CHUNK_BYTES = 16 * 2**20
 """Memory of the replicates-by-fields weights :meth:`RunDraws.ref_weights` draws at once."""
 
 
+def replicates_per_chunk(n_rows: int, chunk_bytes: int) -> int:
+    """How many replicates of ``n_rows`` float64 weights fit in ``chunk_bytes`` (1 to 64)."""
+    return int(max(1, min(64, chunk_bytes // (8 * max(n_rows, 1)))))
+
+
 def pool_id(name: str | None, stratified: bool) -> int:
     """A stable 63-bit integer naming a bootstrap pool (for seeding).
 
@@ -378,7 +383,7 @@ class RunDraws:
                 yield self.counts[b, self.ref_units]
             return
         n = len(self.ref_pools)
-        chunk = int(max(1, min(64, chunk_bytes // (8 * max(n, 1)))))
+        chunk = replicates_per_chunk(n, chunk_bytes)
         streams = []
         for pool, tile, members in _field_groups(self.ref_pools, self.ref_tiles):
             size, counts = self.groups[(pool, tile)]

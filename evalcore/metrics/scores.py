@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from evalcore._score_kernels import _coco_match, _replicate_ap, _replicate_aurc, _weighted_ap
-from evalcore.bootstrap import percentile_intervals
+from evalcore.bootstrap import percentile_intervals, replicates_per_chunk
 from evalcore.config import IOU_MATCH_RTOL, IOU_SWEEP_THRESHOLDS
 from evalcore.metrics.base import NULL, GlobalContext, GroupView, MetricFamily, Option, PredContext, ratio
 from evalcore.metrics.checks import optional_text, positive_int
@@ -545,7 +545,7 @@ def replicate_ap_and_aurc(
     from concurrent.futures import ThreadPoolExecutor
 
     n_pred = len(order)
-    chunk = int(max(1, min(64, REPLICATE_CHUNK_BYTES // (8 * max(n_pred, 1)))))
+    chunk = replicates_per_chunk(n_pred, REPLICATE_CHUNK_BYTES)
     members = np.concatenate(groups.members).astype(np.int64) if groups.members else np.empty(0, np.int64)
     member_start = np.concatenate([[0], np.cumsum([len(m) for m in groups.members])]).astype(np.int64)
     last = np.concatenate(groups.last) if groups.last else np.empty(0, bool)

@@ -32,7 +32,9 @@ def test_workers_start_with_the_engine_loaded():
     assert not cold["evalcore.engine"]
 
 
-def test_a_failing_warm_up_does_not_stop_the_worker(monkeypatch):
+def test_a_failing_warm_up_does_not_stop_the_worker(monkeypatch, caplog):
+    import logging
+
     import evalcore
     from evalcore.distributed import warm
 
@@ -40,4 +42,6 @@ def test_a_failing_warm_up_does_not_stop_the_worker(monkeypatch):
         raise RuntimeError("no kernels today")
 
     monkeypatch.setattr(evalcore, "evaluate", broken)
-    warm.warm_engine()  # logs and returns
+    with caplog.at_level(logging.DEBUG, logger="evalcore.distributed.warm"):
+        warm.warm_engine()  # returns instead of raising
+    assert "evalcore warm-up failed: no kernels today" in caplog.text
