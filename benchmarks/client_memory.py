@@ -14,6 +14,7 @@ the phases hand on (the resolved run's pair values, predictions and routing).
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import shutil
 import tempfile
@@ -24,8 +25,6 @@ from pathlib import Path
 def _rss_mib() -> tuple[float, float]:
     with open("/proc/self/statm") as statm:
         pages = int(statm.read().split()[1])
-    import os
-
     current = pages * os.sysconf("SC_PAGE_SIZE") / 2**20
     return current, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
