@@ -122,9 +122,23 @@ def draw_field_counts(m: IdArray, n_fields: int, seed: int, pool: int, key: Part
     -------
     ndarray of float64, shape (n_replicates, n_fields)
     """
-    out = np.zeros((len(m), n_fields))
-    for b, hits in enumerate(field_count_stream(m, n_fields, seed, pool, key)):
-        out[b] = hits
+    m = np.asarray(m, dtype=np.int64)
+    n_rep = len(m)
+    out = np.zeros((n_rep, n_fields))
+    if n_fields == 0:
+        return out
+    rng = _field_rng(seed, pool, key)
+    # One generator call per chunk of replicates draws what :func:`field_count_stream`
+    # draws with one call per replicate (the bounded draws continue the same stream,
+    # RunDraws.ref_weights relies on the same; tests/unit/test_replicate_kernels.py).
+    chunk = replicates_per_chunk(n_fields, WEIGHT_CHUNK_BYTES)
+    for b0 in range(0, n_rep, chunk):
+        c = min(chunk, n_rep - b0)
+        counts = m[b0 : b0 + c]
+        total = int(counts.sum())
+        if total:
+            flat = np.repeat(np.arange(c, dtype=np.int64) * n_fields, counts) + rng.integers(0, n_fields, size=total)
+            out[b0 : b0 + c] = np.bincount(flat, minlength=c * n_fields).reshape(c, n_fields)
     return out
 
 

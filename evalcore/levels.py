@@ -110,6 +110,34 @@ def layer_input(name: str, value: object) -> object:
     raise ValueError(f"{name} must be a path or a GeoDataFrame, but got {type(value).__name__}.")
 
 
+def _pack_geometries(value: object) -> object:
+    """A geometry array as its WKB (vectorised in GEOS: at national extent the site layers
+    hold a million grid pieces, which pickle one object at a time in 12 s, as WKB in 1 s)."""
+    if isinstance(value, np.ndarray) and value.dtype == object and len(value) and bool(np.all(shapely.is_geometry(value))):
+        return _WkbArray(shapely.to_wkb(value))
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class _WkbArray:
+    """A geometry array in transit (pickled to a worker): WKB keeps every coordinate's bits."""
+
+    wkb: np.ndarray
+
+    def geometries(self) -> GeomArray:
+        return np.asarray(shapely.from_wkb(self.wkb), dtype=object)
+
+
+def _rebuild_site_layer(cls: type, values: tuple) -> object:
+    return cls(*(v.geometries() if isinstance(v, _WkbArray) else v for v in values))
+
+
+def _reduce_site_layer(self: object) -> tuple:
+    from dataclasses import fields
+
+    return _rebuild_site_layer, (type(self), tuple(_pack_geometries(getattr(self, f.name)) for f in fields(self)))
+
+
 @dataclass(frozen=True, slots=True)
 class AoiLayer:
     """A prepared AOI layer.
@@ -143,6 +171,8 @@ class AoiLayer:
     def __len__(self) -> int:
         return len(self.keys)
 
+    __reduce__ = _reduce_site_layer
+
 
 @dataclass(frozen=True, slots=True)
 class AnnotatedArea:
@@ -153,6 +183,8 @@ class AnnotatedArea:
     geoms_source: GeomArray | None = None
     crs: CRS | None = None
     pieces: GeomArray | None = None
+
+    __reduce__ = _reduce_site_layer
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,25 +340,65 @@ areas and memberships are the same)."""
 
 def grid_pieces(geoms_ea: GeomArray, cell_m: float = GRID_CELL_M) -> GeomArray:
     """The union of some polygons cut into grid cells of ``cell_m`` (non-overlapping pieces):
-    the annotated area's, or one AOI's."""
+    the annotated area's, or one AOI's.
+
+    Cells inside the union are whole squares; the cells its boundary crosses are clipped.
+    The clipping bisects the cells' range and clips the union to each half before going
+    down (the geometry shrinks at every level), so the union's boundary is read about
+    log(cells) times instead of once per boundary cell: at national extent (a million
+    cells, millions of vertices) that takes 24 s down to a few. The pieces are in row-major
+    cell order (y, then x), whatever the recursion.
+    """
     geoms = np.asarray([g for g in geoms_ea if g is not None and not g.is_empty], dtype=object)
     if len(geoms) == 0:
         return np.empty(0, dtype=object)
     union = shapely.union_all(geoms)
     minx, miny, maxx, maxy = union.bounds
-    xs = np.arange(np.floor(minx / cell_m), np.ceil(maxx / cell_m) + 1) * cell_m
-    ys = np.arange(np.floor(miny / cell_m), np.ceil(maxy / cell_m) + 1) * cell_m
-    gx, gy = np.meshgrid(xs[:-1], ys[:-1])
-    boxes = shapely.box(gx.ravel(), gy.ravel(), gx.ravel() + cell_m, gy.ravel() + cell_m)
+    ix0, iy0 = int(np.floor(minx / cell_m)), int(np.floor(miny / cell_m))
+    ix1, iy1 = int(np.ceil(maxx / cell_m)), int(np.ceil(maxy / cell_m))  # exclusive
     shapely.prepare(union)
-    touching = boxes[shapely.intersects(union, boxes)]
-    inside = shapely.contains_properly(union, touching)
-    pieces = touching.copy()
-    edge = np.flatnonzero(~inside)
-    # Only cells on the area's boundary need a clip; the others are whole squares.
-    pieces[edge] = [shapely.clip_by_rect(union, *shapely.bounds(b)) for b in touching[edge]]
-    pieces = pieces[~shapely.is_empty(pieces)]
-    return np.asarray(pieces, dtype=object)
+    found: list[tuple[int, int, object]] = []  # clipped cells: (cell y, cell x, piece)
+    whole: list[tuple[int, int, int, int]] = []  # cell ranges inside the union: x0, x1, y0, y1
+
+    def rect(x0: int, x1: int, y0: int, y1: int) -> object:
+        return shapely.box(x0 * cell_m, y0 * cell_m, x1 * cell_m, y1 * cell_m)
+
+    def cut(part: object, x0: int, x1: int, y0: int, y1: int) -> None:
+        box = rect(x0, x1, y0, y1)
+        # Decided against the whole (prepared) union, as a cell was before: the same cells
+        # are whole, clipped or absent.
+        if not shapely.intersects(union, box):
+            return
+        if shapely.contains_properly(union, box):
+            whole.append((x0, x1, y0, y1))
+            return
+        if x1 - x0 == 1 and y1 - y0 == 1:
+            piece = shapely.clip_by_rect(part, x0 * cell_m, y0 * cell_m, x1 * cell_m, y1 * cell_m)
+            if not piece.is_empty:
+                found.append((y0, x0, piece))
+            return
+        if x1 - x0 >= y1 - y0:
+            mid = (x0 + x1) // 2
+            halves = ((x0, mid, y0, y1), (mid, x1, y0, y1))
+        else:
+            mid = (y0 + y1) // 2
+            halves = ((x0, x1, y0, mid), (x0, x1, mid, y1))
+        for a0, a1, b0, b1 in halves:
+            sub = shapely.clip_by_rect(part, a0 * cell_m, b0 * cell_m, a1 * cell_m, b1 * cell_m)
+            if not sub.is_empty:
+                cut(sub, a0, a1, b0, b1)
+
+    cut(union, ix0, max(ix1, ix0 + 1), iy0, max(iy1, iy0 + 1))
+    cell_x = [np.array([x for _, x, _ in found], dtype=np.int64)]
+    cell_y = [np.array([y for y, _, _ in found], dtype=np.int64)]
+    pieces = [np.asarray([piece for _, _, piece in found], dtype=object).reshape(-1)]
+    for x0, x1, y0, y1 in whole:
+        gx, gy = np.meshgrid(np.arange(x0, x1, dtype=np.int64), np.arange(y0, y1, dtype=np.int64))
+        cell_x.append(gx.ravel())
+        cell_y.append(gy.ravel())
+        pieces.append(shapely.box(gx.ravel() * cell_m, gy.ravel() * cell_m, (gx.ravel() + 1) * cell_m, (gy.ravel() + 1) * cell_m))
+    xs, ys = np.concatenate(cell_x), np.concatenate(cell_y)
+    return np.asarray(np.concatenate(pieces)[np.lexsort((xs, ys))], dtype=object)
 
 
 def annotated_fractions(annotated: AnnotatedArea, geoms_ea: GeomArray, area_m2: F64Array) -> F64Array:

@@ -608,7 +608,11 @@ def _gather(setup: RunSetup, phase: str, futures: dict) -> dict:
     if setup.log:
         names = [_partition_name(k) for k in futures]
         setup.log(f"{phase}: {total} {unit}s running: {', '.join(names[:20])}{' …' if total > 20 else ''}")
-    for future in as_completed(list(futures.values())):
+    pending = list(futures.values())
+    # The futures' own client's loop: as_completed would otherwise look for a default
+    # client, and a caller's Client(..., set_as_default=False) is not one.
+    waiting = as_completed(pending, loop=pending[0].client.loop) if pending else ()
+    for future in waiting:
         k = by_future[future]
         try:
             out[k] = future.result()

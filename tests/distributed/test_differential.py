@@ -124,3 +124,23 @@ def test_missing_partition_fails_the_merge(layers, client, tmp_path):
     victim.unlink()
     with pytest.raises(PartitionMissingError, match=victim.stem):
         merge_phase(setup, index, plan, resolved, sums)
+
+
+def test_a_client_that_is_not_the_default_runs_the_phases(layers, expected, local_clients, tmp_path):
+    """``evaluate(client=Client(..., set_as_default=False))``: the phases wait on that
+    client's loop, not on a default client (there is none here)."""
+    from distributed import Client
+    from distributed.client import _get_global_client, _set_global_client
+
+    predicted, reference = layers
+    pooled = local_clients.get(2)
+    _set_global_client(None)
+    try:
+        with Client(pooled.scheduler.address, set_as_default=False) as own:
+            assert _get_global_client() is None
+            result = evalcore.evaluate(
+                predicted, reference, partition_size_m=2_000.0, client=own, workdir=tmp_path / "work", **OPTIONS
+            )
+    finally:
+        _set_global_client(pooled)
+    assert differences(result, expected[2_000.0]) == []

@@ -1,6 +1,6 @@
 """The bootstrap's fast replicate paths against the slow obvious ones they replace.
 
-* :meth:`RunDraws.ref_weights` draws a chunk of replicates per generator call; the
+* :meth:`RunDraws.ref_weights` and :func:`draw_field_counts` draw a chunk of replicates per generator call; the
   reference is :func:`field_count_stream`, one call per replicate and group, assembled
   row by row (the previous implementation). The values must be identical, whatever
   the chunk size.
@@ -46,6 +46,23 @@ def test_chunked_field_weights_equal_one_replicate_at_a_time(n_fields, chunk_byt
         assert np.array_equal(a, b)
     if n_fields:
         assert sum(w.sum() for w in fast) == 37 * n_fields  # every replicate draws the run's size
+
+
+@pytest.mark.parametrize("n_fields", [0, 1, 7, 400])
+@pytest.mark.parametrize("chunk_bytes", [1, 8 * 400 * 3, 2**30])
+def test_one_groups_chunked_counts_equal_one_replicate_at_a_time(n_fields, chunk_bytes, monkeypatch):
+    """:func:`draw_field_counts` (a partition's and RowDraws' weights) against the stream."""
+    from evalcore import bootstrap
+
+    monkeypatch.setattr(bootstrap, "WEIGHT_CHUNK_BYTES", chunk_bytes)
+    m = np.random.default_rng(n_fields).integers(0, 2 * n_fields + 2, 41) * (n_fields > 0)  # none from an empty group
+    m[[3, 4, 20]] = 0  # replicates that draw none of the group: no generator call in the stream
+    fast = bootstrap.draw_field_counts(m, n_fields, 11, 123, (32613, -1, 2))
+    slow = np.array([hits for hits in field_count_stream(m, n_fields, 11, 123, (32613, -1, 2))]).reshape(41, n_fields)
+    assert fast.shape == (41, n_fields)
+    assert np.array_equal(fast, slow)
+    if n_fields:
+        assert np.array_equal(fast.sum(axis=1), m)
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 100, 2**31 + 7])
