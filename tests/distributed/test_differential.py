@@ -126,21 +126,21 @@ def test_missing_partition_fails_the_merge(layers, client, tmp_path):
         merge_phase(setup, index, plan, resolved, sums)
 
 
-def test_a_client_that_is_not_the_default_runs_the_phases(layers, expected, local_clients, tmp_path):
+def test_a_client_that_is_not_the_default_runs_the_phases(layers, expected, local_clients, tmp_path, monkeypatch):
     """``evaluate(client=Client(..., set_as_default=False))``: the phases wait on that
     client's loop, not on a default client (there is none here)."""
+    import weakref
+
+    import distributed.client
     from distributed import Client
-    from distributed.client import _get_global_client, _set_global_client
 
     predicted, reference = layers
-    pooled = local_clients.get(2)
-    _set_global_client(None)
-    try:
-        with Client(pooled.scheduler.address, set_as_default=False) as own:
-            assert _get_global_client() is None
-            result = evalcore.evaluate(
-                predicted, reference, partition_size_m=2_000.0, client=own, workdir=tmp_path / "work", **OPTIONS
-            )
-    finally:
-        _set_global_client(pooled)
+    address = local_clients.get(2).scheduler.address
+    # The session's pooled clients hidden: no default client to fall back on.
+    monkeypatch.setattr(distributed.client, "_global_clients", weakref.WeakValueDictionary())
+    with Client(address, set_as_default=False) as own:
+        assert distributed.client._get_global_client() is None
+        result = evalcore.evaluate(
+            predicted, reference, partition_size_m=2_000.0, client=own, workdir=tmp_path / "work", **OPTIONS
+        )
     assert differences(result, expected[2_000.0]) == []
