@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evalcore._draw_kernels import _place_draws
 from evalcore._sum_kernels import _weighted_group_sums
 from evalcore._typing import F64Array, IdArray
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
@@ -51,8 +52,11 @@ PartitionKey = tuple[int, int, int]
 
 _OFFSET = 2**31  # tile indices can be negative; spawn keys must not be
 
-WEIGHT_CHUNK_BYTES = 16 * 2**20
-"""Memory of the replicates-by-fields weights :meth:`RunDraws.ref_weights` draws at once."""
+WEIGHT_CHUNK_BYTES = 64 * 2**20
+"""Memory of the replicates-by-fields weights :meth:`RunDraws.ref_weights` draws at once
+(and about as much again for the draws themselves): 8 replicates of 1M fields. At 16 MiB
+the per-group generator calls of 2 replicates at a time cost 2 s more per 1000
+replicates at 1M fields (docs/performance.md)."""
 
 
 def replicates_per_chunk(n_rows: int, chunk_bytes: int) -> int:
@@ -398,24 +402,36 @@ class RunDraws:
             return
         n = len(self.ref_pools)
         chunk = replicates_per_chunk(n, chunk_bytes)
-        streams = []
+        rngs, sizes, counts, rank_rows = [], [], [], []
         for pool, tile, members in _field_groups(self.ref_pools, self.ref_tiles):
-            size, counts = self.groups[(pool, tile)]
+            size, group_counts = self.groups[(pool, tile)]
             row_of_rank = np.empty(size, dtype=np.int64)
             row_of_rank[self.ref_ranks[members]] = members  # a draw picks a rank: the row that has it
-            streams.append((row_of_rank, size, np.asarray(counts, np.int64), _field_rng(self.seed, pool, tile)))
+            rank_rows.append(row_of_rank)
+            sizes.append(int(size))
+            counts.append(np.asarray(group_counts, np.int64))
+            rngs.append(_field_rng(self.seed, pool, tile))
+        if not rngs:
+            for _ in range(self.n_replicates):
+                yield np.zeros(n)
+            return
+        n_groups = len(rngs)
+        counts_by_group = np.stack(counts)  # (groups, replicates)
+        row_of_rank = np.concatenate(rank_rows)  # group by group
+        first_rank = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         for b0 in range(0, self.n_replicates, chunk):
             c = min(chunk, self.n_replicates - b0)
-            offsets = np.arange(c, dtype=np.int64) * n
-            picked = []  # every draw of the chunk as replicate * n + row
-            for row_of_rank, size, counts, rng in streams:
-                m = counts[b0 : b0 + c]
-                total = int(m.sum())
-                if total:
-                    picked.append(np.repeat(offsets, m) + row_of_rank[rng.integers(0, size, size=total)])
-            flat = np.concatenate(picked) if picked else np.empty(0, np.int64)
-            # Counts are whole numbers, exact in float64 however they are added.
-            yield from np.bincount(flat, minlength=c * n).reshape(c, n).astype(np.float64)
+            m = np.ascontiguousarray(counts_by_group[:, b0 : b0 + c])  # (groups, c)
+            totals = m.sum(axis=1)
+            # Only the generator calls stay in Python (one per group and chunk, none for a
+            # group this chunk does not draw from, as one call per replicate skipped it);
+            # where each draw lands is worked out for the whole chunk at once.
+            drawn = [rngs[g].integers(0, sizes[g], size=t) for g, t in enumerate(totals.tolist()) if t]
+            ranks = np.concatenate(drawn).astype(np.int64, copy=False) if drawn else np.empty(0, np.int64)
+            # Counts are whole numbers: exact in float64 however they are added.
+            hits = np.zeros((c, n))
+            _place_draws(m, ranks, row_of_rank, first_rank, hits)
+            yield from hits
 
 
 def field_draws(ref_pos: IdArray, ref_pools: IdArray, ref_tiles: IdArray, n_replicates: int, seed: int) -> RunDraws:

@@ -1,0 +1,43 @@
+"""numba kernel placing the field bootstrap's draws (ranks within their (pool, tile)
+group) on the reference rows of a chunk of replicates.
+
+The generator calls stay in numpy (the draws are numpy's bounded integers, one stream
+per group); this loop only turns them into counts, which numpy does in five passes over
+the chunk's draws (repeat, gather, multiply-add, bincount, cast).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from evalcore.config import NUMBA_OPTIONS
+
+__all__ = ["_place_draws"]
+
+
+@njit(**NUMBA_OPTIONS)
+def _place_draws(draws_per_replicate: np.ndarray, ranks: np.ndarray, row_of_rank: np.ndarray, first_rank: np.ndarray,
+                 out: np.ndarray) -> None:
+    """Add one to ``out[j, row]`` for every draw of every group in every replicate ``j``.
+
+    Parameters
+    ----------
+    draws_per_replicate : int64 (n_groups, n_chunk_replicates)
+        How many draws each group makes in each replicate of the chunk.
+    ranks : int64 (total draws,)
+        The draws, group by group, each group's in replicate order (its generator's order).
+    row_of_rank : int64 (n_rows,)
+        The reference row holding each rank, group by group.
+    first_rank : int64 (n_groups,)
+        Where each group's ranks start in ``row_of_rank``.
+    out : float64 (n_chunk_replicates, n_rows), zeroed, updated in place
+    """
+    n_groups, n_rep = draws_per_replicate.shape
+    k = 0
+    for g in range(n_groups):
+        base = first_rank[g]
+        for j in range(n_rep):
+            for _ in range(draws_per_replicate[g, j]):
+                out[j, row_of_rank[base + ranks[k]]] += 1.0
+                k += 1
