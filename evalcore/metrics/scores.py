@@ -531,10 +531,10 @@ def replicate_ap_and_aurc(
 
     The replicates' weights are generated one after the other (each regenerates its
     draws, :attr:`GlobalContext.replicate_weights`) into chunks of
-    :data:`REPLICATE_CHUNK_BYTES`; while this thread fills the next chunk, a second one
-    runs the kernels (:func:`evalcore._score_kernels._replicate_ap`, ``_replicate_aurc``,
-    which release the GIL) on the last, so the draws and the arithmetic share the two
-    cores the workers leave idle during the resolve phase.
+    :data:`REPLICATE_CHUNK_BYTES`; while this thread fills the next chunk, two others
+    run the kernels (:func:`evalcore._score_kernels._replicate_ap`, ``_replicate_aurc``,
+    which release the GIL) on the two halves of the last, so the draws and the arithmetic
+    use the cores the workers leave idle during the resolve phase.
 
     Returns
     -------
@@ -557,29 +557,34 @@ def replicate_ap_and_aurc(
         ap = _replicate_ap(tp_by_pred, weights, n_refs, REC_THRS, eps) if with_ap else np.empty((len(weights), tp.shape[0]))
         return ap, _replicate_aurc(error, weights, members, member_start, last)
 
+    def submit(pool, weights: np.ndarray, n_refs: np.ndarray) -> list:
+        # Two halves of the chunk on two threads: each replicate is computed on its own,
+        # so the halves give the bits of the whole.
+        half = (len(weights) + 1) // 2
+        return [pool.submit(kernels, weights[a:b], n_refs[a:b]) for a, b in ((0, half), (half, len(weights))) if b > a]
+
     ap_parts, aurc_parts = [], []
-    with ThreadPoolExecutor(1, thread_name_prefix="evalcore-replicates") as pool:
-        pending = None
+
+    def collect(futures: list) -> None:
+        for future in futures:
+            ap, au = future.result()
+            ap_parts.append(ap)
+            aurc_parts.append(au)
+
+    with ThreadPoolExecutor(2, thread_name_prefix="evalcore-replicates") as pool:
+        pending: list = []
         rows: list[np.ndarray] = []
         n_refs: list[float] = []
         for pred_weights, n_ref_b in replicate_weights():
             rows.append(np.asarray(pred_weights, dtype=np.float64)[order])
             n_refs.append(n_ref_b)
             if len(rows) == chunk:
-                if pending is not None:
-                    ap, au = pending.result()
-                    ap_parts.append(ap)
-                    aurc_parts.append(au)
-                pending = pool.submit(kernels, np.stack(rows), np.asarray(n_refs, dtype=np.float64))
+                collect(pending)
+                pending = submit(pool, np.stack(rows), np.asarray(n_refs, dtype=np.float64))
                 rows, n_refs = [], []
-        if pending is not None:
-            ap, au = pending.result()
-            ap_parts.append(ap)
-            aurc_parts.append(au)
+        collect(pending)
         if rows:
-            ap, au = kernels(np.stack(rows), np.asarray(n_refs, dtype=np.float64))
-            ap_parts.append(ap)
-            aurc_parts.append(au)
+            collect(submit(pool, np.stack(rows), np.asarray(n_refs, dtype=np.float64)))
     n_thr, n_groups = tp.shape[0], groups.n_groups
     ap = np.concatenate(ap_parts) if ap_parts and with_ap else np.empty((0, n_thr))
     aurc = np.concatenate(aurc_parts) if aurc_parts else np.empty((0, n_groups))
