@@ -52,11 +52,11 @@ PartitionKey = tuple[int, int, int]
 
 _OFFSET = 2**31  # tile indices can be negative; spawn keys must not be
 
-WEIGHT_CHUNK_BYTES = 64 * 2**20
+WEIGHT_CHUNK_BYTES = 16 * 2**20
 """Memory of the replicates-by-fields weights :meth:`RunDraws.ref_weights` draws at once
-(and about as much again for the draws themselves): 8 replicates of 1M fields. At 16 MiB
-the per-group generator calls of 2 replicates at a time cost 2 s more per 1000
-replicates at 1M fields (docs/performance.md)."""
+(and about twice as much again for the draws themselves). 64 MiB drew 1000 replicates at
+1M fields in 13.7 s instead of 15.3 s but raised the client's peak at 250k by 220 MiB
+(docs/performance.md)."""
 
 
 def replicates_per_chunk(n_rows: int, chunk_bytes: int) -> int:
