@@ -19,7 +19,8 @@ __all__ = ["_place_draws"]
 @njit(**NUMBA_OPTIONS)
 def _place_draws(draws_per_replicate: np.ndarray, ranks: np.ndarray, row_of_rank: np.ndarray, first_rank: np.ndarray,
                  out: np.ndarray) -> None:
-    """Add one to ``out[j, row]`` for every draw of every group in every replicate ``j``.
+    """Add one to ``out[j, row]`` for every draw of every group in every replicate ``j``
+    (draws whose rank has no row here are skipped).
 
     Parameters
     ----------
@@ -27,8 +28,10 @@ def _place_draws(draws_per_replicate: np.ndarray, ranks: np.ndarray, row_of_rank
         How many draws each group makes in each replicate of the chunk.
     ranks : int64 (total draws,)
         The draws, group by group, each group's in replicate order (its generator's order).
-    row_of_rank : int64 (n_rows,)
-        The reference row holding each rank, group by group.
+    row_of_rank : int64 (sum of the groups' sizes,)
+        The row of ``out`` holding each rank, group by group; -1 for a rank whose row is
+        not in ``out`` (a group shared with another partition: its draws are made whole,
+        the same wherever its fields are, and each partition keeps its own).
     first_rank : int64 (n_groups,)
         Where each group's ranks start in ``row_of_rank``.
     out : float64 (n_chunk_replicates, n_rows), zeroed, updated in place
@@ -39,5 +42,7 @@ def _place_draws(draws_per_replicate: np.ndarray, ranks: np.ndarray, row_of_rank
         base = first_rank[g]
         for j in range(n_rep):
             for _ in range(draws_per_replicate[g, j]):
-                out[j, row_of_rank[base + ranks[k]]] += 1.0
+                row = row_of_rank[base + ranks[k]]
+                if row >= 0:
+                    out[j, row] += 1.0
                 k += 1

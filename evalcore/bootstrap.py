@@ -127,23 +127,32 @@ def draw_field_counts(m: IdArray, n_fields: int, seed: int, pool: int, key: Part
     ndarray of float64, shape (n_replicates, n_fields)
     """
     m = np.asarray(m, dtype=np.int64)
-    n_rep = len(m)
-    out = np.zeros((n_rep, n_fields))
-    if n_fields == 0:
-        return out
+    out = np.zeros((len(m), n_fields))
+    _add_group_draws(out, m, n_fields, seed, pool, key, np.arange(n_fields, dtype=np.int64))
+    return out
+
+
+def _add_group_draws(out: F64Array, m: IdArray, size: int, seed: int, pool: int, key: PartitionKey,
+                     column_of_rank: IdArray) -> None:
+    """Add one (pool, tile) group's draws to the columns of ``out`` (n_replicates, n) that
+    hold its ranks (``column_of_rank``, -1: a rank held elsewhere).
+
+    One generator call per chunk of replicates draws what :func:`field_count_stream`
+    draws with one call per replicate (the bounded draws continue the same stream,
+    RunDraws.ref_weights relies on the same; tests/unit/test_replicate_kernels.py); the
+    draws go straight to their columns, without the group's replicates-by-fields matrix.
+    """
+    if size == 0:
+        return
     rng = _field_rng(seed, pool, key)
-    # One generator call per chunk of replicates draws what :func:`field_count_stream`
-    # draws with one call per replicate (the bounded draws continue the same stream,
-    # RunDraws.ref_weights relies on the same; tests/unit/test_replicate_kernels.py).
-    chunk = replicates_per_chunk(n_fields, WEIGHT_CHUNK_BYTES)
-    for b0 in range(0, n_rep, chunk):
-        c = min(chunk, n_rep - b0)
-        counts = m[b0 : b0 + c]
+    chunk = replicates_per_chunk(size, WEIGHT_CHUNK_BYTES)
+    first = np.zeros(1, dtype=np.int64)
+    for b0 in range(0, len(m), chunk):
+        counts = np.ascontiguousarray(m[b0 : b0 + chunk]).reshape(1, -1)
         total = int(counts.sum())
         if total:
-            flat = np.repeat(np.arange(c, dtype=np.int64) * n_fields, counts) + rng.integers(0, n_fields, size=total)
-            out[b0 : b0 + c] = np.bincount(flat, minlength=c * n_fields).reshape(c, n_fields)
-    return out
+            ranks = rng.integers(0, size, size=total).astype(np.int64, copy=False)
+            _place_draws(counts, ranks, column_of_rank, first, out[b0 : b0 + counts.shape[1]])
 
 
 def _field_rng(seed: int, pool: int, key: PartitionKey) -> np.random.Generator:
@@ -322,8 +331,9 @@ class RowDraws:
         for pool, tile, mine in _field_groups(self.pools, self.tiles):
             size, counts = self.groups[(pool, tile)]
             # The whole group's draws, regenerated here: the same wherever its fields are.
-            drawn = draw_field_counts(counts, size, self.seed, pool, tile)
-            out[:, mine] = drawn[:, self.ranks[mine]]
+            column_of_rank = np.full(size, -1, dtype=np.int64)
+            column_of_rank[self.ranks[mine]] = mine
+            _add_group_draws(out, np.asarray(counts, dtype=np.int64), size, self.seed, pool, tile, column_of_rank)
         return out
 
 

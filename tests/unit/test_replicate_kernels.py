@@ -106,3 +106,21 @@ def test_replicate_ap_and_aurc_equal_the_per_replicate_functions():
 
     ap_none, _ = replicate_ap_and_aurc(stream, tp, groups.order, groups, False)
     assert ap_none.shape == (0, 10)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 8 * 400 * 3, 2**30])
+def test_a_partitions_row_draws_are_its_rows_of_the_runs(chunk_bytes, monkeypatch):
+    """:meth:`RowDraws.weights` (a partition's rows, sharing groups with other partitions)
+    equals those rows' columns of the slow run-wide weights."""
+    from evalcore import bootstrap
+
+    monkeypatch.setattr(bootstrap, "WEIGHT_CHUNK_BYTES", chunk_bytes)
+    rng = np.random.default_rng(17)
+    n_fields = 400
+    positions = np.arange(n_fields, dtype=np.int64) * 3
+    pools = rng.integers(0, 2, n_fields).astype(np.int64)
+    tiles = np.column_stack([np.full(n_fields, 32613), rng.integers(0, 2, n_fields), rng.integers(0, 3, n_fields)]).astype(np.int64)
+    draws = field_draws(positions, pools, tiles, 29, seed=8)
+    slow = np.array(list(_slow_ref_weights(draws)))
+    for rows in (np.arange(n_fields), np.sort(rng.choice(n_fields, 150, replace=False)), np.array([5])):
+        assert np.array_equal(draws.rows(rows).weights(), slow[:, rows])
