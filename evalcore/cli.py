@@ -13,6 +13,7 @@ Arguments, columns and output locations are checked before any evaluation starts
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import os
@@ -27,6 +28,7 @@ from evalcore.errors import EvalInputError
 from evalcore.logs import DEBUG_ENV, configure_logging, debug_enabled, library_level
 from evalcore.metrics.base import Option
 from evalcore.options import all_options
+from evalcore.outputs import OutputSet, check_new_directory, check_not_inputs, check_replaceable_directory, claim_workdir
 
 __all__ = ["main", "run", "format_summary", "unassigned_note", "metric_options", "check_output_dir", "check_columns_up_front", "check_site_layers", "level_lines"]
 
@@ -232,7 +234,8 @@ def _build_parser() -> argparse.ArgumentParser:
     sy = sub.add_parser("synth", help="write a generated multi-zone dataset")
     sy.add_argument("--n-ref", type=int, required=True, help="number of reference fields")
     sy.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    sy.add_argument("--out", required=True, help="output directory (its parent must exist)")
+    sy.add_argument("--out", required=True, help="output directory, new or empty (its parent must exist)")
+    sy.add_argument("--force", action="store_true", help="write into a non-empty --out, replacing the layer files synth writes (other files are left alone)")
     sy.add_argument("--format", choices=("parquet", "gpkg"), default="parquet", help="file format (default parquet)")
     sy.add_argument("--score-decimals", type=int, help="round the predictions' scores to this many decimals, as detectors often do (default: not rounded)")
     return parser
@@ -401,10 +404,12 @@ def _check_evaluate_arguments(args: argparse.Namespace) -> str | None:
     _check_output_file(args.output, "-o/--output")
     if kind == "dir":
         check_output_dir(args.frame_out, "--frame-out")
+        check_replaceable_directory(args.frame_out, "--frame-out")
     elif kind == "file":
         _check_output_file(args.frame_out, "--frame-out")
     if pred_kind == "dir":
         check_output_dir(args.predictions_out, "--predictions-out")
+        check_replaceable_directory(args.predictions_out, "--predictions-out")
     elif pred_kind == "file":
         _check_output_file(args.predictions_out, "--predictions-out")
     if args.pr_curve_out is not None and args.score_column is None:
@@ -421,7 +426,7 @@ def _check_evaluate_arguments(args: argparse.Namespace) -> str | None:
             _check_output_file(path, flag)
     if args.workdir:
         check_output_dir(args.workdir, "--workdir")
-    _check_not_inputs(
+    check_not_inputs(
         {"-p/--predicted": args.predicted, "-r/--reference": args.reference, "--aoi": args.aoi, "--annotated-area": args.annotated_area,
          "--study-area": getattr(args, "study_area", None), "--training-area": getattr(args, "training_area", None)},
         {"-o/--output": args.output, "--frame-out": args.frame_out, "--workdir": args.workdir, "--tiles-out": args.tiles_out,
@@ -518,8 +523,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         check_columns_up_front(args)
         _check_id_columns_up_front(args)
     if args.cluster and not _small_enough_in_process(args):
-        metrics = _evaluate_on_cluster(args)
-        _finish(args, metrics, started)
+        with OutputSet() as outputs:
+            metrics = _evaluate_on_cluster(args, outputs)
+            _finish(args, metrics, started, outputs)
         return 0
     reference = read_layer(args.reference, layer=args.ref_layer, role="reference")
     predicted = read_layer(args.predicted, layer=args.pred_layer, role="predicted")
@@ -542,8 +548,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         size_bins=args.size_bins,
         **metric_options(args),
     )
-    written: list[Path] = []
-    try:
+    # Every output is staged and renamed into place only when all are whole: a failure
+    # (a full disk, say) leaves the earlier outputs as they were (evalcore.outputs).
+    with OutputSet() as outputs:
         for path, frame, flag, id_name in (
             (args.frame_out, tables.fields, "--frame-out", args.ref_id_column or "ref_index"),
             (args.predictions_out, tables.predictions, "--predictions-out", args.pred_id_column or "pred_index"),
@@ -553,21 +560,17 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             # The layer's id as a named column users can join on (the index has no name in a file).
             table = frame.drop(columns=[id_name], errors="ignore").rename_axis(id_name).reset_index()
             is_dir = path.endswith(("/", os.sep)) or Path(path).is_dir()
-            target = Path(path) / "part-0.parquet" if is_dir else Path(path)
-            written.append(write_table(target, table, flag))
+            target = outputs.directory(path, flag) / "part-0.parquet" if is_dir else outputs.file(path)
+            write_table(target, table, flag)
         if args.tiles_out is not None:
-            written.append(write_table(args.tiles_out, tables.tiles, "--tiles-out"))
+            write_table(outputs.file(args.tiles_out), tables.tiles, "--tiles-out")
         if args.aois_out is not None:
-            written.append(write_table(args.aois_out, tables.aois, "--aois-out"))
+            write_table(outputs.file(args.aois_out), tables.aois, "--aois-out")
         if args.pr_curve_out is not None:
             from evalcore.io import atomic_path
 
-            written.append(atomic_path(args.pr_curve_out, lambda tmp: tables.pr_curve.to_parquet(tmp, index=False)))
-        _finish(args, tables.summary, started)
-    except BaseException:
-        for path in written:  # no part of the outputs without the others
-            path.unlink(missing_ok=True)
-        raise
+            atomic_path(outputs.file(args.pr_curve_out), lambda tmp: tables.pr_curve.to_parquet(tmp, index=False))
+        _finish(args, tables.summary, started, outputs)
     return 0
 
 
@@ -627,35 +630,6 @@ def check_output_dir(path: str, option: str) -> None:
     _check_directory_writable(p if p.is_dir() else p.parent, path, option)
 
 
-def _check_not_inputs(inputs: dict[str, str], outputs: dict[str, str | None], directories: set[str]) -> None:
-    """Refuse an output that is an input, another output, or a directory holding an input (resolved paths).
-
-    Parameters
-    ----------
-    inputs : dict
-        ``{option: path}`` of the layers read.
-    outputs : dict
-        ``{option: path or None}`` of everything written.
-    directories : set of str
-        The options of ``outputs`` that are directories (an input inside one could be
-        overwritten or removed when the run cleans it).
-    """
-    resolved_in = {opt: Path(path).resolve() for opt, path in inputs.items() if path is not None and "://" not in path}
-    seen: dict[Path, str] = {}
-    for opt, path in outputs.items():
-        if path is None:
-            continue
-        target = Path(path).resolve()
-        for in_opt, source in resolved_in.items():
-            if target == source:
-                raise EvalInputError(f"{opt} {path!r} is the input layer of {in_opt}; writing it would destroy the input. Choose another path.")
-            if opt in directories and target in source.parents:
-                raise EvalInputError(f"{opt} {path!r} holds the input layer of {in_opt} ({str(source)!r}); choose a directory of its own.")
-        if target in seen:
-            raise EvalInputError(f"{opt} {path!r} is also {seen[target]}; give each output its own path.")
-        seen[target] = opt
-
-
 def _check_score_column(values: object, column: str, where: str, columns: list[str]) -> None:
     """Scores must exist and be finite numbers in [0, 1] (:func:`evalcore.metrics.scores.score_values`)."""
     import pandas as pd
@@ -696,10 +670,12 @@ def check_columns_up_front(args: argparse.Namespace) -> None:
         _check_score_column(values, args.score_column, where, list(pred_columns))
 
 
-def _finish(args: argparse.Namespace, metrics: dict[str, object], started: float) -> None:
+def _finish(args: argparse.Namespace, metrics: dict[str, object], started: float, outputs: OutputSet) -> None:
+    """Write metrics.json beside the staged outputs, put them all in place, print the summary."""
     from evalcore.io import write_json
 
-    write_json(args.output, metrics)
+    write_json(outputs.file(args.output), metrics)
+    outputs.commit()
     if not args.quiet:
         print(format_summary(metrics))
         outputs = [args.output] + [p for p in (args.frame_out, args.tiles_out, args.aois_out, args.predictions_out, args.pr_curve_out) if p]
@@ -747,7 +723,8 @@ def _small_enough_in_process(args: argparse.Namespace) -> bool:
     return True
 
 
-def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
+def _evaluate_on_cluster(args: argparse.Namespace, outputs: OutputSet) -> dict[str, object]:
+    """Evaluate on the cluster of ``--cluster``; every output is written to its staged name in ``outputs``."""
     from concurrent.futures import ThreadPoolExecutor
 
     from distributed import Client
@@ -782,6 +759,16 @@ def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
                 raise EvalInputError(f"--cluster {args.cluster!r}: cannot reach the scheduler ({exc}).") from None
         else:
             raise EvalInputError(f"--cluster {args.cluster!r} must be 'local' or a scheduler address like tcp://127.0.0.1:8786.")
+        if args.workdir is not None:
+            claim_workdir(args.workdir)  # kept afterwards, for a resume: the user chose it
+        staged = {
+            dest: (outputs.directory(path, flag) if dest in ("frame_out", "predictions_out") else outputs.file(path)) if path is not None else None
+            for dest, flag, path in (
+                ("frame_out", "--frame-out", args.frame_out), ("predictions_out", "--predictions-out", args.predictions_out),
+                ("tiles_out", "--tiles-out", args.tiles_out), ("aois_out", "--aois-out", args.aois_out),
+                ("pr_curve_out", "--pr-curve-out", args.pr_curve_out),
+            )
+        }
         with client:
             print(f"Dask dashboard: {client.dashboard_link}", file=sys.stderr, flush=True)
             return run_distributed(
@@ -792,16 +779,16 @@ def _evaluate_on_cluster(args: argparse.Namespace) -> dict[str, object]:
                 strata=args.strata_column,
                 size_bins=args.size_bins,
                 workdir=args.workdir,
-                frame_dir=args.frame_out,
+                frame_dir=staged["frame_out"],
                 pred_layer=args.pred_layer,
                 ref_layer=args.ref_layer,
                 progress=None if args.quiet else _progress_bar,
                 ref_id_column=args.ref_id_column,
                 pred_id_column=args.pred_id_column,
-                tiles_out=args.tiles_out,
-                aois_out=args.aois_out,
-                predictions_dir=args.predictions_out,
-                pr_curve_out=args.pr_curve_out,
+                tiles_out=staged["tiles_out"],
+                aois_out=staged["aois_out"],
+                predictions_dir=staged["predictions_out"],
+                pr_curve_out=staged["pr_curve_out"],
             )
     finally:
         if cluster is None and starting is not None:
@@ -886,7 +873,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise EvalInputError("evalcore compare needs resamples for the deltas' intervals: add --bootstrap N (1000 is usual).")
     _check_output_file(args.output, "-o/--output")
     flags = {"candidate": "-p/--candidate", "incumbent": "-i/--incumbent"} if pair else {name: f"-p {name}" for name, _ in models}
-    _check_not_inputs(
+    check_not_inputs(
         {**{flags[name]: path for name, path in models}, "-r/--reference": args.reference, "--aoi": args.aoi},
         {"-o/--output": args.output},
         directories=set(),
@@ -1069,9 +1056,17 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     if args.n_ref <= 0:
         raise EvalInputError(f"--n-ref must be positive, but got {args.n_ref}.")
     check_output_dir(args.out, "--out")
+    check_new_directory(args.out, "--out", force=args.force)
     if args.score_decimals is not None and args.score_decimals < 0:
         raise EvalInputError(f"--score-decimals must be 0 or more, but got {args.score_decimals}.")
-    pred_path, ref_path = write_layers(args.out, args.n_ref, args.seed, fmt=args.format, score_decimals=args.score_decimals)
+    created = not Path(args.out).exists()
+    try:
+        pred_path, ref_path = write_layers(args.out, args.n_ref, args.seed, fmt=args.format, score_decimals=args.score_decimals)
+    except BaseException:
+        if created:  # the directory this command made, left empty by the failed write (its temporary files are gone)
+            with contextlib.suppress(OSError):
+                Path(args.out).rmdir()
+        raise
     print(f"wrote {ref_path}, {pred_path} and the AOI and annotated-area layers beside them")
     return 0
 

@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         return _failed("0/2 (settings)", 2, f"cannot create the output directory {str(out)!r}: {exc}")
     print(f"[1/2] generating {n_ref} reference fields in 3 UTM zones (seed {SEED}) in {data}/", flush=True)
-    status, why = run_command(["synth", "--n-ref", str(n_ref), "--seed", str(SEED), "--out", str(data)])
+    # --force: a rerun of the demo replaces the data it generated before.
+    status, why = run_command(["synth", "--n-ref", str(n_ref), "--seed", str(SEED), "--out", str(data), "--force"])
     if status:
         return _failed("1/2 (generating the data)", status, why)
     print(

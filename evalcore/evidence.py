@@ -97,6 +97,11 @@ SCHEMA_VERSION = 1
 #: scratch space (removed after a successful run).
 _UNHASHED_DIRS = ("logs", "work")
 
+#: Files of a run directory that the evidence manifest leaves out: the run's state, written
+#: last (after the manifest, so "succeeded" is never seen before the bundle is whole), and
+#: the lock that claims the directory for one run at a time (evalcore.outputs).
+_UNHASHED_FILES = ("status.json", ".evalcore-run.lock")
+
 #: Top-level keys of ``metrics.json`` that other bundle files carry.
 _GROUPED_KEYS = ("per_stratum", "per_size_class", "worst", "tiles", "aois")
 
@@ -381,7 +386,7 @@ def _hashed_files(run_dir: Path) -> list[Path]:
     out = []
     for p in sorted(run_dir.rglob("*")):
         rel = p.relative_to(run_dir)
-        if not p.is_file() or rel.parts[0] in _UNHASHED_DIRS or ".tmp" in p.name:
+        if not p.is_file() or rel.parts[0] in _UNHASHED_DIRS or rel.as_posix() in _UNHASHED_FILES or ".tmp" in p.name:
             continue
         out.append(p)
     return out
@@ -415,7 +420,7 @@ def write_evidence_manifest(run_dir: str | Path, *, reason: str = "run") -> Path
         "reason": reason,
         "written": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "amends": None if previous is None else {"file": previous.name, "sha256": sha256_path(previous)},
-        "unhashed": [f"{d}/" for d in _UNHASHED_DIRS],
+        "unhashed": [f"{d}/" for d in _UNHASHED_DIRS] + list(_UNHASHED_FILES),
         "files": [{"path": p.relative_to(run_dir).as_posix(), "sha256": sha256_path(p), "bytes": p.stat().st_size} for p in files],
     }
     return write_json(target, manifest)

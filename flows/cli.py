@@ -18,6 +18,8 @@ from evalcore.cli import (
     format_summary,
 )
 from evalcore.errors import EvalInputError
+from evalcore.outputs import RunDirectoryLock, check_not_inputs, check_run_directory
+from flows.server import run_api
 
 __all__ = ["run_command"]
 
@@ -42,6 +44,13 @@ def run_command(args: argparse.Namespace) -> int:
     from flows.evaluate import RUN_LOG, evaluate_layers
     from flows.params import EvaluateParams
 
+    # The flow's parameters check the same rule, naming parameters; here it names the flags.
+    check_not_inputs(
+        {"-p/--predicted": args.predicted, "-r/--reference": args.reference, "--aoi": args.aoi, "--annotated-area": args.annotated_area,
+         "--study-area": getattr(args, "study_area", None), "--training-area": getattr(args, "training_area", None), "--gates": args.gates},
+        {"-o/--output-dir": args.output_dir, "--workdir": args.workdir},
+        directories={"-o/--output-dir", "--workdir"},
+    )
     try:
         params = EvaluateParams(
             predicted=args.predicted,
@@ -65,6 +74,9 @@ def run_command(args: argparse.Namespace) -> int:
             message = f"--{str(first['loc'][0]).replace('_', '-')}: {message}"
         raise EvalInputError(message) from None
     check_output_dir(args.output_dir, "-o/--output-dir")
+    check_run_directory(args.output_dir)
+    if Path(args.output_dir).is_dir():
+        RunDirectoryLock(args.output_dir).acquire().release()  # another run holds it: refused now, not after the set-up
     if args.workdir:
         check_output_dir(args.workdir, "--workdir")
     check_columns_up_front(args)
@@ -77,7 +89,8 @@ def run_command(args: argparse.Namespace) -> int:
     from flows.evaluate import GatesNotPassed
 
     try:
-        metrics = evaluate_layers(params)
+        with run_api():
+            metrics = evaluate_layers(params)
     except GatesNotPassed as exc:
         from evalcore.gates import exit_status
 

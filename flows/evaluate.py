@@ -66,6 +66,15 @@ from evalcore.evidence import BUNDLE_FILES
 from evalcore.io import atomic_path, write_json
 from evalcore.logs import run_log
 from evalcore.options import EvalOptions, RunPlan
+from evalcore.outputs import (
+    OutputSet,
+    RunDirectoryLock,
+    check_replaceable_directory,
+    check_run_directory,
+    claim_workdir,
+    release_workdir,
+    remove_parts_directory,
+)
 from evalcore.report import package_versions, render_report, sha256_path
 from flows.params import EvaluateParams
 
@@ -162,7 +171,6 @@ def publish(record: RunRecord, metrics: dict, params: EvaluateParams, started: s
     manifest = _manifest(record, params, inputs, "succeeded", started, dashboard)
     manifest["outputs"] = [{"path": str(p.relative_to(out)), "sha256": sha256_path(p), "bytes": p.stat().st_size} for p in outputs]
     write_json(out / "manifest.json", manifest)
-    write_json(out / "status.json", {"status": "succeeded", "finished": _now()})
     create_markdown_artifact(report, key=artifact_key("evalcore-report", params), description="Evaluation summary")
     if metrics.get("per_stratum"):
         create_table_artifact(
@@ -247,8 +255,12 @@ def evaluate_layers(params: EvaluateParams) -> dict:
     """
     options = params.options()  # bad options fail here, before the run directory exists
     out = Path(params.output_dir)
+    check_run_directory(out)
+    for name in ("fields", "predictions"):
+        check_replaceable_directory(out / name, f"{name}/ of the run directory")
     out.mkdir(parents=True, exist_ok=True)
-    with run_log(out / RUN_LOG):
+    # One run at a time in a run directory; the lock dies with this process however it ends.
+    with RunDirectoryLock(out), run_log(out / RUN_LOG):
         return _evaluate(params, options, out)
 
 
@@ -262,9 +274,12 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
     for amendment in (*out.glob("acceptance-gates.v*.json"), *out.glob("evidence-manifest.v*.json")):
         amendment.unlink()  # the previous run's amendments: not evidence of this one
     shutil.rmtree(out / "figures", ignore_errors=True)
+    for name in ("fields", "predictions"):  # parts of the previous run only (checked before the lock)
+        remove_parts_directory(out / name)
     started = _now()
     write_json(out / "status.json", {"status": "running", "started": started})
-    workdir = Path(params.workdir) if params.workdir else out / "work"
+    workdir = claim_workdir(Path(params.workdir) if params.workdir else out / "work")
+    staged = OutputSet()  # fields/ and predictions/ are written aside and swapped in whole
     setup = index = done_pairs = resolved = done_sums = merge_seconds = gate_result = None
     dashboard = ""
     client_peaks: dict[str, float] = {}  # this process's peak memory after each phase, MiB
@@ -294,12 +309,12 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
                 workdir,
                 strata_column=params.strata_column,
                 size_bins=params.size_bins,
-                frame_dir=out / "fields",
+                frame_dir=staged.directory(out / "fields"),
                 chunk_rows=params.chunk_rows,
                 log=logger.info,
                 tiles_out=out / "tiles.parquet",
                 aois_out=out / "aois.parquet" if options.aoi is not None else None,
-                predictions_dir=out / "predictions",
+                predictions_dir=staged.directory(out / "predictions"),
                 pr_curve_out=out / "pr_curve.parquet" if options.score_column is not None else None,
             )
             recording_since = start_recording(client)
@@ -319,12 +334,20 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
             metrics = merge(client, setup, index, plan, resolved, done_sums)
             merge_seconds = time.perf_counter() - merge_started
             client_peaks["merge"] = peak_rss_mib()
+            staged.commit()
             publish(record(), metrics, params, started, dashboard)
             gate_result = check_gates(params) if params.gates else None
             reliability = run_reliability(client, recording_since, record().timings, client_peaks, embedded=not params.cluster)
         evidence(params, setup, metrics, reliability, started)
         html_report(params)  # after the gates and the bundle: the decision and the identity are on the page
         seal_evidence(params)
+        # The final state is written last, so "succeeded" is never seen without every output;
+        # gates that do not pass end the run Failed, here as in Prefect and in the exit status.
+        final = {"status": "succeeded", "finished": _now()}
+        if gate_result is not None and gate_result["decision"] != "pass":
+            final = {"status": "failed", "finished": final["finished"], "failure": "gates", "gates_decision": gate_result["decision"],
+                     "error": str(GatesNotPassed(gate_result)), "outputs_complete": True}
+        write_json(out / "status.json", final)
     except BaseException as exc:
         _log.debug("run %s failed", out, exc_info=True)  # the whole traceback, in the run log only
         for partial in ("metrics.json", "report.md"):
@@ -337,9 +360,10 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
                 manifest = _manifest(so_far, params, {}, "failed", started, dashboard)
                 manifest["error"] = failure["error"]
                 write_json(out / "manifest.json", manifest)
+        staged.abort()
         raise
     if not params.keep_workdir:
-        shutil.rmtree(workdir, ignore_errors=True)
+        release_workdir(workdir)  # what this run wrote there; the directory only if evalcore made it
     logger.info("run finished: precision %.3f, recall %.3f, F1 %.3f; outputs in %s", metrics["precision"], metrics["recall"], metrics["f1"], out)
     if gate_result is not None and gate_result["decision"] != "pass":
         # After everything is written: the run ends Failed, so an automation can alert.

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from evalcore.metrics.base import Option
 from evalcore.options import EvalOptions, all_options, check_options
+from evalcore.outputs import check_not_inputs
 
 __all__ = ["MetricParams", "EvaluateParams", "ReevaluateParams", "METRIC_PARAMETERS", "DEFAULT_LAYER_PATTERN"]
 
@@ -88,6 +89,15 @@ class EvaluateParams(MetricParams):
             if not key or not key.strip() or "=" in key:
                 raise ValueError(f"a label key must be non-empty text without '=', got {key!r}")
         return value
+
+    @model_validator(mode="after")
+    def _outputs_are_not_inputs(self) -> EvaluateParams:
+        # The run directory and the work directory are replaced and cleaned: neither may be,
+        # hold, or sit inside an input (evalcore.outputs.check_not_inputs).
+        inputs = {"predicted": self.predicted, "reference": self.reference, "gates": self.gates}
+        inputs |= {name: getattr(self, name, None) for name in ("aoi", "annotated_area", "study_area", "training_area")}
+        check_not_inputs(inputs, {"output_dir": self.output_dir, "workdir": self.workdir}, directories={"output_dir", "workdir"})
+        return self
 
     def metric_parameters(self) -> dict:
         """The options that decide the numbers (:data:`METRIC_PARAMETERS`), JSON-ready."""

@@ -1,0 +1,365 @@
+"""What evalcore may write, replace and delete: outputs swapped in whole, work and run directories claimed.
+
+The promise (docs/reliability.md, "Files"): evalcore never deletes or overwrites a file
+it did not create, an output is replaced only by a whole new one, and a failure leaves
+every earlier output as it was. This module is the one home of that promise:
+
+* :class:`OutputSet` stages every output of a command under a name of its own beside its
+  target (same directory, so the final rename is atomic on one file system) and renames
+  them into place together once all are whole; a failure removes the staged names only.
+* A directory output (``--frame-out DIR/``, ``fields/``) is staged as a whole directory
+  and swapped in for the old one, which is replaced only if it holds nothing but the
+  ``part-*.parquet`` files evalcore writes (:func:`check_replaceable_directory`).
+* A work directory records whether evalcore created it (:func:`claim_workdir`); after a
+  successful run only the entries evalcore writes there are removed
+  (:func:`release_workdir`), and the directory itself only if evalcore created it.
+* A run directory (``evalcore run -o``) is claimed by one run at a time, with an
+  advisory lock that dies with its holder (:class:`RunDirectoryLock`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import errno
+import json
+import os
+import shutil
+import socket
+from pathlib import Path
+
+from evalcore.errors import EvalInputError
+
+__all__ = [
+    "OutputSet",
+    "WORKDIR_ENTRIES",
+    "RUN_LOCK",
+    "RunDirectoryLock",
+    "check_replaceable_directory",
+    "check_run_directory",
+    "check_new_directory",
+    "check_not_inputs",
+    "claim_workdir",
+    "release_workdir",
+    "remove_parts_directory",
+    "replace_directory",
+    "staged_path",
+]
+
+#: What a run writes into its work directory (evalcore.distributed.runner); nothing else
+#: there is ever removed by evalcore.
+WORKDIR_ENTRIES = ("run.json", "input", "prepared", "pairs", "resolved", "sums")
+
+#: Marker of a work directory claimed by evalcore: {"created": true} when evalcore made it.
+WORKDIR_MARKER = ".evalcore-workdir.json"
+
+#: The run directory's lock file (an advisory ``flock``; the file stays, the lock dies
+#: with the process holding it). Not evidence: ``evalcore verify`` leaves it out.
+RUN_LOCK = ".evalcore-run.lock"
+
+#: Files a run directory may hold that mark it as one of evalcore's (an earlier run).
+_RUN_MARKS = (RUN_LOCK, "status.json")
+
+_PART_PREFIX = "part-"
+
+
+def staged_path(target: str | os.PathLike) -> Path:
+    """The name an output is written under before it is renamed to ``target``.
+
+    Beside the target (the rename stays on one file system), hidden, and with the
+    target's suffix, since the suffix chooses the format (``.parquet``, ``.gpkg``).
+    The name is fixed, not random: a resumed cluster run finds the parts it wrote.
+    """
+    target = Path(target)
+    return target.with_name(f".{target.stem}.evalcore-partial{target.suffix}")
+
+
+def _is_part(path: Path) -> bool:
+    return path.is_file() and path.name.startswith(_PART_PREFIX) and path.suffix == ".parquet"
+
+
+def check_replaceable_directory(path: str | os.PathLike, option: str) -> None:
+    """Refuse a directory output that holds anything but evalcore's ``part-*.parquet`` files.
+
+    Raises
+    ------
+    EvalInputError
+        Naming the option, the directory and one file evalcore did not write.
+    """
+    p = Path(path)
+    if not p.exists():
+        return
+    if not p.is_dir():
+        raise EvalInputError(f"{option} {str(path)!r} is a file, not a directory; give a directory.")
+    foreign = sorted(child.name for child in p.iterdir() if not _is_part(child))
+    if foreign:
+        raise EvalInputError(
+            f"{option} {str(path)!r} holds {foreign[0]!r}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}, "
+            "which evalcore did not write; a directory output is replaced whole, so give an empty or new directory."
+        )
+
+
+def check_new_directory(path: str | os.PathLike, option: str, *, force: bool = False) -> None:
+    """Refuse a non-empty output directory (``evalcore synth --out``) unless ``force``."""
+    p = Path(path)
+    if p.exists() and p.is_dir() and any(p.iterdir()) and not force:
+        raise EvalInputError(
+            f"{option} {str(path)!r} is not empty; give a new or empty directory, or add --force to replace the files evalcore writes there."
+        )
+
+
+class OutputSet:
+    """The outputs of one command, staged and then renamed into place together.
+
+    Use :meth:`file` and :meth:`directory` for the path to write each output to,
+    :meth:`commit` once every output is whole, :meth:`abort` (or leave a ``with``
+    block by an exception) to remove what was staged and leave the old outputs as
+    they were.
+    """
+
+    def __init__(self) -> None:
+        self._files: dict[Path, Path] = {}
+        self._dirs: dict[Path, Path] = {}
+
+    def file(self, target: str | os.PathLike) -> Path:
+        """Where to write the output file ``target`` (its staged name)."""
+        target = Path(target)
+        staged = staged_path(target)
+        self._files[target] = staged
+        return staged
+
+    def directory(self, target: str | os.PathLike, option: str = "output") -> Path:
+        """Where to write the parts of the directory output ``target``: a fresh staging directory.
+
+        A staging directory left by an interrupted run is kept (a resumed cluster run
+        reuses its parts); only ``part-*.parquet`` files may be in it.
+        """
+        target = Path(str(target).rstrip("/" + os.sep) or ".")
+        check_replaceable_directory(target, option)
+        staged = target.with_name(f".{target.name}.evalcore-partial")
+        check_replaceable_directory(staged, option)
+        staged.mkdir(parents=True, exist_ok=True)
+        self._dirs[target] = staged
+        return staged
+
+    def commit(self) -> list[Path]:
+        """Rename every staged output to its target; return the targets."""
+        done = []
+        for target, staged in self._files.items():
+            if staged.exists():
+                os.replace(staged, target)
+                done.append(target)
+        for target, staged in self._dirs.items():
+            replace_directory(staged, target)
+            done.append(target)
+        self._files.clear()
+        self._dirs.clear()
+        return done
+
+    def abort(self) -> None:
+        """Remove every staged output (never a target)."""
+        for staged in self._files.values():
+            staged.unlink(missing_ok=True)
+        for staged in self._dirs.values():
+            remove_parts_directory(staged)
+        self._files.clear()
+        self._dirs.clear()
+
+    def __enter__(self) -> OutputSet:
+        return self
+
+    def __exit__(self, kind: object, *exc: object) -> None:
+        if kind is not None:
+            self.abort()
+
+
+def remove_parts_directory(path: Path) -> None:
+    """Remove a directory of evalcore's parts: its parts, then the directory if nothing else is left."""
+    if not path.is_dir():
+        return
+    for child in path.iterdir():
+        if _is_part(child):
+            child.unlink()
+    try:
+        path.rmdir()
+    except OSError:
+        pass  # something else is there: it is not evalcore's to remove
+
+
+def replace_directory(staged: str | os.PathLike, target: str | os.PathLike) -> Path:
+    """Swap the whole directory ``staged`` in for ``target`` (which holds only evalcore's parts, or is absent)."""
+    staged, target = Path(staged), Path(target)
+    if target.exists():
+        check_replaceable_directory(target, str(target))
+        old = target.with_name(f".{target.name}.evalcore-old")
+        remove_parts_directory(old)
+        os.replace(target, old)
+        os.replace(staged, target)
+        remove_parts_directory(old)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged, target)
+    return target
+
+
+def check_not_inputs(inputs: dict[str, str], outputs: dict[str, str | None], directories: set[str]) -> None:
+    """Refuse an output that is an input, another output, or a directory holding an input (resolved paths).
+
+    Parameters
+    ----------
+    inputs : dict
+        ``{option: path}`` of the layers read.
+    outputs : dict
+        ``{option: path or None}`` of everything written.
+    directories : set of str
+        The options of ``outputs`` that are directories (an input inside one could be
+        overwritten or removed when the run cleans it).
+    """
+    resolved_in = {opt: Path(path).resolve() for opt, path in inputs.items() if isinstance(path, (str, os.PathLike)) and "://" not in str(path)}
+    seen: dict[Path, str] = {}
+    for opt, path in outputs.items():
+        if path is None:
+            continue
+        target = Path(path).resolve()
+        for in_opt, source in resolved_in.items():
+            if target == source:
+                raise EvalInputError(f"{opt} {path!r} is the input layer of {in_opt}; writing it would destroy the input. Choose another path.")
+            if opt in directories and target in source.parents:
+                raise EvalInputError(f"{opt} {path!r} holds the input layer of {in_opt} ({str(source)!r}); choose a directory of its own.")
+            if source.is_dir() and source in target.parents:
+                raise EvalInputError(f"{opt} {path!r} is inside the input directory of {in_opt} ({str(source)!r}); choose a path outside it.")
+        if target in seen:
+            raise EvalInputError(f"{opt} {path!r} is also {seen[target]}; give each output its own path.")
+        seen[target] = opt
+
+
+# --------------------------------------------------------------------------- work directories
+
+
+def claim_workdir(path: str | os.PathLike, option: str = "--workdir") -> Path:
+    """Make ``path`` a work directory of evalcore's, recording whether evalcore created it.
+
+    A directory that already holds one of :data:`WORKDIR_ENTRIES` without the marker
+    was not made by evalcore: its ``prepared/`` (say) could be the user's, and a run
+    replaces those entries, so it is refused.
+    """
+    p = Path(path)
+    marker = p / WORKDIR_MARKER
+    if marker.exists():
+        return p
+    if p.exists() and not p.is_dir():
+        raise EvalInputError(f"{option} {str(path)!r} is a file, not a directory; give a directory.")
+    created = not p.exists()
+    if not created:
+        clash = sorted(name for name in WORKDIR_ENTRIES if (p / name).exists())
+        if clash:
+            raise EvalInputError(
+                f"{option} {str(path)!r} already holds {clash[0]!r}, which evalcore did not write there; "
+                "give an empty or new directory (evalcore creates it)."
+            )
+    p.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"created": created}) + "\n", encoding="utf-8")
+    return p
+
+
+def release_workdir(path: str | os.PathLike) -> None:
+    """After a successful run: remove what evalcore wrote in the work directory, and the directory if evalcore made it."""
+    p = Path(path)
+    marker = p / WORKDIR_MARKER
+    if not marker.exists():
+        return  # not claimed: nothing of it is evalcore's to remove
+    try:
+        created = bool(json.loads(marker.read_text(encoding="utf-8")).get("created"))
+    except (OSError, ValueError):
+        created = False
+    for name in WORKDIR_ENTRIES:
+        entry = p / name
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        elif entry.exists() or entry.is_symlink():
+            entry.unlink(missing_ok=True)
+    marker.unlink(missing_ok=True)
+    if created:
+        try:
+            p.rmdir()  # only if empty: a file added by someone else during the run stays, with its directory
+        except OSError:
+            pass
+
+
+# --------------------------------------------------------------------------- run directories
+
+
+def check_run_directory(path: str | os.PathLike, option: str = "-o/--output-dir") -> None:
+    """A run directory must be new, empty, or an earlier evalcore run's (a rerun replaces its outputs)."""
+    p = Path(path)
+    if not p.exists():
+        return
+    if not p.is_dir():
+        raise EvalInputError(f"{option} {str(path)!r} is a file, not a directory; give a directory.")
+    children = [c.name for c in p.iterdir()]
+    if children and not any((p / mark).is_file() for mark in _RUN_MARKS):
+        raise EvalInputError(
+            f"{option} {str(path)!r} holds files that are not an evalcore run (e.g. {sorted(children)[0]!r}); "
+            "give a new or empty directory, or an earlier run's directory to replace that run."
+        )
+
+
+class RunDirectoryLock:
+    """An exclusive claim on a run directory for the life of this process (``fcntl.flock``).
+
+    The lock file records who holds it (host, process id, start time) for the message
+    a second run gets. The kernel releases the lock when the holder exits, however it
+    exits, so a killed run never leaves the directory claimed.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, option: str = "-o/--output-dir") -> None:
+        self.path = Path(run_dir) / RUN_LOCK
+        self.option = option
+        self._fd: int | None = None
+
+    def acquire(self) -> RunDirectoryLock:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES, errno.EAGAIN):
+                os.close(fd)
+                raise
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise EvalInputError(
+                f"{self.option} {str(self.path.parent)!r} is in use by another evalcore run ({holder}); "
+                "wait for it to finish or choose another run directory."
+            ) from None
+        holder = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the only descriptor releases the flock
+            self._fd = None
+
+    def __enter__(self) -> RunDirectoryLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        holder = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except (OSError, ValueError):
+        return "holder unknown"
+    if not holder:
+        return "holder unknown"
+    return f"process {holder.get('pid')} on {holder.get('host')}, started {holder.get('started')}"

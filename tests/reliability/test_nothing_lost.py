@@ -1,0 +1,340 @@
+"""Nothing a user owns is lost (issue 27, items 1-8), through the real command line.
+
+Each test runs ``evalcore`` in a subprocess as a user would, and checks the files on disk
+afterwards: what evalcore did not create is still there byte for byte, an output is
+either the old one or a whole new one, a directory output holds one run's parts, a run
+directory is held by one run at a time, its ``status.json`` is written last and agrees
+with the exit status and the Prefect flow's state, and the Prefect server a run started
+dies with it.
+
+A full disk is a small ``tmpfs`` mounted for the test (root only; skipped otherwise).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import geopandas
+import pytest
+
+from evalcore.synth import write_layers
+from tests.common import naive_sha256, run_cli
+
+pytestmark = pytest.mark.timeout(600)
+
+N_REF = 300
+
+
+@pytest.fixture(scope="module")
+def layers(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A small generated layer pair (predicted, reference) in a directory of its own."""
+    pred, ref = write_layers(tmp_path_factory.mktemp("layers"), N_REF, seed=3)
+    return pred, ref
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(src.read_bytes())
+    return dst
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every file under ``root`` with its SHA-256 (what must survive untouched)."""
+    return {p.relative_to(root).as_posix(): naive_sha256(p) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _one_line_error(result: subprocess.CompletedProcess, *needles: str) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.startswith("evalcore: error:")]
+    assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+    assert len(lines) == 1, result.stderr[-3000:]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def _run_env(prefect_server: str | None) -> dict[str, str]:
+    env = dict(os.environ, PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    if prefect_server is None:
+        env.pop("PREFECT_API_URL", None)
+    else:
+        env["PREFECT_API_URL"] = prefect_server
+    return env
+
+
+def _evalcore_run(args: list[str], prefect_server: str | None, **popen: object) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "evalcore.cli", "run", "--workers", "1", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_run_env(prefect_server), **popen,
+    )
+
+
+@contextlib.contextmanager
+def _full_disk(path: Path, free_bytes: int = 0):
+    """A tmpfs at ``path`` with about ``free_bytes`` left (a filler file takes the rest)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs (a full disk) needs root")
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        filler = path / ".filler"
+        with open(filler, "wb", buffering=0) as f:
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * 4096)
+        if free_bytes:
+            os.truncate(filler, max(filler.stat().st_size - free_bytes, 0))
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+# --------------------------------------------------------------------------- item 1: the work directory
+
+
+def test_run_refuses_a_workdir_holding_its_inputs_and_deletes_nothing(tmp_path: Path, layers: tuple[Path, Path]) -> None:
+    proj = tmp_path / "proj"
+    pred, ref = _copy(layers[0], proj / "pred.parquet"), _copy(layers[1], proj / "ref.parquet")
+    (proj / "NOTES.txt").write_text("x\n")
+    before = _tree(proj)
+    (tmp_path / "runs").mkdir()
+    result = run_cli("run", "-p", str(pred), "-r", str(ref), "--workdir", str(proj), "-o", str(tmp_path / "runs" / "p"))
+    _one_line_error(result, "workdir", "input")
+    assert _tree(proj) == before
+    assert not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.prefect
+def test_run_removes_only_what_it_wrote_in_a_users_workdir(tmp_path: Path, layers: tuple[Path, Path], prefect_server: str) -> None:
+    proj = tmp_path / "proj"
+    (proj / "notes").mkdir(parents=True)
+    (proj / "NOTES.txt").write_text("my notes\n")
+    (proj / "notes" / "a.txt").write_text("more\n")
+    before = _tree(proj)
+    made = tmp_path / "scratch" / "made-by-evalcore"  # a work directory evalcore creates: removed after success
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "runs").mkdir()
+    for workdir, out in ((proj, tmp_path / "runs" / "a"), (made, tmp_path / "runs" / "b")):
+        proc = _evalcore_run(["-p", str(layers[0]), "-r", str(layers[1]), "--workdir", str(workdir), "-o", str(out)], prefect_server)
+        stdout, stderr = proc.communicate(timeout=500)
+        assert proc.returncode == 0, stderr[-3000:]
+        assert (out / "metrics.json").is_file()
+    assert _tree(proj) == before and sorted(p.name for p in proj.iterdir()) == ["NOTES.txt", "notes"]
+    assert not made.exists() and (tmp_path / "scratch").is_dir()
+
+
+# --------------------------------------------------------------------------- item 2: outputs are not inputs
+
+
+@pytest.mark.parametrize("case", ["aoi-inside-out", "parts-inside-out", "input-in-work-of-out", "workdir-is-input-dir"])
+def test_run_refuses_outputs_that_hold_inputs_before_any_work(tmp_path: Path, layers: tuple[Path, Path], case: str) -> None:
+    proj = tmp_path / "proj"
+    pred, ref = _copy(layers[0], tmp_path / "in" / "pred.parquet"), _copy(layers[1], tmp_path / "in" / "ref.parquet")
+    args = ["-r", str(ref)]
+    if case == "aoi-inside-out":
+        aoi = _copy(layers[0].with_name("aoi.parquet"), proj / "aois.parquet")
+        args += ["-p", str(pred), "--aoi", str(aoi), "--aoi-id-column", "aoi_id", "-o", str(proj)]
+        flag = "--aoi"
+    elif case == "parts-inside-out":
+        _copy(layers[0], proj / "predictions" / "part-0.parquet")
+        args += ["-p", str(proj / "predictions"), "-o", str(proj)]
+        flag = "predicted"
+    elif case == "input-in-work-of-out":
+        inner = _copy(layers[0], proj / "work" / "pred.parquet")
+        args += ["-p", str(inner), "-o", str(proj)]
+        flag = "predicted"
+    else:
+        args += ["-p", str(pred), "--workdir", str(tmp_path / "in"), "-o", str(tmp_path / "out")]
+        flag = "predicted"
+    before = _tree(tmp_path)
+    result = run_cli("run", *args)
+    _one_line_error(result, flag)
+    assert _tree(tmp_path) == before
+
+
+def test_run_refuses_a_directory_that_is_not_a_run(tmp_path: Path, layers: tuple[Path, Path]) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "metrics.json").write_text('{"mine": true}\n')
+    result = run_cli("run", "-p", str(layers[0]), "-r", str(layers[1]), "-o", str(out))
+    _one_line_error(result, "-o/--output-dir", "not an evalcore run")
+    assert (out / "metrics.json").read_text() == '{"mine": true}\n'
+
+
+def test_synth_refuses_a_non_empty_directory_unless_forced(tmp_path: Path) -> None:
+    out = tmp_path / "parts"
+    out.mkdir()
+    (out / "part-0.parquet").write_bytes(b"PAR1 not really")
+    result = run_cli("synth", "--n-ref", "50", "--out", str(out))
+    _one_line_error(result, "--out", "not empty", "--force")
+    assert sorted(p.name for p in out.iterdir()) == ["part-0.parquet"]
+    forced = run_cli("synth", "--n-ref", "50", "--out", str(out), "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert (out / "part-0.parquet").read_bytes() == b"PAR1 not really"  # not synth's file: left alone
+    assert len(geopandas.read_parquet(out / "reference.parquet")) >= 50  # 50 fields, and the generator's few bad rows
+
+
+# --------------------------------------------------------------------------- items 3, 4, 6: a full disk, reused directories
+
+
+def test_failed_evaluate_keeps_the_older_outputs(tmp_path: Path, layers: tuple[Path, Path]) -> None:
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    first = run_cli("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), "--frame-out", str(keep / "fields.parquet"),
+                    "--tiles-out", str(keep / "tiles.parquet"), "-o", str(keep / "metrics.json"))
+    assert first.returncode == 0, first.stderr
+    before = _tree(keep)
+    with _full_disk(tmp_path / "full") as full:
+        result = run_cli("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), "--iou-threshold", "0.6",
+                         "--frame-out", str(keep / "fields.parquet"), "--tiles-out", str(keep / "tiles.parquet"),
+                         "-o", str(full / "metrics.json"))
+        assert result.returncode != 0
+        assert sorted(p.name for p in full.iterdir()) == [".filler"]
+    assert _tree(keep) == before  # the old outputs, byte for byte, and no staged leftovers
+
+
+@pytest.mark.cluster
+def test_directory_outputs_hold_one_run_and_a_failed_cluster_run_leaves_nothing(tmp_path: Path, layers: tuple[Path, Path]) -> None:
+    fields = tmp_path / "fields"
+    cluster = ["--cluster", "local", "--workers", "1", "--in-process-below", "0", "--partition-km", "5"]
+    # A cluster run whose last write fails on a full disk: no fields/ parts, no tiles.parquet.
+    with _full_disk(tmp_path / "full") as full:
+        failed = run_cli("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), *cluster, "--frame-out", f"{fields}/",
+                         "--tiles-out", str(tmp_path / "tiles.parquet"), "-o", str(full / "metrics.json"))
+        assert failed.returncode != 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]
+    # A cluster run writes several parts; an in-process run into the same directory replaces them all.
+    done = run_cli("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), *cluster, "--frame-out", f"{fields}/", "-o", str(tmp_path / "m1.json"))
+    assert done.returncode == 0, done.stderr
+    assert len(list(fields.glob("part-*.parquet"))) > 1
+    again = run_cli("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), "--frame-out", f"{fields}/", "-o", str(tmp_path / "m2.json"))
+    assert again.returncode == 0, again.stderr
+    table = geopandas.read_parquet(fields)
+    assert len(table) == N_REF and table["ref_index"].is_unique
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fields", "full", "m1.json", "m2.json"]
+
+
+def test_a_directory_output_with_foreign_files_is_refused(tmp_path: Path, layers: tuple[Path, Path]) -> None:
+    fields = tmp_path / "fields"
+    fields.mkdir()
+    (fields / "README.txt").write_text("mine\n")
+    result = run_cli("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), "--frame-out", f"{fields}/", "-o", str(tmp_path / "m.json"))
+    _one_line_error(result, "--frame-out", "README.txt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fields"] and [p.name for p in fields.iterdir()] == ["README.txt"]
+
+
+def test_failed_synth_leaves_no_directory(tmp_path: Path) -> None:
+    with _full_disk(tmp_path / "full") as full:
+        result = run_cli("synth", "--n-ref", "2000", "--out", str(full / "data"))
+        assert result.returncode != 0
+        assert sorted(p.name for p in full.iterdir()) == [".filler"]
+
+
+# --------------------------------------------------------------------------- items 5 and 7: one run at a time, a truthful state
+
+
+def _lock_held(run_dir: Path) -> bool:
+    lock = run_dir / ".evalcore-run.lock"
+    if not lock.exists():
+        return False
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _flow_run_states(api_url: str) -> list[tuple[str, str]]:
+    import httpx
+
+    response = httpx.post(f"{api_url}/flow_runs/filter", json={"limit": 200}, timeout=30)
+    response.raise_for_status()
+    return [(run["parameters"]["params"]["output_dir"], run["state_type"]) for run in response.json()
+            if "params" in run.get("parameters", {})]
+
+
+@pytest.mark.prefect
+def test_second_run_into_a_run_directory_is_refused_and_gates_end_the_run_failed(tmp_path: Path, layers: tuple[Path, Path], prefect_server: str) -> None:
+    out = tmp_path / "run"
+    gates = tmp_path / "gates.yaml"
+    gates.write_text('gates:\n  - id: G-F1\n    metric: f1\n    op: ">="\n    threshold: 1.01\n', encoding="utf-8")
+    first = _evalcore_run(["-p", str(layers[0]), "-r", str(layers[1]), "--gates", str(gates), "-o", str(out)], prefect_server)
+    deadline = time.monotonic() + 300
+    while not _lock_held(out):
+        assert first.poll() is None and time.monotonic() < deadline, "the first run never claimed its run directory"
+        time.sleep(0.2)
+    second = run_cli("run", "-p", str(layers[0]), "-r", str(layers[1]), "-o", str(out))
+    _one_line_error(second, str(out), "in use by another evalcore run", f"process {first.pid}")
+    stdout, stderr = first.communicate(timeout=500)
+    assert first.returncode == 1, (first.returncode, stderr[-3000:])  # gates: fail
+    status = json.loads((out / "status.json").read_text())
+    assert status["status"] == "failed" and status["failure"] == "gates" and status["gates_decision"] == "fail"
+    # Written last: no file of the run directory is newer than status.json.
+    newest = max((p for p in out.rglob("*") if p.is_file() and p.name != ".evalcore-run.lock"), key=lambda p: p.stat().st_mtime_ns)
+    assert newest.name == "status.json", newest
+    assert (out / "evidence-manifest.json").is_file() and (out / "report.html").is_file()
+    verified = run_cli("verify", str(out))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    states = [state for path, state in _flow_run_states(prefect_server) if Path(path).resolve() == out.resolve()]
+    assert states == ["FAILED"], states
+    assert (out / "metrics.json").is_file()
+
+
+# --------------------------------------------------------------------------- item 8: the Prefect server dies with the run
+
+
+def _uvicorn_children(pid: int) -> list[int]:
+    import psutil
+
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    return [c.pid for c in children if any("uvicorn" in part for part in _cmdline(c))]
+
+
+def _cmdline(process: object) -> list[str]:
+    import psutil
+
+    try:
+        return process.cmdline()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return []
+
+
+@pytest.mark.prefect
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_run_leaves_no_prefect_server(tmp_path: Path, layers: tuple[Path, Path], sig: signal.Signals) -> None:
+    import psutil
+
+    run = _evalcore_run(["-p", str(layers[0]), "-r", str(layers[1]), "-o", str(tmp_path / "run")], None,
+                        cwd=tmp_path, start_new_session=True)
+    deadline = time.monotonic() + 300
+    servers: list[int] = []
+    while not servers:
+        assert run.poll() is None and time.monotonic() < deadline, "the run ended before its Prefect server started"
+        servers = _uvicorn_children(run.pid)
+        time.sleep(0.2)
+    run.send_signal(sig)
+    run.communicate(timeout=60)
+    deadline = time.monotonic() + 30
+    alive = servers
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in servers if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.2)
+    for pid in alive:  # leave the machine clean even when the test fails
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    assert not alive, f"the Prefect server {alive} outlived its run ({sig.name})"
