@@ -70,9 +70,9 @@ def _run_env(prefect_server: str | None) -> dict[str, str]:
 
 
 def _evalcore_run(args: list[str], prefect_server: str | None, **popen: object) -> subprocess.Popen:
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **popen}
     return subprocess.Popen(
-        [sys.executable, "-m", "evalcore.cli", "run", "--workers", "1", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_run_env(prefect_server), **popen,
+        [sys.executable, "-m", "evalcore.cli", "run", "--workers", "1", *args], text=True, env=_run_env(prefect_server), **popen,
     )
 
 
@@ -216,10 +216,11 @@ def test_directory_outputs_hold_one_run_and_a_failed_cluster_run_leaves_nothing(
     done = run_cli("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), *cluster, "--frame-out", f"{fields}/", "-o", str(tmp_path / "m1.json"))
     assert done.returncode == 0, done.stderr
     assert len(list(fields.glob("part-*.parquet"))) > 1
+    n_fields = len(geopandas.read_parquet(fields))
     again = run_cli("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), "--frame-out", f"{fields}/", "-o", str(tmp_path / "m2.json"))
     assert again.returncode == 0, again.stderr
     table = geopandas.read_parquet(fields)
-    assert len(table) == N_REF and table["ref_index"].is_unique
+    assert len(table) == n_fields and table["ref_index"].is_unique
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fields", "full", "m1.json", "m2.json"]
 
 
@@ -282,7 +283,9 @@ def test_second_run_into_a_run_directory_is_refused_and_gates_end_the_run_failed
     status = json.loads((out / "status.json").read_text())
     assert status["status"] == "failed" and status["failure"] == "gates" and status["gates_decision"] == "fail"
     # Written last: no file of the run directory is newer than status.json.
-    newest = max((p for p in out.rglob("*") if p.is_file() and p.name != ".evalcore-run.lock"), key=lambda p: p.stat().st_mtime_ns)
+    # (The log is appended to until the process ends; the lock file is not part of the run.)
+    newest = max((p for p in out.rglob("*") if p.is_file() and p.name != ".evalcore-run.lock" and p.parent.name != "logs"),
+                 key=lambda p: p.stat().st_mtime_ns)
     assert newest.name == "status.json", newest
     assert (out / "evidence-manifest.json").is_file() and (out / "report.html").is_file()
     verified = run_cli("verify", str(out))
@@ -319,8 +322,10 @@ def _cmdline(process: object) -> list[str]:
 def test_killed_run_leaves_no_prefect_server(tmp_path: Path, layers: tuple[Path, Path], sig: signal.Signals) -> None:
     import psutil
 
+    # Output to a file: a pipe would stay open in whatever the killed run left behind.
+    log = open(tmp_path / "run.out", "w")  # noqa: SIM115 (closed below)
     run = _evalcore_run(["-p", str(layers[0]), "-r", str(layers[1]), "-o", str(tmp_path / "run")], None,
-                        cwd=tmp_path, start_new_session=True)
+                        cwd=tmp_path, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
     servers: list[int] = []
     while not servers:
@@ -328,7 +333,8 @@ def test_killed_run_leaves_no_prefect_server(tmp_path: Path, layers: tuple[Path,
         servers = _uvicorn_children(run.pid)
         time.sleep(0.2)
     run.send_signal(sig)
-    run.communicate(timeout=60)
+    run.wait(timeout=60)
+    log.close()
     deadline = time.monotonic() + 30
     alive = servers
     while alive and time.monotonic() < deadline:
