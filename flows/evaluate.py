@@ -15,7 +15,7 @@ task keys named after the partition; the tasks pass the phases' frozen outputs a
   docs/report.md), also published as Prefect artifacts;
 * ``manifest.json``: parameters, input checksums and rows, versions, partitions,
   outputs with checksums, and the run's status;
-* ``status.json``: ``running``, ``succeeded`` or ``failed`` (with the error);
+* ``status.json``: ``running``, ``succeeded`` or ``failed`` (with the error), written last;
 * the evidence bundle of SPEC 6.8 (:mod:`evalcore.evidence`, docs/evidence.md):
   ``evaluation-contract.json``, ``input-manifest.json``, the per-family metrics files,
   ``latency-and-reliability.json``, ``error-taxonomy.json``, ``acceptance-gates.json``
@@ -25,6 +25,11 @@ task keys named after the partition; the tasks pass the phases' frozen outputs a
   log and the terminal get one line per phase).
 
 A failed run writes no ``metrics.json``; its ``status.json`` and manifest say it failed.
+A run whose acceptance gates do not pass keeps every output, and its ``status.json``
+says ``failed`` with ``"failure": "gates"``, as the flow's state and the exit status do.
+The run directory is claimed by one run at a time; ``fields/`` and ``predictions/`` are
+written aside and swapped in whole; the work directory loses only what the run wrote
+there (:mod:`evalcore.outputs`, docs/reliability.md "Files").
 """
 
 from __future__ import annotations
