@@ -4,9 +4,9 @@ The promise (docs/reliability.md, "Files"): evalcore never deletes or overwrites
 it did not create, an output is replaced only by a whole new one, and a failure leaves
 every earlier output as it was. This module is the one home of that promise:
 
-* :class:`OutputSet` stages every output of a command under a name of its own beside its
-  target (same directory, so the final rename is atomic on one file system) and renames
-  them into place together once all are whole; a failure removes the staged names only.
+* :class:`OutputSet` stages every output of a command in a hidden ``.evalcore-partial/``
+  beside its target (same file system, so the final rename is atomic) and renames them
+  into place together once all are whole; a failure removes the staged names only.
 * A directory output (``--frame-out DIR/``, ``fields/``) is staged as a whole directory
   and swapped in for the old one, which is replaced only if it holds nothing but the
   ``part-*.parquet`` files evalcore writes (:func:`check_replaceable_directory`).
@@ -19,6 +19,7 @@ every earlier output as it was. This module is the one home of that promise:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import json
@@ -62,15 +63,24 @@ _RUN_MARKS = (RUN_LOCK, "status.json")
 _PART_PREFIX = "part-"
 
 
-def staged_path(target: str | os.PathLike) -> Path:
-    """The name an output is written under before it is renamed to ``target``.
+#: The hidden directory, beside each output, that holds it until it is renamed into place.
+STAGING_DIR = ".evalcore-partial"
 
-    Beside the target (the rename stays on one file system), hidden, and with the
-    target's suffix, since the suffix chooses the format (``.parquet``, ``.gpkg``).
+
+def staged_path(target: str | os.PathLike) -> Path:
+    """Where an output is written before it is renamed to ``target``: ``.evalcore-partial/NAME`` beside it.
+
+    Beside the target, so the rename stays on one file system; under the target's own
+    name, since the suffix chooses the format and the stem names a GeoPackage's layer.
     The name is fixed, not random: a resumed cluster run finds the parts it wrote.
     """
     target = Path(target)
-    return target.with_name(f".{target.stem}.evalcore-partial{target.suffix}")
+    return target.parent / STAGING_DIR / target.name
+
+
+def _remove_staging_dir(staged: Path) -> None:
+    with contextlib.suppress(OSError):
+        staged.parent.rmdir()  # only when empty: another command may be staging beside it
 
 
 def _is_part(path: Path) -> bool:
@@ -124,6 +134,7 @@ class OutputSet:
         """Where to write the output file ``target`` (its staged name)."""
         target = Path(target)
         staged = staged_path(target)
+        staged.parent.mkdir(parents=True, exist_ok=True)
         self._files[target] = staged
         return staged
 
@@ -135,7 +146,7 @@ class OutputSet:
         """
         target = Path(str(target).rstrip("/" + os.sep) or ".")
         check_replaceable_directory(target, option)
-        staged = target.with_name(f".{target.name}.evalcore-partial")
+        staged = staged_path(target)
         check_replaceable_directory(staged, option)
         staged.mkdir(parents=True, exist_ok=True)
         self._dirs[target] = staged
@@ -148,8 +159,10 @@ class OutputSet:
             if staged.exists():
                 os.replace(staged, target)
                 done.append(target)
+            _remove_staging_dir(staged)
         for target, staged in self._dirs.items():
             replace_directory(staged, target)
+            _remove_staging_dir(staged)
             done.append(target)
         self._files.clear()
         self._dirs.clear()
@@ -159,8 +172,10 @@ class OutputSet:
         """Remove every staged output (never a target)."""
         for staged in self._files.values():
             staged.unlink(missing_ok=True)
+            _remove_staging_dir(staged)
         for staged in self._dirs.values():
             remove_parts_directory(staged)
+            _remove_staging_dir(staged)
         self._files.clear()
         self._dirs.clear()
 
@@ -190,7 +205,7 @@ def replace_directory(staged: str | os.PathLike, target: str | os.PathLike) -> P
     staged, target = Path(staged), Path(target)
     if target.exists():
         check_replaceable_directory(target, str(target))
-        old = target.with_name(f".{target.name}.evalcore-old")
+        old = staged.parent / f"{target.name}.old"
         remove_parts_directory(old)
         os.replace(target, old)
         os.replace(staged, target)
