@@ -56,8 +56,8 @@ naming it, anything far from that before it builds a value: a file over 1 MiB
 (:data:`MAX_FILE_BYTES`), collections nested deeper than 32 levels (:data:`MAX_DEPTH`),
 and more than 100,000 values once aliases are expanded (:data:`MAX_VALUES`), which
 stops alias ("billion laughs") and merge-key bombs. Anchors and aliases themselves stay
-allowed (``min_support: &n 30`` ... ``min_support: *n``), except an alias inside the
-collection it names. No message quotes more than a few dozen characters of a value.
+allowed (``min_support: &n 30`` ... ``min_support: *n``). No message quotes more than
+a few dozen characters of a value.
 """
 
 from __future__ import annotations
@@ -219,8 +219,9 @@ def _shape_error(text: str) -> str | None:
     for, so an exponential file is refused once it passes :data:`MAX_VALUES`. A syntax
     error is left to the loader, which reports it with its line.
     """
-    expanded: dict[str, int] = {}  # anchor -> values it stands for, once its collection is closed
-    open_anchors: set[str] = set()
+    # anchor -> values it stands for, once its collection is closed; an alias inside the
+    # collection it names (a cycle, which PyYAML builds as one object) counts as one.
+    expanded: dict[str, int] = {}
     stack: list[list] = []  # [anchor, values so far] of each open collection
     total = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
@@ -228,17 +229,12 @@ def _shape_error(text: str) -> str | None:
             if len(stack) == MAX_DEPTH:
                 return f"nests collections deeper than {MAX_DEPTH} levels"
             stack.append([event.anchor, 1])
-            if event.anchor is not None:
-                open_anchors.add(event.anchor)
             continue
         if isinstance(event, yaml.CollectionEndEvent):
             anchor, values = stack.pop()
             if anchor is not None:
-                open_anchors.discard(anchor)
                 expanded[anchor] = values
         elif isinstance(event, yaml.AliasEvent):
-            if event.anchor in open_anchors:
-                return f"has an alias *{_one_line(event.anchor, 40)} inside the collection it names"
             values = expanded.get(event.anchor, 1)  # an unknown anchor: the loader reports it
         elif isinstance(event, yaml.ScalarEvent):
             values = 1
@@ -278,7 +274,7 @@ def load_gates(path: str | Path) -> list[Gate]:
         (values from the file are cut to a few dozen characters): the file cannot be
         read, is larger than :data:`MAX_FILE_BYTES`, is not YAML, nests deeper than
         :data:`MAX_DEPTH` or holds more than :data:`MAX_VALUES` values once its aliases
-        are expanded (or an alias inside the collection it names), it has no ``gates``
+        are expanded, it has no ``gates``
         list or an empty one, a
         rule is not a mapping, has no id, an id of another rule, an unknown key, no or a
         bad metric path, an unknown comparison, a threshold that is not a finite

@@ -135,3 +135,4 @@ def test_a_few_aliases_in_a_sound_file_still_work(tmp_path):
     assert proc.returncode == 1, proc.stderr
     written = json.loads((tmp_path / "run" / "acceptance-gates.json").read_text(encoding="utf-8"))
     assert [(r["id"], r["state"], r["min_support"]) for r in written["rules"]] == [("A", "pass", 5), ("B", "fail", 5)]
+
