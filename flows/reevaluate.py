@@ -373,7 +373,7 @@ def _cluster_address(params: ReevaluateParams) -> Iterator[str]:
     if params.cluster:
         yield params.cluster
         return
-    with dask_client(None, params.n_workers) as client:
+    with dask_client(None, params.n_workers, params.dashboard_address) as client:
         yield client.scheduler.address
 
 
