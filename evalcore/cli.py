@@ -121,6 +121,48 @@ def _row_count(text: str) -> int:
     return value
 
 
+def _dashboard_address(text: str) -> str:
+    from evalcore.distributed.cluster import check_dashboard_address
+
+    try:
+        return check_dashboard_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_dashboard_argument(parser: argparse.ArgumentParser, *, default: str | None) -> None:
+    """``--dashboard-address`` of the commands that start an embedded cluster."""
+    parser.add_argument(
+        "--dashboard-address", type=_dashboard_address, default=default, metavar="HOST:PORT",
+        help="where the embedded cluster's Dask dashboard listens; 0.0.0.0:8787 or :8787 open it to every machine that "
+        "reaches this one (it has no login) (default 127.0.0.1:0: this machine only, a free port)",
+    )
+
+
+def dashboard_address(args: argparse.Namespace) -> str:
+    """``--dashboard-address`` of a command that can start an embedded cluster, else the default (loopback).
+
+    Raises
+    ------
+    EvalInputError
+        When it is given but no embedded cluster is started: ``evaluate``/``compare``
+        without ``--cluster local``, ``run`` with ``--cluster ADDRESS``.
+    """
+    from evalcore.distributed.cluster import DASHBOARD_ADDRESS
+
+    given = getattr(args, "dashboard_address", None)
+    if given is None:
+        return DASHBOARD_ADDRESS
+    embedded = args.cluster is None if args.command == "run" else args.cluster == "local"
+    if not embedded:
+        where = "--cluster local" if args.command != "run" else "no --cluster"
+        raise EvalInputError(
+            f"--dashboard-address is the dashboard of the cluster evalcore starts ({where}); "
+            "an external scheduler's is set where it starts (dask scheduler --dashboard-address)."
+        )
+    return given
+
+
 def _add_layer_arguments(parser: argparse.ArgumentParser) -> None:
     """The inputs, shared by ``evaluate`` and ``run``."""
     parser.add_argument("-p", "--predicted", required=True, help="predicted layer: any file pyogrio reads (GeoPackage, GeoParquet, FlatGeobuf, Shapefile, GeoJSON) or a directory of GeoParquet parts")
@@ -158,6 +200,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="run on Dask: 'local' starts a LocalCluster, tcp://HOST:PORT connects to a running scheduler (default: in this process)",
     )
     ev.add_argument("--workers", type=int, help="worker processes of --cluster local (default 2)")
+    _add_dashboard_argument(ev, default=None)
     ev.add_argument(
         "--in-process-below",
         type=_row_count,
@@ -177,6 +220,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_option_flags(rn)
     rn.add_argument("--cluster", help="Dask scheduler address tcp://HOST:PORT (default: an embedded LocalCluster)")
     rn.add_argument("--workers", type=int, default=2, help="worker processes of the embedded LocalCluster (default 2)")
+    _add_dashboard_argument(rn, default=None)
     rn.add_argument("--workdir", help="work directory; keep it to resume an interrupted run (default: RUN_DIR/work, removed after success)")
     rn.add_argument("-o", "--output-dir", required=True, help="run directory: metrics.json, report.md, manifest.json, fields/ (its parent must exist)")
     rn.add_argument("-v", "--verbose", action="count", default=0, help="more log lines (-v: every partition, -vv: also Prefect's and Dask's); the run directory keeps the whole log")
@@ -212,6 +256,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_option_flags(cp)
     cp.add_argument("--cluster", help="run on Dask: 'local' starts a LocalCluster, tcp://HOST:PORT connects to a running scheduler (default: in this process)")
     cp.add_argument("--workers", type=int, default=2, help="worker processes of --cluster local (default 2)")
+    _add_dashboard_argument(cp, default=None)
     cp.add_argument("-o", "--output", required=True, help="delta JSON file to write (its directory must exist)")
     cp.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
     cp.add_argument("-v", "--verbose", action="count", default=0, help="more log lines")
@@ -519,6 +564,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     kind = _check_evaluate_arguments(args)  # before any file is read
+    dashboard_address(args)
     if args.cluster:
         check_columns_up_front(args)
         _check_id_columns_up_front(args)
@@ -741,7 +787,8 @@ def _evaluate_on_cluster(args: argparse.Namespace, outputs: OutputSet) -> dict[s
         # Task errors reach this process as exceptions, reported in one line: the
         # workers' own "Compute Failed" logs (with tracebacks) stay silent.
         pool = ThreadPoolExecutor(1, thread_name_prefix="evalcore-cluster-start")
-        starting = pool.submit(local_cluster, workers, silence_logs=library_level(quiet=logging.CRITICAL))
+        starting = pool.submit(local_cluster, workers, silence_logs=library_level(quiet=logging.CRITICAL),
+                               dashboard_address=dashboard_address(args))
         pool.shutdown(wait=False)
     cluster = None
     try:
@@ -879,6 +926,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         directories=set(),
     )
     check_site_layers(args)
+    dashboard_address(args)
     if args.cluster:
         result = _compare_on_cluster(args, options, models, baseline, layers, pair)
     else:
@@ -909,7 +957,7 @@ def _compare_on_cluster(args: argparse.Namespace, options: dict, models: list[tu
     cluster = None
     try:
         if args.cluster == "local":
-            cluster = local_cluster(args.workers, silence_logs=library_level(quiet=logging.CRITICAL))
+            cluster = local_cluster(args.workers, silence_logs=library_level(quiet=logging.CRITICAL), dashboard_address=dashboard_address(args))
             client = Client(cluster)
         elif args.cluster.startswith(("tcp://", "tls://")):
             client = Client(args.cluster, timeout="20s")

@@ -49,12 +49,22 @@ per-tile entries.
 The decision is ``pass`` only if every rule (every expanded group) passes, ``fail`` if
 one fails, else ``not_evaluable``; :func:`exit_status` maps it to 0, 1 and 3. A run
 gated by no rule at all is ``not_evaluable``, never a vacuous pass.
+Limits
+------
+A gates file is a short list of rules, and :func:`load_gates` refuses, in one short line
+naming it, anything far from that before it builds a value: a file over 1 MiB
+(:data:`MAX_FILE_BYTES`), collections nested deeper than 32 levels (:data:`MAX_DEPTH`),
+and more than 100,000 values once aliases are expanded (:data:`MAX_VALUES`), which
+stops alias ("billion laughs") and merge-key bombs. Anchors and aliases themselves stay
+allowed (``min_support: &n 30`` ... ``min_support: *n``). No message quotes more than
+a few dozen characters of a value.
 """
 
 from __future__ import annotations
 
 import math
 import operator
+import reprlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +103,19 @@ EXIT_STATUS: dict[str, int] = {"pass": 0, "fail": 1, "not_evaluable": 3}
 """Exit status of ``evalcore gate`` / ``evalcore run --gates`` for each decision."""
 
 _RULE_KEYS: tuple[str, ...] = ("id", "metric", "op", "threshold", "min_support", "use")
+
+MAX_FILE_BYTES = 1 << 20
+"""A gates file larger than this (1 MiB) is refused unread: a few dozen rules take a few kB."""
+
+MAX_DEPTH = 32
+"""Deepest nesting of YAML collections a gates file may hold (a rule sits at depth 3)."""
+
+MAX_VALUES = 100_000
+"""Most YAML values a gates file may hold once every alias is expanded (the file's own
+values included). Anchors and aliases (``&n 30`` ... ``*n``) stay allowed for sharing a
+value between rules, but an alias counts as all it stands for, so nested aliases that
+expand to billions of values (a "billion laughs" file) are refused before anything is
+built from them."""
 
 # Blocks whose ``*`` means their per-unit entries, and what the reason is when there are none.
 _UNIT_BLOCKS: dict[str, tuple[str, str]] = {
@@ -154,7 +177,7 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
             break
         if duplicate:
             raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+                None, None, f"key {_shown(key)} appears twice in one mapping", key_node.start_mark
             )
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
@@ -163,8 +186,71 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
 
 
-def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 2, 40, 40
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = 3
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """``repr`` of a value from the file, cut to ``limit`` characters: a message stays one
+    short line whatever the file holds (a list of a million items, an alias bomb)."""
+    text = " ".join(_SHOWN.repr(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _shown_keys(keys: Sequence[object]) -> str:
+    """The first three keys, cut, and how many more."""
+    text = ", ".join(_shown(k, 40) for k in keys[:3])
+    return text + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+
+def _one_line(text: object, limit: int = 160) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _shape_error(text: str) -> str | None:
+    """Why the YAML ``text`` is too deep or expands to too many values, or None.
+
+    A pass over the parser's events, before anything is built: the parser keeps its own
+    stack (no recursion), the pass stops at the first collection deeper than
+    :data:`MAX_DEPTH` (PyYAML's composer would recurse once per level, and its scanner
+    slows down with every open bracket), and it adds up the values each alias stands
+    for, so an exponential file is refused once it passes :data:`MAX_VALUES`. A syntax
+    error is left to the loader, which reports it with its line.
+    """
+    # anchor -> values it stands for, once its collection is closed; an alias inside the
+    # collection it names (a cycle, which PyYAML builds as one object) counts as one.
+    expanded: dict[str, int] = {}
+    stack: list[list] = []  # [anchor, values so far] of each open collection
+    total = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            if len(stack) == MAX_DEPTH:
+                return f"nests collections deeper than {MAX_DEPTH} levels"
+            stack.append([event.anchor, 1])
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            anchor, values = stack.pop()
+            if anchor is not None:
+                expanded[anchor] = values
+        elif isinstance(event, yaml.AliasEvent):
+            values = expanded.get(event.anchor, 1)  # an unknown anchor: the loader reports it
+        elif isinstance(event, yaml.ScalarEvent):
+            values = 1
+            if event.anchor is not None:
+                expanded[event.anchor] = 1
+        else:  # stream and document events
+            continue
+        if stack:
+            stack[-1][1] += values
+            values = stack[-1][1]
+        else:
+            total += values
+            values = total
+        if values > MAX_VALUES:
+            return f"holds more than {MAX_VALUES:,} values once its aliases (*name) are expanded"
+    return None
 
 
 def load_gates(path: str | Path) -> list[Gate]:
@@ -184,18 +270,30 @@ def load_gates(path: str | Path) -> list[Gate]:
     Raises
     ------
     EvalInputError
-        One line naming the file, and the rule (by id, else by position) at fault: the
-        file cannot be read or is not YAML, it has no ``gates`` list or an empty one, a
+        One short line naming the file, and the rule (by id, else by position) at fault
+        (values from the file are cut to a few dozen characters): the file cannot be
+        read, is larger than :data:`MAX_FILE_BYTES`, is not YAML, nests deeper than
+        :data:`MAX_DEPTH` or holds more than :data:`MAX_VALUES` values once its aliases
+        are expanded, it has no ``gates``
+        list or an empty one, a
         rule is not a mapping, has no id, an id of another rule, an unknown key, no or a
         bad metric path, an unknown comparison, a threshold that is not a finite
         number, a bad ``use`` or a ``min_support`` that is not an integer >= 0.
     """
     name = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as handle:
+            # One byte more than the limit tells a file over it, whatever stat says (a pipe).
+            raw = handle.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise EvalInputError(f"gates file {name!r} is larger than {MAX_FILE_BYTES >> 20} MiB; a gates file holds a few dozen rules.")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise EvalInputError(f"gates file {name!r} cannot be read: {_one_line(exc)}") from None
     try:
+        shape = _shape_error(text)
+        if shape is not None:
+            raise EvalInputError(f"gates file {name!r} {shape}; a gates file is a flat list of rules.")
         # What yaml.load does, with a SafeLoader subclass (no arbitrary objects) named here.
         loader = _UniqueKeyLoader(text)
         try:
@@ -231,9 +329,9 @@ def parse_gates(data: object, *, source: str = "<gates>") -> list[Gate]:
     if not isinstance(data, Mapping) or "gates" not in data:
         got = "is empty" if data is None else f"holds a {type(data).__name__}" if not isinstance(data, Mapping) else "has no 'gates' key"
         raise EvalInputError(f"{where} {got}; it needs a top-level 'gates:' list of rules (see deploy/gates.example.yaml).")
-    extra = [str(k) for k in data if k != "gates"]
+    extra = [k for k in data if k != "gates"]
     if extra:
-        raise EvalInputError(f"{where}: unknown top-level key(s) {', '.join(map(repr, extra))}; only 'gates' is allowed.")
+        raise EvalInputError(f"{where}: unknown top-level key(s) {_shown_keys(extra)}; only 'gates' is allowed.")
     rules = data["gates"]
     if not isinstance(rules, list):
         raise EvalInputError(f"{where}: 'gates' must be a list of rules, but it is a {type(rules).__name__}.")
@@ -244,7 +342,7 @@ def parse_gates(data: object, *, source: str = "<gates>") -> list[Gate]:
     for position, rule in enumerate(rules, start=1):
         gate = _parse_rule(rule, position, where)
         if gate.id in seen:
-            raise EvalInputError(f"{where}: rule {gate.id!r} (#{position}): the id is also rule #{seen[gate.id]}'s; ids must be unique.")
+            raise EvalInputError(f"{where}: rule {_shown(gate.id)} (#{position}): the id is also rule #{seen[gate.id]}'s; ids must be unique.")
         seen[gate.id] = position
         gates.append(gate)
     return gates
@@ -256,47 +354,47 @@ def _parse_rule(rule: object, position: int, where: str) -> Gate:
         raise EvalInputError(f"{where}: rule #{position} is a {type(rule).__name__}, not a mapping of id, metric, op, threshold.")
     rid = rule.get("id")
     if not isinstance(rid, str) or not rid.strip():
-        shown = "has no id" if rid is None else f"has the id {rid!r}, not a non-empty text (quote it)"
+        shown = "has no id" if rid is None else f"has the id {_shown(rid)}, not a non-empty text (quote it)"
         raise EvalInputError(f"{where}: rule #{position} {shown}; every rule needs a unique id.")
-    label = f"{where}: rule {rid!r} (#{position})"
-    unknown = [str(k) for k in rule if k not in _RULE_KEYS]
+    label = f"{where}: rule {_shown(rid)} (#{position})"
+    unknown = [k for k in rule if k not in _RULE_KEYS]
     if unknown:
-        raise EvalInputError(f"{label}: unknown key(s) {', '.join(map(repr, unknown))}; a rule has {', '.join(_RULE_KEYS)}.")
+        raise EvalInputError(f"{label}: unknown key(s) {_shown_keys(unknown)}; a rule has {', '.join(_RULE_KEYS)}.")
     for key in ("metric", "op", "threshold"):
         if key not in rule or rule[key] is None:
             raise EvalInputError(f"{label} has no {key!r}.")
 
     metric = rule["metric"]
     if not isinstance(metric, str) or not metric.strip():
-        raise EvalInputError(f"{label}: metric {metric!r} is not a path such as 'recall' or 'per_stratum.*.f1'.")
+        raise EvalInputError(f"{label}: metric {_shown(metric)} is not a path such as 'recall' or 'per_stratum.*.f1'.")
     metric = metric.strip()
     segments = metric.split(".")
     if any(not s.strip() for s in segments):
-        raise EvalInputError(f"{label}: metric {metric!r} has an empty segment.")
+        raise EvalInputError(f"{label}: metric {_shown(metric)} has an empty segment.")
     if sum(s == "*" for s in segments) > 1:
-        raise EvalInputError(f"{label}: metric {metric!r} has more than one '*'; a path expands over one grouping.")
+        raise EvalInputError(f"{label}: metric {_shown(metric)} has more than one '*'; a path expands over one grouping.")
     if any("*" in s and s != "*" for s in segments):
-        raise EvalInputError(f"{label}: metric {metric!r}: '*' must be a whole segment (like 'per_stratum.*.f1').")
+        raise EvalInputError(f"{label}: metric {_shown(metric)}: '*' must be a whole segment (like 'per_stratum.*.f1').")
 
     op = rule["op"]
     if not isinstance(op, str) or op.strip() not in OPS:
-        raise EvalInputError(f"{label}: unknown comparison op {op!r}; use one of {', '.join(OPS)} (quoted in YAML).")
+        raise EvalInputError(f"{label}: unknown comparison op {_shown(op)}; use one of {', '.join(OPS)} (quoted in YAML).")
     op = op.strip()
 
     threshold = _number(rule["threshold"])
     if threshold is None:
-        raise EvalInputError(f"{label}: threshold {rule['threshold']!r} is not a finite number.")
+        raise EvalInputError(f"{label}: threshold {_shown(rule['threshold'])} is not a finite number.")
 
     use = rule.get("use", "value")
     if use is None:
         use = "value"
     if not isinstance(use, str) or use not in USES:
-        raise EvalInputError(f"{label}: use {use!r} is not one of {', '.join(USES)}.")
+        raise EvalInputError(f"{label}: use {_shown(use)} is not one of {', '.join(USES)}.")
 
     min_support = rule.get("min_support")
     if min_support is not None:
         if isinstance(min_support, bool) or not isinstance(min_support, int) or min_support < 0:
-            raise EvalInputError(f"{label}: min_support {min_support!r} is not an integer >= 0.")
+            raise EvalInputError(f"{label}: min_support {_shown(min_support)} is not an integer >= 0.")
         min_support = int(min_support)
 
     return Gate(id=rid.strip(), metric=metric, op=op, threshold=threshold, min_support=min_support, use=use)

@@ -4,6 +4,11 @@ The report is a readable summary (headline metrics with their 95 % intervals, on
 per stratum and per size class); the manifest is the evidence: parameters, input
 checksums and row counts, package versions, per-partition row counts and status, and
 every output file with its SHA-256.
+
+Every text the report takes from the user's data or arguments (strata, AOI ids, tile
+keys, column names, input paths, the title) goes through :func:`markdown_text`, so it
+reads as the same text wherever the Markdown is shown (the file, the Prefect UI's
+markdown artifact): never as HTML, a link, emphasis or a table cell boundary.
 """
 
 from __future__ import annotations
@@ -11,11 +16,12 @@ from __future__ import annotations
 import hashlib
 import math
 import platform
+import unicodedata
 from importlib import metadata
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["sha256_path", "package_versions", "render_report", "HEADLINE_KEYS"]
+__all__ = ["sha256_path", "package_versions", "render_report", "markdown_text", "HEADLINE_KEYS"]
 
 HEADLINE_KEYS: tuple[tuple[str, str], ...] = (
     ("precision", "Precision"),
@@ -71,12 +77,53 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+# The characters Markdown (CommonMark and GitHub's tables) gives a meaning inside a line:
+# HTML and entities (< > &), code (`), emphasis (* _ ~), links ([ ] !), cells (|) and
+# the escape itself. A backslash before any ASCII punctuation shows it as itself.
+_MD_SPECIAL = frozenset("\\`*_[]<>&|~!")
+# Characters that would end a line or a table row, or reorder what is shown (bidi).
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _md_char(c: str) -> str:
+    if c in _MD_SPECIAL:
+        return "\\" + c
+    if c < " ":
+        return chr(0x2400 + ord(c))  # the control picture: NUL -> ␀, newline -> ␊
+    if c == "\x7f":
+        return "\u2421"  # ␡
+    if c in _BIDI or unicodedata.category(c) in ("Cc", "Zl", "Zp"):
+        return "\ufffd"
+    return c
+
+
+def markdown_text(value: object) -> str:
+    r"""``str(value)`` as Markdown that shows exactly that text, on one line.
+
+    ``< > & | ` * _ ~ [ ] !`` and the backslash get a backslash (Markdown's own escape,
+    understood by every CommonMark renderer, inside a table cell too), so no text
+    becomes HTML, an entity, code, emphasis, a link or a cell boundary. Control
+    characters become their visible picture (NUL ``␀``, newline ``␊``, tab ``␉``,
+    DEL ``␡``), and the other characters that break or reorder a line (C1 controls,
+    the line and paragraph separators, bidirectional overrides) ``�``, so a row of a
+    table stays one row.
+
+    Examples
+    --------
+    >>> print(markdown_text("<img src=x onerror=alert(1)>"))
+    \<img src=x onerror=alert(1)\>
+    >>> print(markdown_text("a|b\nc"))
+    a\|b␊c
+    """
+    return "".join(_md_char(c) if not c.isalnum() else c for c in str(value))
+
+
 def _num(value: object, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
-    return str(value)
+    return markdown_text(value)
 
 
 def _with_ci(group: dict, key: str) -> str:
@@ -92,7 +139,7 @@ def _group_table(title: str, groups: dict, first_column: str) -> list[str]:
     lines = [f"## {title}", "", f"| {first_column} | reference fields | predictions | precision | recall | F1 | mean IoU |", "|---|---:|---:|---|---|---|---|"]
     for name, g in groups.items():
         lines.append(
-            f"| {name} | {g['count_reference']} | {g['count_predicted']} | {_with_ci(g, 'precision')} | "
+            f"| {markdown_text(name)} | {g['count_reference']} | {g['count_predicted']} | {_with_ci(g, 'precision')} | "
             f"{_with_ci(g, 'recall')} | {_with_ci(g, 'f1')} | {_with_ci(g, 'iou_mean') if g['count_tp'] else 'n/a (no matches)'} |"
         )
     return lines + [""]
@@ -102,7 +149,7 @@ def _worst_cell(worst: dict | None, metric: str) -> str:
     w = (worst or {}).get(metric)
     if w is None:
         return "none with enough support"
-    return f"{w['group']} ({_num(w['value'])}, {w['support']} fields)"
+    return f"{markdown_text(w['group'])} ({_num(w['value'])}, {w['support']} fields)"
 
 
 def _scores_section(metrics: dict) -> list[str]:
@@ -112,7 +159,7 @@ def _scores_section(metrics: dict) -> list[str]:
     lines = [
         "## Scores: AP and calibration",
         "",
-        f"Scores from `{metrics.get('score_column')}`. AP as pycocotools computes it (exact polygon IoU, the whole layer as one image, "
+        f"Scores from the column {markdown_text(metrics.get('score_column'))}. AP as pycocotools computes it (exact polygon IoU, the whole layer as one image, "
         "no cap on detections, matching in score order): "
         f"AP50 {_with_ci(metrics, 'ap50')}, AP75 {_with_ci(metrics, 'ap75')}, AP50:95 {_with_ci(metrics, 'ap50_95')}.",
         "",
@@ -172,7 +219,7 @@ def _levels_section(metrics: dict) -> list[str]:
                 f"{_num(block['fraction_tiles_with_fn'])} of the tiles with reference fields miss at least one."
             )
         else:
-            lines.append(f"{block['count_aois']} AOIs ({block['count_aois_with_reference']} with reference fields), ids from `{block['id_column']}`.")
+            lines.append(f"{block['count_aois']} AOIs ({block['count_aois_with_reference']} with reference fields), ids from the column {markdown_text(block['id_column'])}.")
         lines += ["", "| | precision | recall | F1 |", "|---|---|---|---|"]
         micro, macro = block["micro"], block["macro"]
         lines.append(f"| micro (pooled counts) | {_num(micro['precision'])} | {_num(micro['recall'])} | {_num(micro['f1'])} |")
@@ -199,14 +246,15 @@ def render_report(metrics: dict, *, title: str = "Evaluation report", inputs: di
     Intervals are shown as ``[lower, upper]`` (95 % percentile bootstrap) when the run
     had a bootstrap.
     """
-    lines = [f"# {title}", ""]
+    lines = [f"# {markdown_text(title)}", ""]
     if inputs:
         for role, info in inputs.items():
-            lines.append(f"- {role}: `{info.get('path')}` ({info.get('rows', '?')} rows, sha256 `{str(info.get('sha256', ''))[:12]}…`)")
+            sha = "".join(c for c in str(info.get("sha256", ""))[:12] if c in "0123456789abcdef")
+            lines.append(f"- {markdown_text(role)}: {markdown_text(info.get('path'))} ({_num(info.get('rows', '?'))} rows, sha256 `{sha}…`)")
         lines.append("")
     lines += [
         f"{metrics['count_reference']} reference fields, {metrics['count_predicted']} predictions: "
-        f"{metrics['count_tp']} matched (IoU ≥ {metrics['iou_threshold']}, {metrics['matching']}), "
+        f"{metrics['count_tp']} matched (IoU ≥ {metrics['iou_threshold']}, {markdown_text(metrics['matching'])}), "
         f"{metrics['count_fp']} false positives ({metrics['count_fp_unassigned']} overlap no reference field), "
         f"{metrics['count_fn']} missed. Dropped rows: reference {metrics['count_reference_dropped']}, "
         f"predicted {metrics['count_predicted_dropped']}; repaired: reference {metrics['count_reference_repaired']}, "
@@ -257,7 +305,7 @@ def render_report(metrics: dict, *, title: str = "Evaluation report", inputs: di
     study = metrics.get("study_area")
     if study:
         lines += [
-            f"Study area ({study['rule']}, {_num(study['area_km2'], 1)} km²): {metrics.get('count_reference_outside_study_area')} "
+            f"Study area ({markdown_text(study['rule'])}, {_num(study['area_km2'], 1)} km²): {metrics.get('count_reference_outside_study_area')} "
             f"reference fields and {metrics.get('count_predicted_outside_study_area')} predictions left out.",
             "",
         ]
@@ -283,5 +331,5 @@ def render_report(metrics: dict, *, title: str = "Evaluation report", inputs: di
     lines += _scores_section(metrics)
     lines += _pixel_section(metrics)
     lines += _levels_section(metrics)
-    lines.append(f"Distances in metres in each field's UTM zone ({', '.join(str(c) for c in metrics['utm_epsg_codes'])}); areas in {metrics['equal_area_crs']}.")
+    lines.append(f"Distances in metres in each field's UTM zone ({', '.join(str(c) for c in metrics['utm_epsg_codes'])}); areas in {markdown_text(metrics['equal_area_crs'])}.")
     return "\n".join(lines) + "\n"

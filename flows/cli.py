@@ -14,6 +14,7 @@ from evalcore.cli import (
     check_columns_up_front,
     check_site_layers,
     check_output_dir,
+    dashboard_address,
     metric_options,
     format_summary,
 )
@@ -63,6 +64,7 @@ def run_command(args: argparse.Namespace) -> int:
             **metric_options(args),
             cluster=args.cluster,
             n_workers=args.workers,
+            dashboard_address=dashboard_address(args),
             workdir=args.workdir,
             gates=args.gates,
             labels=_labels(args.label),

@@ -48,6 +48,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from evalcore.distributed.cluster import DASHBOARD_ADDRESS
 from evalcore.distributed.runner import (
     SITE_OPTIONS,
     PairsDone,
@@ -92,8 +93,9 @@ _log = logging.getLogger(__name__)  # lines for the run log only (DEBUG), not th
 
 
 @contextlib.contextmanager
-def dask_client(address: str | None, n_workers: int) -> Iterator[object]:
-    """A ``distributed.Client`` on ``address``, or on an embedded ``LocalCluster``."""
+def dask_client(address: str | None, n_workers: int, dashboard_address: str = DASHBOARD_ADDRESS) -> Iterator[object]:
+    """A ``distributed.Client`` on ``address``, or on an embedded ``LocalCluster`` whose
+    dashboard listens on ``dashboard_address`` (default: loopback only)."""
     from distributed import Client
 
     from evalcore.distributed.cluster import local_cluster
@@ -102,7 +104,7 @@ def dask_client(address: str | None, n_workers: int) -> Iterator[object]:
         with Client(address, timeout="30s") as client:
             yield client
         return
-    with local_cluster(n_workers) as cluster:
+    with local_cluster(n_workers, dashboard_address=dashboard_address) as cluster:
         with Client(cluster) as client:
             yield client
 
@@ -299,7 +301,7 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
         return RunRecord(setup, index, done_sums, timings)
 
     try:
-        with dask_client(params.cluster, params.n_workers) as client:
+        with dask_client(params.cluster, params.n_workers, params.dashboard_address) as client:
             dashboard = client.dashboard_link or ""
             logger.info("Dask dashboard: %s", dashboard)
             if dashboard:

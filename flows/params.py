@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
+from evalcore.distributed.cluster import DASHBOARD_ADDRESS, check_dashboard_address
 from evalcore.metrics.base import Option
 from evalcore.options import EvalOptions, all_options, check_options
 from evalcore.outputs import check_not_inputs
 
 __all__ = ["MetricParams", "EvaluateParams", "ReevaluateParams", "METRIC_PARAMETERS", "DEFAULT_LAYER_PATTERN"]
+
+
+DashboardAddress = Annotated[str, AfterValidator(check_dashboard_address)]
+"""``HOST:PORT`` of the embedded cluster's dashboard (:func:`evalcore.distributed.cluster.check_dashboard_address`)."""
+
+_DASHBOARD_HELP = (
+    "where the embedded LocalCluster's Dask dashboard listens (used only when cluster is null); "
+    "the default 127.0.0.1:0 is this machine only, a free port; 0.0.0.0:8787 or :8787 open it to other machines (it has no login)"
+)
 
 
 class _InputParams(BaseModel):
@@ -76,6 +86,7 @@ class EvaluateParams(MetricParams):
     pred_layer: str | None = Field(None, description="layer name inside the predicted file")
     cluster: str | None = Field(None, description="Dask scheduler address (tcp://host:port); None: embedded LocalCluster")
     n_workers: int = Field(2, ge=1, description="worker processes of the embedded LocalCluster")
+    dashboard_address: DashboardAddress = Field(DASHBOARD_ADDRESS, description=_DASHBOARD_HELP)
     workdir: str | None = Field(None, description="work directory (default: <output_dir>/work)")
     chunk_rows: int = Field(50_000, ge=1, description="input rows per prepare task")
     keep_workdir: bool = Field(False, description="keep the work directory after a successful run (it is always kept after a failure, for resume)")
@@ -140,6 +151,7 @@ class ReevaluateParams(MetricParams):
     staging_dir: str | None = Field(None, description="local copies of remote layers (default: <output_root>/.staging)")
     cluster: str | None = Field(None, description="Dask scheduler address; None: one embedded LocalCluster for the whole batch")
     n_workers: int = Field(2, ge=1, description="worker processes of the embedded LocalCluster")
+    dashboard_address: DashboardAddress = Field(DASHBOARD_ADDRESS, description=_DASHBOARD_HELP)
 
     @model_validator(mode="after")
     def _valid_for_evaluation(self) -> ReevaluateParams:
@@ -193,6 +205,7 @@ class ReevaluateParams(MetricParams):
             output_dir=output_dir,
             cluster=cluster if cluster is not None else self.cluster,
             n_workers=self.n_workers,
+            dashboard_address=self.dashboard_address,
             workdir=workdir,
             **self.metric_parameters(),
         )

@@ -54,7 +54,7 @@ from prefect.cache_policies import NO_CACHE
 
 import evalcore
 from evalcore.io import atomic_path, write_json
-from evalcore.report import HEADLINE_KEYS, sha256_path
+from evalcore.report import HEADLINE_KEYS, markdown_text, sha256_path
 from flows.evaluate import dask_client, evaluate_layers
 from flows.params import ReevaluateParams
 from flows.registry import compare_summaries, default_registry_url, open_registry, run_summary
@@ -282,12 +282,12 @@ def render_comparison(comparison: dict) -> str:
     """The comparison as Markdown: a table of previous, current, difference and overlap."""
     labels = dict(HEADLINE_KEYS)
     cur, prev = comparison["current"], comparison["previous"]
-    lines = [f"# {comparison['product']}: run {cur['run_id']} against the previous run", ""]
-    lines.append(f"- current: run {cur['run_id']}, `{cur['pred_path']}` (sha256 `{cur['pred_sha256'][:12]}…`)")
+    lines = [f"# {markdown_text(comparison['product'])}: run {cur['run_id']} against the previous run", ""]
+    lines.append(f"- current: run {cur['run_id']}, {markdown_text(cur['pred_path'])} (sha256 `{cur['pred_sha256'][:12]}…`)")
     if prev is None:
         lines += ["- previous: none (first succeeded run of this product)", ""]
     else:
-        lines.append(f"- previous: run {prev['run_id']}, `{prev['pred_path']}` (sha256 `{prev['pred_sha256'][:12]}…`)")
+        lines.append(f"- previous: run {prev['run_id']}, {markdown_text(prev['pred_path'])} (sha256 `{prev['pred_sha256'][:12]}…`)")
         if not comparison["same_reference"]:
             lines.append("- **the reference layer differs between the two runs**")
         if not comparison["same_parameters"]:
@@ -373,7 +373,7 @@ def _cluster_address(params: ReevaluateParams) -> Iterator[str]:
     if params.cluster:
         yield params.cluster
         return
-    with dask_client(None, params.n_workers) as client:
+    with dask_client(None, params.n_workers, params.dashboard_address) as client:
         yield client.scheduler.address
 
 
@@ -435,7 +435,7 @@ def paired_comparison(params: ReevaluateParams, layer: dict, reference: dict, ru
          "ci_lower": (e.get("ci") or [None, None])[0], "ci_upper": (e.get("ci") or [None, None])[1]}
         for m, e in result["overall"].items()
     ]
-    lines = [f"# {current.product}: run {current.id} against run {previous.id} (paired, {result['bootstrap']['n_resamples']} resamples of {result['bootstrap']['unit']} units)", "",
+    lines = [f"# {markdown_text(current.product)}: run {current.id} against run {previous.id} (paired, {result['bootstrap']['n_resamples']} resamples of {result['bootstrap']['unit']} units)", "",
              "| metric | new | previous | delta [95 % paired interval] |", "|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['metric']} | {_fmt(r['candidate'])} | {_fmt(r['incumbent'])} | {_fmt(r['delta'])} [{_fmt(r['ci_lower'])}, {_fmt(r['ci_upper'])}] |")

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from evalcore.html_report import FIGURES, group_rows, worst_tile_rows
+from evalcore.report import markdown_text
 
 __all__ = ["publish_report_artifacts", "artifact_key", "MAX_EMBED_BYTES", "FIGURE_GROUPS"]
 
@@ -83,7 +84,7 @@ def publish_report_artifacts(run_dir: Path, key_suffix: str) -> None:
         found = [(n, figures / f"{n}.png") for n in names if (figures / f"{n}.png").is_file()]
         if not found:
             continue
-        markdown = f"## {heading} ({name})\n\n" + "\n".join(_figure_markdown(p, _TITLES.get(n, n)) for n, p in found)
+        markdown = f"## {heading} ({markdown_text(name)})\n\n" + "\n".join(_figure_markdown(p, _TITLES.get(n, n)) for n, p in found)
         markdown += "\nThe whole report, offline: `report.html` in the run directory.\n"
         create_markdown_artifact(markdown, key=artifact_key(f"evalcore-figures-{part}", key_suffix), description=f"{heading}: figures of report.html")
     metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))

@@ -8,18 +8,50 @@ another worker is idle (work stealing moves it only after a delay). A saturation
 gives each thread one task at a time and the next one when it is free, which keeps
 two workers evenly busy to the last task (docs/performance.md). Set the same value on an
 external scheduler (``DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION=1.0``).
+
+The dashboard listens on loopback only (:data:`DASHBOARD_ADDRESS`): it shows the run's
+tasks, logs and worker addresses to anyone who reaches it and has no login, so another
+machine reaches it only when the user asks (``--dashboard-address 0.0.0.0:8787`` or
+``:8787``). The scheduler and the workers already listen on 127.0.0.1
+(``LocalCluster``'s default host).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 
-__all__ = ["WORKER_SATURATION", "WARM_PRELOAD", "local_cluster"]
+__all__ = ["DASHBOARD_ADDRESS", "WORKER_SATURATION", "WARM_PRELOAD", "check_dashboard_address", "local_cluster"]
+
+DASHBOARD_ADDRESS = "127.0.0.1:0"
+"""Where the embedded cluster's dashboard listens by default: loopback, a free port."""
 
 WORKER_SATURATION = 1.0
 
 WARM_PRELOAD = "evalcore.distributed.warm"
 """The workers' preload module: the engine imported and its kernels loaded at start."""
+
+
+_HOST_PORT = re.compile(r"(?P<host>|[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})")
+
+
+def check_dashboard_address(text: str) -> str:
+    """``text`` if it is a dashboard address ``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT``.
+
+    Port 0 takes a free port. An empty host, ``0.0.0.0`` or ``[::]`` listen on every
+    interface: other machines reach the dashboard.
+
+    Raises
+    ------
+    ValueError
+        For anything else, naming what was given.
+    """
+    found = _HOST_PORT.fullmatch(text.strip())
+    if found is None or int(found["port"]) > 65535:
+        raise ValueError(
+            f"expected HOST:PORT such as 127.0.0.1:8787 (0.0.0.0:8787 or :8787 open it to other machines), got {text[:80]!r}"
+        )
+    return text.strip()
 
 
 def local_cluster(n_workers: int, **kwargs: object) -> object:
@@ -38,7 +70,8 @@ def local_cluster(n_workers: int, **kwargs: object) -> object:
     n_workers : int
     **kwargs
         Passed to ``distributed.LocalCluster`` (e.g. ``dashboard_address``,
-        ``memory_limit``, ``silence_logs``). An explicit ``silence_logs`` is passed
+        ``memory_limit``, ``silence_logs``). The default ``dashboard_address`` is
+        :data:`DASHBOARD_ADDRESS` (loopback only). An explicit ``silence_logs`` is passed
         on unchanged and the logging of every process is left to distributed. The
         default ``preload`` is :data:`WARM_PRELOAD` (``preload=[]``: none).
     """
@@ -47,7 +80,7 @@ def local_cluster(n_workers: int, **kwargs: object) -> object:
 
     from evalcore.logs import library_level
 
-    options = {"threads_per_worker": 1, "processes": True, "dashboard_address": ":0", "preload": [WARM_PRELOAD], **kwargs}
+    options = {"threads_per_worker": 1, "processes": True, "dashboard_address": DASHBOARD_ADDRESS, "preload": [WARM_PRELOAD], **kwargs}
     config: dict[str, object] = {"distributed.scheduler.worker-saturation": WORKER_SATURATION}
     if "silence_logs" not in kwargs:
         level = library_level()
