@@ -324,6 +324,10 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
             reliability = run_reliability(client, recording_since, record().timings, client_peaks, embedded=not params.cluster)
         evidence(params, setup, metrics, reliability, started)
         html_report(params)  # after the gates and the bundle: the decision and the identity are on the page
+        if not params.keep_workdir:
+            # Before the seal, which accounts for every file left in the run directory
+            # (a kept work directory is sealed with the rest).
+            shutil.rmtree(workdir, ignore_errors=True)
         seal_evidence(params)
     except BaseException as exc:
         _log.debug("run %s failed", out, exc_info=True)  # the whole traceback, in the run log only
@@ -338,8 +342,6 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
                 manifest["error"] = failure["error"]
                 write_json(out / "manifest.json", manifest)
         raise
-    if not params.keep_workdir:
-        shutil.rmtree(workdir, ignore_errors=True)
     logger.info("run finished: precision %.3f, recall %.3f, F1 %.3f; outputs in %s", metrics["precision"], metrics["recall"], metrics["f1"], out)
     if gate_result is not None and gate_result["decision"] != "pass":
         # After everything is written: the run ends Failed, so an automation can alert.
