@@ -109,9 +109,15 @@ MANIFEST_SCHEMA_VERSION = 2
 EXEMPT: tuple[str, ...] = ("logs/run.log",)
 
 #: What an amendment may add (full-match patterns of paths relative to the run
-#: directory): a later gates outcome. It never changes a sealed file.
-AMENDABLE: tuple[str, ...] = (r"acceptance-gates\.v(?:[2-9]|[1-9]\d+)\.json",)
-AMENDABLE_TEXT = "acceptance-gates.vN.json files"
+#: directory): a later gates outcome (``evalcore gate``), and the reevaluate flow's
+#: comparisons with the product's previous run (written after the run is sealed). It
+#: never changes a sealed file.
+AMENDABLE: tuple[str, ...] = (
+    r"acceptance-gates\.v(?:[2-9]|[1-9]\d+)\.json",
+    r"comparison\.(?:json|md)",
+    r"paired\.(?:json|md)",
+)
+AMENDABLE_TEXT = "acceptance-gates.vN.json, comparison.json/.md and paired.json/.md"
 
 #: Top-level keys of ``metrics.json`` that other bundle files carry.
 _GROUPED_KEYS = ("per_stratum", "per_size_class", "worst", "tiles", "aois")

@@ -259,8 +259,9 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
     # A rerun must not leave an earlier result looking current while it runs or if it fails.
     for stale in ("metrics.json", "report.md", "report.html", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet", *BUNDLE_FILES):
         (out / stale).unlink(missing_ok=True)
-    for amendment in (*out.glob("acceptance-gates.v*.json"), *out.glob("evidence-manifest.v*.json")):
-        amendment.unlink()  # the previous run's amendments: not evidence of this one
+    previous_amendments = ("acceptance-gates.v*.json", "evidence-manifest.v*.json", "comparison.json", "comparison.md", "paired.json", "paired.md")
+    for amendment in [p for pattern in previous_amendments for p in out.glob(pattern)]:
+        amendment.unlink()  # the previous run's amendments (evidence.AMENDABLE): not evidence of this one
     shutil.rmtree(out / "figures", ignore_errors=True)
     started = _now()
     write_json(out / "status.json", {"status": "running", "started": started})
