@@ -455,13 +455,15 @@ def _read_chain(run_dir: Path) -> _Chain:
     names: list[str] = []
     sealed: dict[str, tuple[str, str]] = {}
     problems: list[str] = []
-    for version in range(1, max(found, default=0) + 1):
+    expected = 1
+    # Over the versions present, not up to the highest: a name like v999999999 must not
+    # make verify count that far.
+    for version, path in sorted(found.items()):
         name = _manifest_name(version)
-        path = found.get(version)
-        if path is None:
-            later = _manifest_name(max(found))
-            problems.append(f"{name} is gone ({later} exists: every version from the first must be there)")
-            continue
+        if version != expected:
+            gone = _manifest_name(expected) + ("" if version - 1 == expected else f" to {_manifest_name(version - 1)}")
+            problems.append(f"{gone} gone ({name} exists: every version from the first must be there)")
+        expected = version + 1
         names.append(name)
         try:
             content = json.loads(path.read_text(encoding="utf-8"))

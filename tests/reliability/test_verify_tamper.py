@@ -152,6 +152,23 @@ def test_a_gap_in_the_chain_is_an_error(run, tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_a_far_version_ends_quickly_with_an_error(run, tmp_path):
+    _amend(run, tmp_path)
+    (run / "evidence-manifest.v2.json").rename(run / "evidence-manifest.v999999999.json")
+    _not_intact(_verify(run), "chain: evidence-manifest.v2.json to evidence-manifest.v999999998.json gone")
+
+
+@pytest.mark.timeout(120)
+def test_gate_refuses_to_amend_a_sealed_file(run, tmp_path):
+    (run / "acceptance-gates.json").unlink()  # the next gates file would be acceptance-gates.json again
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(GATES, encoding="utf-8")
+    result = run_cli("gate", str(run), str(gates), timeout=120)
+    assert result.returncode == 2 and "acceptance-gates.json is sealed by evidence-manifest.json" in result.stderr
+    assert not (run / "acceptance-gates.json").exists() and not (run / "evidence-manifest.v2.json").exists()
+
+
+@pytest.mark.timeout(120)
 def test_an_amendment_of_the_wrong_file_is_an_error(run, tmp_path):
     _amend(run, tmp_path)
     path = run / "evidence-manifest.v2.json"
