@@ -271,9 +271,10 @@ def _build_parser() -> argparse.ArgumentParser:
     rp.add_argument("run_dir", help="a run directory (holding metrics.json)")
     rp.add_argument("-v", "--verbose", action="count", default=0, help="more log lines")
 
-    vf = sub.add_parser("verify", help="recheck every SHA-256 of a run directory's evidence bundle and its inputs (exit 0 intact, 1 changed)")
+    vf = sub.add_parser("verify", help="account for every file of a run directory with its evidence manifests and recheck its inputs (exit 0 intact, 1 not intact)")
     vf.add_argument("run_dir", help="a run directory (holding evidence-manifest.json)")
     vf.add_argument("--skip-inputs", action="store_true", help="do not rehash the input layers (default: rehash those still at their path)")
+    vf.add_argument("--expect-sha256", metavar="SHA256", help="the SHA-256 of evidence-manifest.json you stored when the run was sealed (verify prints it): another one is a failure")
     vf.add_argument("-v", "--verbose", action="count", default=0, help="more log lines")
 
     sy = sub.add_parser("synth", help="write a generated multi-zone dataset")
@@ -1032,7 +1033,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     """
     import json
 
-    from evalcore.evidence import gate_metrics, latest_manifest, write_evidence_manifest
+    from evalcore.evidence import check_amendment, gate_metrics, latest_manifest, write_evidence_manifest
     from evalcore.gates import evaluate_gates, exit_status, load_gates
     from evalcore.io import write_json
     from evalcore.report import sha256_path
@@ -1056,10 +1057,11 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         target = run_dir / f"acceptance-gates.v{version}.json"
     if version > 1:
         result["amends"] = {"file": previous.name, "sha256": sha256_path(previous)}
+    sealed = latest_manifest(run_dir) is not None
+    if sealed:
+        check_amendment(run_dir, [target.name])  # refused before anything is written
     write_json(target, result)
-    amended = None
-    if latest_manifest(run_dir) is not None:
-        amended = write_evidence_manifest(run_dir, reason=f"gates amendment: {target.name}")
+    amended = write_evidence_manifest(run_dir, reason=f"gates amendment: {target.name}", adds=[target.name]) if sealed else None
     if not args.quiet:
         for rule in result["rules"]:
             group = f"[{rule['group']}]" if rule.get("group") is not None else ""
@@ -1083,17 +1085,24 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    """``evalcore verify RUN_DIR``: recheck every hash of the run's evidence (0: intact, 1: changed)."""
-    from evalcore.evidence import verify
+    """``evalcore verify RUN_DIR``: account for every file of the run with its evidence (0: intact, 1: not)."""
+    from evalcore.evidence import EVIDENCE_MANIFEST, verify
 
-    found = verify(args.run_dir, check_inputs=not args.skip_inputs)
-    for label, items in (("changed", found.changed), ("missing", found.missing), ("chain", found.chain),
-                         ("input changed", found.inputs_changed), ("input not found", found.inputs_missing),
-                         ("not in the manifest", found.unlisted)):
+    found = verify(args.run_dir, check_inputs=not args.skip_inputs, expect_sha256=args.expect_sha256)
+    for label, items in (("chain", found.chain), ("changed", found.changed), ("missing", found.missing),
+                         ("not accounted for", found.unlisted), ("input changed", found.inputs_changed),
+                         ("input not found", found.inputs_missing)):
         for item in items:
             print(f"{label}: {item}")
+    if found.expected_differs:
+        print(f"expected: {EVIDENCE_MANIFEST} should have SHA-256 {found.expected_sha256}, "
+              + (f"it has {found.first_sha256}" if found.first_sha256 else "it is gone"))
+    elif found.first_sha256:
+        print(f"{EVIDENCE_MANIFEST} SHA-256 {found.first_sha256}"
+              + (" (as expected)" if found.expected_sha256 else " (store it; check it later with --expect-sha256)"))
     verdict = "intact" if found.ok else "NOT intact"
-    print(f"{args.run_dir}: {verdict} ({found.checked} files checked against {found.manifest}"
+    against = EVIDENCE_MANIFEST if found.manifest == EVIDENCE_MANIFEST else f"{EVIDENCE_MANIFEST} to {found.manifest}"
+    print(f"{args.run_dir}: {verdict} ({found.checked} files checked against {against}"
           + ("" if args.skip_inputs else "; inputs rechecked") + ")")
     return 0 if found.ok else 1
 

@@ -18,12 +18,14 @@ A run directory that is to be signed off holds, beside ``metrics.json`` and the 
 * ``acceptance-gates.json``: the gates' outcome (:mod:`evalcore.gates`), or
   ``not_configured``;
 * ``evidence-manifest.json``: the SHA-256 of every other file of the run directory
-  (the log under ``logs/`` and a left-over ``work/`` directory excepted), written last.
+  (the run log ``logs/run.log`` excepted: it is appended to after), written last.
 
 Nothing is overwritten once written: an amendment (``evalcore gate`` on a finished run)
 adds ``acceptance-gates.vN.json`` and ``evidence-manifest.vN.json``, which names and
-hashes its predecessor. :func:`verify` rechecks every hash of the newest manifest, the
-chain of manifests, and the inputs where they can still be read.
+hashes its predecessor and hashes the files it adds, and only those. :func:`verify`
+walks the chain from the first manifest, checks every sealed file against the manifest
+that sealed it, counts any other file of the run directory as an error, and rechecks
+the inputs where they can still be read.
 
 Undefined values are ``null`` (the files are written with NaN as null and checked to
 hold no NaN).
@@ -39,8 +41,9 @@ import re
 import subprocess
 import sys
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pandas as pd
@@ -62,7 +65,10 @@ __all__ = [
     "unit_rows",
     "write_bundle",
     "write_evidence_manifest",
+    "check_amendment",
     "latest_manifest",
+    "EXEMPT",
+    "AMENDABLE",
     "gate_metrics",
     "verify",
     "Verification",
@@ -92,15 +98,28 @@ NOT_CONFIGURED = {"state": "not_configured"}
 
 SCHEMA_VERSION = 1
 
-#: Directories of a run directory that the evidence manifest leaves out: the log is
-#: appended to after the manifest is written (and by a rerun), and the work directory is
-#: scratch space (removed after a successful run).
-_UNHASHED_DIRS = ("logs", "work")
+#: Evidence manifests say how they are read: version 2 has the first manifest hash every
+#: file and an amendment hash only the files it adds (``changes``).
+MANIFEST_SCHEMA_VERSION = 2
 
-#: Files of a run directory that the evidence manifest leaves out: the run's state, written
-#: last (after the manifest, so "succeeded" is never seen before the bundle is whole), and
-#: the lock that claims the directory for one run at a time (evalcore.outputs).
-_UNHASHED_FILES = ("status.json", ".evalcore-run.lock")
+#: The files of a run directory that may change after it is sealed, and only these: the
+#: flow logs its last lines after ``seal_evidence`` (and a rerun appends to the log);
+#: ``status.json`` is the run's state, written last (after the seal, so "succeeded" is
+#: never seen before the bundle is whole); ``.evalcore-run.lock`` claims the directory for
+#: one run at a time (:mod:`evalcore.outputs`). The work directory is removed before the
+#: seal (or, kept, sealed with the rest): every other file is accounted for.
+EXEMPT: tuple[str, ...] = ("logs/run.log", "status.json", ".evalcore-run.lock")
+
+#: What an amendment may add (full-match patterns of paths relative to the run
+#: directory): a later gates outcome (``evalcore gate``), and the reevaluate flow's
+#: comparisons with the product's previous run (written after the run is sealed). It
+#: never changes a sealed file.
+AMENDABLE: tuple[str, ...] = (
+    r"acceptance-gates\.v(?:[2-9]|[1-9]\d+)\.json",
+    r"comparison\.(?:json|md)",
+    r"paired\.(?:json|md)",
+)
+AMENDABLE_TEXT = "acceptance-gates.vN.json, comparison.json/.md and paired.json/.md"
 
 #: Top-level keys of ``metrics.json`` that other bundle files carry.
 _GROUPED_KEYS = ("per_stratum", "per_size_class", "worst", "tiles", "aois")
@@ -382,47 +401,196 @@ def error_taxonomy(metrics: dict, tile_rows: dict | None, aoi_rows: dict | None)
 # --------------------------------------------------------------------------- writing
 
 
-def _hashed_files(run_dir: Path) -> list[Path]:
+def _run_files(run_dir: Path) -> list[str]:
+    """Every file of a run directory (relative POSIX paths, sorted), temporary names
+    included, the exempt ones (:data:`EXEMPT`) left out."""
     out = []
-    for p in sorted(run_dir.rglob("*")):
-        rel = p.relative_to(run_dir)
-        if not p.is_file() or rel.parts[0] in _UNHASHED_DIRS or rel.as_posix() in _UNHASHED_FILES or ".tmp" in p.name:
-            continue
-        out.append(p)
-    return out
+    for p in run_dir.rglob("*"):
+        rel = p.relative_to(run_dir).as_posix()
+        if p.is_file() and rel not in EXEMPT:
+            out.append(rel)
+    return sorted(out)
+
+
+def _manifest_name(version: int) -> str:
+    return EVIDENCE_MANIFEST if version == 1 else f"evidence-manifest.v{version}.json"
 
 
 def _manifest_version(name: str) -> int:
-    found = re.fullmatch(r"evidence-manifest(?:\.v(\d+))?\.json", name)
+    """1 for ``evidence-manifest.json``, N for ``evidence-manifest.vN.json`` (N >= 2, no
+    leading zero: one name per version), 0 for any other name."""
+    found = re.fullmatch(r"evidence-manifest(?:\.v([2-9]|[1-9]\d+))?\.json", name)
     return 0 if found is None else (int(found.group(1)) if found.group(1) else 1)
+
+
+def _manifests(run_dir: Path) -> dict[int, Path]:
+    """The evidence manifests of a run directory by version."""
+    return {v: p for p in run_dir.glob("evidence-manifest*.json") if p.is_file() and (v := _manifest_version(p.name)) > 0}
 
 
 def latest_manifest(run_dir: str | Path) -> Path | None:
     """The newest ``evidence-manifest[.vN].json`` of a run directory (None: none)."""
-    found = [p for p in Path(run_dir).glob("evidence-manifest*.json") if _manifest_version(p.name) > 0]
-    return max(found, key=lambda p: _manifest_version(p.name)) if found else None
+    found = _manifests(Path(run_dir))
+    return found[max(found)] if found else None
 
 
-def write_evidence_manifest(run_dir: str | Path, *, reason: str = "run") -> Path:
-    """Hash every file of the run directory into the next ``evidence-manifest[.vN].json``.
+def _safe_relative(path: object) -> bool:
+    """A manifest entry's path names a file inside the run directory (no absolute path, no ``..``)."""
+    if not isinstance(path, str) or not path or "\\" in path:
+        return False
+    parts = PurePosixPath(path).parts
+    return not PurePosixPath(path).is_absolute() and ".." not in parts and str(PurePosixPath(path)) == path
 
-    The first is ``evidence-manifest.json``; an amendment writes ``.v2``, ``.v3`` ...
-    naming and hashing its predecessor.
+
+@dataclass(frozen=True)
+class _Chain:
+    """The manifests of a run directory read in version order, without following any link
+    (so a link that points back cannot loop): what they account for and what is wrong."""
+
+    names: list[str]
+    sealed: dict[str, tuple[str, str]]  # path -> (SHA-256, the manifest that sealed it)
+    problems: list[str]
+
+
+def _read_chain(run_dir: Path) -> _Chain:
+    found = _manifests(run_dir)
+    names: list[str] = []
+    sealed: dict[str, tuple[str, str]] = {}
+    problems: list[str] = []
+    expected = 1
+    # Over the versions present, not up to the highest: a name like v999999999 must not
+    # make verify count that far.
+    for version, path in sorted(found.items()):
+        name = _manifest_name(version)
+        if version != expected:
+            gone = _manifest_name(expected) + ("" if version - 1 == expected else f" to {_manifest_name(version - 1)}")
+            problems.append(f"{gone} gone ({name} exists: every version from the first must be there)")
+        expected = version + 1
+        names.append(name)
+        try:
+            content = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            problems.append(f"{name} is not a manifest (not valid JSON: {exc})")
+            continue
+        if not isinstance(content, dict):
+            problems.append(f"{name} is not a manifest (not a JSON object)")
+            continue
+        if content.get("version") != version:
+            problems.append(f"{name} says it is version {content.get('version')!r}, not {version}")
+        link = content.get("amends")
+        if version == 1:
+            if link is not None:
+                problems.append(f"{name} (the first manifest) amends {link!r}: the first amends nothing")
+            key = "files"
+        else:
+            previous = _manifest_name(version - 1)
+            target = link.get("file") if isinstance(link, dict) else None
+            if target == name:
+                problems.append(f"{name} amends itself: it must amend {previous}")
+            elif target != previous:
+                problems.append(f"{name} amends {target!r}: it must amend its predecessor {previous}")
+            elif (version - 1) in found and sha256_path(found[version - 1]) != link.get("sha256"):
+                problems.append(f"{name} amends {previous} with SHA-256 {str(link.get('sha256'))[:12]}..., "
+                                f"but {previous} now hashes to {sha256_path(found[version - 1])[:12]}... ({previous} changed)")
+            key = "changes"
+        entries = content.get(key)
+        if not isinstance(entries, list) or (version > 1 and not entries):
+            problems.append(f"{name} has no list of {key}" + ("" if version == 1 else ": an amendment declares the files it adds"))
+            continue
+        for entry in entries:
+            path_text = entry.get("path") if isinstance(entry, dict) else None
+            sha = entry.get("sha256") if isinstance(entry, dict) else None
+            if not _safe_relative(path_text) or not isinstance(sha, str):
+                problems.append(f"{name} has an entry that is not a file of the run directory with its SHA-256: {entry!r}")
+            elif path_text in sealed:
+                problems.append(f"{name} declares {path_text}, already sealed by {sealed[path_text][1]}: "
+                                "an amendment only adds files, it never changes one")
+            elif version > 1 and not _amendable(path_text):
+                problems.append(f"{name} adds {path_text}: an amendment adds only {AMENDABLE_TEXT}")
+                sealed[path_text] = (sha, name)
+            else:
+                sealed[path_text] = (sha, name)
+    return _Chain(names, sealed, problems)
+
+
+def _amendable(path: str) -> bool:
+    return any(re.fullmatch(pattern, path) for pattern in AMENDABLE)
+
+
+def check_amendment(run_dir: str | Path, adds: Sequence[str]) -> None:
+    """Refuse an amendment of a run directory before its files are written: the chain of
+    manifests must be whole and each added file a new file of an amendable kind.
+
+    Raises
+    ------
+    EvalInputError
+        The run directory has no manifest, its chain is broken (named), or a file may not
+        be added (named).
+    """
+    run_dir = Path(run_dir)
+    if latest_manifest(run_dir) is None:
+        raise EvalInputError(f"{str(run_dir)!r} holds no {EVIDENCE_MANIFEST}: there is no evidence to amend.")
+    chain = _read_chain(run_dir)
+    if chain.problems:
+        raise EvalInputError(f"the evidence of {str(run_dir)!r} cannot be amended: {chain.problems[0]} (see evalcore verify).")
+    if not adds:
+        raise EvalInputError("an amendment must add at least one file.")
+    for path in adds:
+        if path in chain.sealed:
+            raise EvalInputError(f"{path} is sealed by {chain.sealed[path][1]}: an amendment only adds new files.")
+        if not _amendable(path):
+            raise EvalInputError(f"{path} cannot be added by an amendment: only {AMENDABLE_TEXT}.")
+
+
+def write_evidence_manifest(run_dir: str | Path, *, reason: str = "run", adds: Sequence[str] = ()) -> Path:
+    """Seal a run directory: write the next ``evidence-manifest[.vN].json``.
+
+    The first, ``evidence-manifest.json``, hashes every file of the run directory but the
+    exempt ones (:data:`EXEMPT`). An amendment (``.v2``, ``.v3`` ...) names and hashes its
+    predecessor and hashes only the files it adds (``changes``): it can add a gates outcome
+    (:data:`AMENDABLE`), never change a sealed file.
+
+    Parameters
+    ----------
+    run_dir : str or Path
+    reason : str
+        Why the manifest is written (``run``, ``gates amendment: acceptance-gates.v2.json``).
+    adds : sequence of str
+        For an amendment, the files it adds (paths relative to the run directory); empty
+        for the first manifest.
+
+    Raises
+    ------
+    EvalInputError
+        An amendment that :func:`check_amendment` refuses, or an added file that does not exist.
     """
     run_dir = Path(run_dir)
     previous = latest_manifest(run_dir)
     version = 1 if previous is None else _manifest_version(previous.name) + 1
-    target = run_dir / (EVIDENCE_MANIFEST if version == 1 else f"evidence-manifest.v{version}.json")
-    files = [p for p in _hashed_files(run_dir) if p != target]
-    manifest = {
-        "schema_version": SCHEMA_VERSION,
+    target = run_dir / _manifest_name(version)
+    manifest: dict[str, object] = {
+        "schema_version": MANIFEST_SCHEMA_VERSION,
         "version": version,
         "reason": reason,
         "written": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "amends": None if previous is None else {"file": previous.name, "sha256": sha256_path(previous)},
-        "unhashed": [f"{d}/" for d in _UNHASHED_DIRS] + list(_UNHASHED_FILES),
-        "files": [{"path": p.relative_to(run_dir).as_posix(), "sha256": sha256_path(p), "bytes": p.stat().st_size} for p in files],
+        "exempt": list(EXEMPT),
     }
+
+    def entry(rel: str) -> dict[str, object]:
+        path = run_dir / rel
+        return {"path": rel, "sha256": sha256_path(path), "bytes": path.stat().st_size}
+
+    if previous is None:
+        if adds:
+            raise ValueError("the first evidence manifest seals every file; `adds` is for amendments.")
+        manifest["files"] = [entry(rel) for rel in _run_files(run_dir) if rel != target.name]
+    else:
+        check_amendment(run_dir, adds)
+        gone = [rel for rel in adds if not (run_dir / rel).is_file()]
+        if gone:
+            raise EvalInputError(f"{run_dir / gone[0]} does not exist: an amendment hashes the files it adds.")
+        manifest["changes"] = [entry(rel) for rel in adds]
     return write_json(target, manifest)
 
 
@@ -492,25 +660,38 @@ def gate_metrics(run_dir: str | Path, metrics: dict) -> dict:
 
 @dataclass(frozen=True)
 class Verification:
-    """What :func:`verify` found. ``ok`` when nothing changed, went missing or broke the chain.
+    """What :func:`verify` found. ``ok`` when every file of the run directory is accounted
+    for by an intact chain of manifests and matches it (and the first manifest has the
+    expected SHA-256, when one is given).
 
     Attributes
     ----------
     manifest : str
-        The manifest checked (the newest).
+        The newest manifest of the chain.
+    first_sha256 : str or None
+        SHA-256 of ``evidence-manifest.json`` (None: it is gone). Stored by the user, it
+        pins every file the run sealed (``--expect-sha256``).
+    expected_sha256 : str or None
+        The SHA-256 the first manifest must have (None: not asked).
     checked : int
         Files whose hash was rechecked.
     changed, missing : list of str
-        Run-directory files whose SHA-256 differs from the manifest, or that are gone.
+        Sealed files whose SHA-256 differs from their manifest's, or that are gone.
     unlisted : list of str
-        Files of the run directory that no manifest lists (reported, not a failure).
+        Files of the run directory that no manifest of the chain accounts for (an error:
+        temporary names included; only :data:`EXEMPT` may be there unaccounted).
     chain : list of str
-        Broken links between manifests (a predecessor changed or is gone).
+        What is wrong with the manifests themselves: a gap, a link that does not name its
+        predecessor and its SHA-256, an amendment that changes a sealed file or adds a file
+        it may not add.
     inputs_changed, inputs_missing : list of str
-        Inputs (and their parts) that differ from ``input-manifest.json``, or are gone.
+        Inputs (and their parts) that differ from ``input-manifest.json``, or are gone
+        (gone is not a failure: inputs move).
     """
 
     manifest: str
+    first_sha256: str | None
+    expected_sha256: str | None
     checked: int
     changed: list[str]
     missing: list[str]
@@ -520,8 +701,13 @@ class Verification:
     inputs_missing: list[str]
 
     @property
+    def expected_differs(self) -> bool:
+        """A SHA-256 was expected of the first manifest, and it has another (or is gone)."""
+        return self.expected_sha256 is not None and self.first_sha256 != self.expected_sha256
+
+    @property
     def ok(self) -> bool:
-        return not (self.changed or self.missing or self.chain or self.inputs_changed)
+        return not (self.changed or self.missing or self.unlisted or self.chain or self.inputs_changed or self.expected_differs)
 
 
 def _load(path: Path) -> dict:
@@ -531,46 +717,53 @@ def _load(path: Path) -> dict:
         raise EvalInputError(f"{str(path)!r} is not valid JSON: {exc}") from None
 
 
-def verify(run_dir: str | Path, *, check_inputs: bool = True) -> Verification:
-    """Recheck every hash of a run directory's newest evidence manifest.
+def verify(run_dir: str | Path, *, check_inputs: bool = True, expect_sha256: str | None = None) -> Verification:
+    """Account for every file of a run directory with its chain of evidence manifests.
+
+    The manifests are read in version order from ``evidence-manifest.json``: each
+    amendment must name and hash its predecessor. Every file the first manifest lists is
+    checked against it, every file an amendment adds against that amendment (an amendment
+    cannot change a sealed file, so ``metrics.json`` is always checked against the first
+    manifest), and any other file of the run directory, but :data:`EXEMPT`, is an error.
+
+    Parameters
+    ----------
+    run_dir : str or Path
+    check_inputs : bool
+        Also rehash the inputs still at their path against ``input-manifest.json``.
+    expect_sha256 : str, optional
+        The SHA-256 of ``evidence-manifest.json`` stored when the run was sealed (hex);
+        another one is a failure.
 
     Raises
     ------
     EvalInputError
-        ``run_dir`` is not a run directory with an evidence manifest.
+        ``run_dir`` is not a run directory with an evidence manifest, or ``expect_sha256``
+        is not a SHA-256.
     """
     run_dir = Path(run_dir)
+    if expect_sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", expect_sha256):
+        raise EvalInputError(f"--expect-sha256 must be a SHA-256 (64 hexadecimal digits), but got {expect_sha256!r}.")
     if not run_dir.is_dir():
         raise EvalInputError(f"{str(run_dir)!r} is not a run directory.")
     newest = latest_manifest(run_dir)
     if newest is None:
         raise EvalInputError(f"{str(run_dir)!r} is not a run directory with evidence: it holds no {EVIDENCE_MANIFEST}.")
-    manifest = _load(newest)
-    changed, missing, chain = [], [], []
-    listed = {newest.relative_to(run_dir).as_posix()}
-    for entry in manifest.get("files", []):
-        path = run_dir / entry["path"]
-        listed.add(entry["path"])
+    chain = _read_chain(run_dir)
+    changed, missing = [], []
+    for rel, (sha, _) in sorted(chain.sealed.items()):
+        path = run_dir / rel
         if not path.is_file():
-            missing.append(entry["path"])
-        elif sha256_path(path) != entry["sha256"]:
-            changed.append(entry["path"])
-    # The chain: each manifest names its predecessor's hash (the newest one's files
-    # include every older manifest, so a changed predecessor also shows above).
-    current = manifest
-    while current.get("amends"):
-        link = current["amends"]
-        path = run_dir / link["file"]
-        if not path.is_file():
-            chain.append(f"{link['file']} (gone)")
-            break
-        if sha256_path(path) != link["sha256"]:
-            chain.append(f"{link['file']} (changed)")
-        current = _load(path)
-    unlisted = [p.relative_to(run_dir).as_posix() for p in _hashed_files(run_dir) if p.relative_to(run_dir).as_posix() not in listed]
+            missing.append(rel)
+        elif sha256_path(path) != sha:
+            changed.append(rel)
+    accounted = set(chain.sealed) | set(chain.names)
+    unlisted = [rel for rel in _run_files(run_dir) if rel not in accounted]
+    first = run_dir / EVIDENCE_MANIFEST
+    first_sha256 = sha256_path(first) if first.is_file() else None
     inputs_changed, inputs_missing = [], []
     inputs_path = run_dir / "input-manifest.json"
-    if check_inputs and inputs_path.is_file():
+    if check_inputs and inputs_path.is_file() and "input-manifest.json" not in changed:
         for entry in _load(inputs_path).get("inputs", []):
             root = Path(entry["path"])
             for part in entry.get("parts", []):
@@ -580,4 +773,5 @@ def verify(run_dir: str | Path, *, check_inputs: bool = True) -> Verification:
                     inputs_missing.append(where)
                 elif sha256_path(path) != part["sha256"]:
                     inputs_changed.append(where)
-    return Verification(newest.name, len(manifest.get("files", [])), changed, missing, unlisted, chain, inputs_changed, inputs_missing)
+    return Verification(newest.name, first_sha256, None if expect_sha256 is None else expect_sha256.lower(),
+                        len(chain.sealed), changed, missing, unlisted, chain.problems, inputs_changed, inputs_missing)

@@ -278,8 +278,9 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
     # A rerun must not leave an earlier result looking current while it runs or if it fails.
     for stale in ("metrics.json", "report.md", "report.html", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet", *BUNDLE_FILES):
         (out / stale).unlink(missing_ok=True)
-    for amendment in (*out.glob("acceptance-gates.v*.json"), *out.glob("evidence-manifest.v*.json")):
-        amendment.unlink()  # the previous run's amendments: not evidence of this one
+    previous_amendments = ("acceptance-gates.v*.json", "evidence-manifest.v*.json", "comparison.json", "comparison.md", "paired.json", "paired.md")
+    for amendment in [p for pattern in previous_amendments for p in out.glob(pattern)]:
+        amendment.unlink()  # the previous run's amendments (evidence.AMENDABLE): not evidence of this one
     shutil.rmtree(out / "figures", ignore_errors=True)
     for name in ("fields", "predictions"):  # parts of the previous run only (checked before the lock)
         remove_parts_directory(out / name)
@@ -347,6 +348,11 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
             reliability = run_reliability(client, recording_since, record().timings, client_peaks, embedded=not params.cluster)
         evidence(params, setup, metrics, reliability, started)
         html_report(params)  # after the gates and the bundle: the decision and the identity are on the page
+        if not params.keep_workdir:
+            # Before the seal, which accounts for every file left in the run directory (a
+            # kept work directory is sealed with the rest). Only what this run wrote there
+            # goes, and the directory only if evalcore made it (evalcore.outputs).
+            release_workdir(workdir)
         seal_evidence(params)
         # The final state is written last, so "succeeded" is never seen without every output;
         # gates that do not pass end the run Failed, here as in Prefect and in the exit status.
@@ -369,8 +375,6 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
                 write_json(out / "manifest.json", manifest)
         staged.abort()
         raise
-    if not params.keep_workdir:
-        release_workdir(workdir)  # what this run wrote there; the directory only if evalcore made it
     logger.info("run finished: precision %.3f, recall %.3f, F1 %.3f; outputs in %s", metrics["precision"], metrics["recall"], metrics["f1"], out)
     if gate_result is not None and gate_result["decision"] != "pass":
         # After everything is written: the run ends Failed, so an automation can alert.

@@ -25,6 +25,9 @@ per imagery acquisition. Each run of the flow
    and flags a regression (a headline delta or a unit's with its interval below zero)
    in the log and in ``paired.json``.
 
+Both comparisons are written after the run's evidence is sealed; each is sealed in turn
+as an amendment (``evidence-manifest.vN.json``), so ``evalcore verify`` accounts for it.
+
 Each layer is claimed in the registry before it is evaluated (an atomic insert), so two
 flow runs started together never evaluate the same layer twice; a failed evaluation
 gives its claim back so the next run retries it.
@@ -357,7 +360,17 @@ def publish_comparison(registry_url: str, run_id: int, metrics: dict, flow_run_i
     write_json(out / "comparison.json", comparison)
     atomic_path(out / "comparison.md", lambda tmp: tmp.write_text(markdown, encoding="utf-8"))
     create_markdown_artifact(markdown, key=artifact_key(current.product), description=f"{current.product}: latest run against the previous one")
+    _seal_amendment(out, "comparison with the previous run", ["comparison.json", "comparison.md"])
     return {"summary": current.summary, "comparison": comparison}
+
+
+def _seal_amendment(run_dir: Path, reason: str, adds: list[str]) -> None:
+    """Seal files written beside a sealed run as an amendment, which ``evalcore verify``
+    accounts for. Called last by its task, so a retry never meets its own files sealed."""
+    from evalcore.evidence import latest_manifest, write_evidence_manifest
+
+    if latest_manifest(run_dir) is not None:
+        write_evidence_manifest(run_dir, reason=reason, adds=adds)
 
 
 @task(name="record-failure", retries=2, cache_policy=NO_CACHE)
@@ -450,6 +463,7 @@ def paired_comparison(params: ReevaluateParams, layer: dict, reference: dict, ru
             "REGRESSION: %s is worse than the previous run %d: %s; %d units significantly worse (paired.json)",
             layer["name"], previous.id, ", ".join(worse_overall) or "no headline metric overall", len(result["worse_units"]),
         )
+    _seal_amendment(out, "paired comparison", ["paired.json", "paired.md"])
     return result
 
 

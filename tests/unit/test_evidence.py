@@ -163,16 +163,18 @@ def test_an_amendment_adds_a_version_and_links_its_predecessor(run_dir):
     out, _, _ = run_dir
     first = naive_sha256(out / EVIDENCE_MANIFEST)
     write_json(out / "acceptance-gates.v2.json", {"decision": "pass"})
-    second = write_evidence_manifest(out, reason="gates amendment")
+    second = write_evidence_manifest(out, reason="gates amendment", adds=["acceptance-gates.v2.json"])
     assert second.name == "evidence-manifest.v2.json"
     manifest = strict_json(second)
     assert manifest["amends"] == {"file": EVIDENCE_MANIFEST, "sha256": first}
+    assert [e["path"] for e in manifest["changes"]] == ["acceptance-gates.v2.json"]  # only what it adds
     assert naive_sha256(out / EVIDENCE_MANIFEST) == first  # never overwritten
     assert verify(out).ok
-    # Changing the first manifest breaks the chain (and shows as a changed file).
+    # Changing the first manifest breaks the chain (and leaves the files it sealed unaccounted for).
     (out / EVIDENCE_MANIFEST).write_text("{}")
     found = verify(out)
-    assert found.chain == [f"{EVIDENCE_MANIFEST} (changed)"] and EVIDENCE_MANIFEST in found.changed
+    assert any(p.endswith(f"({EVIDENCE_MANIFEST} changed)") for p in found.chain) and "metrics.json" in found.unlisted
+    assert not found.ok
 
 
 def test_gate_on_a_bundle_writes_an_amended_manifest(run_dir, tmp_path):
