@@ -158,7 +158,7 @@ class ReevaluateParams(MetricParams):
         # The same rules as a single evaluation (size_bins edges, the engine's own checks),
         # so a bad option fails when the flow starts, not at the first new layer.
         try:
-            self.evaluate_params(predicted="-", reference="-", output_dir="-").options()
+            self.evaluate_params(predicted="<predicted>", reference="<reference>", output_dir="<output_dir>").options()
         except ValidationError as exc:
             raise ValueError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors())) from None
         return self

@@ -55,7 +55,9 @@ def run(tmp_path_factory):
 def test_the_run_ends_failed_after_writing_everything(run):
     assert run.state.is_failed()
     assert "acceptance gates: fail" in run.state.message
-    assert strict_json(run.out / "status.json")["status"] == "succeeded"  # the evaluation itself succeeded
+    # The flow's state and status.json agree: failed, by the gates, with every output written.
+    status = strict_json(run.out / "status.json")
+    assert status["status"] == "failed" and status["failure"] == "gates" and status["outputs_complete"] is True
     for name in BUNDLE_FILES:
         assert isinstance(strict_json(run.out / name), dict), name
     assert verify(run.out).ok
@@ -74,7 +76,9 @@ def test_evidence_manifest_matches_every_file(run):
     manifest = strict_json(run.out / "evidence-manifest.json")
     listed = {e["path"]: e["sha256"] for e in manifest["files"]}
     on_disk = {p.relative_to(run.out).as_posix() for p in run.out.rglob("*")
-               if p.is_file() and p.relative_to(run.out).parts[0] not in ("logs", "work")} - {"evidence-manifest.json"}
+               if p.is_file() and p.relative_to(run.out).parts[0] not in ("logs", "work")}
+    # The manifest itself, and the run's state (written after it) and lock: not evidence.
+    on_disk -= {"evidence-manifest.json", "status.json", ".evalcore-run.lock"}
     assert set(listed) == on_disk
     assert all(naive_sha256(run.out / path) == sha for path, sha in listed.items())
 
