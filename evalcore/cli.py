@@ -307,6 +307,7 @@ def format_summary(metrics: dict[str, object]) -> str:
     note = unassigned_note(metrics)
     if note:
         lines.append(note)
+    lines.extend(f"warning: {w['message']}" for w in metrics.get("warnings") or ())
     return "\n".join(lines)
 
 
