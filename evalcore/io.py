@@ -19,6 +19,7 @@ in ``frame.attrs[SOURCE_ATTR]`` so later errors can name the file too.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -43,6 +44,8 @@ __all__ = [
     "write_json",
     "write_geoparquet",
     "atomic_path",
+    "DiskFullError",
+    "write_error",
     "describe_source",
     "parquet_parts",
     "check_parquet_parts",
@@ -654,15 +657,59 @@ def atomic_path(target: str | os.PathLike, write: Callable[[Path], None]) -> Pat
         if tmp_path.is_file():
             os.chmod(tmp_path, 0o666 & ~_UMASK)
         os.replace(tmp_path, target)
-    except OSError as exc:
+    except BaseException as exc:
         tmp_path.unlink(missing_ok=True)
-        if exc.filename is not None and str(tmp_path) in str(exc.filename):
-            raise OSError(exc.errno, f"cannot write {str(target)!r}: {exc.strerror}") from None
-        raise
-    except BaseException:
-        tmp_path.unlink(missing_ok=True)
+        if _disk_full(exc) is not None:
+            raise write_error(target, exc) from None
+        if isinstance(exc, OSError) and exc.filename is not None and str(tmp_path) in str(exc.filename):
+            raise write_error(target, exc) from None
         raise
     return target
+
+
+def write_error(target: str | os.PathLike, exc: BaseException) -> OSError:
+    """The error to raise when writing ``target`` failed with ``exc``: one that names ``target``.
+
+    A full disk gives a :class:`DiskFullError` that says so; any other OSError keeps its
+    errno and reason.
+    """
+    full = _disk_full(exc)
+    if full is not None:
+        return DiskFullError(full, f"cannot write {str(target)!r}: {_FULL_TEXT[full]}; free some space or write elsewhere")
+    if isinstance(exc, OSError):
+        return OSError(exc.errno, f"cannot write {str(target)!r}: {exc.strerror or first_line(exc)}")
+    return OSError(f"cannot write {str(target)!r}: {first_line(exc)}")
+
+
+class DiskFullError(OSError):
+    """Writing an output failed because its file system is full (or the user's quota is used up).
+
+    The message names the output being written; the writers' own errors (Python's, Arrow's,
+    GDAL's) name the temporary file or nothing at all.
+    """
+
+
+_FULL_TEXT = {errno.ENOSPC: "the disk is full (No space left on device)", errno.EDQUOT: "the disk quota is exceeded"}
+_FULL_MARKERS = {"No space left on device": errno.ENOSPC, "database or disk is full": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT}
+
+
+def _disk_full(exc: BaseException) -> int | None:
+    """ENOSPC or EDQUOT when ``exc`` or an exception in its chain says the disk is full; else None.
+
+    Arrow and GDAL wrap the error in their own exceptions, sometimes only in the message.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _FULL_TEXT:
+            return current.errno
+        text = str(current)
+        for marker, code in _FULL_MARKERS.items():
+            if marker in text:
+                return code
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _current_umask() -> int:

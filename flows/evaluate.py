@@ -64,7 +64,7 @@ from evalcore.distributed.reliability import peak_rss_mib, run_reliability, star
 from evalcore.errors import EvalInputError
 from evalcore.evidence import BUNDLE_FILES
 from evalcore.io import atomic_path, write_json
-from evalcore.logs import run_log
+from evalcore.logs import library_level, run_log
 from evalcore.options import EvalOptions, RunPlan
 from evalcore.report import package_versions, render_report, sha256_path
 from flows.params import EvaluateParams
@@ -88,7 +88,9 @@ def dask_client(address: str | None, n_workers: int) -> Iterator[object]:
         with Client(address, timeout="30s") as client:
             yield client
         return
-    with local_cluster(n_workers) as cluster:
+    # A task's error reaches the flow as an exception (and the run log, the terminal's one
+    # line): the workers' own "Compute Failed" logs, one per retry, would only repeat it.
+    with local_cluster(n_workers, silence_logs=library_level(quiet=logging.CRITICAL)) as cluster:
         with Client(cluster) as client:
             yield client
 
