@@ -63,9 +63,9 @@ class _TerminalFilter(logging.Filter):
         self.verbosity = verbosity
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.WARNING:
-            return True
         name, v = record.name, self.verbosity
+        if record.levelno >= logging.WARNING:
+            return v >= 1 or not _is_prefect_drain_note(record)
         if _under(name, ("prefect.flow_runs",)):
             return record.levelno >= logging.INFO or v >= 2
         if _under(name, ("prefect",)):
@@ -73,6 +73,16 @@ class _TerminalFilter(logging.Filter):
         if _under(name, OWN):
             return v >= 2 or (v == 1 and record.levelno >= logging.INFO)
         return v >= 2 and record.levelno >= logging.INFO
+
+
+def _is_prefect_drain_note(record: logging.LogRecord) -> bool:
+    """Prefect's "Still processing items: N items remaining..." while the process exits.
+
+    Its queue services (events, API logs) log it under their class name (``EventsWorker``)
+    at WARNING while they finish sending to the Prefect API; after a quick failure it would
+    come after the command's one error line. Shown from ``-v`` on.
+    """
+    return record.name.endswith("Worker") and record.getMessage().startswith("Still processing items:")
 
 
 class _TerminalFormatter(logging.Formatter):
