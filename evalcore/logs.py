@@ -14,6 +14,11 @@ other ``prefect.*``     (warnings only)             INFO (task states, server)  
 Dask, Bokeh, Tornado    (warnings only)             (warnings only)                  INFO
 ======================  ==========================  ===============================  =====================
 
+At the default verbosity the terminal also leaves out Prefect's exit-time "Still
+processing items" note, and, while :func:`failures_reported_once` is open (``evalcore
+run``), Prefect's echoes of a failure: the command prints the failure once, as its one
+error line.
+
 :func:`run_log` copies the whole log of a run (DEBUG lines of evalcore and of the
 flows, Prefect's INFO lines, every library's warnings) to a file for as long as the
 run lasts, without changing what any terminal shows. The flow ``evaluate-layers``
