@@ -27,7 +27,9 @@ from evalcore.engine import (
     route,
     summarize_partition,
 )
+from evalcore.boundary import candidate_boxes
 from evalcore.groups import strata_values
+from evalcore.layer_warnings import LayerFacts, extent_of, run_warnings
 from evalcore.metrics.checks import positive
 from evalcore.options import EvalOptions, RunPlan, check_options, make_run_plan
 from evalcore.levels import Sites, aois_frame, prepare_sites, tiles_frame
@@ -222,10 +224,16 @@ def _summarize(ev: _Evaluation, options: EvalOptions) -> dict[str, object]:
     study_counts = {}
     for role, layer in (("reference", ev.ref), ("predicted", ev.pred)):
         study_counts |= {f"outside_{role}": layer.n_outside_study_area, f"within_{role}": layer.n_within_training_buffer, f"kept_{role}": len(layer)}
+    facts = [
+        LayerFacts(role, layer.n_input, layer.n_dropped, len(layer), extent_of(candidate_boxes(layer)) if len(layer) else None)
+        for role, layer in (("predicted", ev.pred), ("reference", ev.ref))
+    ]
+    ea_name = ev.ref.equal_area_crs.to_string()
+    overlap = int(round(ev.merged.sums.as_dict(0).get("n_ref_with_overlap", 1.0)))
     return build_summary(
         ev.merged, ev.plan, options, layer_counts=counts, utm_epsg_codes=codes,
-        equal_area_crs=ev.ref.equal_area_crs.to_string(), strata_column=ev.strata_column, sites=ev.sites,
-        run_keys=study_keys(ev.study, study_counts),
+        equal_area_crs=ea_name, strata_column=ev.strata_column, sites=ev.sites,
+        run_keys=study_keys(ev.study, study_counts), warnings=run_warnings(*facts, overlap, ea_name),
     )
 
 

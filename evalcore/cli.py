@@ -356,6 +356,7 @@ def format_summary(metrics: dict[str, object]) -> str:
     note = unassigned_note(metrics)
     if note:
         lines.append(note)
+    lines.extend(f"warning: {w['message']}" for w in metrics.get("warnings") or ())
     return "\n".join(lines)
 
 
@@ -576,6 +577,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         return 0
     reference = read_layer(args.reference, layer=args.ref_layer, role="reference")
     predicted = read_layer(args.predicted, layer=args.pred_layer, role="predicted")
+    if args.strata_column is not None and args.strata_column == reference.geometry.name:
+        _refuse_geometry_column("--strata-column", args.strata_column, _where(args.reference, args.ref_layer, "reference"),
+                                [str(c) for c in reference.columns if c != reference.geometry.name])
     if args.strata_column is not None and args.strata_column not in reference.columns:
         columns = ", ".join(repr(c) for c in reference.columns if c != reference.geometry.name)
         raise EvalInputError(
@@ -689,6 +693,12 @@ def _check_score_column(values: object, column: str, where: str, columns: list[s
     score_values(pd.DataFrame({column: values}), column, where, label="--score-column")
 
 
+def _refuse_geometry_column(flag: str, column: str, where: str, columns: list[str]) -> None:
+    """A flag that names the geometry column: its WKT would become the group keys."""
+    shown = ", ".join(repr(c) for c in columns) or "(none)"
+    raise EvalInputError(f"{flag} {column!r} is the geometry column of the {where}, not an attribute; choose one of: {shown}.")
+
+
 def _plain(value: object) -> object:
     """A numpy scalar as the Python value it holds (so messages show ``1.5``, not ``np.float64(1.5)``)."""
     return value.item() if hasattr(value, "item") else value
@@ -704,6 +714,10 @@ def check_columns_up_front(args: argparse.Namespace) -> None:
     ref_columns = layer_columns(args.reference, layer=args.ref_layer, role="reference")
     pred_columns = layer_columns(args.predicted, layer=args.pred_layer, role="predicted")
     if args.strata_column is not None and args.strata_column not in ref_columns:
+        from evalcore.io import geometry_column_names
+
+        if args.strata_column in geometry_column_names(args.reference, layer=args.ref_layer, role="reference"):
+            _refuse_geometry_column("--strata-column", args.strata_column, _where(args.reference, args.ref_layer, "reference"), list(ref_columns))
         shown = ", ".join(repr(c) for c in ref_columns) or "(none)"
         raise EvalInputError(
             f"--strata-column {args.strata_column!r} is not a column of the reference file {args.reference!r}; "
@@ -932,6 +946,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         result = _compare_on_cluster(args, options, models, baseline, layers, pair)
     else:
         reference = read_layer(args.reference, layer=args.ref_layer, role="reference")
+        if args.strata_column is not None and args.strata_column == reference.geometry.name:
+            _refuse_geometry_column("--strata-column", args.strata_column, _where(args.reference, args.ref_layer, "reference"),
+                                    [str(c) for c in reference.columns if c != reference.geometry.name])
         if args.strata_column is not None and args.strata_column not in reference.columns:
             columns = ", ".join(repr(c) for c in reference.columns if c != reference.geometry.name)
             raise EvalInputError(f"--strata-column {args.strata_column!r} is not a column of the reference file {args.reference!r}; its columns are: {columns or '(none)'}.")

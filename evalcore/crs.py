@@ -22,6 +22,7 @@ from evalcore.rings import flatten_rings
 __all__ = [
     "WGS84",
     "as_crs",
+    "check_earth_crs",
     "equal_area_crs_from",
     "transform_geoms",
     "reproject_polygons",
@@ -66,6 +67,34 @@ def equal_area_crs_from(value: object) -> CRS:
             "use e.g. 'EPSG:6933'."
         )
     return crs
+
+
+def check_earth_crs(crs: CRS, where: str) -> None:
+    """Refuse a layer CRS that cannot be related to the Earth (no transformation to WGS 84).
+
+    A local engineering CRS (a site grid, a CAD drawing) has axes in metres but no datum
+    on the Earth: PROJ cannot transform it to longitude and latitude, so no area, UTM
+    zone or distance can be computed. The same holds for a CRS of another celestial body.
+
+    Raises
+    ------
+    CRSError
+        Naming ``where`` and the CRS.
+    """
+    if crs.is_engineering:
+        raise CRSError(
+            f"The {where} has a local engineering CRS ({crs.name!r}), which has no known relation to the Earth, so "
+            "evalcore cannot place its polygons to measure areas and distances; georeference the layer first (give it "
+            "a geographic or projected CRS, e.g. ogr2ogr -s_srs <its real CRS> -t_srs EPSG:4326)."
+        )
+    try:
+        _transformer(crs, WGS84)
+    except Exception as exc:  # pyproj's ProjError: PROJ knows no operation between the two
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CRSError(
+            f"The {where} has the CRS {crs.name!r}, which PROJ cannot transform to WGS 84 ({reason}); "
+            "reproject the layer to a CRS on the Earth first."
+        ) from None
 
 
 @lru_cache(maxsize=256)

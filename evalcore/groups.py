@@ -43,6 +43,9 @@ def strata_values(reference: object, strata: object, n_rows: int) -> np.ndarray:
                 f"strata={strata!r} is not a column of the reference layer; its columns are: "
                 f"{', '.join(map(repr, columns)) or '(none)'}."
             )
+        if strata == getattr(getattr(reference, "geometry", None), "name", None):
+            shown = ", ".join(repr(c) for c in columns if c != strata) or "(none)"
+            raise ValueError(f"strata={strata!r} is the reference layer's geometry column, not an attribute; choose one of: {shown}.")
         values = reference[strata]
     elif isinstance(strata, pd.Series):
         if len(strata) != n_rows:

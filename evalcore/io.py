@@ -19,9 +19,11 @@ in ``frame.attrs[SOURCE_ATTR]`` so later errors can name the file too.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import stat
 import struct
 import tempfile
 import warnings
@@ -37,18 +39,23 @@ from evalcore.errors import CRSError, EvalInputError
 __all__ = [
     "read_layer",
     "check_source",
+    "check_file_name",
     "to_jsonable",
     "write_json",
     "write_geoparquet",
     "atomic_path",
+    "DiskFullError",
+    "write_error",
     "describe_source",
     "parquet_parts",
     "check_parquet_parts",
     "check_layer_name",
+    "check_unique_columns",
     "check_layer_crs",
     "read_ogr_frame",
     "layer_columns",
     "read_columns",
+    "geometry_column_names",
     "first_line",
     "SOURCE_ATTR",
     "LINEARIZED_ROWS_ATTR",
@@ -102,11 +109,52 @@ def _is_parquet(p: Path) -> bool:
     return p.is_dir() or p.suffix.lower() in _PARQUET_SUFFIXES
 
 
+def _special_kind(p: Path) -> str | None:
+    """What a path is when it is neither a regular file nor a directory (a FIFO, ...); None otherwise."""
+    mode = p.stat().st_mode
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"))
+    return next((text for test, text in kinds if test(mode)), "a special file")
+
+
+def check_file_name(path: str | os.PathLike, role: str) -> None:
+    """Refuse a file name that is not valid UTF-8, saying so (the readers would report a corrupt file).
+
+    A name read from the command line keeps its undecodable bytes as surrogates; the
+    GeoParquet and GDAL readers take UTF-8 text only and cannot open it.
+    """
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        raw = text
+    else:
+        try:
+            text.encode("utf-8")
+            return
+        except UnicodeEncodeError:
+            raw = os.fsencode(text)
+    try:
+        raw.decode("utf-8")
+        return
+    except UnicodeDecodeError as exc:
+        shown = raw.decode("utf-8", "backslashreplace")
+        raise EvalInputError(
+            f"The {role} file name '{shown}' is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at position {exc.start}), "
+            "which the GeoParquet and GDAL readers cannot open; rename the file to a UTF-8 name (e.g. convmv -f latin1 -t utf8)."
+        ) from None
+
+
 def check_source(p: Path, layer: str | None, where: str) -> None:
-    """The checks every reader makes first: the path exists, is not empty, and a layer
-    name is given only for formats that have layers."""
+    """The checks every reader makes first: the name is UTF-8, the path exists and is a
+    regular file or directory (a FIFO would block the reader forever), the file is not
+    empty, and a layer name is given only for formats that have layers."""
+    check_file_name(p, where.partition(" file ")[0])  # the role: where begins "predicted file '...'"
     if not p.exists():
         raise EvalInputError(f"The {where} does not exist; check the path.")
+    special = _special_kind(p)
+    if special is not None:
+        raise EvalInputError(f"The {where} is not a regular file or directory but {special}; give the layer's file itself.")
     if p.is_file() and p.stat().st_size == 0:
         raise EvalInputError(f"The {where} is empty (0 bytes); it was probably not written completely.")
     if layer and _is_parquet(p):
@@ -123,6 +171,10 @@ def parquet_parts(path: str | os.PathLike, role: str) -> list[Path]:
     if not p.is_dir():
         return [p]
     files = sorted(f for f in p.rglob("*.parquet") if not any(part.startswith((".", "_")) for part in f.relative_to(p).parts))
+    for f in files:
+        special = _special_kind(f)
+        if special is not None:
+            raise EvalInputError(f"The {role} GeoParquet part {str(f)!r} is not a regular file but {special}; remove it from {str(path)!r}.")
     if not files:
         raise EvalInputError(
             f"The {role} directory {str(path)!r} holds no .parquet files; give a GeoParquet file, "
@@ -178,6 +230,7 @@ def check_parquet_parts(files: list[Path], role: str) -> list[object]:
                 "(it is truncated, corrupt or not GeoParquet)."
             ) from exc
         names = [n for n in schema.names if n != "__index_level_0__"]
+        check_unique_columns(names, f"{role} file {str(path)!r}")
         types = {n: str(schema.field(n).type) for n in names}
         geo = _geo_metadata(schema)
         crs = _part_crs(geo) if geo else "(no geo metadata)"
@@ -212,6 +265,15 @@ def check_parquet_parts(files: list[Path], role: str) -> list[object]:
     return schemas
 
 
+def check_unique_columns(names: list[str], where: str) -> None:
+    """Refuse a layer with two columns of the same name (a column could not be chosen by its name)."""
+    seen: set[str] = set()
+    for name in map(str, names):
+        if name in seen:
+            raise EvalInputError(f"The {where} has two columns named {name!r}; rename one so that every column name is unique.")
+        seen.add(name)
+
+
 def check_layer_name(path: str | os.PathLike, layer: str | None, role: str) -> None:
     """Check the layer choice of a file GDAL reads: it exists, or the file has only one layer.
 
@@ -239,13 +301,18 @@ def check_layer_name(path: str | os.PathLike, layer: str | None, role: str) -> N
 
 
 def check_layer_crs(frame: geopandas.GeoDataFrame, where: str) -> None:
-    """Refuse a layer that has geometries but no CRS, naming the file.
+    """Refuse a layer that has geometries but no CRS, or a CRS not on the Earth, naming the file.
 
     Raises
     ------
     CRSError
     """
-    if frame.crs is not None or len(frame) == 0:
+    if frame.crs is not None:
+        from evalcore.crs import check_earth_crs
+
+        check_earth_crs(frame.crs, where)
+        return
+    if len(frame) == 0:
         return
     geoms = np.asarray(frame.geometry.array, dtype=object)
     import shapely
@@ -378,6 +445,7 @@ def read_ogr_frame(
             f"The {where} is a table without geometry (columns: {', '.join(map(repr, frame.columns)) or '(none)'}); "
             "give a polygon layer."
         )
+    check_unique_columns(list(frame.columns), where)
     check_layer_crs(frame, where)
     curved = _ogr_curved_rows(path, layer, skip_features, max_features)
     frame.attrs[SOURCE_ATTR] = where
@@ -510,6 +578,22 @@ def layer_columns(path: str | os.PathLike, *, layer: str | None = None, role: st
     return {str(n): str(t) for n, t in zip(info["fields"], info["dtypes"])}
 
 
+def geometry_column_names(path: str | os.PathLike, *, layer: str | None = None, role: str = "layer") -> set[str]:
+    """The names a layer's geometry column goes by: as stored in the file, and ``"geometry"``
+    (what the GDAL reader calls it in a frame). Read from the header only."""
+    p = Path(path)
+    if _is_parquet(p):
+        geo = _geo_metadata(check_parquet_parts(parquet_parts(p, role), role)[0])
+        return set(geo.get("columns", {})) | {geo.get("primary_column", "geometry")}
+    import pyogrio
+
+    try:
+        name = pyogrio.read_info(p, layer=layer).get("geometry_name") or ""
+    except Exception:  # the header was read before: a failure here names nothing new
+        name = ""
+    return {"geometry", name} - {""}
+
+
 def read_columns(path: str | os.PathLike, columns: list[str], *, layer: str | None = None, role: str = "layer") -> pd.DataFrame:
     """Some attribute columns of a layer, without geometry (rows numbered from 0 across parts)."""
     p = Path(path)
@@ -573,15 +657,59 @@ def atomic_path(target: str | os.PathLike, write: Callable[[Path], None]) -> Pat
         if tmp_path.is_file():
             os.chmod(tmp_path, 0o666 & ~_UMASK)
         os.replace(tmp_path, target)
-    except OSError as exc:
+    except BaseException as exc:
         tmp_path.unlink(missing_ok=True)
-        if exc.filename is not None and str(tmp_path) in str(exc.filename):
-            raise OSError(exc.errno, f"cannot write {str(target)!r}: {exc.strerror}") from None
-        raise
-    except BaseException:
-        tmp_path.unlink(missing_ok=True)
+        if _disk_full(exc) is not None:
+            raise write_error(target, exc) from None
+        if isinstance(exc, OSError) and exc.filename is not None and str(tmp_path) in str(exc.filename):
+            raise write_error(target, exc) from None
         raise
     return target
+
+
+def write_error(target: str | os.PathLike, exc: BaseException) -> OSError:
+    """The error to raise when writing ``target`` failed with ``exc``: one that names ``target``.
+
+    A full disk gives a :class:`DiskFullError` that says so; any other OSError keeps its
+    errno and reason.
+    """
+    full = _disk_full(exc)
+    if full is not None:
+        return DiskFullError(full, f"cannot write {str(target)!r}: {_FULL_TEXT[full]}; free some space or write elsewhere")
+    if isinstance(exc, OSError):
+        return OSError(exc.errno, f"cannot write {str(target)!r}: {exc.strerror or first_line(exc)}")
+    return OSError(f"cannot write {str(target)!r}: {first_line(exc)}")
+
+
+class DiskFullError(OSError):
+    """Writing an output failed because its file system is full (or the user's quota is used up).
+
+    The message names the output being written; the writers' own errors (Python's, Arrow's,
+    GDAL's) name the temporary file or nothing at all.
+    """
+
+
+_FULL_TEXT = {errno.ENOSPC: "the disk is full (No space left on device)", errno.EDQUOT: "the disk quota is exceeded"}
+_FULL_MARKERS = {"No space left on device": errno.ENOSPC, "database or disk is full": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT}
+
+
+def _disk_full(exc: BaseException) -> int | None:
+    """ENOSPC or EDQUOT when ``exc`` or an exception in its chain says the disk is full; else None.
+
+    Arrow and GDAL wrap the error in their own exceptions, sometimes only in the message.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _FULL_TEXT:
+            return current.errno
+        text = str(current)
+        for marker, code in _FULL_MARKERS.items():
+            if marker in text:
+                return code
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _current_umask() -> int:

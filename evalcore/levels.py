@@ -244,6 +244,12 @@ def prepare_sites(options: object, equal_area_crs: object = None) -> Sites:
         if column not in getattr(frame, "columns", []):
             columns = [str(c) for c in frame.columns if c != frame.geometry.name]
             raise EvalInputError(f"{where} has no id column {column!r}; its columns are: {', '.join(map(repr, columns)) or '(none)'}.")
+        if column == frame.geometry.name:
+            columns = [str(c) for c in frame.columns if c != frame.geometry.name]
+            raise EvalInputError(
+                f"--aoi-id-column {column!r} is the geometry column of {where}, not an attribute; "
+                f"choose one of: {', '.join(map(repr, columns)) or '(none)'}."
+            )
         ids = frame[column]
         missing = np.flatnonzero(pd.isna(ids).to_numpy())
         if len(missing):

@@ -14,6 +14,11 @@ other ``prefect.*``     (warnings only)             INFO (task states, server)  
 Dask, Bokeh, Tornado    (warnings only)             (warnings only)                  INFO
 ======================  ==========================  ===============================  =====================
 
+At the default verbosity the terminal also leaves out Prefect's exit-time "Still
+processing items" note, and, while :func:`failures_reported_once` is open (``evalcore
+run``), Prefect's echoes of a failure: the command prints the failure once, as its one
+error line.
+
 :func:`run_log` copies the whole log of a run (DEBUG lines of evalcore and of the
 flows, Prefect's INFO lines, every library's warnings) to a file for as long as the
 run lasts, without changing what any terminal shows. The flow ``evaluate-layers``
@@ -30,7 +35,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["DEBUG_ENV", "configure_logging", "debug_enabled", "library_level", "run_log", "TerminalHandler"]
+__all__ = ["DEBUG_ENV", "configure_logging", "debug_enabled", "failures_reported_once", "library_level", "run_log", "TerminalHandler"]
 
 #: Libraries whose INFO lines are only for ``-vv``.
 LIBRARIES = ("distributed", "bokeh", "tornado")
@@ -63,9 +68,9 @@ class _TerminalFilter(logging.Filter):
         self.verbosity = verbosity
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.WARNING:
-            return True
         name, v = record.name, self.verbosity
+        if record.levelno >= logging.WARNING:
+            return v >= 1 or not _is_prefect_drain_note(record)
         if _under(name, ("prefect.flow_runs",)):
             return record.levelno >= logging.INFO or v >= 2
         if _under(name, ("prefect",)):
@@ -73,6 +78,16 @@ class _TerminalFilter(logging.Filter):
         if _under(name, OWN):
             return v >= 2 or (v == 1 and record.levelno >= logging.INFO)
         return v >= 2 and record.levelno >= logging.INFO
+
+
+def _is_prefect_drain_note(record: logging.LogRecord) -> bool:
+    """Prefect's "Still processing items: N items remaining..." while the process exits.
+
+    Its queue services (events, API logs) log it under their class name (``EventsWorker``)
+    at WARNING while they finish sending to the Prefect API; after a quick failure it would
+    come after the command's one error line. Shown from ``-v`` on.
+    """
+    return record.name.endswith("Worker") and record.getMessage().startswith("Still processing items:")
 
 
 class _TerminalFormatter(logging.Formatter):
@@ -108,6 +123,47 @@ class TerminalHandler(logging.StreamHandler):
     @stream.setter
     def stream(self, value: object) -> None:  # StreamHandler.__init__ assigns it
         pass
+
+
+class _FailureEchoFilter(logging.Filter):
+    """Drops the records that only echo a failure the command line reports itself.
+
+    When a flow fails, Prefect logs it several times (the task's and the flow's
+    "Finished in state Failed(...)", "Encountered exception during execution" with the
+    traceback); :func:`evalcore.cli.run` then prints the same error once, as the one
+    line every failure gets (exit 2 for bad input, 1 otherwise). The run's log file
+    keeps every record, traceback included.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _under(record.name, ("prefect",)):
+            return True
+        if record.levelno >= logging.ERROR:
+            return False
+        message = record.getMessage()
+        return not (message.startswith("Finished in state") and ("Failed(" in message or "Crashed(" in message))
+
+
+@contextlib.contextmanager
+def failures_reported_once() -> Iterator[None]:
+    """While the block runs, the terminal shows no Prefect record that echoes a failure.
+
+    For ``evalcore run``: at the default verbosity, without EVALCORE_DEBUG, a failed run
+    ends with the command line's one error line and nothing else from the failure. With
+    ``-v`` or EVALCORE_DEBUG the terminal shows everything, as before.
+    """
+    if _verbosity >= 1 or debug_enabled():
+        yield
+        return
+    handlers = [h for h in logging.getLogger().handlers if isinstance(h, TerminalHandler)]
+    echo = _FailureEchoFilter()
+    for handler in handlers:
+        handler.addFilter(echo)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(echo)
 
 
 def configure_logging(verbosity: int = 0) -> None:
@@ -255,7 +311,7 @@ def run_log(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+    handler = _RunLogHandler(path, mode="a", encoding="utf-8")
     handler.setLevel(logging.DEBUG)
     handler.setFormatter(_FileFormatter(_FILE_FORMAT))
     _open_gates()  # before adding ours, so that it is not filtered
@@ -265,5 +321,26 @@ def run_log(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield path
     finally:
         root.removeHandler(handler)
-        handler.close()
+        try:
+            handler.close()
+        except OSError as exc:  # the last buffered lines: not an error that should hide the run's own
+            handler.error = handler.error or exc
         _close_gates()
+    if handler.error is not None:  # the run itself went through, its log did not
+        from evalcore.io import write_error
+
+        raise write_error(path, handler.error)
+
+
+class _RunLogHandler(logging.FileHandler):
+    """A run's log file. A write that fails (a full disk) is remembered for :func:`run_log`
+    to report once, with the file's name, instead of a traceback on standard error per record."""
+
+    error: OSError | None = None
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            self.error = self.error or exc
+            return
+        super().handleError(record)

@@ -38,6 +38,26 @@ def _km(value: object) -> float:
     return float(value) * 1000.0
 
 
+MIN_PARTITION_SIZE_M = 50.0
+"""The smallest partition tile side (metres). Partition indices are ``floor(x / size)`` in
+int64: a tiny size overflows them (``--partition-km 1e-20``), and tiles much smaller than
+a field only multiply the work. 50 m keeps the property tests' 60 m partitions, which
+put many fields across partition lines on purpose."""
+
+
+def _partition_size(name: str, value: object) -> float:
+    try:
+        size = positive(name, value)
+    except ValueError:
+        size = None
+    if size is None or size < MIN_PARTITION_SIZE_M:
+        raise ValueError(
+            f"{name} (--partition-km) must be a finite length of at least {MIN_PARTITION_SIZE_M:g} m "
+            f"({MIN_PARTITION_SIZE_M / 1000:g} km), but got {value!r} m."
+        )
+    return size
+
+
 CORE_OPTIONS: tuple[Option, ...] = (
     Option(
         "bootstrap", 0, "number of bootstrap resamples for 95 % percentile intervals (default 0: none)",
@@ -62,7 +82,7 @@ CORE_OPTIONS: tuple[Option, ...] = (
     Option(
         "partition_size_m", DEFAULT_PARTITION_SIZE_M,
         "side of the partition tiles in kilometres; changes no point estimate (default 50)",
-        positive, parse=float, flag="--partition-km", cli_default=DEFAULT_PARTITION_SIZE_M / 1000.0, to_option=_km, annotation=float,
+        _partition_size, parse=float, flag="--partition-km", cli_default=DEFAULT_PARTITION_SIZE_M / 1000.0, to_option=_km, annotation=float,
     ),
     Option(
         "tile_km", DEFAULT_TILE_KM,

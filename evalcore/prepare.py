@@ -22,6 +22,7 @@ from pyproj import CRS
 from evalcore._typing import BoolArray, F64Array, GeomArray, IdArray
 from evalcore.config import AREA_WARNING_RTOL, DEFAULT_EQUAL_AREA_CRS, DEFAULT_PARTITION_SIZE_M, DEFAULT_TILE_KM
 from evalcore.crs import (
+    check_earth_crs,
     WGS84,
     reproject_polygons,
     edge_split_length,
@@ -380,6 +381,7 @@ def prepare_layer(
         crs = None
         return empty_layer(name, equal_area_crs=ea_crs, partition_size_m=partition_size_m, labels=labels, n_input=n_input)
 
+    check_earth_crs(crs, where)
     source = geoms[rows]
     # All before the 50 m split. Longitudes out of range first (PROJ would wrap them into a
     # crossing), then the split's size (absurd coordinates transform to meaningless longitudes).

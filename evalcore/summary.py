@@ -171,6 +171,7 @@ def build_summary(
     strata_column: str | None = None,
     sites: Sites | None = None,
     run_keys: dict[str, object] | None = None,
+    warnings: list[dict[str, str]] | None = None,
 ) -> dict[str, object]:
     """The summary dict from merged partition sums.
 
@@ -190,6 +191,9 @@ def build_summary(
     run_keys : dict, optional
         More run-level keys, placed after the layer counts: the study area's and the
         leakage audit's (:func:`evalcore.study.study_keys`).
+    warnings : list of dict, optional
+        The run's ``{"code", "message"}`` warnings (:func:`evalcore.layer_warnings.run_warnings`),
+        written as ``warnings`` (an empty list when there are none).
     """
     overall = merged.sums.as_dict(0)
     both_empty = overall["n_ref"] == 0 and overall["n_pred"] == 0
@@ -205,6 +209,7 @@ def build_summary(
     result["equal_area_crs"] = equal_area_crs
     result["distance_crs"] = DISTANCE_CRS
     result["utm_epsg_codes"] = sorted(int(c) for c in utm_epsg_codes)
+    result["warnings"] = [dict(w) for w in warnings or ()]
     if options.boundary_tolerance_m is not None:
         result["boundary_tolerance_m"] = options.boundary_tolerance_m
     for family in enabled_families(options):

@@ -90,8 +90,10 @@ def run_command(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     from flows.evaluate import GatesNotPassed
 
+    from evalcore.logs import failures_reported_once
+
     try:
-        with run_api():
+        with run_api(), failures_reported_once():  # the failure's one line comes from evalcore.cli.run
             metrics = evaluate_layers(params)
     except GatesNotPassed as exc:
         from evalcore.gates import exit_status

@@ -70,7 +70,7 @@ from evalcore.distributed.reliability import peak_rss_mib, run_reliability, star
 from evalcore.errors import EvalInputError
 from evalcore.evidence import BUNDLE_FILES
 from evalcore.io import atomic_path, write_json
-from evalcore.logs import run_log
+from evalcore.logs import library_level, run_log
 from evalcore.options import EvalOptions, RunPlan
 from evalcore.outputs import (
     OutputSet,
@@ -104,7 +104,9 @@ def dask_client(address: str | None, n_workers: int, dashboard_address: str = DA
         with Client(address, timeout="30s") as client:
             yield client
         return
-    with local_cluster(n_workers, dashboard_address=dashboard_address) as cluster:
+    # A task's error reaches the flow as an exception (and the run log, the terminal's one
+    # line): the workers' own "Compute Failed" logs, one per retry, would only repeat it.
+    with local_cluster(n_workers, dashboard_address=dashboard_address, silence_logs=library_level(quiet=logging.CRITICAL)) as cluster:
         with Client(cluster) as client:
             yield client
 

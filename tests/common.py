@@ -152,6 +152,7 @@ SUMMARY_KEYS = frozenset(
         "boundary_sample_spacing_max_m", "count_fp_unassigned", "count_predicted_dropped",
         "count_reference_dropped", "count_predicted_repaired", "count_reference_repaired",
         "matching", "equal_area_crs", "distance_crs", "utm_epsg_codes",
+        "warnings",  # ours: the run's warnings about its inputs (evalcore/layer_warnings.py), [] when none
     }
 )
 # The seed-000 keys every group entry carries: the summary keys that are values of the
@@ -160,7 +161,7 @@ RUN_LEVEL_KEYS = frozenset(
     {
         "iou_threshold", "boundary_sample_spacing_m", "count_fp_unassigned", "count_predicted_dropped",
         "count_reference_dropped", "count_predicted_repaired", "count_reference_repaired", "matching",
-        "equal_area_crs", "distance_crs", "utm_epsg_codes",
+        "equal_area_crs", "distance_crs", "utm_epsg_codes", "warnings",
     }
 )
 GROUP_KEYS = SUMMARY_KEYS - RUN_LEVEL_KEYS

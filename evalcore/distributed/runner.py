@@ -71,6 +71,7 @@ from evalcore.prepare import PreparedLayer, empty_layer, prepare_layer
 from evalcore.levels import LayerInput, Sites, aois_frame, prepare_sites, tiles_frame
 from evalcore.study import Study, prepare_study, study_keys
 from evalcore.quantities import index_of
+from evalcore.layer_warnings import LayerFacts, extent_of, run_warnings
 from evalcore.summary import build_summary, level_tables
 
 __all__ = [
@@ -1207,10 +1208,17 @@ def summary_of(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
         entry = index.layers[role]
         study_counts |= {f"outside_{role}": entry.get("n_outside_study_area", 0), f"within_{role}": entry.get("n_within_training_buffer", 0),
                          f"kept_{role}": entry["n_kept"]}
+    facts = []
+    for role in ("predicted", "reference"):
+        entry = index.layers[role]
+        boxes = [p["box"] for p in entry["partitions"].values()]
+        facts.append(LayerFacts(role, entry["n_input"], entry["n_dropped"], entry["n_kept"], extent_of(boxes) if boxes else None))
+    ea_name = setup.ea_crs.to_string()
+    overlap = int(round(merged.sums.as_dict(0).get("n_ref_with_overlap", 1.0)))
     metrics = build_summary(
         merged, plan, setup.options, layer_counts=counts, utm_epsg_codes=codes,
-        equal_area_crs=setup.ea_crs.to_string(), strata_column=setup.strata_label, sites=index.sites,
-        run_keys=study_keys(index.study, study_counts),
+        equal_area_crs=ea_name, strata_column=setup.strata_label, sites=index.sites,
+        run_keys=study_keys(index.study, study_counts), warnings=run_warnings(*facts, overlap, ea_name),
     )
     if setup.tiles_out is not None or setup.aois_out is not None:
         tiles, aois = level_tables(merged, setup.options, index.sites)
