@@ -667,12 +667,24 @@ def atomic_path(target: str | os.PathLike, write: Callable[[Path], None]) -> Pat
     return target
 
 
+#: The hidden directory, beside each output, that holds it until it is renamed into place
+#: (:mod:`evalcore.outputs`). Messages name the output, not its staged name.
+STAGING_DIR = ".evalcore-partial"
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """``path`` as the user knows it: a staged output (``DIR/.evalcore-partial/NAME``) as ``DIR/NAME``."""
+    p = Path(path)
+    return str(Path(*[part for part in p.parts if part != STAGING_DIR])) if STAGING_DIR in p.parts else str(p)
+
+
 def write_error(target: str | os.PathLike, exc: BaseException) -> OSError:
     """The error to raise when writing ``target`` failed with ``exc``: one that names ``target``.
 
     A full disk gives a :class:`DiskFullError` that says so; any other OSError keeps its
-    errno and reason.
+    errno and reason. A staged output is named by its final path (:func:`shown_path`).
     """
+    target = shown_path(target)
     full = _disk_full(exc)
     if full is not None:
         return DiskFullError(full, f"cannot write {str(target)!r}: {_FULL_TEXT[full]}; free some space or write elsewhere")

@@ -29,6 +29,7 @@ import socket
 from pathlib import Path
 
 from evalcore.errors import EvalInputError
+from evalcore.io import STAGING_DIR, write_error
 
 __all__ = [
     "OutputSet",
@@ -63,8 +64,6 @@ _RUN_MARKS = (RUN_LOCK, "status.json")
 _PART_PREFIX = "part-"
 
 
-#: The hidden directory, beside each output, that holds it until it is renamed into place.
-STAGING_DIR = ".evalcore-partial"
 
 
 def staged_path(target: str | os.PathLike) -> Path:
@@ -272,7 +271,10 @@ def claim_workdir(path: str | os.PathLike, option: str = "--workdir") -> Path:
                 "give an empty or new directory (evalcore creates it)."
             )
     p.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps({"created": created}) + "\n", encoding="utf-8")
+    try:
+        marker.write_text(json.dumps({"created": created}) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise write_error(marker, exc) from None
     return p
 
 
@@ -335,7 +337,10 @@ class RunDirectoryLock:
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise write_error(self.path, exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -353,8 +358,12 @@ class RunDirectoryLock:
             "pid": os.getpid(),
             "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        except OSError as exc:
+            os.close(fd)
+            raise write_error(self.path, exc) from None
         self._fd = fd
         return self
 

@@ -263,7 +263,7 @@ def _flow_run_states(api_url: str) -> list[tuple[str, str]]:
     response = httpx.post(f"{api_url}/flow_runs/filter", json={"limit": 200}, timeout=30)
     response.raise_for_status()
     return [(run["parameters"]["params"]["output_dir"], run["state_type"]) for run in response.json()
-            if "params" in run.get("parameters", {})]
+            if isinstance(run.get("parameters", {}).get("params"), dict) and "output_dir" in run["parameters"]["params"]]
 
 
 @pytest.mark.prefect
