@@ -30,7 +30,7 @@ from evalcore import boundary
 from evalcore._typing import F64Array, IdArray
 from evalcore.bootstrap import PartitionKey, ReplicateSums, RowDraws, RunDraws, block_draws, field_draws, pool_id, replicate_group_sums
 from evalcore.matching import Resolution, eligible_pairs, resolve
-from evalcore.metrics import enabled_families, max_columns, quantity_columns
+from evalcore.metrics.registry import enabled_families, max_columns, quantity_columns
 from evalcore.metrics.base import GlobalContext, PairContext, PredContext, RefContext
 from evalcore.metrics.taxonomy import (
     PREDICTION_CODES,

@@ -48,6 +48,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import pandas as pd
 
+from evalcore._version import __version__
 from evalcore.errors import EvalInputError
 from evalcore.io import to_jsonable, write_json
 from evalcore.metrics.taxonomy import TAXONOMY_KEYS, taxonomy_counts
@@ -295,8 +296,6 @@ def evaluation_contract(metrics: dict, *, parameters: dict, metric_parameters: d
         The user's labels (``--label KEY=VALUE``: model hash, imagery source ...).
     run_id : str
     """
-    from evalcore import __version__
-
     missing = [e["role"] for e in inputs["inputs"] if not e.get("sha256")]
     sweep = metrics.get("iou_sweep") or []
     return {

@@ -18,7 +18,7 @@ import numpy as np
 from evalcore.bootstrap import BOOTSTRAP_UNITS, pool_id
 from evalcore.config import DEFAULT_PARTITION_SIZE_M, DEFAULT_TILE_KM
 from evalcore.groups import SizeClasses, size_classes
-from evalcore.metrics import enabled_families, family_options
+from evalcore.metrics.registry import enabled_families, family_options
 from evalcore.metrics.base import Option
 from evalcore.levels import layer_input
 from evalcore.metrics.checks import any_value, non_negative_int, optional_text, positive, positive_int

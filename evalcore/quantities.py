@@ -22,7 +22,7 @@ import pandas as pd
 
 from evalcore._typing import F64Array, IdArray
 from evalcore.matching import Resolution
-from evalcore.metrics import enabled_families, max_columns, quantity_columns
+from evalcore.metrics.registry import enabled_families, max_columns, quantity_columns
 from evalcore.metrics.base import PredContext, RefContext
 
 __all__ = [
@@ -44,7 +44,7 @@ class QuantityTable:
     ref_pos : ndarray of int64, shape (n,)
         Input positions of the reference fields, increasing.
     columns : tuple of str
-        The summed columns (:func:`evalcore.metrics.quantity_columns`).
+        The summed columns (:func:`evalcore.metrics.registry.quantity_columns`).
     values : ndarray of float64, shape (n, len(columns))
     max_columns : tuple of str
     maxima : ndarray of float64, shape (n, len(max_columns))

@@ -14,7 +14,7 @@ import pandas as pd
 from evalcore.bootstrap import percentile_intervals
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 from evalcore.engine import MergedSums
-from evalcore.metrics import enabled_families, finalize_all, interval_keys
+from evalcore.metrics.registry import enabled_families, finalize_all, interval_keys
 from evalcore.levels import Sites, aoi_entries, level_summary, unit_table
 from evalcore.metrics.base import GroupView
 from evalcore.options import EvalOptions, RunPlan

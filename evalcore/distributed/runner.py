@@ -44,6 +44,7 @@ import shapely
 from pyproj import CRS
 
 from evalcore import boundary
+from evalcore._version import __version__
 from evalcore.bootstrap import PartitionKey, pool_id
 from evalcore.config import DEFAULT_EQUAL_AREA_CRS
 from evalcore.crs import equal_area_crs_from
@@ -663,7 +664,6 @@ def _signature_of_run(
     """SHA-256 over the inputs' checksums and every parameter that changes an output."""
     import hashlib
 
-    from evalcore import __version__
     from evalcore.report import sha256_path
 
     input_sha256 = {s.role: sha256_path(s.path) for s in (reference, predicted)}
