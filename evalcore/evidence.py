@@ -646,7 +646,7 @@ def write_bundle(run_dir: str | Path, metrics: dict, given: BundleInputs, *, sea
 def gate_metrics(run_dir: str | Path, metrics: dict) -> dict:
     """The metrics the gates see: ``metrics.json`` plus ``tiles.per_tile`` from the run's
     ``tiles.parquet`` (so ``tiles.*.f1`` gates every tile, with each tile's support)."""
-    from evalcore.levels import unit_entries
+    from evalcore.summary import unit_entries
 
     tiles = _read_table(Path(run_dir) / "tiles.parquet")
     if tiles is None or "tiles" not in metrics:

@@ -68,10 +68,11 @@ from evalcore.errors import EvalInputError
 from evalcore.groups import strata_values
 from evalcore.io import atomic_path, write_geoparquet, write_json, write_table
 from evalcore.options import EvalOptions, RunPlan, make_run_plan
-from evalcore.prepare import PreparedLayer, empty_layer, prepare_layer
+from evalcore.layer import PreparedLayer, empty_layer
+from evalcore.prepare import prepare_layer
 from evalcore.levels import LayerInput, Sites, aois_frame, prepare_sites, tiles_frame
 from evalcore.study import Study, prepare_study, study_keys
-from evalcore.quantities import index_of
+from evalcore.arrays import index_of
 from evalcore.layer_warnings import LayerFacts, extent_of, run_warnings
 from evalcore.summary import build_summary, level_tables
 
