@@ -109,7 +109,7 @@ score column, no annotated area)."""
 def section_families(repeat: int) -> dict:
     """Full options with round 1's families only, then with every default or cheap family on."""
     import evalcore
-    from evalcore.metrics import FAMILIES
+    from evalcore.metrics.registry import FAMILIES
     from evalcore.options import check_options
     from evalcore.synth import make_site_layers
 

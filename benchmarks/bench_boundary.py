@@ -44,7 +44,8 @@ from evalcore.boundary import (
     tolerance_lengths,
 )
 from evalcore.crs import to_utm, transform_geoms, utm_crs
-from evalcore.prepare import PreparedLayer, prepare_layer
+from evalcore.layer import PreparedLayer
+from evalcore.prepare import prepare_layer
 
 PAIRS_PER_REF = 0.8  # share of reference fields that end up matched in make_layers
 REPEAT = 2  # evalcore steps: best of REPEAT runs (the baseline runs once)

@@ -33,9 +33,10 @@ from evalcore.layer_warnings import LayerFacts, extent_of, run_warnings
 from evalcore.metrics.checks import positive
 from evalcore.options import EvalOptions, RunPlan, check_options, make_run_plan
 from evalcore.levels import Sites, aois_frame, prepare_sites, tiles_frame
-from evalcore.quantities import index_of
+from evalcore.arrays import index_of
 from evalcore.pixels import count_tiles
-from evalcore.prepare import PreparedLayer, layer_geometries, prepare_layer
+from evalcore.layer import PreparedLayer
+from evalcore.prepare import layer_geometries, prepare_layer
 from evalcore.study import Study, prepare_study, study_keys
 from evalcore.summary import build_summary, level_tables
 

@@ -494,7 +494,7 @@ def percentile_intervals(
     Parameters
     ----------
     values : dict of str to (value, defined)
-        Replicate values of each metric, from :func:`evalcore.metrics.finalize_all`.
+        Replicate values of each metric, from :func:`evalcore.metrics.registry.finalize_all`.
 
     Returns
     -------

@@ -10,7 +10,7 @@ Public functions
 pair_boundary_distances
     Hausdorff and symmetric mean distance of geometry pairs in one metric CRS.
 matched_pair_distances
-    The same for rows of two :class:`~evalcore.prepare.PreparedLayer`, measured in the
+    The same for rows of two :class:`~evalcore.layer.PreparedLayer`, measured in the
     reference field's UTM zone.
 boundary_within_tolerance
     Exact boundary length of each geometry within a tolerance of other boundaries.
@@ -28,13 +28,13 @@ import math
 
 import numpy as np
 import shapely
-from pyproj import CRS, Proj
+from pyproj import CRS
 
 from evalcore import _kernels
 from evalcore._typing import F64Array, GeomArray, IdArray
 from evalcore.config import BOUNDARY_MAX_SAMPLES, BOUNDARY_SAMPLE_SPACING_M
-from evalcore.crs import WGS84, to_utm, transform_xy, utm_crs
-from evalcore.prepare import PreparedLayer
+from evalcore.crs import WGS84, max_scale, to_utm, transform_xy, utm_crs
+from evalcore.layer import PreparedLayer
 from evalcore.rings import flatten_rings
 
 __all__ = [
@@ -361,28 +361,6 @@ def _within_tolerance_flat(
     return out
 
 
-def _max_scale(crs: CRS, lon: F64Array, lat: F64Array) -> F64Array:
-    """Largest linear scale factor of ``crs`` at each point (Tissot semi-major axis).
-
-    Falls back to a finite-difference estimate when PROJ cannot give the factors.
-    """
-    try:
-        factors = Proj(crs).get_factors(lon, lat)
-        scale = np.asarray(factors.tissot_semimajor, dtype=np.float64)
-        if np.all(np.isfinite(scale)) and np.all(scale > 0):
-            return scale
-    except Exception:  # PROJ refuses factors for some CRSs
-        pass
-    step = 1e-4
-    x0, y0 = transform_xy(lon, lat, WGS84, crs)
-    x1, y1 = transform_xy(lon + step, lat, WGS84, crs)
-    x2, y2 = transform_xy(lon, lat + step, WGS84, crs)
-    metres_lon = step * np.pi / 180.0 * 6_378_137.0 * np.cos(np.radians(lat))
-    metres_lat = step * np.pi / 180.0 * 6_356_752.0
-    scale = np.maximum(np.hypot(x1 - x0, y1 - y0) / metres_lon, np.hypot(x2 - x0, y2 - y0) / metres_lat)
-    return np.where(np.isfinite(scale), scale * 1.5, 10.0)
-
-
 def _tolerance_candidates(layer: PreparedLayer, other: PreparedLayer, tolerance_m: float) -> tuple[IdArray, IdArray]:
     """Conservative candidate pairs ``(i_layer, i_other)`` whose boundaries may come within the tolerance.
 
@@ -391,7 +369,7 @@ def _tolerance_candidates(layer: PreparedLayer, other: PreparedLayer, tolerance_
     1 m + 2 % of the polygon's size (straight source edges are chords in UTM but curves in
     the equal-area CRS), and pairs of intersecting boxes are kept.
     """
-    scale = _max_scale(layer.equal_area_crs, layer.lon, layer.lat)
+    scale = max_scale(layer.equal_area_crs, layer.lon, layer.lat)
     bounds = candidate_boxes(layer)
     size = np.hypot(bounds[:, 2] - bounds[:, 0], bounds[:, 3] - bounds[:, 1])
     grow = _CANDIDATE_SCALE_SAFETY * scale * tolerance_m + _CANDIDATE_SIZE_MARGIN * size + _CANDIDATE_MARGIN_M
@@ -472,7 +450,7 @@ def tolerance_reach(layer: PreparedLayer, tolerance_m: float) -> F64Array:
     size margin, so that a row whose box, grown by its own reach, meets another row's
     box grown by that row's reach is a candidate pair whichever layer is the query.
     """
-    scale = _max_scale(layer.equal_area_crs, layer.lon, layer.lat)
+    scale = max_scale(layer.equal_area_crs, layer.lon, layer.lat)
     bounds = candidate_boxes(layer)
     size = np.hypot(bounds[:, 2] - bounds[:, 0], bounds[:, 3] - bounds[:, 1])
     return _CANDIDATE_SCALE_SAFETY * scale * tolerance_m + 2.0 * _CANDIDATE_SIZE_MARGIN * size + _CANDIDATE_MARGIN_M
@@ -488,8 +466,6 @@ def candidate_boxes(layer: PreparedLayer) -> F64Array:
     bounds = shapely.bounds(layer.geoms_ea)
     if len(layer) == 0 or layer.crs is None:
         return bounds
-    from evalcore.crs import transform_xy
-
     src = shapely.bounds(layer.geoms_source)
     x, y = transform_xy(src[:, [0, 2, 0, 2]].ravel(), src[:, [1, 1, 3, 3]].ravel(), layer.crs, layer.equal_area_crs)
     x, y = x.reshape(-1, 4), y.reshape(-1, 4)

@@ -36,7 +36,7 @@ import numpy as np
 
 from evalcore.bootstrap import percentile_intervals
 from evalcore.levels import UNIT_COLUMNS, tile_key, unit_rates
-from evalcore.metrics import finalize_all
+from evalcore.metrics.registry import finalize_all
 from evalcore.options import EvalOptions, check_options
 
 __all__ = [

@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import numpy as np
 import shapely
-from pyproj import CRS, Transformer
+from pyproj import CRS, Proj, Transformer
 
 from evalcore import _kernels
 from evalcore._typing import F64Array, GeomArray, IdArray
@@ -31,6 +31,7 @@ __all__ = [
     "to_utm",
     "utm_crs",
     "edge_split_length",
+    "max_scale",
 ]
 
 WGS84 = CRS.from_epsg(4326)
@@ -243,3 +244,40 @@ def edge_split_length(crs: CRS) -> float:
         return EDGE_SPLIT_M / METRES_PER_DEGREE
     factor = crs.axis_info[0].unit_conversion_factor or 1.0
     return EDGE_SPLIT_M / factor
+
+
+def max_scale(crs: CRS, lon: F64Array, lat: F64Array) -> F64Array:
+    """Largest linear scale factor of ``crs`` at each point (Tissot semi-major axis).
+
+    A length of ``d`` metres on the ground is at most ``max_scale * d`` units of ``crs``
+    near the point, which is what grows a box in ``crs`` to hold a distance on the ground.
+    Falls back to a finite-difference estimate (times 1.5, 10 where it is not finite)
+    when PROJ cannot give the factors.
+
+    Parameters
+    ----------
+    crs : pyproj.CRS
+        A projected CRS.
+    lon, lat : ndarray of float64
+        The points, degrees.
+
+    Returns
+    -------
+    ndarray of float64
+        Dimensionless scale factor at each point.
+    """
+    try:
+        factors = Proj(crs).get_factors(lon, lat)
+        scale = np.asarray(factors.tissot_semimajor, dtype=np.float64)
+        if np.all(np.isfinite(scale)) and np.all(scale > 0):
+            return scale
+    except Exception:  # PROJ refuses factors for some CRSs
+        pass
+    step = 1e-4
+    x0, y0 = transform_xy(lon, lat, WGS84, crs)
+    x1, y1 = transform_xy(lon + step, lat, WGS84, crs)
+    x2, y2 = transform_xy(lon, lat + step, WGS84, crs)
+    metres_lon = step * np.pi / 180.0 * 6_378_137.0 * np.cos(np.radians(lat))
+    metres_lat = step * np.pi / 180.0 * 6_356_752.0
+    scale = np.maximum(np.hypot(x1 - x0, y1 - y0) / metres_lon, np.hypot(x2 - x0, y2 - y0) / metres_lat)
+    return np.where(np.isfinite(scale), scale * 1.5, 10.0)

@@ -28,9 +28,10 @@ import pandas as pd
 
 from evalcore import boundary
 from evalcore._typing import F64Array, IdArray
+from evalcore.arrays import index_of
 from evalcore.bootstrap import PartitionKey, ReplicateSums, RowDraws, RunDraws, block_draws, field_draws, pool_id, replicate_group_sums
 from evalcore.matching import Resolution, eligible_pairs, resolve
-from evalcore.metrics import enabled_families, max_columns, quantity_columns
+from evalcore.metrics.registry import enabled_families, max_columns, quantity_columns
 from evalcore.metrics.base import GlobalContext, PairContext, PredContext, RefContext
 from evalcore.metrics.taxonomy import (
     PREDICTION_CODES,
@@ -42,11 +43,11 @@ from evalcore.metrics.taxonomy import (
     reference_flags,
 )
 from evalcore.options import EvalOptions, RunPlan, base_threshold
-from evalcore.pairs import PairTable, candidate_pairs
-from evalcore.prepare import PreparedLayer
+from evalcore.pairs import candidate_pairs
+from evalcore.pairtable import PairTable
+from evalcore.layer import PreparedLayer
 from evalcore.quantities import (
     Contributions,
-    index_of,
     prediction_contributions,
     prediction_fields,
     quantity_table,

@@ -48,6 +48,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import pandas as pd
 
+from evalcore._version import __version__
 from evalcore.errors import EvalInputError
 from evalcore.io import to_jsonable, write_json
 from evalcore.metrics.taxonomy import TAXONOMY_KEYS, taxonomy_counts
@@ -295,8 +296,6 @@ def evaluation_contract(metrics: dict, *, parameters: dict, metric_parameters: d
         The user's labels (``--label KEY=VALUE``: model hash, imagery source ...).
     run_id : str
     """
-    from evalcore import __version__
-
     missing = [e["role"] for e in inputs["inputs"] if not e.get("sha256")]
     sweep = metrics.get("iou_sweep") or []
     return {
@@ -647,7 +646,7 @@ def write_bundle(run_dir: str | Path, metrics: dict, given: BundleInputs, *, sea
 def gate_metrics(run_dir: str | Path, metrics: dict) -> dict:
     """The metrics the gates see: ``metrics.json`` plus ``tiles.per_tile`` from the run's
     ``tiles.parquet`` (so ``tiles.*.f1`` gates every tile, with each tile's support)."""
-    from evalcore.levels import unit_entries
+    from evalcore.summary import unit_entries
 
     tiles = _read_table(Path(run_dir) / "tiles.parquet")
     if tiles is None or "tiles" not in metrics:

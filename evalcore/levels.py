@@ -17,8 +17,8 @@ This module owns:
 * the site layers (:class:`Sites`: the tile side, the prepared AOI layer and the
   annotated area of SPEC 6.4) and where each row lies in them (:func:`locate`);
 * :class:`UnitSums` and how they are built from quantity rows and homeless predictions;
-* the per-unit tables (:func:`unit_table`) and the JSON blocks ``tiles`` and ``aois``
-  (:func:`level_summary`), with micro and macro named apart;
+* the per-unit tables (:func:`unit_table`; their JSON blocks ``tiles`` and ``aois`` are
+  laid out by :func:`evalcore.summary.level_summary`);
 * the tile squares: their area inside the zone's 6° band and their polygon in EPSG:4326.
 """
 
@@ -58,15 +58,10 @@ __all__ = [
     "replicate_columns",
     "homeless_values",
     "unit_table",
-    "level_summary",
     "tile_key",
     "tile_band_area_km2",
     "tile_polygons",
-    "QUANTILES",
 ]
-
-QUANTILES: tuple[int, ...] = (10, 25, 50, 75, 90)
-"""Percentiles of per-unit F1 and count ratio in the summary (numpy's linear method)."""
 
 UNIT_COLUMNS: tuple[str, ...] = (
     "n_ref", "tp", "n_pred", "n_pred_matched", "n_pred_unassigned", "area_ref_m2", "area_pred_m2",
@@ -690,106 +685,6 @@ def unit_table(sums: UnitSums, kind: str, *, min_support: int, tile_size_m: floa
             out[f"{name}_ci_lower"] = np.asarray(lower, dtype=np.float64)
             out[f"{name}_ci_upper"] = np.asarray(upper, dtype=np.float64)
             out[f"{name}_ci_n_undefined"] = np.isnan(value).sum(axis=1).astype(np.int64) if value.size else np.zeros(len(out), np.int64)
-    return out
-
-
-def _null(value: float) -> float | None:
-    return None if value is None or not np.isfinite(value) else float(value)
-
-
-def _unit_keys(table: pd.DataFrame, kind: str) -> list[str]:
-    if kind == "aois":
-        return [str(k) for k in table["aoi"].tolist()]
-    return [tile_key(e, x, y) for e, x, y in zip(table["epsg"], table["tile_x"], table["tile_y"])]
-
-
-def level_summary(table: pd.DataFrame, kind: str, *, tile_km: float | None = None,
-                  aois: AoiLayer | None = None) -> dict[str, object]:
-    """The ``tiles`` or ``aois`` block of the summary from a :func:`unit_table`.
-
-    Micro pools the counts of the units; macro is the mean of the unit values where
-    they are defined, with the number of units averaged; quantiles are numpy's linear
-    percentiles over the units where the value is defined; ``worst`` is the unit with
-    the lowest value among units with sufficient support (ties: the first unit in the
-    table's order), null when none has enough.
-    """
-    from evalcore.summary import WORST_KEYS, worst_group
-
-    tp = float(table["count_tp"].sum())
-    fp = float(table["count_fp"].sum())
-    n_ref = float(table["count_reference"].sum())
-    micro = unit_rates(np.array([n_ref]), np.array([tp]), np.array([tp + fp]), np.array([tp]))
-    out: dict[str, object] = {}
-    name = "tiles" if kind == "tiles" else "aois"
-    with_ref = table["count_reference"].to_numpy() > 0
-    if kind == "tiles":
-        out["tile_km"] = float(tile_km)
-        out["count_tiles"] = int(len(table))
-        out["count_tiles_with_reference"] = int(with_ref.sum())
-        out["count_tiles_without_reference"] = int((~with_ref).sum())
-        free = table[~with_ref]
-        free_area = float(free["tile_area_km2"].sum())
-        out["fp_per_km2_reference_free"] = _null(float(free["count_fp"].sum()) / free_area) if free_area > 0 else None
-    else:
-        out["id_column"] = aois.id_column if aois is not None else None
-        out["count_aois"] = int(len(table))
-        out["count_aois_with_reference"] = int(with_ref.sum())
-    has_fn = table["count_fn"].to_numpy() > 0
-    out[f"fraction_{name}_with_fn"] = _null(float(has_fn[with_ref].mean())) if with_ref.any() else None
-    out["micro"] = {k: _null(float(v[0])) for k, v in micro.items()}
-    out["macro"] = {}
-    for metric in WORST_KEYS:
-        values = table[metric].to_numpy(np.float64)
-        ok = ~np.isnan(values)
-        out["macro"][metric] = {"value": _null(float(values[ok].mean())) if ok.any() else None, "n_units": int(ok.sum())}
-    out["quantiles"] = {}
-    for metric in ("f1", "count_ratio"):
-        values = table[metric].to_numpy(np.float64)
-        values = values[~np.isnan(values)]
-        if len(values):
-            qs = np.percentile(values, QUANTILES)
-            out["quantiles"][metric] = {f"p{q}": float(v) for q, v in zip(QUANTILES, qs)}
-        else:
-            out["quantiles"][metric] = {f"p{q}": None for q in QUANTILES}
-    keys = _unit_keys(table, kind)
-    entries = {}
-    for k, rec in zip(keys, table[list(WORST_KEYS) + ["support", "insufficient_support"]].to_dict("records")):
-        entries[k] = {m: rec[m] for m in WORST_KEYS} | {"support": int(rec["support"]), "insufficient_support": bool(rec["insufficient_support"])}
-    worst = worst_group(entries)
-    if worst is not None:
-        worst = {m: (None if w is None else {**w, "value": float(w["value"])}) for m, w in worst.items()}
-    out["worst"] = worst
-    return out
-
-
-def aoi_entries(table: pd.DataFrame) -> dict[str, dict]:
-    """``per_aoi``: every AOI's values keyed by id (rates null when undefined)."""
-    return unit_entries(table, "aois")
-
-
-def unit_entries(table: pd.DataFrame, kind: str) -> dict[str, dict]:
-    """Every unit's values keyed like the outputs (an AOI's id, a tile's ``EPSG_x_y``), rates
-    null when undefined and intervals as ``ci: {rate: [lower, upper]}`` (the layout of a group)."""
-    out = {}
-    keys = _unit_keys(table, kind)
-    key_columns = ("aoi",) if kind == "aois" else ("epsg", "tile_x", "tile_y")
-    for key, rec in zip(keys, table.drop(columns=[c for c in (*key_columns, "geometry") if c in table.columns]).to_dict("records")):
-        entry = {}
-        for k, v in rec.items():
-            if isinstance(v, (bool, np.bool_)):
-                entry[k] = bool(v)
-            elif isinstance(v, (int, np.integer)):
-                entry[k] = int(v)
-            else:
-                entry[k] = _null(float(v))
-        ci = {m: [entry.pop(f"{m}_ci_lower"), entry.pop(f"{m}_ci_upper")] for m in ("precision", "recall", "f1") if f"{m}_ci_lower" in entry}
-        if ci:
-            entry["ci"] = ci
-            undefined = {m: entry.pop(f"{m}_ci_n_undefined") for m in ci}
-            undefined = {m: n for m, n in undefined.items() if n}
-            if undefined:
-                entry["ci_n_undefined"] = undefined
-        out[key] = entry
     return out
 
 

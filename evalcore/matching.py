@@ -14,7 +14,7 @@ import numpy as np
 
 from evalcore._typing import BoolArray, IdArray
 from evalcore.config import IOU_MATCH_RTOL, MATCHING_METHODS
-from evalcore.pairs import PairTable
+from evalcore.pairtable import PairTable
 
 __all__ = [
     "Resolution",

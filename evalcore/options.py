@@ -18,10 +18,12 @@ import numpy as np
 from evalcore.bootstrap import BOOTSTRAP_UNITS, pool_id
 from evalcore.config import DEFAULT_PARTITION_SIZE_M, DEFAULT_TILE_KM
 from evalcore.groups import SizeClasses, size_classes
-from evalcore.metrics import enabled_families, family_options
+from evalcore.metrics.registry import enabled_families, family_options
 from evalcore.metrics.base import Option
 from evalcore.levels import layer_input
 from evalcore.metrics.checks import any_value, non_negative_int, optional_text, positive, positive_int
+from evalcore.pixels import PIXEL_OPTIONS, window_bytes
+from evalcore.study import STUDY_OPTIONS, check_study_options
 
 __all__ = [
     "CORE_OPTIONS",
@@ -109,9 +111,6 @@ def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
 
 def all_options() -> tuple[Option, ...]:
     """Every option: the engine's, the pixel metrics', the study area's, then each registered family's, in registry order."""
-    from evalcore.pixels import PIXEL_OPTIONS
-    from evalcore.study import STUDY_OPTIONS
-
     return CORE_OPTIONS + PIXEL_OPTIONS + STUDY_OPTIONS + family_options()
 
 
@@ -177,12 +176,8 @@ def check_options(**kwargs: object) -> EvalOptions:
         value = kwargs.get(name, option.default)
         values[name] = option.check(name, value)
     if values["pixel_gsd_m"] is not None:
-        from evalcore.pixels import window_bytes
-
         # A GSD that makes one tile (or its halo) too large is refused before any work.
         window_bytes(values["pixel_gsd_m"], values["tile_km"] * 1000.0, values["pixel_tolerance_px"])
-    from evalcore.study import check_study_options
-
     check_study_options(values)
     if values["bootstrap_unit"] == "aoi" and values["aoi"] is None:
         raise ValueError("bootstrap_unit='aoi' (--bootstrap-unit aoi) draws AOIs: give an AOI layer (--aoi PATH --aoi-id-column C).")

@@ -92,7 +92,10 @@ from rasterio.transform import Affine
 from scipy import ndimage
 
 from evalcore._typing import BoolArray, F64Array, GeomArray, IdArray
+from evalcore.crs import to_utm
 from evalcore.errors import IncompatibleStatsError
+from evalcore.levels import _zone_band
+from evalcore.metrics.base import Option
 
 __all__ = [
     "PIXEL_OPTIONS",
@@ -832,29 +835,21 @@ def _gsd_option(name: str, value: object) -> float | None:
     return None if value is None else _positive_m(value, name)
 
 
-PIXEL_OPTIONS: tuple = ()
+def _parse_gsd(text: str) -> float | None:
+    return None if text.strip().lower() == "none" else float(text)
+
+
+PIXEL_OPTIONS: tuple[Option, ...] = (
+    Option("pixel_gsd_m", None, "rasterise both layers per reporting tile at this ground sample distance, metres: "
+           "pixel metrics (default: none)", _gsd_option, parse=_parse_gsd, annotation=float | None),
+    Option("pixel_tolerance_px", 2, "boundary F1 tolerance in pixels, a whole number >= 0 (default 2)",
+           _tolerance_option, parse=int, annotation=int),
+    Option("tversky_alpha", 0.5, "Tversky index weight of the false positives, >= 0 (default 0.5)",
+           _non_negative_weight, parse=float, annotation=float),
+    Option("tversky_beta", 0.5, "Tversky index weight of the false negatives, >= 0 (default 0.5)",
+           _non_negative_weight, parse=float, annotation=float),
+)
 """The options of the pixel metrics (declared once; CLI flags and flow parameters follow)."""
-
-
-def _declare_options() -> tuple:
-    from evalcore.metrics.base import Option
-
-    def parse_gsd(text: str) -> float | None:
-        return None if text.strip().lower() == "none" else float(text)
-
-    return (
-        Option("pixel_gsd_m", None, "rasterise both layers per reporting tile at this ground sample distance, metres: "
-               "pixel metrics (default: none)", _gsd_option, parse=parse_gsd, annotation=float | None),
-        Option("pixel_tolerance_px", 2, "boundary F1 tolerance in pixels, a whole number >= 0 (default 2)",
-               _tolerance_option, parse=int, annotation=int),
-        Option("tversky_alpha", 0.5, "Tversky index weight of the false positives, >= 0 (default 0.5)",
-               _non_negative_weight, parse=float, annotation=float),
-        Option("tversky_beta", 0.5, "Tversky index weight of the false negatives, >= 0 (default 0.5)",
-               _non_negative_weight, parse=float, annotation=float),
-    )
-
-
-PIXEL_OPTIONS = _declare_options()
 
 
 def tile_region(epsg: int, tile_x: int, tile_y: int, tile_size_m: float, gsd_m: float, tolerance_px: int) -> shapely.Geometry:
@@ -889,9 +884,6 @@ def count_tiles(
     annotated : evalcore.levels.AnnotatedArea, optional
         The valid mask (its source polygons, reprojected into each zone).
     """
-    from evalcore.crs import to_utm
-    from evalcore.levels import _zone_band
-
     side = float(options.tile_km) * 1000.0
     gsd, tol = float(options.pixel_gsd_m), int(options.pixel_tolerance_px)
     out: dict[tuple[int, int, int], PixelCounts] = {}

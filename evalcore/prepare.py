@@ -3,15 +3,14 @@
 Repair, keep polygonal parts, drop and count unusable rows, reproject to the
 equal-area CRS (after splitting edges into pieces of at most 50 m), find each
 polygon's home UTM zone and partition tile, and reproject it into that zone.
-The result is a :class:`PreparedLayer`: arrays aligned row by row, with the input
-position of every kept row so that every tie-break can be made by position.
+The result is a :class:`~evalcore.layer.PreparedLayer` (arrays aligned row by row, with the input
+position of every kept row so that every tie-break can be made by position).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 import geopandas
 import numpy as np
@@ -34,16 +33,14 @@ from evalcore.crs import (
 )
 from evalcore.errors import CRSError, EvalInputError
 from evalcore.io import LINEARIZED_ROWS_ATTR, SOURCE_ATTR
+from evalcore.layer import PreparedLayer, empty_layer
 from evalcore.levels import Sites, locate
+from evalcore.metrics.scores import score_values
 from evalcore.rings import flatten_rings
-
-if TYPE_CHECKING:
-    from evalcore.study import Study
+from evalcore.study import Study, study_area_mask, within_training_buffer
 
 __all__ = [
-    "PreparedLayer",
     "prepare_layer",
-    "empty_layer",
     "layer_geometries",
     "repair_polygonal",
     "split_vertex_counts",
@@ -83,98 +80,6 @@ _AM_MAX_SPREAD_DEG = 45.0
 # along it (a polar cap such as Antarctica) and does not cross it. 1e-6 degree is 0.1 m,
 # far above what a round trip through a projection moves a point (1e-12 degree).
 _AM_SEAM_TOL_DEG = 1e-6
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedLayer:
-    """One layer after preparation; every array has one entry per kept row.
-
-    Attributes
-    ----------
-    name : str
-        ``"reference"`` or ``"predicted"``, used in messages.
-    positions : ndarray of int64
-        Input row position (0-based, counting dropped rows) of each kept row, increasing.
-    labels : pandas.Index
-        Input index label of each kept row.
-    crs : pyproj.CRS or None
-        The layer's source CRS (None only for an empty layer).
-    geoms_source : ndarray of shapely geometries
-        Repaired polygonal geometry, two-dimensional, in the source CRS.
-    geoms_ea : ndarray of shapely geometries
-        Geometry in the equal-area CRS (edges split at 50 m before reprojection).
-    area_m2 : ndarray of float64
-        Area in the equal-area CRS, square metres.
-    lon, lat : ndarray of float64
-        Centroid (taken in the equal-area CRS) in degrees.
-    utm_epsg : ndarray of int64
-        EPSG code of the home WGS 84 / UTM zone.
-    geoms_utm : ndarray of shapely geometries
-        Geometry reprojected from ``geoms_source`` into its home zone, metres.
-    perimeter_m : ndarray of float64
-        Boundary length (all rings of all parts) in the home zone, metres.
-    partition_x, partition_y : ndarray of int64
-        Partition tile of the centroid in the home zone's metres (the work).
-    tile_x, tile_y : ndarray of int64
-        Reporting tile of the centroid in the home zone's metres (SPEC 6.3).
-    aoi : ndarray of int64
-        Index of the first AOI containing the equal-area centroid (-1: none).
-    annotated_fraction : ndarray of float64
-        Share of the area inside the annotated area (NaN: not measured).
-    score : ndarray of float64
-        Confidence score of each row (NaN without a score column).
-    n_input, n_dropped, n_repaired : int
-        Rows read, rows excluded by SPEC 2 (null, empty, non-polygonal, zero area) and
-        rows repaired that SPEC 2 kept.
-    equal_area_crs : pyproj.CRS
-    partition_size_m : float
-    n_outside_study_area : int
-        Rows SPEC 2 kept that the study area's rule left out (:mod:`evalcore.study`).
-    n_within_training_buffer : int
-        Rows the study area kept that lie within the leakage buffer of the training
-        area; they are among the rows unless the run excludes them.
-    """
-
-    name: str
-    positions: IdArray
-    labels: pd.Index
-    crs: CRS | None
-    geoms_source: GeomArray
-    geoms_ea: GeomArray
-    area_m2: F64Array
-    lon: F64Array
-    lat: F64Array
-    utm_epsg: IdArray
-    geoms_utm: GeomArray
-    perimeter_m: F64Array
-    partition_x: IdArray
-    partition_y: IdArray
-    tile_x: IdArray
-    tile_y: IdArray
-    aoi: IdArray
-    annotated_fraction: F64Array
-    score: F64Array
-    n_input: int
-    n_dropped: int
-    n_repaired: int
-    equal_area_crs: CRS
-    partition_size_m: float
-    n_outside_study_area: int = 0
-    n_within_training_buffer: int = 0
-
-    def __len__(self) -> int:
-        return len(self.positions)
-
-    def take(self, rows: IdArray) -> PreparedLayer:
-        """The layer restricted to the given local rows (counts are kept as they are)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        fields = {}
-        for name in self.__slots__:
-            value = getattr(self, name)
-            if isinstance(value, (np.ndarray, pd.Index)):
-                value = value[rows]
-            fields[name] = value
-        return PreparedLayer(**fields)
 
 
 def layer_geometries(layer: object, name: str) -> tuple[GeomArray, pd.Index, CRS | None]:
@@ -405,8 +310,6 @@ def prepare_layer(
         _warn_area_change(name, source, crs, ea_crs, area)
     n_prepared, n_repaired = len(rows), int(repaired[rows].sum())  # what SPEC 2 kept and repaired
     if study is not None and study.study_area is not None:
-        from evalcore.study import study_area_mask  # evalcore.study imports the metric registry, which imports this module
-
         inside = study_area_mask(study.study_area, geoms_ea)
         rows, source, geoms_ea, area = rows[inside], source[inside], geoms_ea[inside], area[inside]
 
@@ -420,8 +323,6 @@ def prepare_layer(
     aoi, annotated_fraction = locate(geoms_ea, area, sites, annotate=name == "predicted")
     score = np.full(len(rows), np.nan)
     if score_column is not None:
-        from evalcore.metrics.scores import score_values
-
         score = score_values(layer, score_column, where)[rows]
     n_kept = len(rows)
     prepared = PreparedLayer(
@@ -453,53 +354,9 @@ def prepare_layer(
     )
     if study is None or study.training is None:
         return prepared
-    from evalcore.study import within_training_buffer
-
     near = within_training_buffer(study.training, geoms_ea, geoms_utm, prepared.utm_epsg, lon, lat)
     prepared = replace(prepared, n_within_training_buffer=int(near.sum()))
     return prepared.take(np.flatnonzero(~near)) if study.training.exclude else prepared
-
-
-def empty_layer(
-    name: str,
-    *,
-    equal_area_crs: CRS,
-    partition_size_m: float,
-    crs: CRS | None = None,
-    labels: pd.Index | None = None,
-    n_input: int = 0,
-) -> PreparedLayer:
-    """A prepared layer without rows (``n_input`` rows read, all of them dropped)."""
-    labels = pd.Index([]) if labels is None else labels
-    empty_f = np.empty(0, dtype=np.float64)
-    empty_i = np.empty(0, dtype=np.int64)
-    empty_g = np.empty(0, dtype=object)
-    return PreparedLayer(
-        name=name,
-        positions=empty_i,
-        labels=labels[:0],
-        crs=crs,
-        geoms_source=empty_g,
-        geoms_ea=empty_g,
-        area_m2=empty_f,
-        lon=empty_f,
-        lat=empty_f,
-        utm_epsg=empty_i,
-        geoms_utm=empty_g,
-        perimeter_m=empty_f,
-        partition_x=empty_i,
-        partition_y=empty_i,
-        tile_x=empty_i,
-        tile_y=empty_i,
-        aoi=empty_i,
-        annotated_fraction=empty_f,
-        score=empty_f,
-        n_input=n_input,
-        n_dropped=n_input,
-        n_repaired=0,
-        equal_area_crs=equal_area_crs,
-        partition_size_m=float(partition_size_m),
-    )
 
 
 def _where(layer: object, name: str) -> str:

@@ -21,14 +21,14 @@ import numpy as np
 import pandas as pd
 
 from evalcore._typing import F64Array, IdArray
+from evalcore.arrays import index_of
 from evalcore.matching import Resolution
-from evalcore.metrics import enabled_families, max_columns, quantity_columns
+from evalcore.metrics.registry import enabled_families, max_columns, quantity_columns
 from evalcore.metrics.base import PredContext, RefContext
 
 __all__ = [
     "QuantityTable",
     "Contributions",
-    "index_of",
     "reference_fields",
     "prediction_fields",
     "quantity_table",
@@ -44,7 +44,7 @@ class QuantityTable:
     ref_pos : ndarray of int64, shape (n,)
         Input positions of the reference fields, increasing.
     columns : tuple of str
-        The summed columns (:func:`evalcore.metrics.quantity_columns`).
+        The summed columns (:func:`evalcore.metrics.registry.quantity_columns`).
     values : ndarray of float64, shape (n, len(columns))
     max_columns : tuple of str
     maxima : ndarray of float64, shape (n, len(max_columns))
@@ -59,14 +59,6 @@ class QuantityTable:
 
     def column(self, name: str) -> F64Array:
         return self.values[:, self.columns.index(name)]
-
-
-def index_of(sorted_keys: IdArray, keys: IdArray) -> IdArray:
-    """Index of each key in ``sorted_keys`` (increasing); KeyError when a key is missing."""
-    idx = np.searchsorted(sorted_keys, keys)
-    if len(keys) and (idx.max(initial=0) >= len(sorted_keys) or not np.array_equal(sorted_keys[idx], keys)):
-        raise KeyError("a position is missing from the table it is looked up in")
-    return idx
 
 
 def _best_per_group(groups: IdArray, *keys: F64Array | IdArray) -> IdArray:

@@ -26,7 +26,7 @@ class GroupSums:
     Attributes
     ----------
     columns : tuple of str
-        Summed columns (:func:`evalcore.metrics.quantity_columns`).
+        Summed columns (:func:`evalcore.metrics.registry.quantity_columns`).
     max_columns : tuple of str
         Max-merged columns.
     sums : ndarray of float64, shape (n_groups, len(columns))

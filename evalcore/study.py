@@ -52,7 +52,7 @@ from pyproj import CRS
 
 from evalcore._typing import BoolArray, F64Array, GeomArray, IdArray
 from evalcore.config import EDGE_SPLIT_M
-from evalcore.crs import reproject_polygons, utm_crs
+from evalcore.crs import max_scale, reproject_polygons, utm_crs
 from evalcore.errors import EvalInputError
 from evalcore.levels import LayerInput, grid_pieces, layer_input
 from evalcore.metrics.base import Option
@@ -398,13 +398,11 @@ def within_training_buffer(
     -------
     ndarray of bool, shape (n,)
     """
-    from evalcore.boundary import _max_scale
-
     n = len(geoms_ea)
     out = np.zeros(n, dtype=bool)
     if n == 0 or len(training.pieces) == 0:
         return out
-    scale = _max_scale(training.equal_area_crs, np.asarray(lon, np.float64), np.asarray(lat, np.float64))
+    scale = max_scale(training.equal_area_crs, np.asarray(lon, np.float64), np.asarray(lat, np.float64))
     b = shapely.bounds(geoms_ea)
     size = np.hypot(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1])
     distance = max(training.buffer_m, TOUCH_TOLERANCE_M)

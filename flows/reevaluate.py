@@ -55,7 +55,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-import evalcore
+from evalcore._version import __version__
 from evalcore.io import atomic_path, write_json
 from evalcore.report import HEADLINE_KEYS, markdown_text, sha256_path
 from flows.evaluate import dask_client, evaluate_layers
@@ -491,7 +491,7 @@ def _evaluate_one(params: ReevaluateParams, layer: dict, reference: dict, *, pro
             **{k: entry[k] for k in ("product", "pred_path", "pred_sha256", "ref_sha256", "params_hash", "output_dir")},
             "ref_path": params.reference,
             "parameters": eval_params.model_dump(mode="json"),
-            "evalcore_version": evalcore.__version__,
+            "evalcore_version": __version__,
         },
     )
     state = evaluate_layers.with_options(flow_run_name=f"{_safe_name(product)}-{run_dir.name}")(eval_params, return_state=True)

@@ -44,6 +44,7 @@ import shapely
 from pyproj import CRS
 
 from evalcore import boundary
+from evalcore._version import __version__
 from evalcore.bootstrap import PartitionKey, pool_id
 from evalcore.config import DEFAULT_EQUAL_AREA_CRS
 from evalcore.crs import equal_area_crs_from
@@ -67,10 +68,11 @@ from evalcore.errors import EvalInputError
 from evalcore.groups import strata_values
 from evalcore.io import atomic_path, write_geoparquet, write_json, write_table
 from evalcore.options import EvalOptions, RunPlan, make_run_plan
-from evalcore.prepare import PreparedLayer, empty_layer, prepare_layer
+from evalcore.layer import PreparedLayer, empty_layer
+from evalcore.prepare import prepare_layer
 from evalcore.levels import LayerInput, Sites, aois_frame, prepare_sites, tiles_frame
 from evalcore.study import Study, prepare_study, study_keys
-from evalcore.quantities import index_of
+from evalcore.arrays import index_of
 from evalcore.layer_warnings import LayerFacts, extent_of, run_warnings
 from evalcore.summary import build_summary, level_tables
 
@@ -663,7 +665,6 @@ def _signature_of_run(
     """SHA-256 over the inputs' checksums and every parameter that changes an output."""
     import hashlib
 
-    from evalcore import __version__
     from evalcore.report import sha256_path
 
     input_sha256 = {s.role: sha256_path(s.path) for s in (reference, predicted)}

@@ -29,9 +29,14 @@ import shapely
 from pyproj import CRS
 
 from evalcore._typing import F64Array
-from evalcore.bootstrap import PartitionKey
+from evalcore.bootstrap import PartitionKey, ReplicateSums, RowDraws
+from evalcore.engine import PAIR_ARRAYS, PRED_ARRAYS, REF_ARRAYS, PairResults, PartitionSummary
 from evalcore.io import atomic_path
-from evalcore.prepare import PreparedLayer
+from evalcore.layer import PreparedLayer
+from evalcore.levels import UnitSums
+from evalcore.pairtable import PairTable
+from evalcore.quantities import Contributions
+from evalcore.stats import GroupSums
 
 __all__ = [
     "key_name",
@@ -322,8 +327,6 @@ _LABEL_ARRAYS = ("pred_label_of_pair", "ref_label", "pred_label")
 def write_pair_results(directory: Path, key: PartitionKey, results: object, signature: str) -> None:
     """Persist a partition's :class:`~evalcore.engine.PairResults` as three Parquet tables
     (per pair, per reference row, per prediction row)."""
-    from evalcore.engine import PAIR_ARRAYS, PRED_ARRAYS, REF_ARRAYS
-
     name = key_name(key)
     directory.mkdir(parents=True, exist_ok=True)
     p = results.pairs
@@ -345,9 +348,6 @@ def write_pair_results(directory: Path, key: PartitionKey, results: object, sign
 
 def read_pair_results(directory: Path, key: PartitionKey, signature: str) -> object | None:
     """A partition's persisted pairs phase output, or None when it is absent or not valid."""
-    from evalcore.engine import PAIR_ARRAYS, PRED_ARRAYS, REF_ARRAYS, PairResults
-    from evalcore.pairs import PairTable
-
     name = key_name(key)
     if not done_record_valid(directory / f"{name}.done.json", signature):
         return None
@@ -402,11 +402,6 @@ def summary_to_arrays(summary: object) -> dict[str, np.ndarray]:
 
 def summary_from_arrays(a: dict[str, np.ndarray]) -> object:
     """The inverse of :func:`summary_to_arrays`."""
-    from evalcore.bootstrap import ReplicateSums
-    from evalcore.engine import PartitionSummary
-    from evalcore.levels import UnitSums
-    from evalcore.stats import GroupSums
-
     names = [str(n) for n in a["gathered_names"]]
     gathered = pd.DataFrame({name: a[f"gathered_{k}"] for k, name in enumerate(names)},
                             index=pd.Index(a["gathered_pos"], name="ref_pos"))
@@ -460,9 +455,6 @@ def write_sums_input(path: Path, pair_values: dict[str, np.ndarray], contributio
 
 def read_sums_input(path: Path) -> tuple[dict[str, np.ndarray], object, object | None]:
     """The inverse of :func:`write_sums_input`: ``(pair_values, contributions, draws)``."""
-    from evalcore.bootstrap import RowDraws
-    from evalcore.quantities import Contributions
-
     a = read_summary(path)
     pair_values = {name[4:]: v for name, v in a.items() if name.startswith("pv__")}
     contributions = Contributions(a["c__ref_pos"], tuple(str(c) for c in a["c__columns"]), a["c__values"])

@@ -117,7 +117,7 @@ class PairContext:
 
     Attributes
     ----------
-    pairs : evalcore.pairs.PairTable
+    pairs : evalcore.pairtable.PairTable
     ref_area_m2, pred_area_m2 : ndarray of float64
         Area of each pair's reference field and prediction, m².
     base_match : ndarray of bool
@@ -141,7 +141,7 @@ class RefContext:
     fields : pandas.DataFrame
         Per-field facts indexed by reference position (increasing): the matching
         outcome, IoU, overlaps, areas, distances (see :mod:`evalcore.quantities`).
-    pairs : evalcore.pairs.PairTable
+    pairs : evalcore.pairtable.PairTable
         Every candidate pair of these fields.
     row_of_pair : ndarray of int64
         Row of ``fields`` of each pair's reference field.
@@ -178,7 +178,7 @@ class PredContext:
         ``boundary_within_tolerance_m``, ``base_home_ref_pos`` (the matched home at
         the base threshold, -1: none), ``base_home_iou`` and ``overlap_ref_pos`` (the
         largest-overlap reference, -1: no candidate pair).
-    pairs : evalcore.pairs.PairTable
+    pairs : evalcore.pairtable.PairTable
     pair_values : mapping of str to ndarray
     options : EvalOptions
     """
@@ -202,7 +202,7 @@ class GlobalContext:
     ----------
     preds : pandas.DataFrame
         As in :class:`PredContext` (with ``score`` when a score column is given).
-    pairs : evalcore.pairs.PairTable
+    pairs : evalcore.pairtable.PairTable
     ref_pos : ndarray of int64
         Every reference position of the run, increasing.
     home_ref_row : ndarray of int64

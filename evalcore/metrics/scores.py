@@ -45,8 +45,10 @@ import numpy as np
 import pandas as pd
 
 from evalcore._score_kernels import _coco_match, _replicate_ap, _replicate_aurc, _weighted_ap
+from evalcore.arrays import index_of
 from evalcore.bootstrap import percentile_intervals, replicates_per_chunk
 from evalcore.config import IOU_MATCH_RTOL, IOU_SWEEP_THRESHOLDS
+from evalcore.errors import EvalInputError
 from evalcore.metrics.base import NULL, GlobalContext, GroupView, MetricFamily, Option, PredContext, ratio
 from evalcore.metrics.checks import optional_text, positive_int
 
@@ -118,8 +120,6 @@ def score_values(layer: object, column: str, where: str, *, label: str = "score 
         numeric columns when the column is missing.
     """
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
-
-    from evalcore.errors import EvalInputError
 
     columns = [str(c) for c in getattr(layer, "columns", []) if c != getattr(layer, "geometry", pd.Series()).name]
     if column not in columns:
@@ -197,8 +197,6 @@ def coco_true_positives(
     tp : ndarray of bool, shape (len(thresholds), n_pred)
         In that order.
     """
-    from evalcore.quantities import index_of
-
     order = np.lexsort((pred_pos, -score)).astype(np.int64)
     by_pred = np.lexsort((pairs.ref_pos, pairs.pred_pos))
     pred_row = index_of(pred_pos, pairs.pred_pos[by_pred])

@@ -130,7 +130,7 @@ def prediction_flags(pred_pos: IdArray, pairs: object, pair_values: dict, pred_a
     ----------
     pred_pos : ndarray of int64
         Every prediction position of the run, increasing.
-    pairs : evalcore.pairs.PairTable
+    pairs : evalcore.pairtable.PairTable
         Every candidate pair of the run.
     pair_values : dict
         The resolve phase's per-pair values (``is_match`` and topology's ``merge_cover``).

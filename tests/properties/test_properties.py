@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from shapely.geometry import box
 
 from evalcore import evaluate, evaluate_frame
-from evalcore.metrics import quantity_columns
+from evalcore.metrics.registry import quantity_columns
 from evalcore.options import check_options
 from evalcore.stats import GroupSums, group_sums
 from tests.common import BOUNDARY_VALUE_KEYS, X0, Y0, assert_metrics_equal, layer

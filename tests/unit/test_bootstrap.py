@@ -23,7 +23,7 @@ from evalcore.bootstrap import (
     percentile_intervals,
     pool_id,
 )
-from evalcore.metrics import quantity_columns
+from evalcore.metrics.registry import quantity_columns
 from evalcore.options import check_options
 from tests.common import INTERVAL_BLOCKS, X0, Y0, assert_metrics_equal, grid_layers, layer, square
 

@@ -20,7 +20,7 @@ from evalcore.matching import (
     match_one_to_one,
     resolve,
 )
-from evalcore.pairs import PairTable
+from evalcore.pairtable import PairTable
 from tests.common import EA, layer, strip, strips
 
 

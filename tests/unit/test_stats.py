@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from evalcore.errors import IncompatibleStatsError
-from evalcore.metrics import enabled_families, finalize_all, interval_keys, quantity_columns
+from evalcore.metrics.registry import enabled_families, finalize_all, interval_keys, quantity_columns
 from evalcore.metrics.base import GroupView
 from evalcore.options import check_options
 from evalcore.stats import GroupSums, group_sums

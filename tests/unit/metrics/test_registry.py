@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import evalcore
-from evalcore.metrics import registered
+from evalcore.metrics.registry import registered
 from evalcore.metrics.base import NULL, GroupView, MetricFamily, Option, PredContext, RefContext, ratio
 from evalcore.metrics.checks import positive
 from tests.common import UTM, X0, Y0, layer, square
@@ -90,7 +90,7 @@ def test_a_family_registered_before_the_flows_are_imported_is_a_flow_parameter()
     from pathlib import Path
 
     script = (
-        "from evalcore.metrics import FAMILIES\n"
+        "from evalcore.metrics.registry import FAMILIES\n"
         "from tests.unit.metrics.test_registry import LargeFields\n"
         "FAMILIES.append(LargeFields())\n"
         "from flows.params import EvaluateParams\n"

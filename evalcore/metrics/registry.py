@@ -1,0 +1,100 @@
+"""The registry of the metric families.
+
+:data:`FAMILIES` lists the families in output order. Everything that depends on the
+set of metrics (the quantity columns, the options and so the CLI flags and flow
+parameters, the bootstrap, the npz codec, the summary layout) loops over it, so adding
+a family is one module, one line here, one test file and one docs section
+(docs/architecture.md, "Adding a metric family").
+
+This is the one module that imports the families; the interface they implement is
+:mod:`evalcore.metrics.base`, which imports none of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+
+from evalcore.metrics.area import Area
+from evalcore.metrics.base import MetricFamily, Option, Value
+from evalcore.metrics.detection import Detection
+from evalcore.metrics.distance import Distance
+from evalcore.metrics.incomplete import Incomplete
+from evalcore.metrics.scores import Scores
+from evalcore.metrics.segmentation import Segmentation
+from evalcore.metrics.sweep import Sweep
+from evalcore.metrics.taxonomy import Taxonomy
+from evalcore.metrics.tolerance import Tolerance
+from evalcore.metrics.topology import Topology
+
+__all__ = [
+    "FAMILIES",
+    "MetricFamily",
+    "registered",
+    "enabled_families",
+    "family_options",
+    "quantity_columns",
+    "max_columns",
+    "finalize_all",
+    "interval_keys",
+]
+
+FAMILIES: list[MetricFamily] = [
+    Detection(),
+    Area(),
+    Segmentation(),
+    Distance(),
+    Tolerance(),
+    Sweep(),
+    Topology(),
+    Taxonomy(),
+    Incomplete(),
+    Scores(),
+]
+
+
+@contextlib.contextmanager
+def registered(family: MetricFamily) -> Iterator[MetricFamily]:
+    """Add a family to the registry for the duration of a ``with`` block (tests, plug-ins).
+
+    A distributed run needs the family registered in the worker processes too (import
+    it where the workers import their code).
+    """
+    FAMILIES.append(family)
+    try:
+        yield family
+    finally:
+        FAMILIES.remove(family)
+
+
+def family_options() -> tuple[Option, ...]:
+    return tuple(option for family in FAMILIES for option in family.options)
+
+
+def enabled_families(options: object) -> tuple[MetricFamily, ...]:
+    return tuple(f for f in FAMILIES if f.enabled(options))
+
+
+def quantity_columns(options: object) -> tuple[str, ...]:
+    """The summed per-reference columns of the enabled families, in registry order."""
+    columns = tuple(c for f in enabled_families(options) for c in f.columns(options))
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"two metric families declare the same quantity column: {columns}")
+    return columns
+
+
+def max_columns(options: object) -> tuple[str, ...]:
+    """The columns that merge by max, in registry order."""
+    return tuple(c for f in enabled_families(options) for c in f.maxima)
+
+
+def finalize_all(sums: Mapping[str, object], options: object) -> dict[str, Value]:
+    """Every enabled family's metrics as ``(value, defined)`` from column sums (scalars or replicate arrays)."""
+    out: dict[str, Value] = {}
+    for family in enabled_families(options):
+        out.update(family.finalize(sums, options))
+    return out
+
+
+def interval_keys(options: object) -> tuple[str, ...]:
+    return tuple(k for f in enabled_families(options) for k in f.interval_keys(options))
