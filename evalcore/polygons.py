@@ -10,6 +10,10 @@ has no area there (:func:`equal_area_polygons`). Keys, zones, tiles and the feat
 of a run (scores, study, levels) are not here: :func:`evalcore.prepare.prepare_layer`
 adds them to the rows this module keeps, so that a layer that is not evaluated (an AOI,
 a study area) is prepared by the same steps with the same numbers and nothing else.
+
+Over 500 lines because each guard is a short check with a long message that names the
+rows at fault and the remedy, and the antimeridian test needs its cheap pre-filter;
+the guards have no other user, so splitting them off would only add an import.
 """
 
 from __future__ import annotations
