@@ -90,7 +90,7 @@ def _as_geoms(geoms: object, argument: str) -> GeomArray:
             raise ValueError(
                 f"`{argument}` must hold Polygons or MultiPolygons, but position {row} is a "
                 f"{arr[row].geom_type}; keep only polygonal parts "
-                "(evalcore.prepare.repair_polygonal)."
+                "(evalcore.polygons.repair_polygonal)."
             )
     return arr
 

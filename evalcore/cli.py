@@ -486,16 +486,14 @@ def _check_evaluate_arguments(args: argparse.Namespace) -> str | None:
 
 def check_site_layers(args: argparse.Namespace) -> None:
     """Read and prepare the AOI, annotated-area, study-area and training-area layers now, so that a bad one fails before any work."""
-    names = ("aoi", "annotated_area", "study_area", "training_area")
-    if all(getattr(args, name, None) is None for name in names):
+    from evalcore.sites import SITE_LAYERS, check_site_layers as check_layers
+
+    if all(getattr(args, kind.option, None) is None for kind in SITE_LAYERS):
         return
-    from evalcore.levels import prepare_sites
     from evalcore.options import check_options
-    from evalcore.study import prepare_study
 
     options = check_options(**metric_options(args))
-    prepare_sites(options, options.equal_area_crs)
-    prepare_study(options, options.equal_area_crs)
+    check_layers(options, options.equal_area_crs)
 
 
 def _table_out_kind(args: argparse.Namespace, dest: str, flag: str, what: str) -> str | None:
@@ -518,33 +516,19 @@ def _table_out_kind(args: argparse.Namespace, dest: str, flag: str, what: str) -
 
 
 def _with_id_column(frame: object, column: str | None, option: str, where: str) -> object:
-    """The layer indexed by its id column (checked: present, no missing or repeated id)."""
+    """The layer indexed by its id column (checked by :func:`evalcore.sites.layer_ids`)."""
     if column is None:
         return frame
-    if column not in frame.columns:
-        shown = ", ".join(repr(c) for c in frame.columns if c != frame.geometry.name) or "(none)"
-        raise EvalInputError(f"{option} {column!r} is not a column of the {where}; its columns are: {shown}.")
-    _check_ids(frame[column], column, option, where)
+    from evalcore.sites import layer_ids
+
+    layer_ids(frame, column, option, where)
     return frame.set_index(column, drop=False)
-
-
-def _check_ids(ids: object, column: str, option: str, where: str) -> None:
-    """Every row has an id and no two share one; the message names the rows (0-based)."""
-    if ids.isna().any():
-        row = int(ids.isna().to_numpy().nonzero()[0][0])
-        raise EvalInputError(f"{option} {column!r} of the {where}: row {row} (0-based) has no id; every row needs one.")
-    repeated = ids.duplicated(keep=False).to_numpy()
-    if repeated.any():
-        rows = repeated.nonzero()[0][:2].tolist()
-        raise EvalInputError(
-            f"{option} {column!r} of the {where}: rows {rows[0]} and {rows[1]} (0-based) share the id {_plain(ids.iloc[rows[0]])!r}; "
-            "ids must be unique."
-        )
 
 
 def _check_id_columns_up_front(args: argparse.Namespace) -> None:
     """For runs that read layers on workers: the id columns exist and hold unique ids (reads only those columns)."""
-    from evalcore.io import layer_columns, read_columns
+    from evalcore.io import geometry_column_names, layer_columns, read_columns
+    from evalcore.sites import check_id_column, check_ids
 
     for option, column, path, layer, role in (
         ("--ref-id-column", args.ref_id_column, args.reference, args.ref_layer, "reference"),
@@ -553,11 +537,10 @@ def _check_id_columns_up_front(args: argparse.Namespace) -> None:
         if column is None:
             continue
         where = _where(path, layer, role)
-        columns = layer_columns(path, layer=layer, role=role)
-        if column not in columns:
-            shown = ", ".join(repr(c) for c in columns) or "(none)"
-            raise EvalInputError(f"{option} {column!r} is not a column of the {where}; its columns are: {shown}.")
-        _check_ids(read_columns(path, [column], layer=layer, role=role)[column], column, option, where)
+        columns = list(layer_columns(path, layer=layer, role=role))
+        geometry = geometry_column_names(path, layer=layer, role=role) if column not in columns else ()
+        check_id_column(column, columns, option, where, geometry)
+        check_ids(read_columns(path, [column], layer=layer, role=role)[column], column, option, where)
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:

@@ -14,8 +14,9 @@ which merge by addition across partitions like every other sum of the engine.
 
 This module owns:
 
-* the site layers (:class:`Sites`: the tile side, the prepared AOI layer and the
-  annotated area of SPEC 6.4) and where each row lies in them (:func:`locate`);
+* the site layers as levels use them (:class:`Sites`: the tile side, the AOI layer
+  and the annotated area of SPEC 6.4, read and prepared by :mod:`evalcore.sites`) and
+  where each row lies in them (:func:`locate`);
 * :class:`UnitSums` and how they are built from quantity rows and homeless predictions;
 * the per-unit tables (:func:`unit_table`; their JSON blocks ``tiles`` and ``aois`` are
   laid out by :func:`evalcore.summary.level_summary`);
@@ -25,7 +26,6 @@ This module owns:
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from dataclasses import dataclass, fields
 
@@ -39,11 +39,9 @@ from evalcore._typing import F64Array, GeomArray, IdArray
 from evalcore.bootstrap import replicate_group_sums
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 from evalcore.crs import WGS84, transform_xy, utm_crs
-from evalcore.errors import EvalInputError
+from evalcore.sites import ANNOTATED_AREA, AOI, grid_pieces, prepare_site_layer
 
 __all__ = [
-    "LayerInput",
-    "layer_input",
     "AoiLayer",
     "AnnotatedArea",
     "Sites",
@@ -82,27 +80,6 @@ _REPLICATE_COLUMNS = ("n_ref", "tp", "n_pred", "n_pred_matched")
 
 
 # --------------------------------------------------------------------------- site layers
-
-
-@dataclass(frozen=True, eq=False)
-class LayerInput:
-    """An in-memory layer given as an option value (compared by identity, shown by size)."""
-
-    frame: object
-
-    def __repr__(self) -> str:
-        return f"<in-memory layer of {len(self.frame)} rows>"
-
-
-def layer_input(name: str, value: object) -> object:
-    """Check an option naming a polygon layer: None, a path (str) or a GeoDataFrame/GeoSeries."""
-    if value is None or isinstance(value, LayerInput):
-        return value
-    if isinstance(value, (str, os.PathLike)):
-        return os.fspath(value)
-    if isinstance(value, (geopandas.GeoDataFrame, geopandas.GeoSeries)):
-        return LayerInput(value)
-    raise ValueError(f"{name} must be a path or a GeoDataFrame, but got {type(value).__name__}.")
 
 
 def _pack_geometries(value: object) -> object:
@@ -148,7 +125,7 @@ class AoiLayer:
         The polygons in the equal-area CRS (edges split at 50 m before reprojection).
     crs : pyproj.CRS
     source : str
-        What the layer is, for messages (``the AOI layer aoi.gpkg``).
+        What the layer is, for messages (``AOI layer file 'aoi.gpkg'``).
     """
 
     id_column: str
@@ -197,30 +174,11 @@ class Sites:
     annotated: AnnotatedArea | None = None
 
 
-def _read_site_layer(value: object, layer: str | None, what: str) -> tuple[object, str]:
-    if isinstance(value, LayerInput):
-        return value.frame, f"the {what} (in memory)"
-    from evalcore.io import read_layer
-
-    frame = read_layer(value, layer=layer, role=what)
-    return frame, f"the {what} {value}" + (f" (layer {layer!r})" if layer else "")
-
-
-def _prepare_polygons(frame: object, where: str, equal_area_crs: object):
-    """Repair, split and reproject a site layer like an input layer (SPEC 2); every row must survive."""
-    from evalcore.prepare import prepare_layer
-
-    try:
-        layer = prepare_layer(frame, "site", equal_area_crs=equal_area_crs)
-    except EvalInputError as exc:
-        raise EvalInputError(f"{where}: {exc}") from None
-    if layer.crs is None and layer.n_input:
-        raise EvalInputError(f"{where} has no CRS; set one or fix the file's metadata.")
-    return layer
-
-
 def prepare_sites(options: object, equal_area_crs: object = None) -> Sites:
     """The site layers of a run from its options (``tile_km``, ``aoi``, ``annotated_area``).
+
+    Each layer is read, checked and prepared by :func:`evalcore.sites.prepare_site_layer`,
+    then cut into grid pieces (:func:`evalcore.sites.grid_pieces`) for lookups.
 
     Raises
     ------
@@ -230,56 +188,20 @@ def prepare_sites(options: object, equal_area_crs: object = None) -> Sites:
         message names the file and the rows.
     """
     tile = float(options.tile_km) * 1000.0
-    aois = None
-    if options.aoi is not None:
-        if options.aoi_id_column is None:
-            raise EvalInputError("an AOI layer needs its id column (--aoi-id-column / aoi_id_column).")
-        frame, where = _read_site_layer(options.aoi, options.aoi_layer, "AOI layer")
-        column = options.aoi_id_column
-        if column not in getattr(frame, "columns", []):
-            columns = [str(c) for c in frame.columns if c != frame.geometry.name]
-            raise EvalInputError(f"{where} has no id column {column!r}; its columns are: {', '.join(map(repr, columns)) or '(none)'}.")
-        if column == frame.geometry.name:
-            columns = [str(c) for c in frame.columns if c != frame.geometry.name]
-            raise EvalInputError(
-                f"--aoi-id-column {column!r} is the geometry column of {where}, not an attribute; "
-                f"choose one of: {', '.join(map(repr, columns)) or '(none)'}."
-            )
-        ids = frame[column]
-        missing = np.flatnonzero(pd.isna(ids).to_numpy())
-        if len(missing):
-            raise EvalInputError(f"{where}: the id column {column!r} is missing at row {int(missing[0])}.")
-        keys = [str(v) for v in ids.tolist()]
-        seen: dict[str, int] = {}
-        for row, key in enumerate(keys):
-            if key in seen:
-                raise EvalInputError(f"{where}: the id {key!r} of column {column!r} appears twice (rows {seen[key]} and {row}).")
-            seen[key] = row
-        if frame.crs is None and len(frame):
-            raise EvalInputError(f"{where} has no CRS; set one or fix the file's metadata.")
-        prepared = _prepare_polygons(frame, where, equal_area_crs)
-        if prepared.n_dropped:
-            dropped = np.setdiff1d(np.arange(prepared.n_input), prepared.positions)
-            raise EvalInputError(
-                f"{where}: row {int(dropped[0])} (id {keys[int(dropped[0])]!r}) is not a polygon with an area "
-                f"({prepared.n_dropped} such rows); every AOI must be a polygon."
-            )
+    aois = annotated = None
+    layer = prepare_site_layer(options, AOI, equal_area_crs)
+    if layer is not None:
         pieces, piece_aoi = [], []
-        for k, geom in enumerate(prepared.geoms_ea):
+        for k, geom in enumerate(layer.geoms_ea):
             cut = grid_pieces(np.asarray([geom], dtype=object))
             pieces.append(cut)
             piece_aoi.append(np.full(len(cut), k, dtype=np.int64))
-        aois = AoiLayer(column, np.asarray(ids.tolist(), dtype=object), keys, prepared.geoms_source,
-                        prepared.geoms_ea, prepared.crs, where,
+        aois = AoiLayer(layer.id_column, layer.ids, layer.keys, layer.geoms_source, layer.geoms_ea, layer.crs, layer.source,
                         np.concatenate(pieces) if pieces else np.empty(0, dtype=object),
                         np.concatenate(piece_aoi) if piece_aoi else np.empty(0, dtype=np.int64))
-    annotated = None
-    if options.annotated_area is not None:
-        frame, where = _read_site_layer(options.annotated_area, options.annotated_area_layer, "annotated-area layer")
-        if frame.crs is None and len(frame):
-            raise EvalInputError(f"{where} has no CRS; set one or fix the file's metadata.")
-        prepared = _prepare_polygons(frame, where, equal_area_crs)
-        annotated = AnnotatedArea(prepared.geoms_ea, where, prepared.geoms_source, prepared.crs, grid_pieces(prepared.geoms_ea))
+    layer = prepare_site_layer(options, ANNOTATED_AREA, equal_area_crs)
+    if layer is not None:
+        annotated = AnnotatedArea(layer.geoms_ea, layer.source, layer.geoms_source, layer.crs, grid_pieces(layer.geoms_ea))
     return Sites(tile, aois, annotated)
 
 
@@ -328,76 +250,6 @@ def first_aoi(aois: AoiLayer, points: GeomArray) -> IdArray:
     if len(edge):
         inside[edge] = shapely.within(points[point_idx[edge]], aois.geoms_ea[aoi_idx[edge]])
     return _first_of_each(point_idx[inside], aoi_idx[inside], len(points))
-
-
-GRID_CELL_M = 2_000.0
-"""Side of the grid cells the annotated area and the AOIs are cut into, metres
-(equal-area CRS): a prediction or a centroid is then tested against a few small pieces
-instead of a polygon hundreds of kilometres long (the pieces partition the union, so
-areas and memberships are the same)."""
-
-
-def grid_pieces(geoms_ea: GeomArray, cell_m: float = GRID_CELL_M) -> GeomArray:
-    """The union of some polygons cut into grid cells of ``cell_m`` (non-overlapping pieces):
-    the annotated area's, or one AOI's.
-
-    Cells inside the union are whole squares; the cells its boundary crosses are clipped.
-    The clipping bisects the cells' range and clips the union to each half before going
-    down (the geometry shrinks at every level), so the union's boundary is read about
-    log(cells) times instead of once per boundary cell: at national extent (a million
-    cells, millions of vertices) preparing the site layers took 24.0 s, now 7.8 s. The pieces are in row-major
-    cell order (y, then x), whatever the recursion.
-    """
-    geoms = np.asarray([g for g in geoms_ea if g is not None and not g.is_empty], dtype=object)
-    if len(geoms) == 0:
-        return np.empty(0, dtype=object)
-    union = shapely.union_all(geoms)
-    minx, miny, maxx, maxy = union.bounds
-    ix0, iy0 = int(np.floor(minx / cell_m)), int(np.floor(miny / cell_m))
-    ix1, iy1 = int(np.ceil(maxx / cell_m)), int(np.ceil(maxy / cell_m))  # exclusive
-    shapely.prepare(union)
-    found: list[tuple[int, int, object]] = []  # clipped cells: (cell y, cell x, piece)
-    whole: list[tuple[int, int, int, int]] = []  # cell ranges inside the union: x0, x1, y0, y1
-
-    def rect(x0: int, x1: int, y0: int, y1: int) -> object:
-        return shapely.box(x0 * cell_m, y0 * cell_m, x1 * cell_m, y1 * cell_m)
-
-    def cut(part: object, x0: int, x1: int, y0: int, y1: int) -> None:
-        box = rect(x0, x1, y0, y1)
-        # Decided against the whole (prepared) union, as a cell was before: the same cells
-        # are whole, clipped or absent.
-        if not shapely.intersects(union, box):
-            return
-        if shapely.contains_properly(union, box):
-            whole.append((x0, x1, y0, y1))
-            return
-        if x1 - x0 == 1 and y1 - y0 == 1:
-            piece = shapely.clip_by_rect(part, x0 * cell_m, y0 * cell_m, x1 * cell_m, y1 * cell_m)
-            if not piece.is_empty:
-                found.append((y0, x0, piece))
-            return
-        if x1 - x0 >= y1 - y0:
-            mid = (x0 + x1) // 2
-            halves = ((x0, mid, y0, y1), (mid, x1, y0, y1))
-        else:
-            mid = (y0 + y1) // 2
-            halves = ((x0, x1, y0, mid), (x0, x1, mid, y1))
-        for a0, a1, b0, b1 in halves:
-            sub = shapely.clip_by_rect(part, a0 * cell_m, b0 * cell_m, a1 * cell_m, b1 * cell_m)
-            if not sub.is_empty:
-                cut(sub, a0, a1, b0, b1)
-
-    cut(union, ix0, max(ix1, ix0 + 1), iy0, max(iy1, iy0 + 1))
-    cell_x = [np.array([x for _, x, _ in found], dtype=np.int64)]
-    cell_y = [np.array([y for y, _, _ in found], dtype=np.int64)]
-    pieces = [np.asarray([piece for _, _, piece in found], dtype=object).reshape(-1)]
-    for x0, x1, y0, y1 in whole:
-        gx, gy = np.meshgrid(np.arange(x0, x1, dtype=np.int64), np.arange(y0, y1, dtype=np.int64))
-        cell_x.append(gx.ravel())
-        cell_y.append(gy.ravel())
-        pieces.append(shapely.box(gx.ravel() * cell_m, gy.ravel() * cell_m, (gx.ravel() + 1) * cell_m, (gy.ravel() + 1) * cell_m))
-    xs, ys = np.concatenate(cell_x), np.concatenate(cell_y)
-    return np.asarray(np.concatenate(pieces)[np.lexsort((xs, ys))], dtype=object)
 
 
 def annotated_fractions(annotated: AnnotatedArea, geoms_ea: GeomArray, area_m2: F64Array) -> F64Array:

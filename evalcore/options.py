@@ -20,7 +20,7 @@ from evalcore.config import DEFAULT_PARTITION_SIZE_M, DEFAULT_TILE_KM
 from evalcore.groups import SizeClasses, size_classes
 from evalcore.metrics.registry import enabled_families, family_options
 from evalcore.metrics.base import Option
-from evalcore.levels import layer_input
+from evalcore.sites import layer_input
 from evalcore.metrics.checks import any_value, non_negative_int, optional_text, positive, positive_int
 from evalcore.pixels import PIXEL_OPTIONS, window_bytes
 from evalcore.study import STUDY_OPTIONS, check_study_options

@@ -51,10 +51,9 @@ import shapely
 from pyproj import CRS
 
 from evalcore._typing import BoolArray, F64Array, GeomArray, IdArray
-from evalcore.config import EDGE_SPLIT_M
-from evalcore.crs import max_scale, reproject_polygons, utm_crs
-from evalcore.errors import EvalInputError
-from evalcore.levels import LayerInput, grid_pieces, layer_input
+from evalcore.config import DEFAULT_EQUAL_AREA_CRS, EDGE_SPLIT_M
+from evalcore.crs import equal_area_crs_from, max_scale, reproject_polygons, utm_crs
+from evalcore.sites import STUDY_AREA, TRAINING_AREA, grid_pieces, layer_input, prepare_site_layer
 from evalcore.metrics.base import Option
 from evalcore.metrics.checks import optional_text
 
@@ -186,7 +185,7 @@ class StudyArea:
     union_ea : shapely geometry
         The union of the prepared polygons, equal-area CRS.
     pieces : ndarray of shapely geometries
-        ``union_ea`` cut into grid cells (:func:`evalcore.levels.grid_pieces`).
+        ``union_ea`` cut into grid cells (:func:`evalcore.sites.grid_pieces`).
     area_km2 : float
         Area of ``union_ea`` (overlaps counted once), km².
     n_polygons : int
@@ -242,36 +241,6 @@ class Study:
         return self.study_area is not None or self.training is not None
 
 
-def _read(value: object, layer: str | None, what: str) -> tuple[object, str]:
-    if isinstance(value, LayerInput):
-        return value.frame, f"the {what} (in memory)"
-    from evalcore.io import read_layer
-
-    return read_layer(value, layer=layer, role=what), f"the {what} {value}" + (f" (layer {layer!r})" if layer else "")
-
-
-def _prepared_polygons(value: object, layer: str | None, what: str, equal_area_crs: object) -> tuple[GeomArray, int, str]:
-    """Read and prepare a study or training area like an input layer (SPEC 2): its equal-area polygons."""
-    from evalcore.prepare import prepare_layer
-
-    frame, where = _read(value, layer, what)
-    if getattr(frame, "crs", None) is None and len(frame):
-        raise EvalInputError(f"{where} has no CRS; set one (e.g. layer.set_crs('EPSG:4326')) or fix the file's metadata.")
-    try:
-        prepared = prepare_layer(frame, what, equal_area_crs=equal_area_crs)
-    except EvalInputError as exc:
-        raise EvalInputError(f"{where}: {exc}") from None
-    if len(prepared) == 0:
-        raise EvalInputError(f"{where} has no polygon ({prepared.n_input} rows, none a polygon with an area); give polygons.")
-    if prepared.n_dropped:
-        dropped = np.setdiff1d(np.arange(prepared.n_input), prepared.positions)
-        raise EvalInputError(
-            f"{where}: row {int(dropped[0])} (0-based) is not a polygon with an area ({prepared.n_dropped} such rows); "
-            "every row must be a polygon."
-        )
-    return prepared.geoms_ea, prepared.n_input, where
-
-
 def prepare_study(options: object, equal_area_crs: object = None) -> Study:
     """The study area and training area of a run from its options, prepared (SPEC 2).
 
@@ -288,19 +257,18 @@ def prepare_study(options: object, equal_area_crs: object = None) -> Study:
         A layer that cannot be read, without a CRS, with no polygon or with a row that
         is not a polygon; the message names the file.
     """
-    from evalcore.config import DEFAULT_EQUAL_AREA_CRS
-    from evalcore.crs import equal_area_crs_from
-
     study_area = training = None
-    if options.study_area is not None:
-        geoms, n, where = _prepared_polygons(options.study_area, options.study_area_layer, "study-area layer", equal_area_crs)
-        union = shapely.union_all(geoms)
-        study_area = StudyArea(options.study_area_rule, union, grid_pieces(geoms), float(shapely.area(union)) / 1e6, n, where)
-    if options.training_area is not None:
-        geoms, n, where = _prepared_polygons(options.training_area, options.training_area_layer, "training-area layer", equal_area_crs)
+    layer = prepare_site_layer(options, STUDY_AREA, equal_area_crs)
+    if layer is not None:
+        union = shapely.union_all(layer.geoms_ea)
+        study_area = StudyArea(options.study_area_rule, union, grid_pieces(layer.geoms_ea), float(shapely.area(union)) / 1e6,
+                               layer.n_input, layer.source)
+    layer = prepare_site_layer(options, TRAINING_AREA, equal_area_crs)
+    if layer is not None:
         ea_crs = equal_area_crs_from(equal_area_crs if equal_area_crs is not None else DEFAULT_EQUAL_AREA_CRS)
-        area = float(shapely.area(shapely.union_all(geoms))) / 1e6
-        training = TrainingArea(grid_pieces(geoms), float(options.leakage_buffer_m), bool(options.exclude_training_area), area, n, ea_crs, where)
+        area = float(shapely.area(shapely.union_all(layer.geoms_ea))) / 1e6
+        training = TrainingArea(grid_pieces(layer.geoms_ea), float(options.leakage_buffer_m), bool(options.exclude_training_area), area,
+                                layer.n_input, ea_crs, layer.source)
     return Study(study_area, training)
 
 

@@ -70,7 +70,8 @@ from evalcore.io import atomic_path, write_geoparquet, write_json, write_table
 from evalcore.options import EvalOptions, RunPlan, make_run_plan
 from evalcore.layer import PreparedLayer, empty_layer
 from evalcore.prepare import prepare_layer
-from evalcore.levels import LayerInput, Sites, aois_frame, prepare_sites, tiles_frame
+from evalcore.levels import Sites, aois_frame, prepare_sites, tiles_frame
+from evalcore.sites import SITE_LAYERS, LayerInput
 from evalcore.study import Study, prepare_study, study_keys
 from evalcore.arrays import index_of
 from evalcore.layer_warnings import LayerFacts, extent_of, run_warnings
@@ -690,7 +691,7 @@ def _signature_of_run(
     return hashlib.sha256(text.encode()).hexdigest(), input_sha256
 
 
-SITE_OPTIONS: tuple[str, ...] = ("aoi", "annotated_area", "study_area", "training_area")
+SITE_OPTIONS: tuple[str, ...] = tuple(kind.option for kind in SITE_LAYERS)
 """Options naming a site layer (read on the client, hashed into the run's signature)."""
 
 

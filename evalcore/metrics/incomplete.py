@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evalcore.levels import layer_input
+from evalcore.sites import layer_input
 from evalcore.metrics.base import NULL, GroupView, MetricFamily, Option, PredContext, ratio
 from evalcore.metrics.checks import fraction, optional_text
 

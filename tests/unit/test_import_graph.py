@@ -18,15 +18,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("evalcore", "flows")
 
-BEING_REPLACED = {
-    ("evalcore.levels", "evalcore.prepare"),
-    ("evalcore.study", "evalcore.prepare"),
-}
-"""Arrows that close the last circle (levels and study prepare their site layers with
-:func:`evalcore.prepare.prepare_layer`, which locates rows in those same site layers),
-left out of the circle test while the site layers move to their own module (issue 28,
-item 2). :func:`test_arrows_being_replaced_still_exist` fails once one is gone: then
-delete it here."""
 
 
 def module_name(path: Path) -> str:
@@ -159,16 +150,8 @@ def test_circles_are_named_in_order():
 
 def test_no_import_circle():
     graph = import_graph()
-    for source, target in BEING_REPLACED:
-        graph[source].discard(target)
     found = circles(graph)
     assert not found, "import circles:\n" + "\n".join(" -> ".join(circle) for circle in found)
-
-
-def test_arrows_being_replaced_still_exist():
-    graph = import_graph()
-    gone = sorted((source, target) for source, target in BEING_REPLACED if target not in graph[source])
-    assert not gone, f"no longer imported, delete from BEING_REPLACED: {gone}"
 
 
 def test_metric_interface_imports_no_family():

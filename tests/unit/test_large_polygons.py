@@ -23,7 +23,8 @@ from shapely.geometry import MultiPolygon, Polygon, box
 import evalcore
 from evalcore.crs import edge_split_length, reproject_polygons
 from evalcore.errors import EvalInputError
-from evalcore.prepare import MAX_SPLIT_VERTICES, crosses_antimeridian, prepare_layer, split_vertex_counts
+from evalcore.polygons import MAX_SPLIT_VERTICES, crosses_antimeridian, split_vertex_counts
+from evalcore.prepare import prepare_layer
 from tests.common import UTM, WGS84, X0, Y0, layer
 
 EQUAL_EARTH = "EPSG:8857"

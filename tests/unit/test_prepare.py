@@ -12,7 +12,8 @@ from shapely.geometry import GeometryCollection, LineString, MultiPolygon, Point
 
 from evalcore.crs import edge_split_length, equal_area_crs_from, utm_epsg_of
 from evalcore.errors import CRSError, EvalInputError
-from evalcore.prepare import prepare_layer, repair_polygonal
+from evalcore.polygons import repair_polygonal
+from evalcore.prepare import prepare_layer
 from pyproj import CRS
 from tests.common import EA, EA_X0, EA_Y0, UTM, WGS84, X0, Y0, ea_area, layer, square
 

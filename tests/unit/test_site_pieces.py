@@ -1,4 +1,4 @@
-"""The site layers' grid pieces (:func:`evalcore.levels.grid_pieces`) against the
+"""The site layers' grid pieces (:func:`evalcore.sites.grid_pieces`) against the
 obvious construction, and the site layers' trip to a worker (pickled as WKB).
 
 The reference cuts the union cell by cell: every grid cell of the union's bounding box
@@ -17,7 +17,8 @@ import pytest
 import shapely
 from shapely.geometry import MultiPolygon, Polygon, box
 
-from evalcore.levels import AnnotatedArea, AoiLayer, grid_pieces
+from evalcore.levels import AnnotatedArea, AoiLayer
+from evalcore.sites import grid_pieces
 
 
 def _slow_pieces(geoms, cell_m):
