@@ -40,6 +40,7 @@ from evalcore.bootstrap import replicate_group_sums
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 from evalcore.crs import WGS84, transform_xy, utm_crs
 from evalcore.errors import EvalInputError
+from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
 
 __all__ = [
     "LayerInput",
@@ -591,14 +592,10 @@ def homeless_values(area_m2: F64Array) -> F64Array:
 
 
 def unit_rates(n_ref: F64Array, tp: F64Array, n_pred: F64Array, n_matched: F64Array) -> dict[str, F64Array]:
-    """Precision, recall and F1 per unit, NaN where undefined (F1 also where both are 0)."""
-    fp = n_pred - n_matched
-    with np.errstate(divide="ignore", invalid="ignore"):
-        precision = np.where(tp + fp > 0, tp / (tp + fp), np.nan)
-        recall = np.where(n_ref > 0, tp / n_ref, np.nan)
-        s = precision + recall
-        f1 = np.where(s > 0, 2.0 * precision * recall / s, np.nan)
-    return {"precision": precision, "recall": recall, "f1": f1}
+    """Precision, recall and F1 per unit, NaN where undefined (F1 also where both are 0:
+    :data:`evalcore.rates.F1_HARMONIC_POSITIVE`, SPEC 6.3 as docs/metrics.md states it)."""
+    rates = detection_rates(tp, n_pred - n_matched, n_ref - tp, f1=F1_HARMONIC_POSITIVE)
+    return dict(zip(("precision", "recall", "f1"), rates))
 
 
 def tile_key(epsg: int, x: int, y: int) -> str:

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from evalcore._typing import F64Array, IdArray
+from evalcore.rates import F1_HARMONIC, detection_rates
 
 __all__ = [
     "Option",
@@ -48,6 +49,7 @@ __all__ = [
     "Value",
     "ratio",
     "harmonic",
+    "count_rates",
     "convention",
     "RATE",
     "ZERO",
@@ -366,6 +368,12 @@ def harmonic(p: Value, r: Value) -> Value:
     with np.errstate(divide="ignore", invalid="ignore"):
         value = np.where(s > 0.0, 2.0 * pv0 * rv0 / np.where(s > 0.0, s, 1.0), 0.0)
     return np.where(defined, value, np.nan), defined
+
+
+def count_rates(tp: F64Array, fp: F64Array, fn: F64Array) -> tuple[Value, Value, Value]:
+    """Section 4's precision, recall and F1 of counts (:func:`evalcore.rates.detection_rates`,
+    ``F1_HARMONIC``: 0 when both rates are 0), as :data:`Value` pairs."""
+    return tuple((v, ~np.isnan(v)) for v in detection_rates(tp, fp, fn, f1=F1_HARMONIC))
 
 
 def convention(value: float, defined: bool, kind: str, *, both_empty: bool, empty_group: bool) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from evalcore.config import MATCHING_METHODS
-from evalcore.metrics.base import RATE, ZERO, GroupView, MetricFamily, Option, PredContext, RefContext, harmonic, ratio
+from evalcore.metrics.base import RATE, ZERO, GroupView, MetricFamily, Option, PredContext, RefContext, count_rates, ratio
 from evalcore.matching import check_matching
 from evalcore.metrics.checks import unit_interval
 
@@ -62,8 +62,7 @@ class Detection(MetricFamily):
         n_ref = np.asarray(s["n_ref"], dtype=np.float64)
         n_pred = np.asarray(s["n_pred"], dtype=np.float64)
         fp = n_pred - s["n_pred_matched"]
-        out = {"precision": ratio(tp, tp + fp), "recall": ratio(tp, n_ref)}
-        out["f1"] = harmonic(out["precision"], out["recall"])
+        out = dict(zip(("precision", "recall", "f1"), count_rates(tp, fp, n_ref - tp)))
         out["iou_mean"] = ratio(s["iou_matched"], tp)
         out["over_segmentation"] = ratio(s["n_ref_overseg"], n_ref)
         out["under_segmentation"] = ratio(s["n_pred_underseg"], n_pred)
