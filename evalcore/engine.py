@@ -353,11 +353,8 @@ def resolve_run(
     for family in enabled_families(options):
         pair_values.update(family.pair_values(pair_ctx))
 
-    preds = prediction_fields(results.pred_pos, resolution)
-    preds["area_m2"] = results.pred_area_m2
-    preds["perimeter_m"] = results.pred_perimeter_m
-    preds["boundary_within_tolerance_m"] = results.pred_within_tol_m
-    n = len(preds)
+    outcome = prediction_fields(results.pred_pos, resolution)
+    n = len(outcome)
     positions = results.pred_pos
     base_home = np.full(n, -1, dtype=np.int64)
     base_iou = np.full(n, np.nan)
@@ -367,11 +364,20 @@ def resolve_run(
     overlap = np.full(n, -1, dtype=np.int64)
     p, r = resolution.overlap_home
     overlap[index_of(positions, p)] = r
-    preds["base_home_ref_pos"] = base_home
-    preds["base_home_iou"] = base_iou
-    preds["overlap_ref_pos"] = overlap
-    _add_prediction_sites(preds, results, resolution)
-    _add_prediction_codes(preds, results, resolution, pair_values, options)
+    # Every column is computed from arrays and the frame built once: no phase receives
+    # a frame that another one fills in afterwards.
+    columns = {name: outcome[name].to_numpy() for name in outcome.columns}
+    columns |= {
+        "area_m2": results.pred_area_m2,
+        "perimeter_m": results.pred_perimeter_m,
+        "boundary_within_tolerance_m": results.pred_within_tol_m,
+        "base_home_ref_pos": base_home,
+        "base_home_iou": base_iou,
+        "overlap_ref_pos": overlap,
+    }
+    columns |= _prediction_sites(columns["home_ref_pos"], results, resolution)
+    columns |= _prediction_codes(columns["matched"], overlap, results, resolution, pair_values, options)
+    preds = pd.DataFrame(columns, index=outcome.index)
     contributions, unassigned, homeless_rows = prediction_contributions(PredContext(preds, pairs, pair_values, options))
     home = preds["home_ref_pos"].to_numpy(np.int64)
     home_row = np.full(len(home), -1, dtype=np.int64)
@@ -458,31 +464,42 @@ def _pred_weight_stream(draws, home_row: IdArray, pred_units: IdArray | None):
     return stream
 
 
-def _add_prediction_sites(preds: pd.DataFrame, results: PairResults, resolution: Resolution) -> None:
+def _prediction_sites(home: IdArray, results: PairResults, resolution: Resolution) -> dict[str, np.ndarray]:
     """Each prediction's IoU of its match, best IoU, own zone, and the tile and AOI it counts in.
 
     A prediction counts in its home reference's tile and AOI, and one without a home in
     those of its own centroid (SPEC 6.3).
+
+    Parameters
+    ----------
+    home : ndarray of int64
+        Each prediction's home reference position (-1: none), in ``results.pred_pos`` order.
+
+    Returns
+    -------
+    dict of str to ndarray
+        New columns of the prediction rows, in their order in :attr:`Resolved.preds`.
     """
     pairs = results.pairs
-    n = len(preds)
+    n = len(home)
     row = index_of(results.pred_pos, pairs.pred_pos)
     best = np.zeros(n)
     np.maximum.at(best, row, pairs.iou)
     iou = np.full(n, np.nan)
     iou[row[resolution.is_match]] = pairs.iou[resolution.is_match]
-    preds["iou"] = iou
-    preds["best_iou"] = best
-    preds["utm_epsg"] = results.pred_utm_epsg
-    preds["annotated_fraction"] = results.pred_annotated_fraction
-    preds["score"] = results.pred_score
-    home = preds["home_ref_pos"].to_numpy(np.int64)
     has = home >= 0
     ref_row = index_of(results.ref_pos, home[has])
-    preds["label"] = np.asarray(results.pred_label, dtype=object)
     home_label = np.full(n, None, dtype=object)
     home_label[has] = np.asarray(results.ref_label, dtype=object)[ref_row]
-    preds["home_ref_label"] = home_label
+    out = {
+        "iou": iou,
+        "best_iou": best,
+        "utm_epsg": results.pred_utm_epsg,
+        "annotated_fraction": results.pred_annotated_fraction,
+        "score": results.pred_score,
+        "label": np.asarray(results.pred_label, dtype=object),
+        "home_ref_label": home_label,
+    }
     for name, own, of_ref in (
         ("tile_epsg", results.pred_utm_epsg, results.ref_utm_epsg),
         ("tile_x", results.pred_tile_x, results.ref_tile_x),
@@ -491,7 +508,8 @@ def _add_prediction_sites(preds: pd.DataFrame, results: PairResults, resolution:
     ):
         values = own.astype(np.int64).copy()
         values[has] = of_ref[ref_row]
-        preds[name] = values
+        out[name] = values
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -510,17 +528,15 @@ class Routing:
     contribution_rows: list[IdArray]
 
 
-def _add_prediction_codes(preds: pd.DataFrame, results: PairResults, resolution: Resolution,
-                          pair_values: dict[str, np.ndarray], options: EvalOptions) -> None:
-    """Each prediction's primary error code and flags (SPEC 6.8, :mod:`evalcore.metrics.taxonomy`)."""
+def _prediction_codes(matched: np.ndarray, overlap_ref_pos: IdArray, results: PairResults, resolution: Resolution,
+                      pair_values: dict[str, np.ndarray], options: EvalOptions) -> dict[str, np.ndarray]:
+    """Each prediction's primary error code and flags (SPEC 6.8, :mod:`evalcore.metrics.taxonomy`),
+    as new columns ``error_code``, ``merge``, ``split`` (and ``boundary_error``)."""
     pairs = results.pairs
     matched_refs = np.unique(pairs.ref_pos[resolution.is_match])
-    preds["error_code"] = prediction_codes(
-        preds["matched"].to_numpy(bool), preds["overlap_ref_pos"].to_numpy(np.int64), matched_refs,
-    )
-    flags = prediction_flags(results.pred_pos, pairs, pair_values, results.pred_area_of_pair, results.mean_distance_m, options)
-    for name, values in flags.items():
-        preds[name] = values
+    out = {"error_code": prediction_codes(np.asarray(matched, dtype=bool), overlap_ref_pos, matched_refs)}
+    out |= prediction_flags(results.pred_pos, pairs, pair_values, results.pred_area_of_pair, results.mean_distance_m, options)
+    return out
 
 
 def _rows_by_part(part: IdArray, n_parts: int) -> list[IdArray]:
