@@ -8,6 +8,8 @@ are laid out here once.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -18,9 +20,14 @@ from evalcore.metrics import enabled_families, finalize_all, interval_keys
 from evalcore.levels import Sites, aoi_entries, level_summary, unit_table
 from evalcore.metrics.base import GroupView
 from evalcore.options import EvalOptions, RunPlan
+from evalcore.layer_warnings import LayerFacts, run_warnings
 from evalcore.pixels import micro_macro
+from evalcore.study import Study, study_keys
 
-__all__ = ["DISTANCE_CRS", "WORST_KEYS", "build_summary", "group_summary", "worst_group", "level_tables", "level_blocks"]
+__all__ = [
+    "DISTANCE_CRS", "WORST_KEYS", "build_summary", "group_summary", "worst_group", "level_tables", "level_blocks",
+    "LayerTally", "run_summary",
+]
 
 DISTANCE_CRS = "WGS 84 / UTM zone of each polygon's centroid"
 """The value of ``distance_crs`` (SPEC 5.1)."""
@@ -285,3 +292,74 @@ def build_summary(
             block["ci"] = {k: [float("nan"), float("nan")] for k in block["ci"]}
         result["bootstrap"] = block
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class LayerTally:
+    """What the run summary reports of one prepared input layer, however the run held it
+    (a :class:`~evalcore.prepare.PreparedLayer` in process, the prepare phase's index on a
+    cluster).
+
+    Attributes
+    ----------
+    n_input, n_kept, n_dropped, n_repaired : int
+        Rows read, evaluated, dropped (empty or without a polygonal part) and repaired.
+    n_outside_study_area, n_within_training_buffer : int
+        Rows the study area left out, and kept rows within the training buffer.
+    utm_epsg : tuple of int
+        EPSG codes of the UTM zones its rows lie in.
+    extent : object
+        :func:`evalcore.layer_warnings.extent_of` of its rows' boxes (None: no row).
+    """
+
+    n_input: int
+    n_kept: int
+    n_dropped: int
+    n_repaired: int
+    n_outside_study_area: int
+    n_within_training_buffer: int
+    utm_epsg: tuple[int, ...]
+    extent: object
+
+
+def run_summary(
+    merged: MergedSums,
+    plan: RunPlan,
+    options: EvalOptions,
+    *,
+    reference: LayerTally,
+    predicted: LayerTally,
+    equal_area_crs: str,
+    strata_column: str | None,
+    sites: Sites | None,
+    study: Study | None,
+) -> dict[str, object]:
+    """The summary of a run: the one assembly of :func:`build_summary`'s run-level inputs
+    (layer counts, UTM zones, the study keys and the layer warnings), used by the
+    in-process run (:func:`evalcore.evaluate`) and the distributed one alike.
+
+    Parameters
+    ----------
+    merged : MergedSums
+    plan : RunPlan
+    options : EvalOptions
+    reference, predicted : LayerTally
+    equal_area_crs : str
+        The equal-area CRS as text (``pyproj.CRS.to_string``).
+    strata_column : str, optional
+    sites : Sites, optional
+    study : Study, optional
+    """
+    layers = {"reference": reference, "predicted": predicted}
+    counts = {f"count_{role}_{what}": getattr(t, f"n_{what}") for role, t in layers.items() for what in ("dropped", "repaired")}
+    study_counts: dict[str, int] = {}
+    for role, t in layers.items():
+        study_counts |= {f"outside_{role}": t.n_outside_study_area, f"within_{role}": t.n_within_training_buffer, f"kept_{role}": t.n_kept}
+    facts = [LayerFacts(role, t.n_input, t.n_dropped, t.n_kept, t.extent) for role, t in (("predicted", predicted), ("reference", reference))]
+    # Without the segmentation family's column the warning about no overlap cannot fire.
+    overlap = int(round(merged.sums.as_dict(0).get("n_ref_with_overlap", 1.0)))
+    return build_summary(
+        merged, plan, options, layer_counts=counts, utm_epsg_codes=sorted({int(c) for t in layers.values() for c in t.utm_epsg}),
+        equal_area_crs=equal_area_crs, strata_column=strata_column, sites=sites,
+        run_keys=study_keys(study, study_counts), warnings=run_warnings(*facts, overlap, equal_area_crs),
+    )
