@@ -30,7 +30,7 @@ from evalcore import boundary
 from evalcore._typing import F64Array, IdArray
 from evalcore.bootstrap import PartitionKey, ReplicateSums, RowDraws, RunDraws, block_draws, field_draws, pool_id, replicate_group_sums
 from evalcore.matching import Resolution, eligible_pairs, resolve
-from evalcore.metrics import enabled_families, max_columns, quantity_columns
+from evalcore.metrics import enabled_families, max_columns, quantity_columns, unit_columns, unit_replicate_columns
 from evalcore.metrics.base import GlobalContext, PairContext, PredContext, RefContext
 from evalcore.metrics.taxonomy import (
     PREDICTION_CODES,
@@ -52,7 +52,7 @@ from evalcore.quantities import (
     quantity_table,
     reference_fields,
 )
-from evalcore.levels import UNIT_COLUMNS, UnitSums, homeless_values, replicate_columns, unit_sums, unit_values
+from evalcore.levels import UNASSIGNED_COLUMN, UnitSums, unit_rows, unit_sums
 from evalcore.stats import GroupSums, group_sums
 
 __all__ = [
@@ -387,11 +387,12 @@ def resolve_run(
     weights = None
     if draws is not None:
         weights = np.ones((options.bootstrap, len(homeless))) if draws.unit == "field" else draws.unit_weights(pred_units[homeless])
-    rows = homeless_values(results.pred_area_m2[homeless])
-    reps = replicate_columns(UNIT_COLUMNS, rows) if weights is not None else None
+    # The homeless predictions' unit rows are the families' own prediction columns.
+    ucols, rcols = _unit_columns(options)
+    rows = unit_rows(ucols, contributions.columns, homeless_rows, unassigned=True)
     tile_keys = np.stack([results.pred_utm_epsg, results.pred_tile_x, results.pred_tile_y], axis=1)[homeless]
-    tiles = unit_sums(tile_keys, rows, weights, reps)
-    aois = unit_sums(results.pred_aoi[homeless][:, None], rows, weights, reps)
+    tiles = unit_sums(tile_keys, rows, weights, ucols, rcols)
+    aois = unit_sums(results.pred_aoi[homeless][:, None], rows, weights, ucols, rcols)
     unassigned_replicates = None
     if weights is not None:
         # Group 0 of every replicate: the homeless predictions, each weighed by its unit's draws.
@@ -407,6 +408,12 @@ def resolve_run(
             global_values[part].update(values)
     return Resolved(resolution, pair_values, preds, contributions, unassigned, tiles, aois, global_values, draws,
                     contributions.columns, unassigned_replicates)
+
+
+def _unit_columns(options: EvalOptions) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The sums reporting tiles and AOIs carry (the families' unit columns and the homeless
+    count), and those their bootstrap replicates carry."""
+    return unit_columns(options) + (UNASSIGNED_COLUMN,), unit_replicate_columns(options)
 
 
 def run_draws(results: PairResults, preds: pd.DataFrame, options: EvalOptions, unit_keys: IdArray | None = None):
@@ -739,10 +746,10 @@ def summarize_partition(
             raise ValueError(f"partition {key}: the bootstrap draws of its {n} reference fields are missing")
         weights = draws.weights()
         replicates = replicate_group_sums(weights, table.values, flat_groups, plan.n_groups)
-    units = unit_values(table.columns, table.values)
-    reps = replicate_columns(table.columns, table.values) if weights is not None else None
-    tiles = unit_sums(np.stack([refs.utm_epsg, refs.tile_x, refs.tile_y], axis=1), units, weights, reps)
-    aois = unit_sums(refs.aoi[:, None], units, weights, reps)
+    ucols, rcols = _unit_columns(options)
+    units = unit_rows(ucols, table.columns, table.values)
+    tiles = unit_sums(np.stack([refs.utm_epsg, refs.tile_x, refs.tile_y], axis=1), units, weights, ucols, rcols)
+    aois = unit_sums(refs.aoi[:, None], units, weights, ucols, rcols)
     gathered = pd.DataFrame(index=pd.Index(refs.positions, name="ref_pos"))
     for family in enabled_families(options):
         for name, values in family.gathered(ctx).items():
@@ -849,8 +856,9 @@ def merge_partitions(
     else:
         gathered = pd.DataFrame(index=pd.Index(np.empty(0, np.int64), name="ref_pos"))
     n_rep = options.bootstrap if options.bootstrap > 0 else None
-    tiles = UnitSums.concat([UnitSums.empty(3, n_rep)] + tile_parts + ([homeless_tiles] if homeless_tiles is not None else []))
-    aois = UnitSums.concat([UnitSums.empty(1, n_rep)] + aoi_parts + ([homeless_aois] if homeless_aois is not None else []))
+    ucols, rcols = _unit_columns(options)
+    tiles = UnitSums.concat([UnitSums.empty(3, n_rep, ucols, rcols)] + tile_parts + ([homeless_tiles] if homeless_tiles is not None else []))
+    aois = UnitSums.concat([UnitSums.empty(1, n_rep, ucols, rcols)] + aoi_parts + ([homeless_aois] if homeless_aois is not None else []))
     return MergedSums(sums, replicates, gathered, dict(unassigned), tiles, aois, dict(global_values or {}), n_units)
 
 

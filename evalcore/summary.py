@@ -129,8 +129,8 @@ def worst_group(entries: dict[str, dict]) -> dict | None:
 def level_tables(merged: MergedSums, options: EvalOptions, sites: Sites | None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The per-tile and per-AOI tables (None without AOIs) of a run (:func:`evalcore.levels.unit_table`)."""
     tile_m = float(options.tile_km) * 1000.0
-    boundary = options.boundary_tolerance_m is not None
-    tiles = unit_table(merged.tiles, "tiles", min_support=options.min_support, tile_size_m=tile_m, boundary_errors=boundary)
+    families = enabled_families(options)
+    tiles = unit_table(merged.tiles, "tiles", families=families, options=options, min_support=options.min_support, tile_size_m=tile_m)
     if merged.pixels is not None:
         for name in ("tp", "fp", "fn", "tn"):
             tiles[f"pixel_{name}"] = [
@@ -139,7 +139,7 @@ def level_tables(merged: MergedSums, options: EvalOptions, sites: Sites | None) 
             ]
     aois = None
     if sites is not None and sites.aois is not None:
-        aois = unit_table(merged.aois, "aois", min_support=options.min_support, aois=sites.aois, boundary_errors=boundary)
+        aois = unit_table(merged.aois, "aois", families=families, options=options, min_support=options.min_support, aois=sites.aois)
     return tiles, aois
 
 

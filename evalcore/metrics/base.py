@@ -327,6 +327,27 @@ class MetricFamily:
     def summarize(self, group: GroupView) -> dict[str, object]:
         return {}
 
+    def unit_columns(self, options: object) -> tuple[str, ...]:
+        """The summed columns a reporting tile or AOI carries (SPEC 6.3).
+
+        A unit is one more grouping of the quantity rows (a field with its home
+        predictions; a prediction without a home in its own unit), so a unit's sums are
+        these columns' sums over its rows. Columns of other families a family reads in
+        :meth:`unit_values` are declared by their own family.
+        """
+        return ()
+
+    def unit_values(self, s: Mapping[str, F64Array], options: object) -> dict[str, F64Array]:
+        """The family's columns of the per-tile and per-AOI tables from the units' sums
+        (:meth:`unit_columns` of every enabled family), element-wise on arrays over units
+        (or units x bootstrap replicates); NaN where undefined."""
+        return {}
+
+    def unit_interval_keys(self, options: object) -> tuple[str, ...]:
+        """Keys of :meth:`unit_values` that get per-AOI bootstrap intervals; the replicates
+        then carry the family's :meth:`unit_columns`."""
+        return ()
+
     def run_keys(self, options: object) -> dict[str, object]:
         """Keys written once, at the top level only (the settings the family ran with)."""
         return {}
