@@ -21,7 +21,10 @@ A family (one module of :mod:`evalcore.metrics`) declares:
   element-wise on arrays of bootstrap replicates;
 * ``summarize(group)``: the keys it writes into a group's entry of the summary, with
   the empty-denominator conventions applied (:func:`convention`), and ``run_keys``: the
-  settings it reports once, at the top level.
+  settings it reports once, at the top level;
+* ``unit_columns(options)`` and ``unit_values(s, options)``: which of its sums a
+  reporting tile or AOI carries, and its columns of the per-unit tables from them
+  (``unit_interval_keys``: those with per-AOI intervals).
 
 Nothing else in the engine knows a family's columns or keys: the quantity table, the
 sums, the bootstrap, the npz codec and the output layout loop over the registry.
