@@ -29,7 +29,7 @@ from evalcore.engine import (
 )
 from evalcore.boundary import candidate_boxes
 from evalcore.groups import strata_values
-from evalcore.layer_warnings import LayerFacts, extent_of, run_warnings
+from evalcore.layer_warnings import extent_of
 from evalcore.metrics.checks import positive
 from evalcore.options import EvalOptions, RunPlan, check_options, make_run_plan
 from evalcore.levels import Sites, aois_frame, prepare_sites, tiles_frame
@@ -37,8 +37,8 @@ from evalcore.arrays import index_of
 from evalcore.pixels import count_tiles
 from evalcore.layer import PreparedLayer
 from evalcore.prepare import layer_geometries, prepare_layer
-from evalcore.study import Study, prepare_study, study_keys
-from evalcore.summary import build_summary, level_tables
+from evalcore.study import Study, prepare_study
+from evalcore.summary import LayerTally, build_summary, level_tables, run_summary
 
 __all__ = [
     "evaluate",
@@ -215,26 +215,16 @@ def _empty_fields() -> pd.DataFrame:
 
 
 def _summarize(ev: _Evaluation, options: EvalOptions) -> dict[str, object]:
-    counts = {
-        "count_predicted_dropped": ev.pred.n_dropped,
-        "count_reference_dropped": ev.ref.n_dropped,
-        "count_predicted_repaired": ev.pred.n_repaired,
-        "count_reference_repaired": ev.ref.n_repaired,
-    }
-    codes = sorted({int(c) for c in np.concatenate([ev.ref.utm_epsg, ev.pred.utm_epsg])})
-    study_counts = {}
-    for role, layer in (("reference", ev.ref), ("predicted", ev.pred)):
-        study_counts |= {f"outside_{role}": layer.n_outside_study_area, f"within_{role}": layer.n_within_training_buffer, f"kept_{role}": len(layer)}
-    facts = [
-        LayerFacts(role, layer.n_input, layer.n_dropped, len(layer), extent_of(candidate_boxes(layer)) if len(layer) else None)
-        for role, layer in (("predicted", ev.pred), ("reference", ev.ref))
-    ]
-    ea_name = ev.ref.equal_area_crs.to_string()
-    overlap = int(round(ev.merged.sums.as_dict(0).get("n_ref_with_overlap", 1.0)))
-    return build_summary(
-        ev.merged, ev.plan, options, layer_counts=counts, utm_epsg_codes=codes,
-        equal_area_crs=ea_name, strata_column=ev.strata_column, sites=ev.sites,
-        run_keys=study_keys(ev.study, study_counts), warnings=run_warnings(*facts, overlap, ea_name),
+    def tally(layer: PreparedLayer) -> LayerTally:
+        return LayerTally(
+            layer.n_input, len(layer), layer.n_dropped, layer.n_repaired, layer.n_outside_study_area,
+            layer.n_within_training_buffer, tuple(int(c) for c in np.unique(layer.utm_epsg)),
+            extent_of(candidate_boxes(layer)) if len(layer) else None,
+        )
+
+    return run_summary(
+        ev.merged, ev.plan, options, reference=tally(ev.ref), predicted=tally(ev.pred),
+        equal_area_crs=ev.ref.equal_area_crs.to_string(), strata_column=ev.strata_column, sites=ev.sites, study=ev.study,
     )
 
 

@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from evalcore.bootstrap import percentile_intervals
-from evalcore.levels import UNIT_COLUMNS, tile_key, unit_rates
+from evalcore.levels import tile_key
+from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
 from evalcore.metrics.registry import finalize_all
 from evalcore.options import EvalOptions, check_options
 
@@ -86,16 +87,21 @@ def _group_replicates(merged: object, group: int, options: EvalOptions) -> dict:
     return finalize_all({name: sums[:, j] for j, name in enumerate(merged.sums.columns)}, options)
 
 
+_UNIT_COUNTS = ("n_ref", "tp", "n_pred", "n_pred_matched")
+"""The detection family's unit columns the per-unit deltas need, in this order."""
+
+
 def _unit_rates(values: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Precision, recall, F1 of per-unit sums (last axis: n_ref, tp, n_pred, n_pred_matched),
-    as ``(value, defined)`` (:func:`evalcore.levels.unit_rates`)."""
-    rates = unit_rates(values[..., 0], values[..., 1], values[..., 2], values[..., 3])
-    return {name: (value, ~np.isnan(value)) for name, value in rates.items()}
+    """Precision, recall, F1 of per-unit sums (last axis: :data:`_UNIT_COUNTS`), as ``(value,
+    defined)``, by the tiles' and AOIs' F1 rule (:data:`evalcore.rates.F1_HARMONIC_POSITIVE`)."""
+    n_ref, tp, n_pred, n_matched = (values[..., j] for j in range(4))
+    rates = detection_rates(tp, n_pred - n_matched, n_ref - tp, f1=F1_HARMONIC_POSITIVE)
+    return {name: (value, ~np.isnan(value)) for name, value in zip(("precision", "recall", "f1"), rates)}
 
 
 def _aligned(units: object, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """A run's per-unit point sums (and replicates) on ``keys``; zeros for a unit it does not hold."""
-    cols = [UNIT_COLUMNS.index(c) for c in ("n_ref", "tp", "n_pred", "n_pred_matched")]
+    cols = [units.columns.index(c) for c in _UNIT_COUNTS]
     row = {tuple(k): i for i, k in enumerate(units.keys.tolist())}
     where = np.array([row.get(tuple(k), -1) for k in keys.tolist()], dtype=np.int64)
     have = where >= 0
@@ -103,8 +109,9 @@ def _aligned(units: object, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | 
     point[have] = units.values[where[have]][:, cols]
     reps = None
     if units.replicates is not None:
-        reps = np.zeros((len(keys),) + units.replicates.shape[1:])
-        reps[have] = units.replicates[where[have]]
+        rep_cols = [units.replicate_columns.index(c) for c in _UNIT_COUNTS]
+        reps = np.zeros((len(keys), units.replicates.shape[1], 4))
+        reps[have] = units.replicates[where[have]][:, :, rep_cols]
     return point, reps
 
 

@@ -31,7 +31,7 @@ from evalcore._typing import F64Array, IdArray
 from evalcore.arrays import index_of
 from evalcore.bootstrap import PartitionKey, ReplicateSums, RowDraws, RunDraws, block_draws, field_draws, pool_id, replicate_group_sums
 from evalcore.matching import Resolution, eligible_pairs, resolve
-from evalcore.metrics.registry import enabled_families, max_columns, quantity_columns
+from evalcore.metrics.registry import enabled_families, max_columns, quantity_columns, unit_columns, unit_replicate_columns
 from evalcore.metrics.base import GlobalContext, PairContext, PredContext, RefContext
 from evalcore.metrics.taxonomy import (
     PREDICTION_CODES,
@@ -53,7 +53,7 @@ from evalcore.quantities import (
     quantity_table,
     reference_fields,
 )
-from evalcore.levels import UNIT_COLUMNS, UnitSums, homeless_values, replicate_columns, unit_sums, unit_values
+from evalcore.levels import UNASSIGNED_COLUMN, UnitSums, unit_rows, unit_sums
 from evalcore.stats import GroupSums, group_sums
 
 __all__ = [
@@ -354,11 +354,8 @@ def resolve_run(
     for family in enabled_families(options):
         pair_values.update(family.pair_values(pair_ctx))
 
-    preds = prediction_fields(results.pred_pos, resolution)
-    preds["area_m2"] = results.pred_area_m2
-    preds["perimeter_m"] = results.pred_perimeter_m
-    preds["boundary_within_tolerance_m"] = results.pred_within_tol_m
-    n = len(preds)
+    outcome = prediction_fields(results.pred_pos, resolution)
+    n = len(outcome)
     positions = results.pred_pos
     base_home = np.full(n, -1, dtype=np.int64)
     base_iou = np.full(n, np.nan)
@@ -368,11 +365,20 @@ def resolve_run(
     overlap = np.full(n, -1, dtype=np.int64)
     p, r = resolution.overlap_home
     overlap[index_of(positions, p)] = r
-    preds["base_home_ref_pos"] = base_home
-    preds["base_home_iou"] = base_iou
-    preds["overlap_ref_pos"] = overlap
-    _add_prediction_sites(preds, results, resolution)
-    _add_prediction_codes(preds, results, resolution, pair_values, options)
+    # Every column is computed from arrays and the frame built once: no phase receives
+    # a frame that another one fills in afterwards.
+    columns = {name: outcome[name].to_numpy() for name in outcome.columns}
+    columns |= {
+        "area_m2": results.pred_area_m2,
+        "perimeter_m": results.pred_perimeter_m,
+        "boundary_within_tolerance_m": results.pred_within_tol_m,
+        "base_home_ref_pos": base_home,
+        "base_home_iou": base_iou,
+        "overlap_ref_pos": overlap,
+    }
+    columns |= _prediction_sites(columns["home_ref_pos"], results, resolution)
+    columns |= _prediction_codes(columns["matched"], overlap, results, resolution, pair_values, options)
+    preds = pd.DataFrame(columns, index=outcome.index)
     contributions, unassigned, homeless_rows = prediction_contributions(PredContext(preds, pairs, pair_values, options))
     home = preds["home_ref_pos"].to_numpy(np.int64)
     home_row = np.full(len(home), -1, dtype=np.int64)
@@ -382,11 +388,12 @@ def resolve_run(
     weights = None
     if draws is not None:
         weights = np.ones((options.bootstrap, len(homeless))) if draws.unit == "field" else draws.unit_weights(pred_units[homeless])
-    rows = homeless_values(results.pred_area_m2[homeless])
-    reps = replicate_columns(UNIT_COLUMNS, rows) if weights is not None else None
+    # The homeless predictions' unit rows are the families' own prediction columns.
+    ucols, rcols = _unit_columns(options)
+    rows = unit_rows(ucols, contributions.columns, homeless_rows, unassigned=True)
     tile_keys = np.stack([results.pred_utm_epsg, results.pred_tile_x, results.pred_tile_y], axis=1)[homeless]
-    tiles = unit_sums(tile_keys, rows, weights, reps)
-    aois = unit_sums(results.pred_aoi[homeless][:, None], rows, weights, reps)
+    tiles = unit_sums(tile_keys, rows, weights, ucols, rcols)
+    aois = unit_sums(results.pred_aoi[homeless][:, None], rows, weights, ucols, rcols)
     unassigned_replicates = None
     if weights is not None:
         # Group 0 of every replicate: the homeless predictions, each weighed by its unit's draws.
@@ -402,6 +409,12 @@ def resolve_run(
             global_values[part].update(values)
     return Resolved(resolution, pair_values, preds, contributions, unassigned, tiles, aois, global_values, draws,
                     contributions.columns, unassigned_replicates)
+
+
+def _unit_columns(options: EvalOptions) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The sums reporting tiles and AOIs carry (the families' unit columns and the homeless
+    count), and those their bootstrap replicates carry."""
+    return unit_columns(options) + (UNASSIGNED_COLUMN,), unit_replicate_columns(options)
 
 
 def run_draws(results: PairResults, preds: pd.DataFrame, options: EvalOptions, unit_keys: IdArray | None = None):
@@ -459,31 +472,42 @@ def _pred_weight_stream(draws, home_row: IdArray, pred_units: IdArray | None):
     return stream
 
 
-def _add_prediction_sites(preds: pd.DataFrame, results: PairResults, resolution: Resolution) -> None:
+def _prediction_sites(home: IdArray, results: PairResults, resolution: Resolution) -> dict[str, np.ndarray]:
     """Each prediction's IoU of its match, best IoU, own zone, and the tile and AOI it counts in.
 
     A prediction counts in its home reference's tile and AOI, and one without a home in
     those of its own centroid (SPEC 6.3).
+
+    Parameters
+    ----------
+    home : ndarray of int64
+        Each prediction's home reference position (-1: none), in ``results.pred_pos`` order.
+
+    Returns
+    -------
+    dict of str to ndarray
+        New columns of the prediction rows, in their order in :attr:`Resolved.preds`.
     """
     pairs = results.pairs
-    n = len(preds)
+    n = len(home)
     row = index_of(results.pred_pos, pairs.pred_pos)
     best = np.zeros(n)
     np.maximum.at(best, row, pairs.iou)
     iou = np.full(n, np.nan)
     iou[row[resolution.is_match]] = pairs.iou[resolution.is_match]
-    preds["iou"] = iou
-    preds["best_iou"] = best
-    preds["utm_epsg"] = results.pred_utm_epsg
-    preds["annotated_fraction"] = results.pred_annotated_fraction
-    preds["score"] = results.pred_score
-    home = preds["home_ref_pos"].to_numpy(np.int64)
     has = home >= 0
     ref_row = index_of(results.ref_pos, home[has])
-    preds["label"] = np.asarray(results.pred_label, dtype=object)
     home_label = np.full(n, None, dtype=object)
     home_label[has] = np.asarray(results.ref_label, dtype=object)[ref_row]
-    preds["home_ref_label"] = home_label
+    out = {
+        "iou": iou,
+        "best_iou": best,
+        "utm_epsg": results.pred_utm_epsg,
+        "annotated_fraction": results.pred_annotated_fraction,
+        "score": results.pred_score,
+        "label": np.asarray(results.pred_label, dtype=object),
+        "home_ref_label": home_label,
+    }
     for name, own, of_ref in (
         ("tile_epsg", results.pred_utm_epsg, results.ref_utm_epsg),
         ("tile_x", results.pred_tile_x, results.ref_tile_x),
@@ -492,7 +516,8 @@ def _add_prediction_sites(preds: pd.DataFrame, results: PairResults, resolution:
     ):
         values = own.astype(np.int64).copy()
         values[has] = of_ref[ref_row]
-        preds[name] = values
+        out[name] = values
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -511,17 +536,15 @@ class Routing:
     contribution_rows: list[IdArray]
 
 
-def _add_prediction_codes(preds: pd.DataFrame, results: PairResults, resolution: Resolution,
-                          pair_values: dict[str, np.ndarray], options: EvalOptions) -> None:
-    """Each prediction's primary error code and flags (SPEC 6.8, :mod:`evalcore.metrics.taxonomy`)."""
+def _prediction_codes(matched: np.ndarray, overlap_ref_pos: IdArray, results: PairResults, resolution: Resolution,
+                      pair_values: dict[str, np.ndarray], options: EvalOptions) -> dict[str, np.ndarray]:
+    """Each prediction's primary error code and flags (SPEC 6.8, :mod:`evalcore.metrics.taxonomy`),
+    as new columns ``error_code``, ``merge``, ``split`` (and ``boundary_error``)."""
     pairs = results.pairs
     matched_refs = np.unique(pairs.ref_pos[resolution.is_match])
-    preds["error_code"] = prediction_codes(
-        preds["matched"].to_numpy(bool), preds["overlap_ref_pos"].to_numpy(np.int64), matched_refs,
-    )
-    flags = prediction_flags(results.pred_pos, pairs, pair_values, results.pred_area_of_pair, results.mean_distance_m, options)
-    for name, values in flags.items():
-        preds[name] = values
+    out = {"error_code": prediction_codes(np.asarray(matched, dtype=bool), overlap_ref_pos, matched_refs)}
+    out |= prediction_flags(results.pred_pos, pairs, pair_values, results.pred_area_of_pair, results.mean_distance_m, options)
+    return out
 
 
 def _rows_by_part(part: IdArray, n_parts: int) -> list[IdArray]:
@@ -724,10 +747,10 @@ def summarize_partition(
             raise ValueError(f"partition {key}: the bootstrap draws of its {n} reference fields are missing")
         weights = draws.weights()
         replicates = replicate_group_sums(weights, table.values, flat_groups, plan.n_groups)
-    units = unit_values(table.columns, table.values)
-    reps = replicate_columns(table.columns, table.values) if weights is not None else None
-    tiles = unit_sums(np.stack([refs.utm_epsg, refs.tile_x, refs.tile_y], axis=1), units, weights, reps)
-    aois = unit_sums(refs.aoi[:, None], units, weights, reps)
+    ucols, rcols = _unit_columns(options)
+    units = unit_rows(ucols, table.columns, table.values)
+    tiles = unit_sums(np.stack([refs.utm_epsg, refs.tile_x, refs.tile_y], axis=1), units, weights, ucols, rcols)
+    aois = unit_sums(refs.aoi[:, None], units, weights, ucols, rcols)
     gathered = pd.DataFrame(index=pd.Index(refs.positions, name="ref_pos"))
     for family in enabled_families(options):
         for name, values in family.gathered(ctx).items():
@@ -834,8 +857,9 @@ def merge_partitions(
     else:
         gathered = pd.DataFrame(index=pd.Index(np.empty(0, np.int64), name="ref_pos"))
     n_rep = options.bootstrap if options.bootstrap > 0 else None
-    tiles = UnitSums.concat([UnitSums.empty(3, n_rep)] + tile_parts + ([homeless_tiles] if homeless_tiles is not None else []))
-    aois = UnitSums.concat([UnitSums.empty(1, n_rep)] + aoi_parts + ([homeless_aois] if homeless_aois is not None else []))
+    ucols, rcols = _unit_columns(options)
+    tiles = UnitSums.concat([UnitSums.empty(3, n_rep, ucols, rcols)] + tile_parts + ([homeless_tiles] if homeless_tiles is not None else []))
+    aois = UnitSums.concat([UnitSums.empty(1, n_rep, ucols, rcols)] + aoi_parts + ([homeless_aois] if homeless_aois is not None else []))
     return MergedSums(sums, replicates, gathered, dict(unassigned), tiles, aois, dict(global_values or {}), n_units)
 
 

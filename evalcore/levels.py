@@ -8,16 +8,21 @@ depend on how the work is partitioned.
 
 A reference field counts in its own tile and AOI; a prediction with a home in its home
 reference's, and a prediction without a home (no candidate pair) in the tile and AOI
-of its own centroid. The per-unit values are functions of a few sums per unit
-(:data:`UNIT_COLUMNS`) held sparsely (:class:`UnitSums`: only units that hold a row),
-which merge by addition across partitions like every other sum of the engine.
+of its own centroid. A unit is one more grouping of the quantity rows: it carries the
+sums of the columns each metric family declares
+(:meth:`~evalcore.metrics.base.MetricFamily.unit_columns`) plus the count of
+predictions without a home (:data:`UNASSIGNED_COLUMN`), held sparsely
+(:class:`UnitSums`: only units that hold a row), which merge by addition across
+partitions like every other sum of the engine; each family turns them into its columns
+of the per-unit tables (:meth:`~evalcore.metrics.base.MetricFamily.unit_values`).
 
 This module owns:
 
 * the site layers as levels use them (:class:`Sites`: the tile side, the AOI layer
   and the annotated area of SPEC 6.4, read and prepared by :mod:`evalcore.sites`) and
   where each row lies in them (:func:`locate`);
-* :class:`UnitSums` and how they are built from quantity rows and homeless predictions;
+* :class:`UnitSums` and how they are built from quantity rows and homeless predictions
+  (whose columns it does not name: they come with the rows);
 * the per-unit tables (:func:`unit_table`; their JSON blocks ``tiles`` and ``aois`` are
   laid out by :func:`evalcore.summary.level_summary`);
 * the tile squares: their area inside the zone's 6° band and their polygon in EPSG:4326.
@@ -40,6 +45,8 @@ from evalcore.bootstrap import replicate_group_sums
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 from evalcore.crs import WGS84, transform_xy, utm_crs
 from evalcore.sites import ANNOTATED_AREA, AOI, grid_pieces, prepare_site_layer
+from evalcore.errors import EvalInputError, IncompatibleStatsError
+from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
 
 __all__ = [
     "AoiLayer",
@@ -48,35 +55,26 @@ __all__ = [
     "prepare_sites",
     "locate",
     "annotated_fractions",
-    "UNIT_COLUMNS",
+    "UNASSIGNED_COLUMN",
+    "UNIT_TABLE_ORDER",
     "UnitSums",
-    "unit_values",
-    "unit_rates",
+    "unit_rows",
     "unit_sums",
-    "replicate_columns",
-    "homeless_values",
     "unit_table",
     "tile_key",
     "tile_band_area_km2",
     "tile_polygons",
 ]
 
-UNIT_COLUMNS: tuple[str, ...] = (
-    "n_ref", "tp", "n_pred", "n_pred_matched", "n_pred_unassigned", "area_ref_m2", "area_pred_m2",
-    "fn_missed", "fn_localisation", "fp_background", "fp_duplicate", "fp_localisation", "merges", "splits",
-    "boundary_errors",
+UNASSIGNED_COLUMN = "n_pred_unassigned"
+"""The one sum of a unit that is no family's: its predictions without a home (1 each)."""
+
+UNIT_TABLE_ORDER: tuple[str, ...] = (
+    "count_reference", "count_predicted", "count_tp", "count_fp", "count_fn", "count_fp_unassigned", "precision",
+    "recall", "f1", "count_ratio", "count_error", "area_bias_ha", "tile_area_km2", "fp_per_km2",
 )
-"""The sums per unit: counts, the two areas (square metres), then the error taxonomy's
-counts (:mod:`evalcore.metrics.taxonomy`; zero where a column is not computed)."""
-
-_TAXONOMY_UNIT_COLUMNS = {
-    "count_fn_missed": "fn_missed", "count_fn_localisation": "fn_localisation",
-    "count_fp_background": "fp_background", "count_fp_duplicate": "fp_duplicate",
-    "count_fp_localisation": "fp_localisation", "count_merges": "merges", "count_splits": "splits",
-}
-
-_REPLICATE_COLUMNS = ("n_ref", "tp", "n_pred", "n_pred_matched")
-"""What the per-AOI bootstrap intervals (precision, recall, F1) need per replicate."""
+"""SPEC 6.3's per-unit keys, in the order of the per-unit tables; the families' other unit
+columns follow in registry order, then ``support`` and ``insufficient_support``."""
 
 
 # --------------------------------------------------------------------------- site layers
@@ -304,36 +302,44 @@ def locate(geoms_ea: GeomArray, area_m2: F64Array, sites: Sites | None, *, annot
 
 @dataclass(frozen=True, slots=True)
 class UnitSums:
-    """Sums of :data:`UNIT_COLUMNS` per unit, for the units that hold a row.
+    """Sums of some columns per unit, for the units that hold a row.
 
     Attributes
     ----------
     keys : ndarray of int64, shape (n_units, width)
         Unit keys, unique, in increasing lexicographic order: ``(epsg, tile x, tile y)``
         for tiles, ``(aoi index,)`` for AOIs.
-    values : ndarray of float64, shape (n_units, len(UNIT_COLUMNS))
-    replicates : ndarray of float64, shape (n_units, n_replicates, 4), optional
-        Bootstrap replicate sums of ``n_ref, tp, n_pred, n_pred_matched`` (AOIs only).
+    values : ndarray of float64, shape (n_units, len(columns))
+    replicates : ndarray of float64, shape (n_units, n_replicates, len(replicate_columns)), optional
+        Bootstrap replicate sums of ``replicate_columns`` (what the per-unit intervals need).
+    columns : tuple of str
+        The summed columns: the families' unit columns and :data:`UNASSIGNED_COLUMN`.
+    replicate_columns : tuple of str
+        The columns of ``replicates``.
     """
 
     keys: IdArray
     values: F64Array
     replicates: F64Array | None = None
+    columns: tuple[str, ...] = ()
+    replicate_columns: tuple[str, ...] = ()
 
     @staticmethod
-    def empty(width: int, n_replicates: int | None = None) -> UnitSums:
-        reps = None if n_replicates is None else np.zeros((0, n_replicates, len(_REPLICATE_COLUMNS)))
-        return UnitSums(np.empty((0, width), np.int64), np.empty((0, len(UNIT_COLUMNS))), reps)
+    def empty(width: int, n_replicates: int | None = None, columns: tuple[str, ...] = (),
+              replicate_columns: tuple[str, ...] = ()) -> UnitSums:
+        reps = None if n_replicates is None else np.zeros((0, n_replicates, len(replicate_columns)))
+        return UnitSums(np.empty((0, width), np.int64), np.empty((0, len(columns))), reps, columns, replicate_columns)
 
     @staticmethod
-    def of_rows(keys: IdArray, values: F64Array, replicates: F64Array | None = None) -> UnitSums:
+    def of_rows(keys: IdArray, values: F64Array, replicates: F64Array | None = None, columns: tuple[str, ...] = (),
+                replicate_columns: tuple[str, ...] = ()) -> UnitSums:
         """Add rows per unit, in row order (rows with a key < 0 in column 0 belong to no unit).
 
         Parameters
         ----------
         keys : ndarray of int64, shape (n, width)
-        values : ndarray of float64, shape (n, len(UNIT_COLUMNS))
-        replicates : ndarray of float64, shape (n, n_replicates, 4), optional
+        values : ndarray of float64, shape (n, len(columns))
+        replicates : ndarray of float64, shape (n, n_replicates, len(replicate_columns)), optional
             Per-row replicate values (already weighted by the row's draw counts).
         """
         keys = np.asarray(keys, dtype=np.int64)
@@ -345,7 +351,7 @@ class UnitSums:
             replicates = replicates[keep]
         width = keys.shape[1]
         if len(keys) == 0:
-            return UnitSums.empty(width, None if replicates is None else replicates.shape[1])
+            return UnitSums.empty(width, None if replicates is None else replicates.shape[1], columns, replicate_columns)
         unique, inverse = np.unique(keys, axis=0, return_inverse=True)
         inverse = inverse.ravel()
         out = np.zeros((len(unique), values.shape[1]))
@@ -356,7 +362,7 @@ class UnitSums:
         if replicates is not None:
             reps = np.zeros((len(unique),) + replicates.shape[1:])
             np.add.at(reps, inverse, replicates)
-        return UnitSums(unique, out, reps)
+        return UnitSums(unique, out, reps, columns, replicate_columns)
 
     def merge(self, other: UnitSums) -> UnitSums:
         """The sums of both, unit by unit (self's rows first)."""
@@ -371,25 +377,44 @@ class UnitSums:
         with_reps = {p.replicates is not None for p in parts}
         if len(with_reps) != 1:
             raise ValueError("unit sums with and without bootstrap replicates cannot merge")
+        columns = {(p.columns, p.replicate_columns) for p in parts}
+        if len(columns) != 1:
+            raise IncompatibleStatsError(f"unit sums of different columns cannot merge: {sorted(columns)}")
+        (names, rep_names), = columns
         reps = np.concatenate([p.replicates for p in parts]) if with_reps == {True} else None
         keys = np.concatenate([p.keys for p in parts])
-        return UnitSums.of_rows(keys, np.concatenate([p.values for p in parts]), reps)
+        return UnitSums.of_rows(keys, np.concatenate([p.values for p in parts]), reps, names, rep_names)
 
     def column(self, name: str) -> F64Array:
-        return self.values[:, UNIT_COLUMNS.index(name)]
+        return self.values[:, self.columns.index(name)]
 
 
-def unit_values(table_columns: tuple[str, ...], table_values: F64Array) -> F64Array:
-    """The :data:`UNIT_COLUMNS` of quantity rows (reference rows and their home predictions)."""
+def unit_rows(columns: tuple[str, ...], table_columns: tuple[str, ...], table_values: F64Array,
+              unassigned: bool = False) -> F64Array:
+    """The unit ``columns`` of some rows: quantity rows, or the rows of predictions without a home.
+
+    Parameters
+    ----------
+    columns : tuple of str
+        The unit columns (the families' and :data:`UNASSIGNED_COLUMN`).
+    table_columns : tuple of str
+        The columns of ``table_values``; a unit column they lack is 0.
+    table_values : ndarray of float64, shape (n, len(table_columns))
+    unassigned : bool
+        The rows are predictions without a home: :data:`UNASSIGNED_COLUMN` is 1 each.
+    """
     col = {name: k for k, name in enumerate(table_columns)}
-    out = np.zeros((len(table_values), len(UNIT_COLUMNS)))
-    for j, name in enumerate(UNIT_COLUMNS):
-        if name in col:
+    out = np.zeros((len(table_values), len(columns)))
+    for j, name in enumerate(columns):
+        if name == UNASSIGNED_COLUMN:
+            out[:, j] = 1.0 if unassigned else 0.0
+        elif name in col:
             out[:, j] = table_values[:, col[name]]
     return out
 
 
-def unit_sums(keys: IdArray, values: F64Array, weights: F64Array | None, replicate_rows: F64Array | None) -> UnitSums:
+def unit_sums(keys: IdArray, values: F64Array, weights: F64Array | None, columns: tuple[str, ...],
+              replicate_columns: tuple[str, ...]) -> UnitSums:
     """Sums per unit of some rows, with bootstrap replicates when drawn.
 
     Parameters
@@ -397,17 +422,19 @@ def unit_sums(keys: IdArray, values: F64Array, weights: F64Array | None, replica
     keys : ndarray of int64, shape (n, width)
         Each row's unit: ``(epsg, tile x, tile y)``, or ``(aoi,)`` with -1 for none
         (those rows belong to no unit).
-    values : ndarray of float64, shape (n, len(UNIT_COLUMNS))
+    values : ndarray of float64, shape (n, len(columns))
+        The rows' unit columns (:func:`unit_rows`).
     weights : ndarray of float64, shape (n_replicates, n), optional
         How often each row is drawn in each replicate.
-    replicate_rows : ndarray of float64, shape (n, 4), optional
-        The rows' ``n_ref, tp, n_pred, n_pred_matched``.
+    columns, replicate_columns : tuple of str
+        The unit columns, and those the replicates carry (a subset).
     """
     keys = np.asarray(keys, dtype=np.int64)
     keep = keys[:, 0] >= 0 if keys.shape[1] == 1 else np.ones(len(keys), dtype=bool)
-    point = UnitSums.of_rows(keys[keep], values[keep])
+    point = UnitSums.of_rows(keys[keep], values[keep], None, columns, replicate_columns)
     if weights is None:
         return point
+    replicate_rows = np.ascontiguousarray(values[:, [columns.index(c) for c in replicate_columns]], dtype=np.float64)
     local = np.zeros(len(keys), dtype=np.int64)
     if len(point.keys) and keep.any():
         both = np.concatenate([point.keys, keys[keep]])
@@ -415,37 +442,11 @@ def unit_sums(keys: IdArray, values: F64Array, weights: F64Array | None, replica
         local[keep] = np.asarray(inverse).ravel()[len(point.keys):]
     groups = np.where(keep, local + 1, -1).astype(np.int64)[:, None]
     # Group 0 of the kernel is every row (unused here); the units are groups 1...
-    reps = replicate_group_sums(weights, np.ascontiguousarray(replicate_rows, dtype=np.float64), groups, len(point.keys) + 1).groups[1:]
-    return UnitSums(point.keys, point.values, reps)
-
-
-def replicate_columns(table_columns: tuple[str, ...], table_values: F64Array) -> F64Array:
-    """The quantity rows' columns the per-unit intervals need, shape (n, 4)."""
-    return np.ascontiguousarray(table_values[:, [table_columns.index(c) for c in _REPLICATE_COLUMNS]])
-
-
-def homeless_values(area_m2: F64Array) -> F64Array:
-    """The unit rows of predictions without a home: one predicted, unassigned, unmatched each."""
-    out = np.zeros((len(area_m2), len(UNIT_COLUMNS)))
-    out[:, UNIT_COLUMNS.index("n_pred")] = 1.0
-    out[:, UNIT_COLUMNS.index("n_pred_unassigned")] = 1.0
-    out[:, UNIT_COLUMNS.index("area_pred_m2")] = area_m2
-    out[:, UNIT_COLUMNS.index("fp_background")] = 1.0  # no candidate pair: overlaps no reference field
-    return out
+    reps = replicate_group_sums(weights, replicate_rows, groups, len(point.keys) + 1).groups[1:]
+    return UnitSums(point.keys, point.values, reps, columns, replicate_columns)
 
 
 # --------------------------------------------------------------------------- per-unit values
-
-
-def unit_rates(n_ref: F64Array, tp: F64Array, n_pred: F64Array, n_matched: F64Array) -> dict[str, F64Array]:
-    """Precision, recall and F1 per unit, NaN where undefined (F1 also where both are 0)."""
-    fp = n_pred - n_matched
-    with np.errstate(divide="ignore", invalid="ignore"):
-        precision = np.where(tp + fp > 0, tp / (tp + fp), np.nan)
-        recall = np.where(n_ref > 0, tp / n_ref, np.nan)
-        s = precision + recall
-        f1 = np.where(s > 0, 2.0 * precision * recall / s, np.nan)
-    return {"precision": precision, "recall": recall, "f1": f1}
 
 
 def tile_key(epsg: int, x: int, y: int) -> str:
@@ -453,8 +454,8 @@ def tile_key(epsg: int, x: int, y: int) -> str:
     return f"{int(epsg)}_{int(x)}_{int(y)}"
 
 
-def unit_table(sums: UnitSums, kind: str, *, min_support: int, tile_size_m: float | None = None,
-               aois: AoiLayer | None = None, boundary_errors: bool = False) -> pd.DataFrame:
+def unit_table(sums: UnitSums, kind: str, *, families: tuple, options: object, min_support: int,
+               tile_size_m: float | None = None, aois: AoiLayer | None = None) -> pd.DataFrame:
     """One row per unit with the values of SPEC 6.3.
 
     Parameters
@@ -463,25 +464,26 @@ def unit_table(sums: UnitSums, kind: str, *, min_support: int, tile_size_m: floa
     kind : ``"tiles"`` or ``"aois"``
         Tiles are the units in ``sums``; AOIs are every AOI of ``aois`` (those holding
         nothing have zero counts and null rates).
+    families : tuple of MetricFamily
+        The run's enabled families: each gives its columns from the units' sums
+        (:meth:`~evalcore.metrics.base.MetricFamily.unit_values`).
+    options : EvalOptions
     min_support : int
     tile_size_m : float, optional
         For tiles: the side, metres (for ``fp_per_km2``).
-    boundary_errors : bool
-        A boundary tolerance was given: ``count_boundary_errors`` is a column.
 
     Returns
     -------
     pandas.DataFrame
-        Columns ``epsg, tile_x, tile_y`` (tiles) or ``aoi`` (AOIs), the counts, rates,
-        ``count_ratio``, ``count_error``, ``area_bias_ha``, ``fp_per_km2`` and
-        ``tile_area_km2`` (tiles), the error taxonomy's counts (``count_fn_missed`` ...
-        ``count_splits``, ``count_boundary_errors``), ``support``, ``insufficient_support``, and with
-        replicates ``precision_ci_lower`` ... ``f1_ci_upper`` and their
-        ``*_n_undefined``.
+        Columns ``epsg, tile_x, tile_y`` (tiles) or ``aoi`` (AOIs), then the keys of
+        :data:`UNIT_TABLE_ORDER` (``tile_area_km2`` and ``fp_per_km2`` for tiles only),
+        the families' other unit columns (the error taxonomy's counts), ``support``,
+        ``insufficient_support``, and with replicates ``precision_ci_lower`` ...
+        ``f1_ci_upper`` and their ``*_n_undefined`` (the families' unit interval keys).
     """
     if kind == "aois":
         n = len(aois) if aois is not None else 0
-        values = np.zeros((n, len(UNIT_COLUMNS)))
+        values = np.zeros((n, len(sums.columns)))
         rows = sums.keys[:, 0] if len(sums.keys) else np.empty(0, np.int64)
         values[rows] = sums.values
         reps = None
@@ -497,34 +499,29 @@ def unit_table(sums: UnitSums, kind: str, *, min_support: int, tile_size_m: floa
             "tile_x": sums.keys[:, 1].astype(np.int64),
             "tile_y": sums.keys[:, 2].astype(np.int64),
         })
-    v = {name: values[:, j] for j, name in enumerate(UNIT_COLUMNS)}
-    n_ref, tp, n_pred, n_matched = v["n_ref"], v["tp"], v["n_pred"], v["n_pred_matched"]
-    out["count_reference"] = n_ref.astype(np.int64)
-    out["count_predicted"] = n_pred.astype(np.int64)
-    out["count_tp"] = tp.astype(np.int64)
-    out["count_fp"] = (n_pred - n_matched).astype(np.int64)
-    out["count_fn"] = (n_ref - tp).astype(np.int64)
-    out["count_fp_unassigned"] = v["n_pred_unassigned"].astype(np.int64)
-    for name, value in unit_rates(n_ref, tp, n_pred, n_matched).items():
-        out[name] = value
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out["count_ratio"] = np.where(n_ref > 0, n_pred / n_ref, np.nan)
-    out["count_error"] = (n_pred - n_ref).astype(np.int64)
-    out["area_bias_ha"] = (v["area_pred_m2"] - v["area_ref_m2"]) / 1e4
+    v = {name: values[:, j] for j, name in enumerate(sums.columns)}
+    columns: dict[str, np.ndarray] = {}
+    for family in families:
+        columns |= family.unit_values(v, options)
+    columns["count_fp_unassigned"] = v[UNASSIGNED_COLUMN].astype(np.int64)
     if kind == "tiles":
         area_km2 = tile_band_area_km2(sums.keys, float(tile_size_m))
-        out["tile_area_km2"] = area_km2
+        columns["tile_area_km2"] = area_km2
         with np.errstate(divide="ignore", invalid="ignore"):
-            out["fp_per_km2"] = np.where(area_km2 > 0, out["count_fp"].to_numpy() / area_km2, np.nan)
-    for key, column in _TAXONOMY_UNIT_COLUMNS.items():
-        out[key] = v[column].astype(np.int64)
-    if boundary_errors:
-        out["count_boundary_errors"] = v["boundary_errors"].astype(np.int64)
-    out["support"] = n_ref.astype(np.int64)
-    out["insufficient_support"] = n_ref < min_support
+            columns["fp_per_km2"] = np.where(area_km2 > 0, columns["count_fp"] / area_km2, np.nan)
+    order = [k for k in UNIT_TABLE_ORDER if k in columns] + [k for k in columns if k not in UNIT_TABLE_ORDER]
+    for name in order:
+        out[name] = columns[name]
+    out["support"] = columns["count_reference"]
+    out["insufficient_support"] = columns["count_reference"] < min_support
     if reps is not None:
-        r = {name: reps[:, :, j] for j, name in enumerate(_REPLICATE_COLUMNS)}
-        rates = unit_rates(r["n_ref"], r["tp"], r["n_pred"], r["n_pred_matched"])
+        r = {name: reps[:, :, j] for j, name in enumerate(sums.replicate_columns)}
+        rates = {}
+        for family in families:
+            keys = family.unit_interval_keys(options)
+            if keys:
+                replicated = family.unit_values(r, options)
+                rates |= {k: replicated[k] for k in keys}
         alpha = (1.0 - BOOTSTRAP_CONFIDENCE_LEVEL) / 2.0
         for name, value in rates.items():
             # percentile_intervals' rule (quantiles over the replicates where the rate is

@@ -96,6 +96,7 @@ from evalcore.crs import to_utm
 from evalcore.errors import IncompatibleStatsError
 from evalcore.levels import _zone_band
 from evalcore.metrics.base import Option
+from evalcore.rates import F1_DICE, detection_rates
 
 __all__ = [
     "PIXEL_OPTIONS",
@@ -725,10 +726,11 @@ def pixel_metrics(tp: object, fp: object, fn: object, tn: object, alpha: float =
         defined = (tp + fp > 0) & (tp + fn > 0) & (tn + fp > 0) & (tn + fn > 0)
         den = np.sqrt(marginals[0]) * np.sqrt(marginals[1])
         mcc = np.where(defined, (tp * tn - fp * fn) / np.where(defined, den, 1.0), np.nan)
+        precision, recall, f1 = detection_rates(tp, fp, fn, f1=F1_DICE)
         out = {
-            "precision": _ratio(tp, tp + fp),
-            "recall": _ratio(tp, tp + fn),
-            "f1": _ratio(2.0 * tp, 2.0 * tp + fp + fn),
+            "precision": precision,
+            "recall": recall,
+            "f1": f1,
             "iou": _ratio(tp, tp + fp + fn),
             "mcc": mcc,
             "tversky": _ratio(tp, tp + a * fp + b * fn),

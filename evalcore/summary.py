@@ -10,6 +10,8 @@ block are laid out here once.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -17,10 +19,13 @@ from evalcore.bootstrap import percentile_intervals
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 from evalcore.engine import MergedSums
 from evalcore.metrics.registry import enabled_families, finalize_all, interval_keys
-from evalcore.levels import AoiLayer, Sites, tile_key, unit_rates, unit_table
+from evalcore.levels import AoiLayer, Sites, tile_key, unit_table
+from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
 from evalcore.metrics.base import GroupView
 from evalcore.options import EvalOptions, RunPlan
+from evalcore.layer_warnings import LayerFacts, run_warnings
 from evalcore.pixels import micro_macro
+from evalcore.study import Study, study_keys
 
 __all__ = [
     "DISTANCE_CRS",
@@ -34,6 +39,8 @@ __all__ = [
     "level_summary",
     "aoi_entries",
     "unit_entries",
+    "LayerTally",
+    "run_summary",
 ]
 
 DISTANCE_CRS = "WGS 84 / UTM zone of each polygon's centroid"
@@ -159,7 +166,8 @@ def level_summary(table: pd.DataFrame, kind: str, *, tile_km: float | None = Non
     tp = float(table["count_tp"].sum())
     fp = float(table["count_fp"].sum())
     n_ref = float(table["count_reference"].sum())
-    micro = unit_rates(np.array([n_ref]), np.array([tp]), np.array([tp + fp]), np.array([tp]))
+    # The tiles' and AOIs' F1 rule, as for each unit (evalcore.rates.F1_HARMONIC_POSITIVE).
+    micro = dict(zip(("precision", "recall", "f1"), detection_rates(np.array([tp]), np.array([fp]), np.array([n_ref - tp]), f1=F1_HARMONIC_POSITIVE)))
     out: dict[str, object] = {}
     name = "tiles" if kind == "tiles" else "aois"
     with_ref = table["count_reference"].to_numpy() > 0
@@ -237,8 +245,8 @@ def unit_entries(table: pd.DataFrame, kind: str) -> dict[str, dict]:
 def level_tables(merged: MergedSums, options: EvalOptions, sites: Sites | None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The per-tile and per-AOI tables (None without AOIs) of a run (:func:`evalcore.levels.unit_table`)."""
     tile_m = float(options.tile_km) * 1000.0
-    boundary = options.boundary_tolerance_m is not None
-    tiles = unit_table(merged.tiles, "tiles", min_support=options.min_support, tile_size_m=tile_m, boundary_errors=boundary)
+    families = enabled_families(options)
+    tiles = unit_table(merged.tiles, "tiles", families=families, options=options, min_support=options.min_support, tile_size_m=tile_m)
     if merged.pixels is not None:
         for name in ("tp", "fp", "fn", "tn"):
             tiles[f"pixel_{name}"] = [
@@ -247,7 +255,7 @@ def level_tables(merged: MergedSums, options: EvalOptions, sites: Sites | None) 
             ]
     aois = None
     if sites is not None and sites.aois is not None:
-        aois = unit_table(merged.aois, "aois", min_support=options.min_support, aois=sites.aois, boundary_errors=boundary)
+        aois = unit_table(merged.aois, "aois", families=families, options=options, min_support=options.min_support, aois=sites.aois)
     return tiles, aois
 
 
@@ -400,3 +408,74 @@ def build_summary(
             block["ci"] = {k: [float("nan"), float("nan")] for k in block["ci"]}
         result["bootstrap"] = block
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class LayerTally:
+    """What the run summary reports of one prepared input layer, however the run held it
+    (a :class:`~evalcore.prepare.PreparedLayer` in process, the prepare phase's index on a
+    cluster).
+
+    Attributes
+    ----------
+    n_input, n_kept, n_dropped, n_repaired : int
+        Rows read, evaluated, dropped (empty or without a polygonal part) and repaired.
+    n_outside_study_area, n_within_training_buffer : int
+        Rows the study area left out, and kept rows within the training buffer.
+    utm_epsg : tuple of int
+        EPSG codes of the UTM zones its rows lie in.
+    extent : object
+        :func:`evalcore.layer_warnings.extent_of` of its rows' boxes (None: no row).
+    """
+
+    n_input: int
+    n_kept: int
+    n_dropped: int
+    n_repaired: int
+    n_outside_study_area: int
+    n_within_training_buffer: int
+    utm_epsg: tuple[int, ...]
+    extent: object
+
+
+def run_summary(
+    merged: MergedSums,
+    plan: RunPlan,
+    options: EvalOptions,
+    *,
+    reference: LayerTally,
+    predicted: LayerTally,
+    equal_area_crs: str,
+    strata_column: str | None,
+    sites: Sites | None,
+    study: Study | None,
+) -> dict[str, object]:
+    """The summary of a run: the one assembly of :func:`build_summary`'s run-level inputs
+    (layer counts, UTM zones, the study keys and the layer warnings), used by the
+    in-process run (:func:`evalcore.evaluate`) and the distributed one alike.
+
+    Parameters
+    ----------
+    merged : MergedSums
+    plan : RunPlan
+    options : EvalOptions
+    reference, predicted : LayerTally
+    equal_area_crs : str
+        The equal-area CRS as text (``pyproj.CRS.to_string``).
+    strata_column : str, optional
+    sites : Sites, optional
+    study : Study, optional
+    """
+    layers = {"reference": reference, "predicted": predicted}
+    counts = {f"count_{role}_{what}": getattr(t, f"n_{what}") for role, t in layers.items() for what in ("dropped", "repaired")}
+    study_counts: dict[str, int] = {}
+    for role, t in layers.items():
+        study_counts |= {f"outside_{role}": t.n_outside_study_area, f"within_{role}": t.n_within_training_buffer, f"kept_{role}": t.n_kept}
+    facts = [LayerFacts(role, t.n_input, t.n_dropped, t.n_kept, t.extent) for role, t in (("predicted", predicted), ("reference", reference))]
+    # Without the segmentation family's column the warning about no overlap cannot fire.
+    overlap = int(round(merged.sums.as_dict(0).get("n_ref_with_overlap", 1.0)))
+    return build_summary(
+        merged, plan, options, layer_counts=counts, utm_epsg_codes=sorted({int(c) for t in layers.values() for c in t.utm_epsg}),
+        equal_area_crs=equal_area_crs, strata_column=strata_column, sites=sites,
+        run_keys=study_keys(study, study_counts), warnings=run_warnings(*facts, overlap, equal_area_crs),
+    )

@@ -72,10 +72,10 @@ from evalcore.layer import PreparedLayer, empty_layer
 from evalcore.prepare import prepare_layer
 from evalcore.levels import Sites, aois_frame, prepare_sites, tiles_frame
 from evalcore.sites import SITE_LAYERS, LayerInput
-from evalcore.study import Study, prepare_study, study_keys
+from evalcore.study import Study, prepare_study
 from evalcore.arrays import index_of
-from evalcore.layer_warnings import LayerFacts, extent_of, run_warnings
-from evalcore.summary import build_summary, level_tables
+from evalcore.layer_warnings import extent_of
+from evalcore.summary import LayerTally, level_tables, run_summary
 
 __all__ = [
     "RunSetup",
@@ -1199,28 +1199,19 @@ def pixels_phase(client: object, setup: RunSetup, index: RunIndex, merged: Merge
 
 def summary_of(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, merged: MergedSums) -> dict[str, object]:
     """The summary dict of merged sums, and the run's level tables and PR curve written where asked."""
-    ref = index.layers["reference"]
     r = resolved.resolved
-    counts = {
-        f"count_{role}_{what}": index.layers[role][f"n_{what}"] for role in ("reference", "predicted") for what in ("dropped", "repaired")
-    }
-    codes = sorted(set(ref["utm_epsg"]) | set(index.layers["predicted"]["utm_epsg"]))
-    study_counts = {}
-    for role in ("reference", "predicted"):
-        entry = index.layers[role]
-        study_counts |= {f"outside_{role}": entry.get("n_outside_study_area", 0), f"within_{role}": entry.get("n_within_training_buffer", 0),
-                         f"kept_{role}": entry["n_kept"]}
-    facts = []
-    for role in ("predicted", "reference"):
+
+    def tally(role: str) -> LayerTally:
         entry = index.layers[role]
         boxes = [p["box"] for p in entry["partitions"].values()]
-        facts.append(LayerFacts(role, entry["n_input"], entry["n_dropped"], entry["n_kept"], extent_of(boxes) if boxes else None))
-    ea_name = setup.ea_crs.to_string()
-    overlap = int(round(merged.sums.as_dict(0).get("n_ref_with_overlap", 1.0)))
-    metrics = build_summary(
-        merged, plan, setup.options, layer_counts=counts, utm_epsg_codes=codes,
-        equal_area_crs=ea_name, strata_column=setup.strata_label, sites=index.sites,
-        run_keys=study_keys(index.study, study_counts), warnings=run_warnings(*facts, overlap, ea_name),
+        return LayerTally(
+            entry["n_input"], entry["n_kept"], entry["n_dropped"], entry["n_repaired"], entry.get("n_outside_study_area", 0),
+            entry.get("n_within_training_buffer", 0), tuple(entry["utm_epsg"]), extent_of(boxes) if boxes else None,
+        )
+
+    metrics = run_summary(
+        merged, plan, setup.options, reference=tally("reference"), predicted=tally("predicted"),
+        equal_area_crs=setup.ea_crs.to_string(), strata_column=setup.strata_label, sites=index.sites, study=index.study,
     )
     if setup.tiles_out is not None or setup.aois_out is not None:
         tiles, aois = level_tables(merged, setup.options, index.sites)

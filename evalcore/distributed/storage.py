@@ -395,9 +395,16 @@ def summary_to_arrays(summary: object) -> dict[str, np.ndarray]:
         units = getattr(s, level)
         arrays[f"{level}_keys"] = units.keys
         arrays[f"{level}_values"] = units.values
+        arrays[f"{level}_columns"] = np.asarray(units.columns, dtype=str)
+        arrays[f"{level}_replicate_columns"] = np.asarray(units.replicate_columns, dtype=str)
         if units.replicates is not None:
             arrays[f"{level}_replicates"] = units.replicates
     return arrays
+
+
+def _names(a: dict[str, np.ndarray], level: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The columns and replicate columns of a level's unit sums."""
+    return tuple(str(c) for c in a[f"{level}_columns"]), tuple(str(c) for c in a[f"{level}_replicate_columns"])
 
 
 def summary_from_arrays(a: dict[str, np.ndarray]) -> object:
@@ -413,8 +420,8 @@ def summary_from_arrays(a: dict[str, np.ndarray]) -> object:
         sums=sums,
         replicates=ReplicateSums(a["replicates"]) if "replicates" in a else None,
         gathered=gathered,
-        tiles=UnitSums(a["tiles_keys"], a["tiles_values"], a.get("tiles_replicates")),
-        aois=UnitSums(a["aois_keys"], a["aois_values"], a.get("aois_replicates")),
+        tiles=UnitSums(a["tiles_keys"], a["tiles_values"], a.get("tiles_replicates"), *_names(a, "tiles")),
+        aois=UnitSums(a["aois_keys"], a["aois_values"], a.get("aois_replicates"), *_names(a, "aois")),
     )
 
 

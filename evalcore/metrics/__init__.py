@@ -19,6 +19,8 @@ _REGISTRY_NAMES = (
     "max_columns",
     "finalize_all",
     "interval_keys",
+    "unit_columns",
+    "unit_replicate_columns",
 )
 
 __all__ = list(_REGISTRY_NAMES)

@@ -35,6 +35,12 @@ class Area(MetricFamily):
         area = p["area_m2"].to_numpy(np.float64)
         return {"home": {"area_pred_m2": area, "area_pred_matched_m2": np.where(p["matched"].to_numpy(bool), area, 0.0)}}
 
+    def unit_columns(self, options: object) -> tuple[str, ...]:
+        return ("area_ref_m2", "area_pred_m2")
+
+    def unit_values(self, s, options):
+        return {"area_bias_ha": (s["area_pred_m2"] - s["area_ref_m2"]) / 1e4}
+
     def gathered(self, ctx: RefContext) -> dict[str, np.ndarray]:
         return {"area_ha": ctx.fields["area_m2"].to_numpy(np.float64) / 1e4}
 

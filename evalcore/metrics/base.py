@@ -21,7 +21,10 @@ A family (one module of :mod:`evalcore.metrics`) declares:
   element-wise on arrays of bootstrap replicates;
 * ``summarize(group)``: the keys it writes into a group's entry of the summary, with
   the empty-denominator conventions applied (:func:`convention`), and ``run_keys``: the
-  settings it reports once, at the top level.
+  settings it reports once, at the top level;
+* ``unit_columns(options)`` and ``unit_values(s, options)``: which of its sums a
+  reporting tile or AOI carries, and its columns of the per-unit tables from them
+  (``unit_interval_keys``: those with per-AOI intervals).
 
 Nothing else in the engine knows a family's columns or keys: the quantity table, the
 sums, the bootstrap, the npz codec and the output layout loop over the registry.
@@ -36,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from evalcore._typing import F64Array, IdArray
+from evalcore.rates import F1_HARMONIC, detection_rates
 
 __all__ = [
     "Option",
@@ -48,6 +52,7 @@ __all__ = [
     "Value",
     "ratio",
     "harmonic",
+    "count_rates",
     "convention",
     "RATE",
     "ZERO",
@@ -325,6 +330,27 @@ class MetricFamily:
     def summarize(self, group: GroupView) -> dict[str, object]:
         return {}
 
+    def unit_columns(self, options: object) -> tuple[str, ...]:
+        """The summed columns a reporting tile or AOI carries (SPEC 6.3).
+
+        A unit is one more grouping of the quantity rows (a field with its home
+        predictions; a prediction without a home in its own unit), so a unit's sums are
+        these columns' sums over its rows. Columns of other families a family reads in
+        :meth:`unit_values` are declared by their own family.
+        """
+        return ()
+
+    def unit_values(self, s: Mapping[str, F64Array], options: object) -> dict[str, F64Array]:
+        """The family's columns of the per-tile and per-AOI tables from the units' sums
+        (:meth:`unit_columns` of every enabled family), element-wise on arrays over units
+        (or units x bootstrap replicates); NaN where undefined."""
+        return {}
+
+    def unit_interval_keys(self, options: object) -> tuple[str, ...]:
+        """Keys of :meth:`unit_values` that get per-AOI bootstrap intervals; the replicates
+        then carry the family's :meth:`unit_columns`."""
+        return ()
+
     def run_keys(self, options: object) -> dict[str, object]:
         """Keys written once, at the top level only (the settings the family ran with)."""
         return {}
@@ -366,6 +392,12 @@ def harmonic(p: Value, r: Value) -> Value:
     with np.errstate(divide="ignore", invalid="ignore"):
         value = np.where(s > 0.0, 2.0 * pv0 * rv0 / np.where(s > 0.0, s, 1.0), 0.0)
     return np.where(defined, value, np.nan), defined
+
+
+def count_rates(tp: F64Array, fp: F64Array, fn: F64Array) -> tuple[Value, Value, Value]:
+    """Section 4's precision, recall and F1 of counts (:func:`evalcore.rates.detection_rates`,
+    ``F1_HARMONIC``: 0 when both rates are 0), as :data:`Value` pairs."""
+    return tuple((v, ~np.isnan(v)) for v in detection_rates(tp, fp, fn, f1=F1_HARMONIC))
 
 
 def convention(value: float, defined: bool, kind: str, *, both_empty: bool, empty_group: bool) -> float:

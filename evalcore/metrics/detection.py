@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from evalcore.config import MATCHING_METHODS
-from evalcore.metrics.base import RATE, ZERO, GroupView, MetricFamily, Option, PredContext, RefContext, harmonic, ratio
+from evalcore.metrics.base import RATE, ZERO, GroupView, MetricFamily, Option, PredContext, RefContext, count_rates, ratio
 from evalcore.matching import check_matching
 from evalcore.metrics.checks import unit_interval
+from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
 
 __all__ = ["Detection"]
 
@@ -62,8 +63,7 @@ class Detection(MetricFamily):
         n_ref = np.asarray(s["n_ref"], dtype=np.float64)
         n_pred = np.asarray(s["n_pred"], dtype=np.float64)
         fp = n_pred - s["n_pred_matched"]
-        out = {"precision": ratio(tp, tp + fp), "recall": ratio(tp, n_ref)}
-        out["f1"] = harmonic(out["precision"], out["recall"])
+        out = dict(zip(("precision", "recall", "f1"), count_rates(tp, fp, n_ref - tp)))
         out["iou_mean"] = ratio(s["iou_matched"], tp)
         out["over_segmentation"] = ratio(s["n_ref_overseg"], n_ref)
         out["under_segmentation"] = ratio(s["n_pred_underseg"], n_pred)
@@ -72,6 +72,29 @@ class Detection(MetricFamily):
 
     def interval_keys(self, options: object) -> tuple[str, ...]:
         return _INTERVALS
+
+    def unit_columns(self, options: object) -> tuple[str, ...]:
+        return ("n_ref", "tp", "n_pred", "n_pred_matched")
+
+    def unit_values(self, s, options):
+        n_ref, tp, n_pred = s["n_ref"], s["tp"], s["n_pred"]
+        fp = n_pred - s["n_pred_matched"]
+        # SPEC 6.3's rule: F1 is null at P = R = 0 as well (evalcore.rates.F1_HARMONIC_POSITIVE).
+        precision, recall, f1 = detection_rates(tp, fp, n_ref - tp, f1=F1_HARMONIC_POSITIVE)
+        return {
+            "count_reference": n_ref.astype(np.int64),
+            "count_predicted": n_pred.astype(np.int64),
+            "count_tp": tp.astype(np.int64),
+            "count_fp": fp.astype(np.int64),
+            "count_fn": (n_ref - tp).astype(np.int64),
+            "precision": precision,
+            "recall": recall,
+            "f1": f1,
+            "count_error": (n_pred - n_ref).astype(np.int64),
+        }
+
+    def unit_interval_keys(self, options: object) -> tuple[str, ...]:
+        return ("precision", "recall", "f1")
 
     def summarize(self, g: GroupView) -> dict[str, object]:
         n_pred, n_ref, tp = g.count("n_pred"), g.count("n_ref"), g.count("tp")

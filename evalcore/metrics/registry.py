@@ -37,6 +37,8 @@ __all__ = [
     "max_columns",
     "finalize_all",
     "interval_keys",
+    "unit_columns",
+    "unit_replicate_columns",
 ]
 
 FAMILIES: list[MetricFamily] = [
@@ -98,3 +100,13 @@ def finalize_all(sums: Mapping[str, object], options: object) -> dict[str, Value
 
 def interval_keys(options: object) -> tuple[str, ...]:
     return tuple(k for f in enabled_families(options) for k in f.interval_keys(options))
+
+
+def unit_columns(options: object) -> tuple[str, ...]:
+    """The summed columns reporting tiles and AOIs carry, in registry order."""
+    return tuple(c for f in enabled_families(options) for c in f.unit_columns(options))
+
+
+def unit_replicate_columns(options: object) -> tuple[str, ...]:
+    """The unit columns the per-AOI bootstrap intervals need (of the families with unit interval keys)."""
+    return tuple(c for f in enabled_families(options) if f.unit_interval_keys(options) for c in f.unit_columns(options))

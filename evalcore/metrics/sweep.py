@@ -16,7 +16,7 @@ import numpy as np
 
 from evalcore.config import IOU_SWEEP_THRESHOLDS
 from evalcore.matching import eligible
-from evalcore.metrics.base import RATE, GroupView, MetricFamily, Option, PredContext, RefContext, harmonic, ratio
+from evalcore.metrics.base import RATE, GroupView, MetricFamily, Option, PredContext, RefContext, count_rates, ratio
 from evalcore.metrics.checks import thresholds
 
 __all__ = ["Sweep", "parse_thresholds"]
@@ -96,9 +96,8 @@ class Sweep(MetricFamily):
             k = _name(t)
             tp = np.asarray(s[f"sweep_tp@{k}"], dtype=np.float64)
             fp = np.asarray(s[f"sweep_n_pred@{k}"], dtype=np.float64) - s[f"sweep_n_pred_matched@{k}"]
-            out[f"iou_sweep@{k}.precision"] = ratio(tp, tp + fp)
-            out[f"iou_sweep@{k}.recall"] = ratio(tp, n_ref)
-            out[f"iou_sweep@{k}.f1"] = harmonic(out[f"iou_sweep@{k}.precision"], out[f"iou_sweep@{k}.recall"])
+            for m, value in zip(("precision", "recall", "f1"), count_rates(tp, fp, n_ref - tp)):
+                out[f"iou_sweep@{k}.{m}"] = value
             out[f"iou_sweep@{k}.iou_mean"] = ratio(s[f"sweep_iou@{k}"], tp)
         return out
 

@@ -197,6 +197,18 @@ class Taxonomy(MetricFamily):
         codes = ctx.preds["error_code"].to_numpy(np.int8)
         return {"home": {name: (codes == k).astype(np.float64) for k, name in enumerate(_PRED_COLUMNS, start=1)}}
 
+    def unit_columns(self, options: object) -> tuple[str, ...]:
+        return self.columns(options)
+
+    def unit_values(self, s, options):
+        # The counts of error-taxonomy.json per unit: the codes, then the topology
+        # family's merge and split flags (TAXONOMY_KEYS), then M-BOUNDARY.
+        out = {f"count_{name}": s[name].astype(np.int64) for name in _REF_COLUMNS + _PRED_COLUMNS}
+        out |= {"count_merges": s["merges"].astype(np.int64), "count_splits": s["splits"].astype(np.int64)}
+        if "boundary_errors" in s:
+            out["count_boundary_errors"] = s["boundary_errors"].astype(np.int64)
+        return out
+
     def summarize(self, g: GroupView) -> dict[str, object]:
         out: dict[str, object] = {
             "count_fp_background": g.count("fp_background"),

@@ -74,6 +74,15 @@ class Topology(MetricFamily):
     def interval_keys(self, options: object) -> tuple[str, ...]:
         return ("count_ratio",)
 
+    def unit_columns(self, options: object) -> tuple[str, ...]:
+        return ("merges", "splits")
+
+    def unit_values(self, s, options):
+        n_ref = s["n_ref"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            count_ratio = np.where(n_ref > 0, s["n_pred"] / n_ref, np.nan)
+        return {"count_ratio": count_ratio}
+
     def summarize(self, g: GroupView) -> dict[str, object]:
         return {
             "count_merges": g.count("merges"),
