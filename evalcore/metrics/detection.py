@@ -13,7 +13,7 @@ from evalcore.config import MATCHING_METHODS
 from evalcore.metrics.base import RATE, ZERO, GroupView, MetricFamily, Option, PredContext, RefContext, harmonic, ratio
 from evalcore.matching import check_matching
 from evalcore.metrics.checks import unit_interval
-from evalcore.present import GROUPS, Shown, number, with_interval
+from evalcore.present import GROUPS, Shown, with_interval
 
 __all__ = ["Detection"]
 
