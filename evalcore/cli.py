@@ -26,8 +26,10 @@ from pathlib import Path
 
 from evalcore.errors import EvalInputError
 from evalcore.logs import DEBUG_ENV, configure_logging, debug_enabled, library_level
+from evalcore.metrics.registry import FAMILIES
 from evalcore.metrics.base import Option
 from evalcore.options import all_options
+from evalcore.present import LOWER, better_of, interval_text, number
 from evalcore.outputs import OutputSet, check_new_directory, check_not_inputs, check_replaceable_directory, claim_workdir
 
 __all__ = ["main", "run", "format_summary", "unassigned_note", "metric_options", "check_output_dir", "check_columns_up_front", "check_site_layers", "level_lines"]
@@ -288,39 +290,16 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _fmt(value: object, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+    return number(value, digits)
 
 
 def format_summary(metrics: dict[str, object]) -> str:
-    """A short readable summary of a metrics dict (a few lines of text)."""
+    """A short readable summary of a metrics dict (a few lines of text).
 
-    def with_ci(key: str) -> str:
-        text = _fmt(metrics.get(key))
-        ci = metrics.get("bootstrap", {}).get("ci", {}).get(key) if isinstance(metrics.get("bootstrap"), dict) else None
-        if ci is not None:
-            text += f" [{_fmt(ci[0])}, {_fmt(ci[1])}]"
-        return text
-
-    # agribound reports a mean IoU of 0.0 without matches; a reader must not take it for a measured 0.
-    iou = with_ci("iou_mean") if metrics["count_tp"] else "n/a (no matches)"
-    lines = [
-        f"reference fields {metrics['count_reference']}  predictions {metrics['count_predicted']}  "
-        f"TP {metrics['count_tp']}  FP {metrics['count_fp']} ({metrics['count_fp_unassigned']} overlap nothing)  FN {metrics['count_fn']}",
-        f"precision {with_ci('precision')}  recall {with_ci('recall')}  F1 {with_ci('f1')}  mean IoU {iou}",
-        f"area-weighted precision {with_ci('area_weighted_precision')}  recall {with_ci('area_weighted_recall')}  "
-        f"over-/under-segmentation {_fmt(metrics.get('oversegmentation_mean'))} / {_fmt(metrics.get('undersegmentation_mean'))}",
-        f"Hausdorff mean {_fmt(metrics.get('hausdorff_mean_m'), 2)} m, median {_fmt(metrics.get('hausdorff_median_m'), 2)} m;  "
-        f"boundary distance mean {_fmt(metrics.get('boundary_distance_mean_m'), 2)} m",
-    ]
-    if "boundary_tolerance_m" in metrics:
-        lines.append(
-            f"within {metrics['boundary_tolerance_m']:g} m: boundary precision {with_ci('boundary_precision')}  "
-            f"recall {with_ci('boundary_recall')}  F1 {with_ci('boundary_f1')}  coverage {with_ci('coverage_within_tolerance')}"
-        )
+    Every registered family's lines come first (:meth:`MetricFamily.summary_lines`, in
+    registry order), then the run's own lines: dropped rows, groups, pixels, levels.
+    """
+    lines = [line for family in FAMILIES for line in family.summary_lines(metrics)]
     lines.append(
         f"dropped: reference {metrics['count_reference_dropped']}, predicted {metrics['count_predicted_dropped']};  "
         f"repaired: reference {metrics['count_reference_repaired']}, predicted {metrics['count_predicted_repaired']};  "
@@ -338,12 +317,6 @@ def format_summary(metrics: dict[str, object]) -> str:
                 f"{name:<{width}}  {g['count_reference']:>7}  {_fmt(g['precision']):>9}  {_fmt(g['recall']):>7}  "
                 f"{_fmt(g['f1']):>6}  {iou:>8}"
             )
-    if "ap50" in metrics:
-        cal = metrics.get("calibration", {})
-        lines.append(
-            f"scores ({metrics.get('score_column')}): AP50 {with_ci('ap50')}  AP75 {with_ci('ap75')}  AP50:95 {with_ci('ap50_95')};  "
-            f"calibration ECE {_fmt(cal.get('ece'))}  Brier {_fmt(cal.get('brier'))} over {cal.get('n')} predictions"
-        )
     px = metrics.get("pixel")
     if px:
         micro, bf = px["micro"], px["boundary_f1"]
@@ -983,10 +956,15 @@ def format_comparison(result: dict) -> str:
     b = result["bootstrap"]
     lines = [f"{result['candidate']} against {result['incumbent']}: {b['n_resamples']} paired resamples of {b['n_units']} {b['unit']} units"]
     for metric, e in result["overall"].items():
-        ci = e.get("ci") or [None, None]
-        lines.append(f"  {metric:<10} {_fmt(e['candidate'])} vs {_fmt(e['incumbent'])}: delta {_fmt(e['delta'])} [{_fmt(ci[0])}, {_fmt(ci[1])}]")
+        lines.append(f"  {metric:<10} {_fmt(e['candidate'])} vs {_fmt(e['incumbent'])}: delta {_delta_text(metric, e['delta'], e)}")
     lines.append(_worse_line(result["worse_units"], "the candidate"))
     return "\n".join(lines)
+
+
+def _delta_text(metric: str, value: object, entry: dict) -> str:
+    """``value [lower, upper]`` of a paired entry, marked where the family declares lower better."""
+    text = _fmt(value) + interval_text(entry.get("ci") or [None, None])
+    return text + " (lower is better)" if better_of(FAMILIES, metric) == LOWER else text
 
 
 def _worse_line(worse: list[dict], who: str) -> str:
@@ -1007,8 +985,7 @@ def _format_models(result: dict) -> str:
         cells = []
         for m in metrics:
             e = row[m]
-            ci = e.get("ci") or [None, None]
-            cells.append(f"{m} {_fmt(e['value'])} [{_fmt(ci[0])}, {_fmt(ci[1])}]")
+            cells.append(f"{m} {_fmt(e['value'])}{interval_text(e.get('ci') or [None, None])}")
         worst = (row.get("worst_f1") or {}).get("per_stratum")
         if worst:
             cells.append(f"worst stratum {worst['group']} (F1 {_fmt(worst['value'])})")
@@ -1018,8 +995,7 @@ def _format_models(result: dict) -> str:
         for m in metrics:
             e = deltas["overall"].get(m)
             if e is not None:
-                ci = e.get("ci") or [None, None]
-                parts.append(f"{m} {_fmt(e['delta'])} [{_fmt(ci[0])}, {_fmt(ci[1])}]")
+                parts.append(f"{m} {_delta_text(m, e['delta'], e)}")
         lines.append(f"{name} − {result['baseline']}: " + "  ".join(parts))
         lines.append("  " + _worse_line(deltas["worse_units"], name))
     return "\n".join(lines)

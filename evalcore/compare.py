@@ -37,22 +37,28 @@ import numpy as np
 from evalcore.bootstrap import percentile_intervals
 from evalcore.levels import tile_key
 from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
-from evalcore.metrics.registry import finalize_all
+from evalcore.metrics.registry import FAMILIES, finalize_all
 from evalcore.options import EvalOptions, check_options
+from evalcore.present import GROUPS, OVERALL, better_of, compared_keys, is_worse
 
 __all__ = [
-    "compare", "compare_on_cluster", "compare_models", "compare_models_on_cluster", "paired_deltas", "HEADLINE", "UNIT_METRICS",
-    "SCORE_METRICS",
+    "compare", "compare_on_cluster", "compare_models", "compare_models_on_cluster", "paired_deltas", "headline_metrics",
+    "overall_metrics", "UNIT_METRICS",
 ]
 
-HEADLINE: tuple[str, ...] = ("precision", "recall", "f1", "iou_mean")
-"""Metrics compared overall and per stratum and size class."""
-
 UNIT_METRICS: tuple[str, ...] = ("precision", "recall", "f1")
-"""Metrics compared per tile and per AOI."""
+"""Metrics compared per tile and per AOI (the levels' rates, not a family's keys)."""
 
-SCORE_METRICS: tuple[str, ...] = ("ap50", "ap75", "ap50_95", "aurc")
-"""Compared overall when both layers have scores (aurc: lower is better)."""
+
+def headline_metrics() -> tuple[str, ...]:
+    """Keys compared overall and per stratum and size class: those the registered families declare so
+    (:data:`evalcore.present.GROUPS`; precision, recall, F1 and mean IoU)."""
+    return compared_keys(FAMILIES, GROUPS)
+
+
+def overall_metrics() -> tuple[str, ...]:
+    """Keys compared overall only, when both runs have them (:data:`evalcore.present.OVERALL`; AP and aurc with scores)."""
+    return compared_keys(FAMILIES, OVERALL)
 
 
 
@@ -164,17 +170,22 @@ def paired_deltas(
 
     out: dict[str, object] = {}
     overall = {}
+    headline = headline_metrics()
     rc, ri = replicates(0)
-    for m in HEADLINE:
+    for m in headline:
         overall[m] = _delta(summary_c.get(m), summary_i.get(m), rc.get(m), ri.get(m), labels)
-    if "ap50" in summary_c and "ap50" in summary_i:
-        for m in SCORE_METRICS:
-            rc = mc.global_values.get("replicates", {}).get(m)
-            ri = mi.global_values.get("replicates", {}).get(m)
-            if rc is not None and ri is not None:
-                overall[m] = _delta(summary_c.get(m), summary_i.get(m), (rc, ~np.isnan(rc)), (ri, ~np.isnan(ri)), labels)
-            elif m in summary_c or m in summary_i:
-                overall[m] = _delta(summary_c.get(m), summary_i.get(m), None, None, labels)
+    for m in overall_metrics():
+        if m not in summary_c or m not in summary_i:
+            continue
+        # A sum family's replicates come from the group sums, a run-level one's (AP) from its global values.
+        gc = mc.global_values.get("replicates", {}).get(m)
+        gi = mi.global_values.get("replicates", {}).get(m)
+        if gc is not None and gi is not None:
+            overall[m] = _delta(summary_c[m], summary_i[m], (gc, ~np.isnan(gc)), (gi, ~np.isnan(gi)), labels)
+        elif m in rc and m in ri:
+            overall[m] = _delta(summary_c[m], summary_i[m], rc[m], ri[m], labels)
+        else:
+            overall[m] = _delta(summary_c[m], summary_i[m], None, None, labels)
     out["overall"] = overall
     offset = 1
     for name, keys in ev_c.plan.groupings:
@@ -183,7 +194,7 @@ def paired_deltas(
             gc, gi = summary_c[name][key], summary_i[name][key]
             entry = {"support": gc["support"]}
             rc, ri = replicates(offset + j)
-            for m in HEADLINE:
+            for m in headline:
                 entry[m] = _delta(gc.get(m), gi.get(m), rc.get(m), ri.get(m), labels)
             level[key] = entry
         out[name] = level
@@ -213,7 +224,7 @@ def paired_deltas(
         for unit, entry in out.get(level, {}).items():
             for m in UNIT_METRICS:
                 ci = entry[m].get("ci")
-                if ci and ci[1] is not None and ci[1] < 0:
+                if is_worse(better_of(FAMILIES, m), ci):
                     worse.append({"level": level, "unit": unit, "metric": m, "delta": entry[m]["delta"], "ci": ci,
                                   "support": entry["support"]})
     out["worse_units"] = worse
@@ -293,7 +304,7 @@ def _pair_result(names: tuple[str, str], ev_c: object, ev_i: object, summary_c: 
                  n_units: int | None) -> dict[str, object]:
     """The layout of :func:`compare` (two layers)."""
     out: dict[str, object] = {"candidate": names[0], "incumbent": names[1], "bootstrap": _bootstrap_block(checked, n_units),
-                              "metrics": list(HEADLINE)}
+                              "metrics": list(headline_metrics())}
     out.update(paired_deltas(ev_c, ev_i, summary_c, summary_i, checked))
     if "note" in out:
         out["bootstrap"]["note"] = out.pop("note")
@@ -349,7 +360,7 @@ def _table_row(summary: dict) -> dict[str, object]:
     """One model's row: the headline (and score) metrics with their intervals, the counts, the worst groups (F1)."""
     ci = summary.get("bootstrap", {}).get("ci", {})
     row: dict[str, object] = {k: summary.get(k) for k in ("count_predicted", "count_reference", "count_tp", "count_fp", "count_fn")}
-    for m in HEADLINE + tuple(m for m in SCORE_METRICS if m in summary):
+    for m in headline_metrics() + tuple(m for m in overall_metrics() if m in summary):
         bounds = ci.get(m)
         row[m] = {"value": _value(summary.get(m)), "ci": [_value(bounds[0]), _value(bounds[1])] if bounds is not None else None}
     worst: dict[str, object] = {}
@@ -372,7 +383,7 @@ def _models_result(names: list[str], sources: list[str], reference: str, baselin
         "models": dict(zip(names, sources)),
         "baseline": baseline,
         "bootstrap": _bootstrap_block(checked, n_units),
-        "metrics": list(HEADLINE) + [m for m in SCORE_METRICS if m in summaries[0]],
+        "metrics": list(headline_metrics()) + [m for m in overall_metrics() if m in summaries[0]],
         "table": {name: _table_row(summary) for name, summary in zip(names, summaries)},
         "deltas": {},
     }

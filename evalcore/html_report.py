@@ -34,6 +34,8 @@ import numpy as np
 
 from evalcore.errors import EvalInputError
 from evalcore.io import atomic_path
+from evalcore.metrics.registry import FAMILIES
+from evalcore.present import interval_of, number
 
 __all__ = [
     "build_report",
@@ -218,15 +220,9 @@ def _finite(value: object) -> float | None:
 
 
 def _fmt(value: object, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "–"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, (int, np.integer)):
-        return f"{int(value):,}"
-    if isinstance(value, (float, np.floating)):
-        return f"{float(value):.{digits}f}"
-    return str(value)
+    return number(value, digits, "–", thousands=True)
 
 
 def _esc(value: object) -> str:
@@ -304,19 +300,18 @@ def _new_figure(width_in: float, height_in: float) -> Any:
 def _headline(run: RunFiles) -> str:
     m = run.metrics
     boot = m.get("bootstrap") or {}
-    ci = boot.get("ci") or {}
     rows = [
-        ["Precision", _with_ci("precision", m.get("precision"), ci.get("precision"))],
-        ["Recall", _with_ci("recall", m.get("recall"), ci.get("recall"))],
-        ["F1", _with_ci("f1", m.get("f1"), ci.get("f1"))],
-        ["Mean IoU of matches", _with_ci("iou_mean", m.get("iou_mean"), ci.get("iou_mean"))],
+        ["Precision", _with_ci("precision", m.get("precision"), interval_of(m, "precision"))],
+        ["Recall", _with_ci("recall", m.get("recall"), interval_of(m, "recall"))],
+        ["F1", _with_ci("f1", m.get("f1"), interval_of(m, "f1"))],
+        ["Mean IoU of matches", _with_ci("iou_mean", m.get("iou_mean"), interval_of(m, "iou_mean"))],
     ]
     for key, label in (("ap50", "AP at IoU 0.5"), ("ap75", "AP at IoU 0.75"), ("ap50_95", "AP 0.5:0.95")):
         if key in m:
-            rows.append([label, _with_ci(key, m.get(key), ci.get(key))])
+            rows.append([label, _with_ci(key, m.get(key), interval_of(m, key))])
     for key, label in (("boundary_f1", "Boundary F1 (tolerance %s m)" % _fmt(m.get("boundary_tolerance_m"), 1)), ("count_ratio", "Count ratio (predicted / reference)")):
         if key in m:
-            rows.append([label, _with_ci(key, m.get(key), ci.get(key))])
+            rows.append([label, _with_ci(key, m.get(key), interval_of(m, key))])
     counts = [
         ["Reference fields", _value("count_reference", m.get("count_reference"))],
         ["Predictions", _value("count_predicted", m.get("count_predicted"))],
@@ -446,8 +441,8 @@ def _iou_section(run: RunFiles, page: _Page) -> None:
     for key, colour in colours.items():
         y = np.array([_nan(e.get(key)) for e in sweep])
         ax.plot(t, y, marker="o", ms=3.5, color=colour, lw=2.0 if key == "f1" else 1.3, label=key if key != "f1" else "F1")
-        lo = np.array([_nan(((e.get("ci") or {}).get(key) or [None, None])[0]) for e in sweep])
-        hi = np.array([_nan(((e.get("ci") or {}).get(key) or [None, None])[1]) for e in sweep])
+        lo = np.array([_nan((interval_of(e, key) or [None, None])[0]) for e in sweep])
+        hi = np.array([_nan((interval_of(e, key) or [None, None])[1]) for e in sweep])
         if np.isfinite(lo).any():
             has_ci = True
             ax.fill_between(t, lo, hi, color=colour, alpha=0.15, lw=0)
@@ -462,8 +457,8 @@ def _iou_section(run: RunFiles, page: _Page) -> None:
     fig_ = _Figure("iou_curve", _png(fig), caption)
     page.figures.append(fig_)
     page.parts.append(_figure_html(fig_))
-    rows = [[f"{_fmt(e.get('iou_threshold'), 2)}", _fmt(e.get("precision")) + _ci_text((e.get("ci") or {}).get("precision")),
-             _fmt(e.get("recall")) + _ci_text((e.get("ci") or {}).get("recall")), _fmt(e.get("f1")) + _ci_text((e.get("ci") or {}).get("f1")),
+    rows = [[f"{_fmt(e.get('iou_threshold'), 2)}", _fmt(e.get("precision")) + _ci_text(interval_of(e, "precision")),
+             _fmt(e.get("recall")) + _ci_text(interval_of(e, "recall")), _fmt(e.get("f1")) + _ci_text(interval_of(e, "f1")),
              _fmt(e.get("count_tp")), _fmt(e.get("count_fp")), _fmt(e.get("count_fn"))] for e in sweep]
     page.parts.append("<details><summary>Values</summary>" + _table(["IoU ≥", "precision", "recall", "F1", "TP", "FP", "FN"], rows) + "</details>")
     f50, f75 = (_finite(e.get("f1")) for e in (sweep[0], sweep[min(5, len(sweep) - 1)]))
@@ -724,8 +719,8 @@ def _tiles_section(run: RunFiles, page: _Page) -> tuple[Any, list[dict]]:
         worst_aoi = (aois.get("worst") or {}).get("f1")
         if worst_aoi:
             page.parts.append(f'<p class="worst">Worst AOI by F1: <b>{_esc(worst_aoi.get("group"))}</b> (F1 {_fmt(worst_aoi.get("value"))}, {_fmt(worst_aoi.get("support"))} fields).</p>')
-        rows = [[_esc(k), _fmt(g.get("support")), _fmt(g.get("precision")) + _ci_text((g.get("ci") or {}).get("precision")),
-                 _fmt(g.get("recall")) + _ci_text((g.get("ci") or {}).get("recall")), _fmt(g.get("f1")) + _ci_text((g.get("ci") or {}).get("f1")),
+        rows = [[_esc(k), _fmt(g.get("support")), _fmt(g.get("precision")) + _ci_text(interval_of(g, "precision")),
+                 _fmt(g.get("recall")) + _ci_text(interval_of(g, "recall")), _fmt(g.get("f1")) + _ci_text(interval_of(g, "f1")),
                  _fmt(g.get("count_ratio")), _fmt(g.get("count_fp")), _fmt(g.get("count_fn")), "insufficient support" if g.get("insufficient_support") else ""]
                 for k, g in order[:MAX_TABLE_ROWS]]
         page.parts.append(_table(["AOI", "support", "precision", "recall", "F1", "count ratio", "FP", "FN", ""], rows, "aois"))
@@ -1169,6 +1164,26 @@ def _title(run: RunFiles) -> str:
     return " · ".join(parts)
 
 
+def _family_sections(run: RunFiles, page: _Page) -> list[tuple[str, str]]:
+    """A section per registered family that declares one (``MetricFamily.section``): a table of its
+    :attr:`shown` keys in ``metrics.json`` with their intervals. Returns the (anchor, title) of each."""
+    m = run.metrics
+    drawn = []
+    for family in FAMILIES:
+        if not family.section:
+            continue
+        rows = [[_esc(s.label), _with_ci(s.key, m.get(s.key), interval_of(m, s.key))
+                 + ("" if s.better is None else f' <span class="better">({_esc(s.better)} is better)</span>')]
+                for s in family.shown if s.key in m]
+        if not rows:
+            continue
+        anchor = f"family-{family.name}"
+        page.parts.append(f'<section id="{_esc(anchor)}" data-family="{_esc(family.name)}"><h2>{_esc(family.section)}</h2>'
+                          + _table(["metric", "value [95 % interval]"], rows, "family") + "</section>")
+        drawn.append((anchor, family.section))
+    return drawn
+
+
 def _render(run: RunFiles) -> tuple[str, list[_Figure]]:
     page = _Page()
     page.parts.append(_headline(run))
@@ -1177,13 +1192,14 @@ def _render(run: RunFiles) -> tuple[str, list[_Figure]]:
     _group_section(run, page, "per_size_class", "Per size class", "per_size_class", "No size classes: the run was made without --size-bins.")
     tiles, worst = _tiles_section(run, page)
     _scores_section(run, page)
+    families = _family_sections(run, page)
     _overlays_section(run, page, tiles, worst)
     _pixel_paired_section(run, page)
     title = _title(run)
     status = (run.status or {}).get("status")
     nav = "".join(f'<a href="#{a}">{_esc(t)}</a>' for a, t in (("headline", "Headline"), ("iou-curve", "IoU curve"), ("per-stratum", "Strata"),
                                                                ("per-size-class", "Size classes"), ("tiles", "Tiles and AOIs"), ("scores", "Scores"),
-                                                               ("overlays", "Overlays"), ("pixel-paired", "Pixels, paired")))
+                                                               *families, ("overlays", "Overlays"), ("pixel-paired", "Pixels, paired")))
     doc = (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

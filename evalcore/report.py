@@ -14,33 +14,19 @@ markdown artifact): never as HTML, a link, emphasis or a table cell boundary.
 from __future__ import annotations
 
 import hashlib
-import math
 import platform
-import unicodedata
 from importlib import metadata
 from collections.abc import Iterable
 from pathlib import Path
 
+from evalcore.metrics.registry import FAMILIES
+from evalcore.present import headline, markdown_text, number, with_interval
+
 __all__ = ["sha256_path", "package_versions", "render_report", "markdown_text", "HEADLINE_KEYS"]
 
-HEADLINE_KEYS: tuple[tuple[str, str], ...] = (
-    ("precision", "Precision"),
-    ("recall", "Recall"),
-    ("f1", "F1"),
-    ("iou_mean", "Mean IoU of matches"),
-    ("best_iou_mean", "Mean best IoU"),
-    ("area_weighted_precision", "Area-weighted precision"),
-    ("area_weighted_recall", "Area-weighted recall"),
-    ("area_weighted_f1", "Area-weighted F1"),
-    ("oversegmentation_mean", "Over-segmentation (mean)"),
-    ("undersegmentation_mean", "Under-segmentation (mean)"),
-    ("hausdorff_mean_m", "Hausdorff distance, mean (m)"),
-    ("boundary_distance_mean_m", "Boundary distance, mean (m)"),
-    ("boundary_precision", "Boundary precision"),
-    ("boundary_recall", "Boundary recall"),
-    ("boundary_f1", "Boundary F1"),
-    ("coverage_within_tolerance", "Coverage within tolerance"),
-)
+HEADLINE_KEYS: tuple[tuple[str, str], ...] = headline(FAMILIES)
+"""``(key, label)`` of the families' headline keys as registered at import (:func:`evalcore.present.headline`);
+:func:`render_report` reads the registry when it runs, so a family registered later is in its table."""
 _PACKAGES = ("evalcore", "numpy", "pandas", "shapely", "geopandas", "pyproj", "pyogrio", "pyarrow", "numba", "dask", "distributed", "prefect")
 
 
@@ -77,62 +63,12 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-# The characters Markdown (CommonMark and GitHub's tables) gives a meaning inside a line:
-# HTML and entities (< > &), code (`), emphasis (* _ ~), links ([ ] !), cells (|) and
-# the escape itself. A backslash before any ASCII punctuation shows it as itself.
-_MD_SPECIAL = frozenset("\\`*_[]<>&|~!")
-# Characters that would end a line or a table row, or reorder what is shown (bidi).
-_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
-def _md_char(c: str) -> str:
-    if c in _MD_SPECIAL:
-        return "\\" + c
-    if c < " ":
-        return chr(0x2400 + ord(c))  # the control picture: NUL -> ␀, newline -> ␊
-    if c == "\x7f":
-        return "\u2421"  # ␡
-    if c in _BIDI or unicodedata.category(c) in ("Cc", "Zl", "Zp"):
-        return "\ufffd"
-    return c
-
-
-def markdown_text(value: object) -> str:
-    r"""``str(value)`` as Markdown that shows exactly that text, on one line.
-
-    ``< > & | ` * _ ~ [ ] !`` and the backslash get a backslash (Markdown's own escape,
-    understood by every CommonMark renderer, inside a table cell too), so no text
-    becomes HTML, an entity, code, emphasis, a link or a cell boundary. Control
-    characters become their visible picture (NUL ``␀``, newline ``␊``, tab ``␉``,
-    DEL ``␡``), and the other characters that break or reorder a line (C1 controls,
-    the line and paragraph separators, bidirectional overrides) ``�``, so a row of a
-    table stays one row.
-
-    Examples
-    --------
-    >>> print(markdown_text("<img src=x onerror=alert(1)>"))
-    \<img src=x onerror=alert(1)\>
-    >>> print(markdown_text("a|b\nc"))
-    a\|b␊c
-    """
-    return "".join(_md_char(c) if not c.isalnum() else c for c in str(value))
-
-
 def _num(value: object, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return markdown_text(value)
+    return number(value, digits, "–", text=markdown_text)
 
 
-def _with_ci(group: dict, key: str) -> str:
-    text = _num(group.get(key))
-    # The top level keeps its intervals in the bootstrap block, a group entry directly (SPEC 5.1).
-    ci = (group.get("ci") or (group.get("bootstrap") or {}).get("ci") or {}).get(key)
-    if ci is not None and not any(v is None or (isinstance(v, float) and math.isnan(v)) for v in ci):
-        text += f" [{_num(ci[0])}, {_num(ci[1])}]"
-    return text
+def _with_ci(group: dict, key: str, digits: int = 3) -> str:
+    return with_interval(group, key, digits, "–", defined_only=True, text=markdown_text)
 
 
 def _group_table(title: str, groups: dict, first_column: str) -> list[str]:
@@ -150,37 +86,6 @@ def _worst_cell(worst: dict | None, metric: str) -> str:
     if w is None:
         return "none with enough support"
     return f"{markdown_text(w['group'])} ({_num(w['value'])}, {w['support']} fields)"
-
-
-def _scores_section(metrics: dict) -> list[str]:
-    """AP, the best F1 per threshold and the reliability table."""
-    if "ap50" not in metrics:
-        return []
-    lines = [
-        "## Scores: AP and calibration",
-        "",
-        f"Scores from the column {markdown_text(metrics.get('score_column'))}. AP as pycocotools computes it (exact polygon IoU, the whole layer as one image, "
-        "no cap on detections, matching in score order): "
-        f"AP50 {_with_ci(metrics, 'ap50')}, AP75 {_with_ci(metrics, 'ap75')}, AP50:95 {_with_ci(metrics, 'ap50_95')}.",
-        "",
-        "| IoU ≥ | best F1 | at score ≥ | precision | recall |",
-        "|---:|---|---|---|---|",
-    ]
-    for t, b in (metrics.get("best_f1") or {}).items():
-        lines.append(f"| {t} | {_num(b['f1'])} | {_num(b['score'])} | {_num(b['precision'])} | {_num(b['recall'])} |")
-    cal = metrics.get("calibration")
-    if cal:
-        lines += [
-            "",
-            f"Calibration against the main matching (matched at IoU ≥ {metrics['iou_threshold']}): ECE {_num(cal['ece'])}, "
-            f"Brier {_num(cal['brier'])} over {cal['n']} predictions.",
-            "",
-            "| score bin | predictions | mean score | matched share |",
-            "|---|---:|---|---|",
-        ]
-        for b in cal["bins"]:
-            lines.append(f"| [{b['lower']:g}, {b['upper']:g}) | {b['n']} | {_num(b['mean_score'])} | {_num(b['accuracy'])} |")
-    return lines + [""]
 
 
 def _pixel_section(metrics: dict) -> list[str]:
@@ -264,9 +169,10 @@ def render_report(metrics: dict, *, title: str = "Evaluation report", inputs: di
         "|---|---|",
     ]
     overall = dict(metrics)
-    for key, label in HEADLINE_KEYS:
-        if key in metrics:
-            lines.append(f"| {label} | {_with_ci(overall, key)} |")
+    for family in FAMILIES:
+        for shown in family.shown:
+            if shown.headline and shown.key in metrics:
+                lines.append(f"| {shown.label} | {_with_ci(overall, shown.key, shown.digits)} |")
     lines.append("")
     if "bootstrap" in metrics:
         b = metrics["bootstrap"]
@@ -328,7 +234,7 @@ def render_report(metrics: dict, *, title: str = "Evaluation report", inputs: di
         lines += _group_table("Per stratum", metrics["per_stratum"], "stratum")
     if metrics.get("per_size_class"):
         lines += _group_table("Per field-size class (ha)", metrics["per_size_class"], "size class")
-    lines += _scores_section(metrics)
+    lines += [line for family in FAMILIES for line in family.report_lines(metrics)]
     lines += _pixel_section(metrics)
     lines += _levels_section(metrics)
     lines.append(f"Distances in metres in each field's UTM zone ({', '.join(str(c) for c in metrics['utm_epsg_codes'])}); areas in {markdown_text(metrics['equal_area_crs'])}.")

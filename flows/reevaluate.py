@@ -57,6 +57,8 @@ from prefect.cache_policies import NO_CACHE
 
 from evalcore._version import __version__
 from evalcore.io import atomic_path, write_json
+from evalcore.metrics.registry import FAMILIES
+from evalcore.present import better_of, interval_text, is_worse, number
 from evalcore.report import HEADLINE_KEYS, markdown_text, sha256_path
 from flows.evaluate import dask_client, evaluate_layers
 from flows.params import ReevaluateParams
@@ -269,16 +271,11 @@ def stage_layer(url: str, staging_dir: str | Path) -> Path:
 
 
 def _fmt(value: object) -> str:
-    if value is None:
-        return "–"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
+    return number(value, missing="–")
 
 
 def _with_interval(value: object, ci: list | None) -> str:
-    text = _fmt(value)
-    if ci and all(v is not None for v in ci):
-        text += f" [{_fmt(ci[0])}, {_fmt(ci[1])}]"
-    return text
+    return _fmt(value) + interval_text(ci, missing="–", defined_only=True)
 
 
 def render_comparison(comparison: dict) -> str:
@@ -437,7 +434,7 @@ def paired_comparison(params: ReevaluateParams, layer: dict, reference: dict, ru
         )
     shutil.rmtree(Path(current.output_dir) / "work-paired", ignore_errors=True)
     headline = ("precision", "recall", "f1")
-    worse_overall = [m for m in headline if (result["overall"][m].get("ci") or [None, None])[1] is not None and result["overall"][m]["ci"][1] < 0]
+    worse_overall = [m for m in headline if is_worse(better_of(FAMILIES, m), result["overall"][m].get("ci"))]
     result["previous_run_id"] = previous.id
     result["regression"] = bool(worse_overall or result["worse_units"])
     result["regressed_metrics"] = worse_overall

@@ -5,12 +5,22 @@ from __future__ import annotations
 import numpy as np
 
 from evalcore.metrics.base import MEAN, RATE, ZERO, GroupView, MetricFamily, PredContext, RefContext, harmonic, ratio
+from evalcore.present import Shown, with_interval
 
 __all__ = ["Area"]
 
 
 class Area(MetricFamily):
     name = "area"
+    shown = (
+        Shown("area_weighted_precision", "Area-weighted precision", "area-weighted precision"),
+        Shown("area_weighted_recall", "Area-weighted recall", "recall"),
+        Shown("area_weighted_f1", "Area-weighted F1"),
+    )
+
+    def summary_lines(self, metrics: dict) -> list[str]:
+        return [f"area-weighted precision {with_interval(metrics, 'area_weighted_precision')}  "
+                f"recall {with_interval(metrics, 'area_weighted_recall')}"]
 
     def columns(self, options: object) -> tuple[str, ...]:
         return (

@@ -25,6 +25,11 @@ A family (one module of :mod:`evalcore.metrics`) declares:
 * ``unit_columns(options)`` and ``unit_values(s, options)``: which of its sums a
   reporting tile or AOI carries, and its columns of the per-unit tables from them
   (``unit_interval_keys``: those with per-AOI intervals).
+* how it is shown (:mod:`evalcore.present`): ``shown``, its keys' labels with units,
+  directions and whether ``compare`` pairs them; ``summary_lines(metrics)``, its lines
+  of the terminal summary; ``report_lines(metrics)``, its section of ``report.md``;
+  ``section``, the title of the section of ``report.html`` built from ``shown`` (None:
+  none, or a bespoke one).
 
 Nothing else in the engine knows a family's columns or keys: the quantity table, the
 sums, the bootstrap, the npz codec and the output layout loop over the registry.
@@ -40,6 +45,7 @@ import pandas as pd
 
 from evalcore._typing import F64Array, IdArray
 from evalcore.rates import F1_HARMONIC, detection_rates
+from evalcore.present import Shown, with_interval
 
 __all__ = [
     "Option",
@@ -50,6 +56,7 @@ __all__ = [
     "GlobalContext",
     "GroupView",
     "Value",
+    "Shown",
     "ratio",
     "harmonic",
     "count_rates",
@@ -288,6 +295,10 @@ class MetricFamily:
     name: str = ""
     options: tuple[Option, ...] = ()
     maxima: tuple[str, ...] = ()
+    shown: tuple[Shown, ...] = ()
+    """How the family's keys are shown (:class:`evalcore.present.Shown`), in output order."""
+    section: str | None = None
+    """Title of the section of ``report.html`` built from :attr:`shown` (None: none or a bespoke one)."""
 
     def enabled(self, options: object) -> bool:
         return True
@@ -354,6 +365,19 @@ class MetricFamily:
     def run_keys(self, options: object) -> dict[str, object]:
         """Keys written once, at the top level only (the settings the family ran with)."""
         return {}
+
+    def summary_lines(self, metrics: Mapping[str, object]) -> list[str]:
+        """The family's lines of the terminal summary.
+
+        By default one line of the :attr:`shown` keys that have a ``short`` label and are
+        in ``metrics``: ``name: label value [lower, upper]  ...``.
+        """
+        parts = [f"{s.short} {with_interval(metrics, s.key, s.digits)}" for s in self.shown if s.short is not None and s.key in metrics]
+        return [f"{self.name}: " + "  ".join(parts)] if parts else []
+
+    def report_lines(self, metrics: Mapping[str, object]) -> list[str]:
+        """The family's section of ``report.md`` beyond its headline rows (Markdown lines)."""
+        return []
 
     def global_values(self, ctx: GlobalContext) -> dict[str, object]:
         """Run-level values that are not sums (AP), computed once centrally after the matching.

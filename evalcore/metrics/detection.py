@@ -14,6 +14,7 @@ from evalcore.metrics.base import RATE, ZERO, GroupView, MetricFamily, Option, P
 from evalcore.matching import check_matching
 from evalcore.metrics.checks import unit_interval
 from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
+from evalcore.present import GROUPS, Shown, with_interval
 
 __all__ = ["Detection"]
 
@@ -32,6 +33,24 @@ class Detection(MetricFamily):
             "(default one_to_one)", lambda name, value: check_matching(value), annotation=str, choices=MATCHING_METHODS,
         ),
     )
+    shown = (
+        Shown("precision", "Precision", "precision", compared=GROUPS),
+        Shown("recall", "Recall", "recall", compared=GROUPS),
+        Shown("f1", "F1", "F1", compared=GROUPS),
+        Shown("iou_mean", "Mean IoU of matches", "mean IoU", compared=GROUPS),
+        Shown("best_iou_mean", "Mean best IoU"),
+    )
+
+    def summary_lines(self, metrics: dict) -> list[str]:
+        """The counts, then precision, recall, F1 and mean IoU with their intervals."""
+        # agribound reports a mean IoU of 0.0 without matches; a reader must not take it for a measured 0.
+        iou = with_interval(metrics, "iou_mean") if metrics["count_tp"] else "n/a (no matches)"
+        return [
+            f"reference fields {metrics['count_reference']}  predictions {metrics['count_predicted']}  "
+            f"TP {metrics['count_tp']}  FP {metrics['count_fp']} ({metrics['count_fp_unassigned']} overlap nothing)  FN {metrics['count_fn']}",
+            f"precision {with_interval(metrics, 'precision')}  recall {with_interval(metrics, 'recall')}  "
+            f"F1 {with_interval(metrics, 'f1')}  mean IoU {iou}",
+        ]
 
     def columns(self, options: object) -> tuple[str, ...]:
         return ("n_ref", "tp", "iou_matched", "best_iou", "n_ref_overseg", "n_pred", "n_pred_matched", "n_pred_underseg")

@@ -7,6 +7,7 @@ import numpy as np
 from evalcore.config import BOUNDARY_SAMPLE_SPACING_M
 from evalcore.metrics.base import MEAN, GroupView, MetricFamily, Option, RefContext, ratio
 from evalcore.metrics.checks import positive_or_none
+from evalcore.present import LOWER, Shown, number
 
 __all__ = ["Distance"]
 
@@ -30,6 +31,14 @@ class Distance(MetricFamily):
         ),
     )
     maxima = ("spacing_m",)
+    shown = (
+        Shown("hausdorff_mean_m", "Hausdorff distance, mean (m)", better=LOWER),
+        Shown("boundary_distance_mean_m", "Boundary distance, mean (m)", better=LOWER),
+    )
+
+    def summary_lines(self, metrics: dict) -> list[str]:
+        return [f"Hausdorff mean {number(metrics.get('hausdorff_mean_m'), 2)} m, median {number(metrics.get('hausdorff_median_m'), 2)} m;  "
+                f"boundary distance mean {number(metrics.get('boundary_distance_mean_m'), 2)} m"]
 
     def columns(self, options: object) -> tuple[str, ...]:
         return ("hausdorff_m", "boundary_mean_m")

@@ -51,6 +51,7 @@ from evalcore.config import IOU_MATCH_RTOL, IOU_SWEEP_THRESHOLDS
 from evalcore.errors import EvalInputError
 from evalcore.metrics.base import NULL, GlobalContext, GroupView, MetricFamily, Option, PredContext, ratio
 from evalcore.metrics.checks import optional_text, positive_int
+from evalcore.present import LOWER, OVERALL, Shown, markdown_text, number, with_interval
 
 __all__ = [
     "Scores", "score_values", "calibration_bin", "coco_true_positives", "coco_ap", "pr_curve", "risk_coverage", "aurc",
@@ -376,6 +377,60 @@ class Scores(MetricFamily):
             _precision_targets, parse=_parse_targets, annotation=list[float] | None,
         ),
     )
+    shown = (
+        Shown("ap50", "AP at IoU 0.5", "AP50", headline=False, compared=OVERALL),
+        Shown("ap75", "AP at IoU 0.75", "AP75", headline=False, compared=OVERALL),
+        Shown("ap50_95", "AP 0.5:0.95", "AP50:95", headline=False, compared=OVERALL),
+        Shown("aurc", "Area under the risk-coverage curve", better=LOWER, headline=False, compared=OVERALL),
+    )
+
+    def summary_lines(self, metrics: dict) -> list[str]:
+        """AP with its intervals and the calibration, on one line."""
+        if "ap50" not in metrics:
+            return []
+        cal = metrics.get("calibration", {})
+        return [
+            f"scores ({metrics.get('score_column')}): AP50 {with_interval(metrics, 'ap50')}  AP75 {with_interval(metrics, 'ap75')}  "
+            f"AP50:95 {with_interval(metrics, 'ap50_95')};  "
+            f"calibration ECE {number(cal.get('ece'))}  Brier {number(cal.get('brier'))} over {cal.get('n')} predictions"
+        ]
+
+    def report_lines(self, metrics: dict) -> list[str]:
+        """AP, the best F1 per threshold and the reliability table."""
+        if "ap50" not in metrics:
+            return []
+
+        def num(value: object) -> str:
+            return number(value, missing="–", text=markdown_text)
+
+        def ci(key: str) -> str:
+            return with_interval(metrics, key, missing="–", defined_only=True, text=markdown_text)
+
+        lines = [
+            "## Scores: AP and calibration",
+            "",
+            f"Scores from the column {markdown_text(metrics.get('score_column'))}. AP as pycocotools computes it (exact polygon IoU, "
+            "the whole layer as one image, no cap on detections, matching in score order): "
+            f"AP50 {ci('ap50')}, AP75 {ci('ap75')}, AP50:95 {ci('ap50_95')}.",
+            "",
+            "| IoU ≥ | best F1 | at score ≥ | precision | recall |",
+            "|---:|---|---|---|---|",
+        ]
+        for t, b in (metrics.get("best_f1") or {}).items():
+            lines.append(f"| {t} | {num(b['f1'])} | {num(b['score'])} | {num(b['precision'])} | {num(b['recall'])} |")
+        cal = metrics.get("calibration")
+        if cal:
+            lines += [
+                "",
+                f"Calibration against the main matching (matched at IoU ≥ {metrics['iou_threshold']}): ECE {num(cal['ece'])}, "
+                f"Brier {num(cal['brier'])} over {cal['n']} predictions.",
+                "",
+                "| score bin | predictions | mean score | matched share |",
+                "|---|---:|---|---|",
+            ]
+            for b in cal["bins"]:
+                lines.append(f"| [{b['lower']:g}, {b['upper']:g}) | {b['n']} | {num(b['mean_score'])} | {num(b['accuracy'])} |")
+        return lines + [""]
 
     def enabled(self, options: object) -> bool:
         return options.score_column is not None

@@ -5,12 +5,20 @@ from __future__ import annotations
 import numpy as np
 
 from evalcore.metrics.base import MEAN, GroupView, MetricFamily, RefContext, ratio
+from evalcore.present import LOWER, Shown, number
 
 __all__ = ["Segmentation"]
 
 
 class Segmentation(MetricFamily):
     name = "segmentation"
+    shown = (
+        Shown("oversegmentation_mean", "Over-segmentation (mean)", better=LOWER),
+        Shown("undersegmentation_mean", "Under-segmentation (mean)", better=LOWER),
+    )
+
+    def summary_lines(self, metrics: dict) -> list[str]:
+        return [f"over-/under-segmentation {number(metrics.get('oversegmentation_mean'))} / {number(metrics.get('undersegmentation_mean'))}"]
 
     def columns(self, options: object) -> tuple[str, ...]:
         return ("oversegmentation", "undersegmentation", "n_ref_with_overlap")

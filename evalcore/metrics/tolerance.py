@@ -6,6 +6,7 @@ import numpy as np
 
 from evalcore.metrics.base import RATE, GroupView, MetricFamily, Option, PredContext, RefContext, harmonic, ratio
 from evalcore.metrics.checks import positive_or_none
+from evalcore.present import Shown, with_interval
 
 __all__ = ["Tolerance"]
 
@@ -21,6 +22,17 @@ class Tolerance(MetricFamily):
             positive_or_none, parse=float, annotation=float | None,
         ),
     )
+    shown = (
+        Shown("boundary_precision", "Boundary precision", "boundary precision"),
+        Shown("boundary_recall", "Boundary recall", "recall"),
+        Shown("boundary_f1", "Boundary F1", "F1"),
+        Shown("coverage_within_tolerance", "Coverage within tolerance", "coverage"),
+    )
+
+    def summary_lines(self, metrics: dict) -> list[str]:
+        if "boundary_tolerance_m" not in metrics:
+            return []
+        return [f"within {metrics['boundary_tolerance_m']:g} m: " + "  ".join(f"{s.short} {with_interval(metrics, s.key)}" for s in self.shown)]
 
     def enabled(self, options: object) -> bool:
         return options.boundary_tolerance_m is not None

@@ -18,6 +18,7 @@ import numpy as np
 from evalcore.config import MAJORITY_FRACTION
 from evalcore.metrics.base import NULL, GroupView, MetricFamily, Option, PairContext, PredContext, RefContext, ratio
 from evalcore.metrics.checks import open_unit_interval
+from evalcore.present import Shown
 
 __all__ = ["Topology"]
 
@@ -31,6 +32,7 @@ class Topology(MetricFamily):
             open_unit_interval, parse=float, annotation=float,
         ),
     )
+    shown = (Shown("count_ratio", "Count ratio (predicted / reference)", better=None, headline=False),)
 
     def columns(self, options: object) -> tuple[str, ...]:
         return ("merges", "merged_reference", "splits", "split_predictions")
