@@ -25,7 +25,9 @@ def _import_seconds() -> float:
     started = time.perf_counter()
     import evalcore.boundary  # noqa: F401
     import evalcore.distributed.runner  # noqa: F401
-    import evalcore.engine  # noqa: F401
+    import evalcore.engine.resolve  # noqa: F401
+    import evalcore.engine.sums  # noqa: F401
+    import evalcore.engine.tables  # noqa: F401
     import evalcore.pairs  # noqa: F401
 
     return time.perf_counter() - started

@@ -15,18 +15,10 @@ import geopandas
 import numpy as np
 import pandas as pd
 
-from evalcore.engine import (
-    MergedSums,
-    RefRows,
-    compute_pairs,
-    field_table,
-    merge_partitions,
-    partition_keys,
-    prediction_table,
-    resolve_run,
-    route,
-    summarize_partition,
-)
+from evalcore.engine.pairing import compute_pairs, partition_keys
+from evalcore.engine.resolve import resolve_run, route
+from evalcore.engine.sums import MergedSums, RefRows, merge_partitions, summarize_partition
+from evalcore.engine.tables import field_table, prediction_table
 from evalcore.boundary import candidate_boxes
 from evalcore.groups import strata_values
 from evalcore.layer_warnings import extent_of

@@ -277,7 +277,7 @@ def _bootstrap_block(checked: EvalOptions, n_units: int | None) -> dict[str, obj
 def _evaluate_in_process(layers: list[object], reference: object, strata: object, size_bins: object, checked: EvalOptions):
     """Every layer against one reference, prepared once, on the same resamples: their evaluations and summaries."""
     from evalcore.api import _finish_run, _prepare_reference, _prepare_run, _summarize
-    from evalcore.engine import resolve_run
+    from evalcore.engine.resolve import resolve_run
     from evalcore.levels import prepare_sites
     from evalcore.study import prepare_study
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from evalcore.bootstrap import percentile_intervals
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
-from evalcore.engine import MergedSums
+from evalcore.engine.sums import MergedSums
 from evalcore.metrics.registry import enabled_families, finalize_all, interval_keys
 from evalcore.levels import AoiLayer, Sites, tile_key, unit_table
 from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates

@@ -13,7 +13,7 @@ Prefect flow) passes the values along:
   and the halo rows of its neighbours from storage and writes its pairs, IoU, boundary
   distances of eligible pairs and tolerance lengths back;
 * :func:`resolve_phase` -> :class:`ResolvedRun`: the global matching and homes, the
-  families' global per-pair values and the routing (:func:`evalcore.engine.route`),
+  families' global per-pair values and the routing (:func:`evalcore.engine.resolve.route`),
   on the client;
 * :func:`sums_phase` -> :class:`SumsDone`: one task per partition writes its per-field
   table part and its partial sums;
@@ -50,20 +50,10 @@ from evalcore.config import DEFAULT_EQUAL_AREA_CRS
 from evalcore.crs import equal_area_crs_from
 from evalcore.distributed import storage
 from evalcore.distributed.sources import LABEL_COLUMN, Chunk, LayerSource, plan_chunks, read_chunk
-from evalcore.engine import (
-    MergedSums,
-    RefRows,
-    Resolved,
-    Routing,
-    compute_pairs,
-    concat_pair_results,
-    field_table,
-    merge_partitions,
-    prediction_table,
-    resolve_run,
-    route,
-    summarize_partition,
-)
+from evalcore.engine.pairing import compute_pairs, concat_pair_results
+from evalcore.engine.resolve import Resolved, Routing, resolve_run, route
+from evalcore.engine.sums import MergedSums, RefRows, merge_partitions, summarize_partition
+from evalcore.engine.tables import field_table, prediction_table
 from evalcore.errors import EvalInputError
 from evalcore.groups import strata_values
 from evalcore.io import atomic_path, write_geoparquet, write_json, write_table

@@ -30,7 +30,8 @@ from pyproj import CRS
 
 from evalcore._typing import F64Array
 from evalcore.bootstrap import PartitionKey, ReplicateSums, RowDraws
-from evalcore.engine import PAIR_ARRAYS, PRED_ARRAYS, REF_ARRAYS, PairResults, PartitionSummary
+from evalcore.engine.pairing import PAIR_ARRAYS, PRED_ARRAYS, REF_ARRAYS, PairResults
+from evalcore.engine.sums import PartitionSummary
 from evalcore.io import atomic_path
 from evalcore.layer import PreparedLayer
 from evalcore.levels import UnitSums
@@ -325,7 +326,7 @@ _LABEL_ARRAYS = ("pred_label_of_pair", "ref_label", "pred_label")
 
 
 def write_pair_results(directory: Path, key: PartitionKey, results: object, signature: str) -> None:
-    """Persist a partition's :class:`~evalcore.engine.PairResults` as three Parquet tables
+    """Persist a partition's :class:`~evalcore.engine.pairing.PairResults` as three Parquet tables
     (per pair, per reference row, per prediction row)."""
     name = key_name(key)
     directory.mkdir(parents=True, exist_ok=True)
@@ -370,7 +371,7 @@ def read_pair_results(directory: Path, key: PartitionKey, signature: str) -> obj
 
 
 def summary_to_arrays(summary: object) -> dict[str, np.ndarray]:
-    """A :class:`~evalcore.engine.PartitionSummary` as plain arrays for :func:`write_summary`.
+    """A :class:`~evalcore.engine.sums.PartitionSummary` as plain arrays for :func:`write_summary`.
 
     The column names travel with the sums, so a merge refuses sums made with other
     options (or another version's families) instead of adding the wrong columns.

@@ -33,7 +33,9 @@ from hypothesis import strategies as st
 from shapely.geometry import GeometryCollection, LineString, MultiPolygon, Point, Polygon, box
 
 from evalcore.api import evaluate_with_frame
-from evalcore.engine import RefRows, compute_pairs, concat_pair_results, merge_partitions, resolve_run, route, summarize_partition
+from evalcore.engine.pairing import compute_pairs, concat_pair_results
+from evalcore.engine.resolve import resolve_run, route
+from evalcore.engine.sums import RefRows, merge_partitions, summarize_partition
 from evalcore.options import RunPlan, check_options
 from evalcore.prepare import prepare_layer
 

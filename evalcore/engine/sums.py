@@ -1,0 +1,330 @@
+"""Phase 4 of an evaluation, the sums: one partition's sums and their merge by addition.
+
+:func:`summarize_partition` turns the pairs and contributions routed to one partition
+(:func:`evalcore.engine.resolve.route`) into its per-field columns and a small
+:class:`PartitionSummary` (group sums, bootstrap replicates, gathered per-field values,
+tile and AOI sums); :func:`merge_partitions` adds the partitions' summaries in
+partition-key order, with the predictions without a home, into :class:`MergedSums`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from evalcore._typing import F64Array, IdArray
+from evalcore.arrays import index_of
+from evalcore.bootstrap import PartitionKey, ReplicateSums, RowDraws, replicate_group_sums
+from evalcore.engine.pairing import PairResults
+from evalcore.layer import PreparedLayer
+from evalcore.levels import UNASSIGNED_COLUMN, UnitSums, unit_rows, unit_sums
+from evalcore.matching import Resolution
+from evalcore.metrics.base import RefContext
+from evalcore.metrics.registry import enabled_families, max_columns, quantity_columns, unit_columns, unit_replicate_columns
+from evalcore.metrics.taxonomy import reference_codes, reference_flags
+from evalcore.options import EvalOptions, RunPlan
+from evalcore.quantities import Contributions, quantity_table, reference_fields
+from evalcore.stats import GroupSums, group_sums
+
+__all__ = [
+    "RefRows",
+    "PartitionSummary",
+    "summarize_partition",
+    "MergedSums",
+    "merge_partitions",
+    "unit_sum_columns",
+]
+
+
+def unit_sum_columns(options: EvalOptions) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The sums reporting tiles and AOIs carry (the families' unit columns and the homeless
+    count), and those their bootstrap replicates carry."""
+    return unit_columns(options) + (UNASSIGNED_COLUMN,), unit_replicate_columns(options)
+
+
+@dataclass(frozen=True, slots=True)
+class RefRows:
+    """The reference fields of one partition, in position order.
+
+    Attributes
+    ----------
+    positions : ndarray of int64
+    area_m2, perimeter_m : ndarray of float64
+    utm_epsg : ndarray of int64
+    strata_codes, size_codes : ndarray of int64
+        Group codes (-1: none).
+    pools : ndarray of int64
+        Bootstrap pool of each field.
+    tile_x, tile_y, aoi : ndarray of int64
+        Reporting tile (in zone ``utm_epsg``) and AOI (-1: none) of each field.
+    """
+
+    positions: IdArray
+    area_m2: F64Array
+    perimeter_m: F64Array
+    utm_epsg: IdArray
+    strata_codes: IdArray
+    size_codes: IdArray
+    pools: IdArray
+    tile_x: IdArray
+    tile_y: IdArray
+    aoi: IdArray
+
+    def take(self, rows: IdArray) -> RefRows:
+        return RefRows(*(getattr(self, name)[rows] for name in self.__slots__))
+
+    @staticmethod
+    def of_layer(layer: PreparedLayer, strata: np.ndarray | None, plan: RunPlan) -> RefRows:
+        """The rows of a prepared reference layer, with the run plan's group codes and pools."""
+        strata_codes, size_codes, pools = plan.group_codes(layer.area_m2, strata)
+        return RefRows(layer.positions, layer.area_m2, layer.perimeter_m, layer.utm_epsg, strata_codes, size_codes, pools,
+                       layer.tile_x, layer.tile_y, layer.aoi)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSummary:
+    """The sums phase output of one partition: small, merges by addition.
+
+    Attributes
+    ----------
+    key : PartitionKey
+    n_ref, n_pred : int
+        Reference fields of the partition and predictions homed in them.
+    sums : GroupSums
+        Per group of the flat group axis (overall, strata, size classes).
+    replicates : ReplicateSums or None
+    gathered : pandas.DataFrame
+        Per-field values kept whole (the families' medians), indexed by position, with
+        a ``group_<k>`` column per grouping (flat group index, -1: none).
+    tiles, aois : UnitSums
+        Sums per reporting tile and per AOI of the partition's fields (with their home
+        predictions); the AOIs' with bootstrap replicates when drawn.
+    """
+
+    key: PartitionKey
+    n_ref: int
+    n_pred: int
+    sums: GroupSums
+    replicates: ReplicateSums | None
+    gathered: pd.DataFrame = field(repr=False)
+    tiles: UnitSums = field(default_factory=lambda: UnitSums.empty(3), repr=False)
+    aois: UnitSums = field(default_factory=lambda: UnitSums.empty(1), repr=False)
+
+
+def summarize_partition(
+    key: PartitionKey,
+    refs: RefRows,
+    results: PairResults,
+    pair_values: dict[str, np.ndarray],
+    contributions: Contributions,
+    options: EvalOptions,
+    plan: RunPlan,
+    draws: RowDraws | None = None,
+) -> tuple[PartitionSummary, pd.DataFrame]:
+    """Phase 4 of one partition.
+
+    Parameters
+    ----------
+    key : PartitionKey
+    refs : RefRows
+        The partition's reference fields.
+    results : PairResults
+        Pairs phase output holding exactly the pairs of these fields, in (reference,
+        prediction) order, and their tolerance lengths.
+    pair_values : dict of str to ndarray
+        The resolve phase's per-pair values for those pairs.
+    contributions : Contributions
+        What the predictions homed in these fields add.
+    options : EvalOptions
+    plan : RunPlan
+        The run's groupings.
+    draws : RowDraws, optional
+        The bootstrap draws of these fields (:meth:`RunDraws.rows`); required with a bootstrap.
+
+    Returns
+    -------
+    summary : PartitionSummary
+    fields : pandas.DataFrame
+        The per-field columns of the partition's reference fields, indexed by position.
+    """
+    pairs = results.pairs
+    row_of_pair = index_of(refs.positions, pairs.ref_pos)  # KeyError for a pair of another partition's field
+    for name, values in pair_values.items():
+        if len(values) != len(pairs):
+            raise ValueError(f"partition {key}: {len(values)} values of {name!r} for {len(pairs)} pairs")
+    is_match = pair_values["is_match"]
+    resolution = Resolution(
+        pairs=pairs,
+        is_eligible=pair_values["is_eligible"],
+        is_match=is_match,
+        home_pred_pos=np.empty(0, np.int64),
+        home_ref_pos=np.empty(0, np.int64),
+        matching=options.matching,
+        iou_threshold=options.iou_threshold,
+    )
+    fields = reference_fields(refs.positions, refs.area_m2, resolution, results.pred_area_of_pair)
+    fields["area_m2"] = refs.area_m2
+    fields["perimeter_m"] = refs.perimeter_m
+    fields["utm_epsg"] = refs.utm_epsg
+    # Distances of the matched pair: the pair the field matched.
+    n = len(refs.positions)
+    hausdorff = np.full(n, np.nan)
+    mean = np.full(n, np.nan)
+    spacing = np.full(n, np.nan)
+    matched_pairs = np.flatnonzero(is_match)
+    rows = row_of_pair[matched_pairs]
+    hausdorff[rows] = results.hausdorff_m[matched_pairs]
+    mean[rows] = results.mean_distance_m[matched_pairs]
+    spacing[rows] = results.spacing_m[matched_pairs]
+    fields["hausdorff_m"] = hausdorff
+    fields["boundary_mean_distance_m"] = mean
+    fields["boundary_sample_spacing_m"] = spacing
+    within = np.full(n, np.nan)
+    own = np.isin(results.ref_pos, refs.positions)
+    within[np.searchsorted(refs.positions, results.ref_pos[own])] = results.ref_within_tol_m[own]
+    fields["boundary_within_tolerance_m"] = within
+
+    ctx = RefContext(
+        fields=fields,
+        pairs=pairs,
+        row_of_pair=row_of_pair,
+        ref_area_m2=results.ref_area_of_pair,
+        pred_area_m2=results.pred_area_of_pair,
+        pair_values=pair_values,
+        options=options,
+    )
+    table = quantity_table(ctx, contributions)
+    matched = fields["matched"].to_numpy(bool)
+    fields["error_code"] = reference_codes(matched, fields["n_overlapping_pred"].to_numpy(np.int64))
+    present = set(table.columns)
+    flags = reference_flags(
+        table.column("merged_reference") if "merged_reference" in present else None,
+        table.column("splits") if "splits" in present else None,
+        matched, mean, options.boundary_tolerance_m,
+    )
+    for name, values in flags.items():
+        fields[name] = values
+    flat_groups = plan.flat_groups(refs.strata_codes, refs.size_codes)
+    replicates = weights = None
+    if options.bootstrap > 0:
+        if draws is None or len(draws.weights_rows()) != n:
+            raise ValueError(f"partition {key}: the bootstrap draws of its {n} reference fields are missing")
+        weights = draws.weights()
+        replicates = replicate_group_sums(weights, table.values, flat_groups, plan.n_groups)
+    ucols, rcols = unit_sum_columns(options)
+    units = unit_rows(ucols, table.columns, table.values)
+    tiles = unit_sums(np.stack([refs.utm_epsg, refs.tile_x, refs.tile_y], axis=1), units, weights, ucols, rcols)
+    aois = unit_sums(refs.aoi[:, None], units, weights, ucols, rcols)
+    gathered = pd.DataFrame(index=pd.Index(refs.positions, name="ref_pos"))
+    for family in enabled_families(options):
+        for name, values in family.gathered(ctx).items():
+            gathered[name] = values
+    for g in range(flat_groups.shape[1]):
+        gathered[f"group_{g}"] = flat_groups[:, g]
+    n_pred = int(table.column("n_pred").sum()) if n else 0
+    summary = PartitionSummary(
+        key=key,
+        n_ref=n,
+        n_pred=n_pred,
+        sums=group_sums(table.values, table.maxima, flat_groups, plan.n_groups, table.columns, table.max_columns),
+        replicates=replicates,
+        gathered=gathered,
+        tiles=tiles,
+        aois=aois,
+    )
+    fields["tile_x"] = refs.tile_x
+    fields["tile_y"] = refs.tile_y
+    fields["aoi"] = refs.aoi
+    return summary, fields
+
+
+@dataclass(frozen=True, slots=True)
+class MergedSums:
+    """Every partition's sums added in key order, plus the unassigned predictions.
+
+    Attributes
+    ----------
+    sums : GroupSums
+        Group 0 (overall) includes the unassigned predictions' row.
+    replicates : ReplicateSums or None
+        The overall group includes the unassigned row in every replicate.
+    gathered : pandas.DataFrame
+        Concatenated gathered per-field columns, in position order.
+    unassigned : dict of str to float
+    tiles, aois : UnitSums
+        Per reporting tile and per AOI, the homeless predictions included (in every
+        replicate of the AOIs' intervals).
+    """
+
+    sums: GroupSums
+    replicates: ReplicateSums | None
+    gathered: pd.DataFrame
+    unassigned: dict[str, float]
+    tiles: UnitSums = field(default_factory=lambda: UnitSums.empty(3))
+    aois: UnitSums = field(default_factory=lambda: UnitSums.empty(1))
+    global_values: dict = field(default_factory=dict)
+    n_units: int | None = None
+    pixels: dict | None = None
+
+
+def merge_partitions(
+    parts: list[PartitionSummary] | Iterator[PartitionSummary],
+    unassigned: dict[str, float],
+    options: EvalOptions,
+    plan: RunPlan,
+    homeless_tiles: UnitSums | None = None,
+    homeless_aois: UnitSums | None = None,
+    global_values: dict | None = None,
+    unassigned_replicates: F64Array | None = None,
+    unassigned_columns: tuple[str, ...] = (),
+    n_units: int | None = None,
+) -> MergedSums:
+    """Add the partitions' sums in partition-key order (so the bits never depend on arrival order).
+
+    ``parts`` is a list in any order, or an iterator yielding them in key order: then
+    each partition is added and let go before the next is read, so the bootstrap's
+    replicate sums (groups x replicates x columns per partition) are held for one
+    partition at a time, whatever the number of partitions.
+    """
+    if isinstance(parts, list):
+        parts = iter(sorted(parts, key=lambda p: p.key))
+    columns, max_cols = quantity_columns(options), max_columns(options)
+    sums = GroupSums.empty(columns, max_cols, plan.n_groups)
+    replicates = None
+    if options.bootstrap > 0:
+        replicates = ReplicateSums(np.zeros((plan.n_groups, options.bootstrap, len(columns))))
+    previous = None
+    gathered_parts, tile_parts, aoi_parts = [], [], []
+    for part in parts:
+        if previous is not None and part.key <= previous:
+            raise ValueError("a partition was summed twice" if part.key == previous else "partitions arrived out of key order")
+        previous = part.key
+        sums = sums.merge(part.sums)
+        if replicates is not None:
+            replicates = replicates.merge(part.replicates)
+        gathered_parts.append(part.gathered)
+        tile_parts.append(part.tiles)
+        aoi_parts.append(part.aois)
+    row = np.array([unassigned.get(c, 0.0) for c in columns])
+    sums = sums.add_to_group(0, row)
+    if replicates is not None:
+        groups = replicates.groups.copy()
+        if unassigned_replicates is None:
+            groups[0] = groups[0] + row  # the same homeless predictions in every replicate
+        else:
+            col = {name: k for k, name in enumerate(columns)}
+            for j, name in enumerate(unassigned_columns):
+                groups[0][:, col[name]] += unassigned_replicates[:, j]
+        replicates = ReplicateSums(groups)
+    if gathered_parts:
+        gathered = pd.concat(gathered_parts).sort_index()
+    else:
+        gathered = pd.DataFrame(index=pd.Index(np.empty(0, np.int64), name="ref_pos"))
+    n_rep = options.bootstrap if options.bootstrap > 0 else None
+    ucols, rcols = unit_sum_columns(options)
+    tiles = UnitSums.concat([UnitSums.empty(3, n_rep, ucols, rcols)] + tile_parts + ([homeless_tiles] if homeless_tiles is not None else []))
+    aois = UnitSums.concat([UnitSums.empty(1, n_rep, ucols, rcols)] + aoi_parts + ([homeless_aois] if homeless_aois is not None else []))
+    return MergedSums(sums, replicates, gathered, dict(unassigned), tiles, aois, dict(global_values or {}), n_units)
