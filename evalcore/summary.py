@@ -24,7 +24,7 @@ from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
 from evalcore.metrics.base import GroupView
 from evalcore.options import EvalOptions, RunPlan
 from evalcore.layer_warnings import LayerFacts, run_warnings
-from evalcore.pixels import micro_macro
+from evalcore.pixel_counts import micro_macro
 from evalcore.study import Study, study_keys
 
 __all__ = [

@@ -24,18 +24,10 @@ from rasterio.transform import Affine
 from scipy import ndimage
 from shapely.geometry import Polygon, box
 
-from evalcore import pixels
+from evalcore import pixel_counts, pixels
 from evalcore.errors import IncompatibleStatsError
-from evalcore.pixels import (
-    MAX_WINDOW_PIXELS,
-    PixelCounts,
-    boundary_metrics,
-    micro_macro,
-    pixel_metrics,
-    tile_pixel_bounds,
-    tile_pixel_counts,
-    window_bytes,
-)
+from evalcore.pixel_counts import PixelCounts, boundary_metrics, micro_macro, pixel_metrics
+from evalcore.pixels import MAX_WINDOW_PIXELS, tile_pixel_bounds, tile_pixel_counts, window_bytes
 
 EPSG = 32633
 E0, N0 = 500_000.0, 5_000_000.0
@@ -633,5 +625,9 @@ def test_other_bad_parameters():
 
 
 def test_doctests():
-    result = doctest.testmod(pixels, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.failed == 0 and result.attempted > 10
+    attempted = 0
+    for module in (pixels, pixel_counts):
+        result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+        assert result.failed == 0
+        attempted += result.attempted
+    assert attempted > 10
