@@ -50,7 +50,7 @@ import pandas as pd
 
 from evalcore._version import __version__
 from evalcore.errors import EvalInputError
-from evalcore.io import to_jsonable, write_json
+from evalcore.writers import to_jsonable, write_json
 from evalcore.metrics.taxonomy import TAXONOMY_KEYS, taxonomy_counts
 from evalcore.report import package_versions, sha256_of_parts, sha256_path
 

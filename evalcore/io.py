@@ -1,9 +1,8 @@
-"""Reading layers and writing results, with clear errors and atomic writes.
+"""Reading layers, with clear errors.
 
 Readers accept any format pyogrio reads (GeoPackage, FlatGeobuf, Shapefile,
-GeoJSON, ...), GeoParquet files and directories of GeoParquet parts. Every writer
-writes to a temporary name beside the target and renames it when whole, so a file
-that exists is complete.
+GeoJSON, ...), GeoParquet files and directories of GeoParquet parts. Writing outputs
+(atomically) and the JSON conversion are :mod:`evalcore.writers`.
 
 Bad input is refused here, at the boundary, with one line that names the file, the
 layer and the row or column (docs/reliability.md has the whole list): a missing,
@@ -15,37 +14,34 @@ are linearized by GDAL while they are read; their rows are recorded in
 ``frame.attrs[LINEARIZED_ROWS_ATTR]`` and counted as repaired by
 :func:`evalcore.prepare.prepare_layer`. Every frame a reader returns names its source
 in ``frame.attrs[SOURCE_ATTR]`` so later errors can name the file too.
+
+The module stays whole at about 600 lines: every check above is made on the way into
+a frame, by the readers of one format or of all, and they share the same naming of a
+file, a layer and a row in their messages.
 """
 
 from __future__ import annotations
 
-import errno
 import json
-import math
 import os
 import stat
 import struct
-import tempfile
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import geopandas
 import numpy as np
 import pandas as pd
 
-from evalcore.errors import CRSError, EvalInputError
+from evalcore.errors import CRSError, EvalInputError, first_line
+# The writers and the JSON conversion live in evalcore.writers; they are handed on here for
+# the modules that still import them from evalcore.io (the CLI and the HTML report).
+from evalcore.writers import atomic_path, table_format, write_json, write_table  # noqa: F401
 
 __all__ = [
     "read_layer",
     "check_source",
     "check_file_name",
-    "to_jsonable",
-    "write_json",
-    "write_geoparquet",
-    "atomic_path",
-    "DiskFullError",
-    "write_error",
     "describe_source",
     "parquet_parts",
     "check_parquet_parts",
@@ -56,7 +52,6 @@ __all__ = [
     "layer_columns",
     "read_columns",
     "geometry_column_names",
-    "first_line",
     "SOURCE_ATTR",
     "LINEARIZED_ROWS_ATTR",
 ]
@@ -82,27 +77,6 @@ _NAN_WARNING = "invalid value encountered"
 def describe_source(path: str | os.PathLike, layer: str | None, role: str) -> str:
     """``"predicted file 'p.gpkg' layer 'fields'"``: how messages name a layer on storage."""
     return f"{role} file {str(path)!r}" + (f" layer {layer!r}" if layer else "")
-
-
-_GDAL_NOISE = ("sqlite3_prepare", "It might help to specify the correct driver")
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type name when it has none), without a final period.
-
-    GDAL joins several messages with ``"; "``; repeated ones, SQL statements and the hint
-    about driver prefixes are left out.
-    """
-    text = str(exc).strip()
-    if not text:
-        return type(exc).__name__
-    parts: list[str] = []
-    for part in text.splitlines()[0].split("; "):
-        part = part.strip().rstrip(".")
-        if part and part not in parts:
-            parts.append(part)
-    useful = [p for p in parts if not any(noise in p for noise in _GDAL_NOISE)]
-    return "; ".join(useful or parts) or type(exc).__name__
 
 
 def _is_parquet(p: Path) -> bool:
@@ -612,185 +586,3 @@ def read_columns(path: str | os.PathLike, columns: list[str], *, layer: str | No
         raise
     except Exception as exc:
         raise EvalInputError(f"Cannot read columns {columns} of the {where}: {first_line(exc)}") from exc
-
-
-def to_jsonable(value: object) -> object:
-    """Convert metrics to JSON-ready values: NaN and infinity become None, numpy to Python."""
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return [to_jsonable(v) for v in value.tolist()]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        return value if math.isfinite(value) else None
-    if value is None or isinstance(value, str):
-        return value
-    if value is pd.NA:
-        return None
-    return str(value)
-
-
-def atomic_path(target: str | os.PathLike, write: Callable[[Path], None]) -> Path:
-    """Call ``write(tmp)`` for a temporary path beside ``target``, then rename it to ``target``.
-
-    The temporary file is removed if ``write`` fails, so ``target`` is either the old
-    file, absent, or whole.
-    """
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:  # name the user's path, not the temporary one
-        raise OSError(exc.errno, f"cannot write {str(target)!r}: {exc.strerror}") from None
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        write(tmp_path)
-        # mkstemp makes the file 0600; an output gets the permissions the umask implies,
-        # as if it had been created by open(), so colleagues can read it.
-        if tmp_path.is_file():
-            os.chmod(tmp_path, 0o666 & ~_UMASK)
-        os.replace(tmp_path, target)
-    except BaseException as exc:
-        tmp_path.unlink(missing_ok=True)
-        if _disk_full(exc) is not None:
-            raise write_error(target, exc) from None
-        if isinstance(exc, OSError) and exc.filename is not None and str(tmp_path) in str(exc.filename):
-            raise write_error(target, exc) from None
-        raise
-    return target
-
-
-#: The hidden directory, beside each output, that holds it until it is renamed into place
-#: (:mod:`evalcore.outputs`). Messages name the output, not its staged name.
-STAGING_DIR = ".evalcore-partial"
-
-
-def shown_path(path: str | os.PathLike) -> str:
-    """``path`` as the user knows it: a staged output (``DIR/.evalcore-partial/NAME``) as ``DIR/NAME``."""
-    p = Path(path)
-    return str(Path(*[part for part in p.parts if part != STAGING_DIR])) if STAGING_DIR in p.parts else str(p)
-
-
-def write_error(target: str | os.PathLike, exc: BaseException) -> OSError:
-    """The error to raise when writing ``target`` failed with ``exc``: one that names ``target``.
-
-    A full disk gives a :class:`DiskFullError` that says so; any other OSError keeps its
-    errno and reason. A staged output is named by its final path (:func:`shown_path`).
-    """
-    target = shown_path(target)
-    full = _disk_full(exc)
-    if full is not None:
-        return DiskFullError(full, f"cannot write {str(target)!r}: {_FULL_TEXT[full]}; free some space or write elsewhere")
-    if isinstance(exc, OSError):
-        return OSError(exc.errno, f"cannot write {str(target)!r}: {exc.strerror or first_line(exc)}")
-    return OSError(f"cannot write {str(target)!r}: {first_line(exc)}")
-
-
-class DiskFullError(OSError):
-    """Writing an output failed because its file system is full (or the user's quota is used up).
-
-    The message names the output being written; the writers' own errors (Python's, Arrow's,
-    GDAL's) name the temporary file or nothing at all.
-    """
-
-
-_FULL_TEXT = {errno.ENOSPC: "the disk is full (No space left on device)", errno.EDQUOT: "the disk quota is exceeded"}
-_FULL_MARKERS = {"No space left on device": errno.ENOSPC, "database or disk is full": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT}
-
-
-def _disk_full(exc: BaseException) -> int | None:
-    """ENOSPC or EDQUOT when ``exc`` or an exception in its chain says the disk is full; else None.
-
-    Arrow and GDAL wrap the error in their own exceptions, sometimes only in the message.
-    """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in _FULL_TEXT:
-            return current.errno
-        text = str(current)
-        for marker, code in _FULL_MARKERS.items():
-            if marker in text:
-                return code
-        current = current.__cause__ or current.__context__
-    return None
-
-
-def _current_umask() -> int:
-    mask = os.umask(0)  # the only way to read it; set back at once
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _current_umask()
-
-
-def write_json(path: str | os.PathLike, obj: object) -> Path:
-    """Write ``obj`` as indented JSON (NaN and infinity as null), atomically."""
-    text = json.dumps(to_jsonable(obj), indent=2, allow_nan=False)
-
-    def _write(tmp: Path) -> None:
-        tmp.write_text(text + "\n", encoding="utf-8")
-
-    return atomic_path(path, _write)
-
-
-def write_geoparquet(path: str | os.PathLike, frame: geopandas.GeoDataFrame) -> Path:
-    """Write a GeoDataFrame as GeoParquet, atomically.
-
-    A meaningful index is kept as a column; a plain RangeIndex is not written (it would
-    become an anonymous ``__index_level_0__`` column in QGIS and pandas).
-    """
-
-    def _write(tmp: Path) -> None:
-        frame.to_parquet(tmp, index=None)
-
-    return atomic_path(path, _write)
-
-
-TABLE_FORMATS: dict[str, str | None] = {
-    ".parquet": None,  # GeoParquet
-    ".geoparquet": None,
-    ".gpkg": "GPKG",
-    ".fgb": "FlatGeobuf",
-}
-"""Output table formats by file suffix: None is GeoParquet, else the OGR driver."""
-
-
-def table_format(path: str | os.PathLike, option: str) -> str | None:
-    """The format a table output path asks for (its suffix); EvalInputError for an unknown one."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in TABLE_FORMATS:
-        known = ", ".join(TABLE_FORMATS)
-        raise EvalInputError(
-            f"{option} {str(path)!r}: the file name must end in one of {known} (the format), or end with / "
-            "for a directory of GeoParquet parts."
-        )
-    return TABLE_FORMATS[suffix]
-
-
-def write_table(path: str | os.PathLike, frame: geopandas.GeoDataFrame, option: str = "output") -> Path:
-    """Write a GeoDataFrame in the format its file suffix names (GeoParquet, GeoPackage, FlatGeobuf), atomically."""
-    driver = table_format(path, option)
-    if driver is None:
-        return write_geoparquet(path, frame)
-    layer = Path(path).stem
-
-    def _write(tmp: Path) -> None:
-        # GDAL checks a GeoPackage's extension; write under it, then move to the temporary name.
-        named = tmp.with_name(tmp.name + Path(path).suffix)
-        try:
-            frame.to_file(named, driver=driver, layer=layer, engine="pyogrio")
-            os.replace(named, tmp)
-        finally:
-            named.unlink(missing_ok=True)
-
-    return atomic_path(path, _write)

@@ -327,7 +327,7 @@ def run_log(path: str | os.PathLike[str]) -> Iterator[Path]:
             handler.error = handler.error or exc
         _close_gates()
     if handler.error is not None:  # the run itself went through, its log did not
-        from evalcore.io import write_error
+        from evalcore.writers import write_error
 
         raise write_error(path, handler.error)
 

@@ -29,7 +29,7 @@ import socket
 from pathlib import Path
 
 from evalcore.errors import EvalInputError
-from evalcore.io import STAGING_DIR, write_error
+from evalcore.writers import STAGING_DIR, write_error
 
 __all__ = [
     "OutputSet",

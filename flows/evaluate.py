@@ -69,7 +69,7 @@ from evalcore.distributed.sources import LayerSource
 from evalcore.distributed.reliability import peak_rss_mib, run_reliability, start_recording
 from evalcore.errors import EvalInputError
 from evalcore.evidence import BUNDLE_FILES
-from evalcore.io import atomic_path, write_json
+from evalcore.writers import atomic_path, write_json
 from evalcore.logs import library_level, run_log
 from evalcore.options import EvalOptions, RunPlan
 from evalcore.outputs import (

@@ -56,7 +56,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from evalcore._version import __version__
-from evalcore.io import atomic_path, write_json
+from evalcore.writers import atomic_path, write_json
 from evalcore.metrics.registry import FAMILIES
 from evalcore.present import better_of, interval_text, is_worse, number
 from evalcore.report import HEADLINE_KEYS, markdown_text, sha256_path

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from evalcore.io import to_jsonable
+from evalcore.writers import to_jsonable
 from evalcore.report import HEADLINE_KEYS
 
 __all__ = [

@@ -56,7 +56,7 @@ from evalcore.engine.sums import MergedSums, RefRows, merge_partitions, summariz
 from evalcore.engine.tables import field_table, prediction_table
 from evalcore.errors import EvalInputError
 from evalcore.groups import strata_values
-from evalcore.io import atomic_path, write_geoparquet, write_json, write_table
+from evalcore.writers import atomic_path, write_geoparquet, write_json, write_table
 from evalcore.options import EvalOptions, RunPlan, make_run_plan
 from evalcore.layer import PreparedLayer, empty_layer
 from evalcore.prepare import prepare_layer
@@ -694,7 +694,7 @@ def _stage_site_layers(options: EvalOptions, workdir: Path) -> EvalOptions:
             path = workdir / "input" / f"{name}.parquet"
             path.parent.mkdir(parents=True, exist_ok=True)
             frame = value.frame if isinstance(value.frame, geopandas.GeoDataFrame) else geopandas.GeoDataFrame(geometry=value.frame)
-            from evalcore.io import atomic_path
+            from evalcore.writers import atomic_path
 
             atomic_path(path, lambda tmp, f=frame: f.to_parquet(tmp, index=False))
             values[name] = str(path)
@@ -1305,7 +1305,7 @@ def stage_layer(
             frame[column] = np.asarray(layer[column])
     path = workdir / "input" / f"{role}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
-    from evalcore.io import atomic_path
+    from evalcore.writers import atomic_path
 
     atomic_path(path, lambda tmp: frame.to_parquet(tmp, index=False, row_group_size=chunk_rows))
     return LayerSource(str(path), None, role)

@@ -20,14 +20,13 @@ import pyarrow.parquet as pq
 import shapely
 from pyproj import CRS
 
-from evalcore.errors import EvalInputError
+from evalcore.errors import EvalInputError, first_line
 from evalcore.io import (
     SOURCE_ATTR,
     check_layer_crs,
     check_layer_name,
     check_parquet_parts,
     check_source,
-    first_line,
     parquet_parts,
     read_ogr_frame,
 )

@@ -32,7 +32,7 @@ from evalcore._typing import F64Array
 from evalcore.bootstrap import PartitionKey, ReplicateSums, RowDraws
 from evalcore.engine.pairing import PAIR_ARRAYS, PRED_ARRAYS, REF_ARRAYS, PairResults
 from evalcore.engine.sums import PartitionSummary
-from evalcore.io import atomic_path
+from evalcore.writers import atomic_path
 from evalcore.layer import PreparedLayer
 from evalcore.levels import UnitSums
 from evalcore.pairtable import PairTable

@@ -96,7 +96,7 @@ def test_cli_against_real_scheduler_and_workers(dask_processes, tmp_path):
         str(pred_path), str(ref_path), strata="stratum", size_bins=[0, 1, 2, 5, float("inf")],
         bootstrap=30, boundary_tolerance_m=5.0, partition_size_m=2_000.0,
     )
-    from evalcore.io import to_jsonable
+    from evalcore.writers import to_jsonable
 
     assert differences(result, to_jsonable(expected)) == []
     import geopandas
@@ -126,7 +126,7 @@ def test_relative_paths_from_another_directory_reach_the_workers(dask_processes,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((data / "out" / "metrics.json").read_text())
-    from evalcore.io import to_jsonable
+    from evalcore.writers import to_jsonable
 
     expected = evalcore.evaluate(str(data / "predicted.parquet"), str(data / "reference.parquet"), partition_size_m=5_000.0)
     assert differences(result, to_jsonable(expected)) == []

@@ -17,7 +17,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
 
 import evalcore
-from evalcore.io import to_jsonable
+from evalcore.writers import to_jsonable
 from evalcore.synth import write_layers
 from flows.evaluate import evaluate_layers
 from flows.params import EvaluateParams

@@ -36,7 +36,7 @@ from evalcore.distributed.runner import (
     sums_phase,
 )
 from evalcore.distributed.sources import LayerSource
-from evalcore.io import to_jsonable
+from evalcore.writers import to_jsonable
 from evalcore.synth import write_layers
 
 OPTIONS = dict(strata="stratum", size_bins="auto", bootstrap=20, boundary_tolerance_m=10.0, partition_size_m=10_000.0)

@@ -19,7 +19,7 @@ from evalcore.evidence import (
     write_bundle,
     write_evidence_manifest,
 )
-from evalcore.io import to_jsonable, write_json
+from evalcore.writers import to_jsonable, write_json
 from tests.common import layer, naive_sha256, run_cli, strict_json, strips
 
 REF = [(0, 1), (2, 3), (4, 5), (6, 7)]

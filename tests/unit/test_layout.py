@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from evalcore import evaluate
-from evalcore.io import write_json
+from evalcore.writers import write_json
 from tests.common import EA, GROUP_KEYS, layer, scenario_a, strips
 
 DISTANCE_CRS = "WGS 84 / UTM zone of each polygon's centroid"

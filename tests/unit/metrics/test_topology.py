@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from shapely.geometry import box
 
 from evalcore import evaluate
-from evalcore.io import write_json
+from evalcore.writers import write_json
 from tests.common import run_cli, EA, EA_X0, EA_Y0, empty_layer, layer, scenario_a, strip, strips
 from tests.reference import naive_topology
 
