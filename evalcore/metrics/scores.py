@@ -35,6 +35,10 @@ matching fixed and weigh each prediction by the draws of its home reference (hom
 predictions weigh 1), the reference count being the resample's. So are the risk-coverage
 curves and their ``aurc`` intervals (a prediction weighs as it is drawn; the steps stay
 those of the distinct scores).
+
+The module stays whole at about 700 lines: AP, the PR curves, calibration and
+risk-coverage are one family (one score column, one set of options, sums and replicates
+drawn together), and the family interface wants it in one module.
 """
 
 from __future__ import annotations
