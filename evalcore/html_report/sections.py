@@ -311,15 +311,15 @@ def pixel_paired_section(run: RunFiles, page: Page) -> None:
             page.figures.append(fig_)
             page.parts.append(figure_html(fig_))
             page.parts.append(table(["metric", "candidate", "incumbent", "delta [95 % paired interval]"],
-                                     [[esc(k), fmt(overall[k].get("candidate")), fmt(overall[k].get("incumbent")),
-                                       fmt(overall[k].get("delta")) + ci_text(overall[k].get("ci"))] for k in names]))
+                                    [[esc(k), fmt(overall[k].get("candidate")), fmt(overall[k].get("incumbent")),
+                                      fmt(overall[k].get("delta")) + ci_text(overall[k].get("ci"))] for k in names]))
         worse = paired.get("worse_units") or []
         page.parts.append(f"<p>{len(worse)} units where the candidate is significantly worse"
                           + (f"; regression: {'yes' if paired.get('regression') else 'no'}" if "regression" in paired else "") + ".</p>")
         if worse:
             page.parts.append(table(["level", "unit", "metric", "delta [interval]", "support"],
-                                     [[esc(w.get("level")), esc(w.get("unit")), esc(w.get("metric")), fmt(w.get("delta")) + ci_text(w.get("ci")), fmt(w.get("support"))]
-                                      for w in worse[:MAX_TABLE_ROWS]]))
+                                    [[esc(w.get("level")), esc(w.get("unit")), esc(w.get("metric")), fmt(w.get("delta")) + ci_text(w.get("ci")), fmt(w.get("support"))]
+                                     for w in worse[:MAX_TABLE_ROWS]]))
     page.parts.append("</section>")
 
 
