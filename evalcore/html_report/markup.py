@@ -1,0 +1,90 @@
+"""The HTML pieces every section is made of, and the page they are collected in.
+
+A number on the page is shown rounded by :func:`evalcore.present.number` and carries its
+exact value in ``data-value`` (:func:`value_span`), which the tests parse back; an
+interval follows its value in brackets. :class:`Page` collects what the sections add:
+their HTML parts in page order and the :class:`Figure` values they drew.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from evalcore.html_report.loading import finite
+from evalcore.present import number
+
+__all__ = ["Figure", "Page", "fmt", "esc", "value_span", "ci_text", "with_ci", "table", "note"]
+
+
+@dataclass
+class Figure:
+    """A drawn figure: its name in :data:`~evalcore.html_report.figures.FIGURES`, its PNG bytes and its caption."""
+
+    name: str
+    png: bytes
+    caption: str
+
+
+@dataclass
+class Page:
+    """What the sections add: the HTML parts and the figures drawn."""
+
+    parts: list[str] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+
+
+def fmt(value: object, digits: int = 3) -> str:
+    """A value as shown: booleans as yes/no, numbers rounded with thousands separators, "–" when undefined."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return number(value, digits, "–", thousands=True)
+
+
+def esc(value: object) -> str:
+    """Any value as HTML text, quotes escaped (safe inside attributes)."""
+    return html.escape(str(value), quote=True)
+
+
+def _raw(value: object) -> str:
+    """The exact value for ``data-value``: ``repr`` of a float round-trips, ``null`` when undefined."""
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    v = finite(value)
+    return "null" if v is None else repr(v)
+
+
+def value_span(key: str, value: object, digits: int = 3) -> str:
+    """A number as shown, with its exact value in ``data-value`` (the tests parse it back)."""
+    return f'<span class="v" data-key="{esc(key)}" data-value="{esc(_raw(value))}">{esc(fmt(value, digits))}</span>'
+
+
+def ci_text(ci: object) -> str:
+    """`` [lower, upper]`` of an interval as plain text; empty when it is not two finite numbers."""
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2 or finite(ci[0]) is None or finite(ci[1]) is None:
+        return ""
+    return f" [{fmt(float(ci[0]))}, {fmt(float(ci[1]))}]"
+
+
+def with_ci(key: str, value: object, ci: object) -> str:
+    """:func:`value_span` of a value followed by its interval's bounds, each a ``data-value`` of its own."""
+    text = value_span(key, value)
+    if isinstance(ci, (list, tuple)) and len(ci) == 2 and finite(ci[0]) is not None and finite(ci[1]) is not None:
+        text += f' <span class="ci">[{value_span(key + ".ci_lower", ci[0])}, {value_span(key + ".ci_upper", ci[1])}]</span>'
+    return text
+
+
+def table(header: list[str], rows: list[list[str]], cls: str = "") -> str:
+    """An HTML table; the header is escaped here, the cells are HTML already."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def note(text: str) -> str:
+    """The note that stands where something is absent, saying why."""
+    return f'<p class="absent">{esc(text)}</p>'

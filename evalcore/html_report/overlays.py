@@ -1,0 +1,329 @@
+"""The map overlays: reference and predicted polygons drawn over small windows.
+
+Two figures: the worst tiles by F1 (a window of each, moved onto its errors) and a sample
+of each error code of the taxonomy (:data:`SAMPLES_PER_CODE` objects drawn with
+:data:`SAMPLE_SEED`, a window around each). Large runs stay fast because no overlay
+reads or draws every polygon: the per-field and per-prediction parts are first read for
+the few columns that choose the samples, then only the rows of the reporting tiles
+around the chosen windows (the parts' row-group statistics let pyarrow skip the other
+parts), and only the polygons that intersect a window are drawn. This windowed reading
+lives here rather than in :mod:`evalcore.html_report.loading` because the windows decide
+what it reads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evalcore.errors import EvalInputError
+from evalcore.html_report.figures import figure_html, new_figure, png, scale_bar
+from evalcore.html_report.loading import RunFiles, read_columns, read_parquet, tile_side_m
+from evalcore.html_report.markup import Figure, Page, esc, fmt, note, table
+
+__all__ = [
+    "overlays_section",
+    "REFERENCE_COLOUR",
+    "PREDICTION_COLOUR",
+    "ERROR_SAMPLES",
+    "SAMPLES_PER_CODE",
+    "SAMPLE_SEED",
+]
+
+REFERENCE_COLOUR = "#7b2cbf"
+"""Reference boundaries in every overlay (purple, as in seed 003)."""
+PREDICTION_COLOUR = "#f28e00"
+"""Predicted boundaries in every overlay (orange, as in seed 003)."""
+
+N_WORST_TILE_OVERLAYS = 4
+"""Worst tiles that get an overlay."""
+SAMPLES_PER_CODE = 2
+"""Overlays per error code; the objects are drawn with :data:`SAMPLE_SEED`."""
+SAMPLE_SEED = 0
+TILE_WINDOW_M = 2000.0
+"""Side of a worst tile's overlay window, centred on the tile's errors (at most the tile's side)."""
+OBJECT_WINDOW_MIN_M = 300.0
+"""Smallest side of an error sample's window (otherwise three times the object's extent)."""
+MAX_OVERLAY_POLYGONS = 2000
+"""Per layer and window: beyond this, the polygons nearest the window's centre are drawn."""
+
+# Error codes of the taxonomy (SPEC 6.8) sampled for overlays: (code, table, flag column or None, what it means).
+ERROR_SAMPLES: tuple[tuple[str, str, str | None, str], ...] = (
+    ("M-FN-MISSED", "fields", None, "reference field that no prediction overlaps"),
+    ("M-FN-LOCALISATION", "fields", None, "reference field overlapped but not matched"),
+    ("M-FP-LOCALISATION", "predictions", None, "prediction overlapping a reference field below the IoU threshold"),
+    ("M-FP-DUPLICATE", "predictions", None, "prediction whose largest-overlap reference is matched by another"),
+    ("M-FP-BACKGROUND", "predictions", None, "prediction overlapping no reference field"),
+    ("merge", "predictions", "merge", "prediction covering two or more reference fields"),
+    ("split", "fields", "split", "reference field holding two or more predictions"),
+)
+
+
+@dataclass
+class _Window:
+    """One overlay: a square in a UTM zone and what it shows."""
+
+    zone: int
+    cx: float
+    cy: float
+    side_m: float
+    title: str
+    focus_table: str | None = None
+    focus_index: object = None
+    tile: tuple[int, int] | None = None  # a worst tile's (tile_x, tile_y): the window moves onto its errors
+
+def _neighbourhood(windows: list[_Window], tile_m: float) -> dict[int, tuple[set[int], set[int]]]:
+    """Per zone, the tile columns and rows within reach of the windows (a superset for the read filter)."""
+    out: dict[int, tuple[set[int], set[int]]] = {}
+    for w in windows:
+        half = w.side_m / 2 + tile_m  # a polygon's tile is that of its centroid: one tile of margin
+        xs, ys = out.setdefault(w.zone, (set(), set()))
+        xs.update(range(math.floor((w.cx - half) / tile_m), math.floor((w.cx + half) / tile_m) + 1))
+        ys.update(range(math.floor((w.cy - half) / tile_m), math.floor((w.cy + half) / tile_m) + 1))
+    return out
+
+
+def _tile_filter(zone_col: str, reach: dict[int, tuple[set[int], set[int]]]) -> Any:
+    import pyarrow.dataset as ds
+
+    expr = None
+    for zone, (xs, ys) in reach.items():
+        term = (ds.field(zone_col) == zone) & ds.field("tile_x").isin(sorted(xs)) & ds.field("tile_y").isin(sorted(ys))
+        expr = term if expr is None else expr | term
+    return expr
+
+
+def _parts(path: Path) -> list[Path]:
+    return sorted(path.glob("*.parquet")) if path.is_dir() else ([path] if path.is_file() else [])
+
+
+def _read_near(path: Path, zone_col: str, reach: dict, columns: tuple[str, ...]) -> Any:
+    """The rows of a parts directory whose tile is within ``reach``, with their geometry."""
+    import pyarrow.dataset as ds
+
+    if not reach:
+        return None
+    try:
+        names = ds.dataset(path, format="parquet").schema.names
+    except Exception as exc:
+        raise EvalInputError(f"{path}: cannot be read as parquet ({type(exc).__name__})") from exc
+    cols = [c for c in columns if c in names] + ["geometry"]
+    return read_parquet(path, columns=cols, filters=_tile_filter(zone_col, reach))
+
+
+def _in_window(frame: Any, window: _Window, zone_col: str) -> Any:
+    """The rows of ``frame`` (any CRS) that intersect the window, reprojected into the window's zone."""
+    import geopandas
+    import shapely
+
+    if frame is None or len(frame) == 0:
+        return frame
+    half = window.side_m / 2
+    square = shapely.box(window.cx - half, window.cy - half, window.cx + half, window.cy + half)
+    near = frame[frame[zone_col].to_numpy() == window.zone] if zone_col in frame else frame
+    if len(near) == 0:
+        return near
+    in_src = geopandas.GeoSeries([shapely.segmentize(square, half / 8)], crs=f"EPSG:{window.zone}").to_crs(frame.crs).iloc[0]
+    near = near[near.intersects(in_src.envelope)]
+    near = near.to_crs(f"EPSG:{window.zone}")
+    near = near[near.intersects(square)]
+    if len(near) > MAX_OVERLAY_POLYGONS:
+        d = near.geometry.centroid.distance(shapely.Point(window.cx, window.cy)).to_numpy()
+        near = near.iloc[np.argsort(d, kind="stable")[:MAX_OVERLAY_POLYGONS]]
+    return near
+
+
+def _polygon_paths(geoms: Any) -> list:
+    """Matplotlib paths of polygons (holes as further closed rings, drawn even-odd)."""
+    import shapely
+    from matplotlib.path import Path as MplPath
+
+    paths = []
+    for polygon in shapely.get_parts(np.asarray(geoms, dtype=object)):
+        if polygon is None or polygon.is_empty or polygon.geom_type != "Polygon":
+            continue
+        vertices, codes = [], []
+        for ring in (polygon.exterior, *polygon.interiors):
+            xy = np.asarray(ring.coords)
+            code = np.full(len(xy), MplPath.LINETO, dtype=np.uint8)
+            code[0], code[-1] = MplPath.MOVETO, MplPath.CLOSEPOLY
+            vertices.append(xy)
+            codes.append(code)
+        paths.append(MplPath(np.concatenate(vertices), np.concatenate(codes)))
+    return paths
+
+
+def _add_polygons(ax: Any, frame: Any, **style: Any) -> None:
+    """Draw a frame's polygons as one collection (geopandas' plot costs ~20 ms a call, and a
+    report makes a hundred such calls)."""
+    from matplotlib.collections import PathCollection
+
+    paths = _polygon_paths(frame.geometry.to_numpy())
+    if paths:
+        # sizes=None with offsets at the data transform: the paths are drawn in data coordinates.
+        ax.add_collection(PathCollection(paths, transform=ax.transData, **style))
+
+
+def _draw_overlay(ax: Any, window: _Window, refs: Any, preds: Any, focus: Any) -> None:
+    half = window.side_m / 2
+    if refs is not None and len(refs):
+        missed = ~refs["matched"].fillna(False).astype(bool).to_numpy() if "matched" in refs else np.zeros(len(refs), bool)
+        _add_polygons(ax, refs, facecolor=REFERENCE_COLOUR, alpha=0.08, edgecolor="none")
+        if missed.any():
+            _add_polygons(ax, refs[missed], facecolor=REFERENCE_COLOUR, alpha=0.30, edgecolor="none")
+        _add_polygons(ax, refs, facecolor="none", edgecolor=REFERENCE_COLOUR, linewidth=1.3)
+    if preds is not None and len(preds):
+        false = ~preds["matched"].fillna(False).astype(bool).to_numpy() if "matched" in preds else np.zeros(len(preds), bool)
+        if false.any():
+            _add_polygons(ax, preds[false], facecolor=PREDICTION_COLOUR, alpha=0.30, edgecolor="none")
+        _add_polygons(ax, preds, facecolor="none", edgecolor=PREDICTION_COLOUR, linewidth=1.1)
+    if focus is not None and len(focus):
+        colour = REFERENCE_COLOUR if window.focus_table == "fields" else PREDICTION_COLOUR
+        _add_polygons(ax, focus, facecolor="none", edgecolor=colour, linewidth=2.8)
+        _add_polygons(ax, focus, facecolor="none", edgecolor="black", linewidth=0.6, linestyle=(0, (2, 2)))
+    ax.set_xlim(window.cx - half, window.cx + half)
+    ax.set_ylim(window.cy - half, window.cy + half)
+    ax.set_aspect("equal")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_xlabel("")
+    ax.set_ylabel("")
+    ax.set_title(window.title, fontsize=7.5)
+    scale_bar(ax)
+
+
+def _overlay_figure(name: str, panels: list[tuple[_Window, Any, Any, Any]], n_cols: int, caption: str) -> Figure:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    n_rows = math.ceil(len(panels) / n_cols)
+    fig = new_figure(2.35 * n_cols, 2.45 * n_rows + 0.35)
+    axes = fig.subplots(n_rows, n_cols, squeeze=False).ravel()
+    for ax, (window, refs, preds, focus) in zip(axes, panels):
+        _draw_overlay(ax, window, refs, preds, focus)
+    for ax in axes[len(panels):]:
+        ax.set_axis_off()
+    handles = [Line2D([], [], color=REFERENCE_COLOUR, lw=1.5, label="reference"),
+               Line2D([], [], color=PREDICTION_COLOUR, lw=1.5, label="prediction"),
+               Patch(facecolor=REFERENCE_COLOUR, alpha=0.4, label="reference not matched"),
+               Patch(facecolor=PREDICTION_COLOUR, alpha=0.4, label="prediction not matched"),
+               Line2D([], [], color="black", lw=2.5, label="the sampled object")]
+    fig.legend(handles=handles, loc="outside lower center", ncols=5, fontsize=7, frameon=False)
+    return Figure(name, png(fig), caption)
+
+
+def _sample_error_windows(run: RunFiles, fields_dir: Path, preds_dir: Path, rng: np.random.Generator) -> tuple[list[_Window], list[str], dict[str, int]]:
+    """The chosen objects of each error code (their tile only: the window is placed once their geometry is read)."""
+    light = {
+        "fields": read_columns(fields_dir, ("ref_index", "utm_epsg", "tile_x", "tile_y", "error_code", "split")) if _parts(fields_dir) else None,
+        "predictions": read_columns(preds_dir, ("pred_index", "tile_epsg", "tile_x", "tile_y", "error_code", "merge")) if _parts(preds_dir) else None,
+    }
+    chosen: list[_Window] = []
+    missing: list[str] = []
+    counts: dict[str, int] = {}
+    for code, table, flag, meaning in ERROR_SAMPLES:
+        frame = light[table]
+        column = flag or "error_code"
+        if frame is None or column not in frame:
+            missing.append(f"{code} (no {column} column in {table}/)")
+            continue
+        sel = frame[column].fillna(False).astype(bool).to_numpy() if flag else (frame[column].astype("string") == code).fillna(False).to_numpy()
+        idx = np.flatnonzero(sel)
+        counts[code] = len(idx)
+        if len(idx) == 0:
+            missing.append(f"{code} (none in this run)")
+            continue
+        pick = np.sort(rng.choice(idx, size=min(SAMPLES_PER_CODE, len(idx)), replace=False))
+        zone_col = "utm_epsg" if table == "fields" else "tile_epsg"
+        id_col = "ref_index" if table == "fields" else "pred_index"
+        for i in pick:
+            row = frame.iloc[int(i)]
+            label = "ref" if table == "fields" else "pred"
+            chosen.append(_Window(int(row[zone_col]), float(row["tile_x"]), float(row["tile_y"]), 0.0, f"{code} ({label} {row[id_col]})",
+                                  focus_table=table, focus_index=row[id_col]))
+    return chosen, missing, counts
+
+
+def overlays_section(run: RunFiles, page: Page, tiles: Any, worst: list[dict]) -> None:
+    """The overlays section: the worst tiles (``worst``, from :func:`~evalcore.html_report.sections.tiles_section`) and the error samples."""
+    page.parts.append('<section id="overlays"><h2>Overlays: reference (purple) and predictions (orange)</h2>')
+    fields_dir, preds_dir = run.run_dir / "fields", run.run_dir / "predictions"
+    if not _parts(fields_dir):
+        page.parts.append(note("No overlays: the run directory has no per-field table (fields/)."))
+        page.parts.append("</section>")
+        return
+    tile_m = tile_side_m(run.metrics)
+    rng = np.random.default_rng(SAMPLE_SEED)
+    samples, missing, counts = _sample_error_windows(run, fields_dir, preds_dir, rng)
+    # Windows of the samples: first their tiles (centre of the tile), replaced by the object once read.
+    for w in samples:
+        w.cx, w.cy, w.side_m = (w.cx + 0.5) * tile_m, (w.cy + 0.5) * tile_m, tile_m
+    tile_windows = []
+    for i, t in enumerate(worst[:N_WORST_TILE_OVERLAYS]):
+        zone, tx, ty = (int(v) for v in t["tile"].split("_"))
+        tile_windows.append(_Window(zone, (tx + 0.5) * tile_m, (ty + 0.5) * tile_m, tile_m,
+                                    f"#{i + 1} tile {t['tile']}: F1 {fmt(t.get('f1'))}, {fmt(t.get('support'))} fields", tile=(tx, ty)))
+    reach_f = _neighbourhood(samples + tile_windows, tile_m)
+    field_cols = ("ref_index", "utm_epsg", "tile_x", "tile_y", "error_code", "matched", "split")
+    pred_cols = ("pred_index", "tile_epsg", "tile_x", "tile_y", "error_code", "matched", "merge")
+    fields = _read_near(fields_dir, "utm_epsg", reach_f, field_cols)
+    preds = _read_near(preds_dir, "tile_epsg", reach_f, pred_cols) if _parts(preds_dir) else None
+    panels_tiles = []
+    for w in tile_windows:
+        _centre_on_errors(w, fields, preds, *w.tile, min(TILE_WINDOW_M, tile_m))
+        panels_tiles.append((w, _in_window(fields, w, "utm_epsg"), _in_window(preds, w, "tile_epsg"), None))
+    panels_errors = []
+    for w in samples:
+        source = fields if w.focus_table == "fields" else preds
+        id_col = "ref_index" if w.focus_table == "fields" else "pred_index"
+        zone_col = "utm_epsg" if w.focus_table == "fields" else "tile_epsg"
+        focus = source[(source[id_col] == w.focus_index).fillna(False).to_numpy() & (source[zone_col].to_numpy() == w.zone)] if source is not None else None
+        if focus is None or len(focus) == 0:
+            continue
+        focus = focus.iloc[:1].to_crs(f"EPSG:{w.zone}")
+        x0, y0, x1, y1 = focus.total_bounds
+        w.cx, w.cy = (x0 + x1) / 2, (y0 + y1) / 2
+        w.side_m = max(OBJECT_WINDOW_MIN_M, 3 * max(x1 - x0, y1 - y0))
+        panels_errors.append((w, _in_window(fields, w, "utm_epsg"), _in_window(preds, w, "tile_epsg"), focus))
+    if panels_tiles:
+        fig_ = _overlay_figure("overlay_worst_tiles", panels_tiles, min(4, len(panels_tiles)),
+                               f"The worst tiles by F1 (numbers as on the map): a {fmt(min(TILE_WINDOW_M, tile_m) / 1000, 1)} km window of each, centred on its errors, in the tile's UTM zone.")
+        page.figures.append(fig_)
+        page.parts.append(figure_html(fig_))
+    else:
+        page.parts.append(note("No worst-tile overlays: no tile has enough support, or the run has no tile table."))
+    if panels_errors:
+        fig_ = _overlay_figure("overlay_errors", panels_errors, 4,
+                               f"Up to {SAMPLES_PER_CODE} objects of each error code, drawn at random (seed {SAMPLE_SEED}) from all objects with that code; "
+                               "each window is three times the object's extent (at least "
+                               f"{OBJECT_WINDOW_MIN_M:g} m), in the object's UTM zone.")
+        page.figures.append(fig_)
+        page.parts.append(figure_html(fig_))
+        page.parts.append(table(["code", "what it is", "objects"], [[esc(c), esc(meaning), fmt(counts[c])] for c, _, _, meaning in ERROR_SAMPLES if c in counts], "codes"))
+    if missing:
+        page.parts.append(note("No sample for: " + "; ".join(missing) + "."))
+    page.parts.append("</section>")
+
+
+def _centre_on_errors(w: _Window, fields: Any, preds: Any, tx: int, ty: int, side: float) -> None:
+    """Move a worst tile's window onto its errors: the error nearest the median of the tile's error centroids."""
+    points = []
+    for frame, zone_col, bad in ((fields, "utm_epsg", "matched"), (preds, "tile_epsg", "matched")):
+        if frame is None or len(frame) == 0:
+            continue
+        sel = (frame[zone_col].to_numpy() == w.zone) & (frame["tile_x"].to_numpy() == tx) & (frame["tile_y"].to_numpy() == ty)
+        if bad in frame:
+            sel &= ~frame[bad].fillna(False).astype(bool).to_numpy()
+        if sel.any():
+            c = frame[sel].to_crs(f"EPSG:{w.zone}").geometry.centroid
+            points.append(np.column_stack([c.x.to_numpy(), c.y.to_numpy()]))
+    w.side_m = side
+    if points:
+        xy = np.concatenate(points)
+        med = np.median(xy, axis=0)
+        cx, cy = xy[int(np.argmin(((xy - med) ** 2).sum(axis=1)))]
+        w.cx, w.cy = float(cx), float(cy)
