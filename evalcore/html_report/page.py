@@ -17,7 +17,7 @@ from evalcore.html_report.loading import RunFiles, load_run
 from evalcore.html_report.markup import Figure, Page, esc
 from evalcore.html_report.overlays import PREDICTION_COLOUR, REFERENCE_COLOUR, overlays_section
 from evalcore.html_report.sections import family_sections, group_section, headline, iou_section, pixel_paired_section, scores_section, tiles_section
-from evalcore.io import atomic_path
+from evalcore.writers import atomic_path
 
 __all__ = ["build_report"]
 
