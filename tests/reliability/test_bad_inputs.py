@@ -265,8 +265,8 @@ def _output_not_writable(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> None:
     locked.mkdir()
     locked.chmod(0o555)
     if os.geteuid() == 0:  # root writes anywhere: give the check the answer a normal user gets
-        real = evalcore.cli._writable
-        monkeypatch.setattr(evalcore.cli, "_writable", lambda d: False if Path(d) == locked else real(d))
+        real = evalcore.cli.checks._writable
+        monkeypatch.setattr(evalcore.cli.checks, "_writable", lambda d: False if Path(d) == locked else real(d))
 
 
 def _counts(**expected: int) -> Callable[[dict], None]:

@@ -160,9 +160,9 @@ def test_cluster_only_options_without_cluster_are_refused(data, tmp_path, extra)
 
 @pytest.mark.parametrize("command", ["evaluate", "run"])
 def test_every_option_has_one_line_of_help(command):
-    from evalcore.cli import _build_parser
+    from evalcore.cli import build_parser
 
-    parser = _build_parser()
+    parser = build_parser()
     sub = parser._subparsers._group_actions[0].choices[command]
     for action in sub._actions:
         if action.dest == "help":

@@ -77,7 +77,7 @@ def test_a_registered_family_gets_a_cli_flag_and_a_flow_parameter():
     from evalcore import cli
 
     with registered(LargeFields()):
-        parser = cli._build_parser()
+        parser = cli.build_parser()
         args = parser.parse_args(["evaluate", "-p", "p.parquet", "-r", "r.parquet", "-o", "m.json", "--large-field-ha", "3"])
         assert cli.metric_options(args)["large_field_ha"] == 3.0
         assert "--large-field-ha" in parser._subparsers._group_actions[0].choices["evaluate"].format_help()

@@ -1,0 +1,269 @@
+"""Checks made before any work: arguments, output locations, columns, ids, site layers.
+
+Every user error a command can find without evaluating is found here, first, so a run
+never stops after hours on a typo (docs/reliability.md): an output that cannot be
+written, a column that is not in the file, ids that are not unique, a site layer that
+cannot be prepared. Each raises :class:`~evalcore.errors.EvalInputError` naming the
+argument, the path and the way out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+from evalcore.cli.parser import metric_options
+from evalcore.errors import EvalInputError
+from evalcore.outputs import check_not_inputs, check_replaceable_directory
+
+__all__ = [
+    "check_columns_up_front",
+    "check_evaluate_arguments",
+    "check_id_columns_up_front",
+    "check_output_dir",
+    "check_output_file",
+    "check_read_columns",
+    "check_site_layers",
+    "describe_layer",
+        "with_id_column",
+]
+
+
+def describe_layer(path: str, layer: str | None, role: str) -> str:
+    """How messages name a layer: its path, and its layer name when one is given."""
+    from evalcore.io import describe_source
+
+    return describe_source(path, layer, role)
+
+
+def _writable(directory: Path) -> bool:
+    """Whether this process can create a file in ``directory`` (a seam for tests).
+
+    Tried for real: ``os.access`` says yes to root in ``/proc``, where creating fails.
+    """
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return False
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".evalcore-write-probe-", dir=directory)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
+
+
+def _check_directory_writable(directory: Path, path: str, option: str) -> None:
+    if not directory.exists():
+        raise EvalInputError(
+            f"{option} {path!r}: the directory {str(directory)!r} does not exist; create it first (evalcore does not create "
+            "missing parent directories)."
+        )
+    if not directory.is_dir():
+        raise EvalInputError(f"{option} {path!r}: {str(directory)!r} is a file, not a directory; choose another path.")
+    if not _writable(directory):
+        raise EvalInputError(
+            f"{option} {path!r}: the directory {str(directory)!r} is not writable by this user; "
+            "choose another location or fix its permissions."
+        )
+
+
+def check_output_file(path: str, option: str) -> None:
+    """An output file path: not a directory, in an existing directory this process can write in."""
+    p = Path(path)
+    if p.is_dir() or path.endswith(("/", os.sep)):
+        raise EvalInputError(f"{option} {path!r} is a directory; give a file name, e.g. {str(p / 'metrics.json')!r}.")
+    _check_directory_writable(p.parent if str(p.parent) else Path("."), path, option)
+
+
+def check_output_dir(path: str, option: str) -> None:
+    """An output directory: not a file; writable, or creatable in an existing writable directory."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise EvalInputError(f"{option} {path!r} is a file, not a directory; give a directory.")
+    _check_directory_writable(p if p.is_dir() else p.parent, path, option)
+
+
+def _check_score_column(values: object, column: str, where: str, columns: list[str]) -> None:
+    """Scores must exist and be finite numbers in [0, 1] (:func:`evalcore.metrics.scores.score_values`)."""
+    import pandas as pd
+
+    from evalcore.metrics.scores import score_values
+
+    if values is None:  # only the header was read: the column names, not their types
+        shown = ", ".join(repr(c) for c in columns) or "(none)"
+        raise EvalInputError(f"--score-column {column!r} is not a column of the {where}; its columns are: {shown}.")
+    score_values(pd.DataFrame({column: values}), column, where, label="--score-column")
+
+
+def _refuse_geometry_column(flag: str, column: str, where: str, columns: list[str]) -> None:
+    """A flag that names the geometry column: its WKT would become the group keys."""
+    shown = ", ".join(repr(c) for c in columns) or "(none)"
+    raise EvalInputError(f"{flag} {column!r} is the geometry column of the {where}, not an attribute; choose one of: {shown}.")
+
+
+def check_read_columns(args: argparse.Namespace, reference: object, predicted: object = None) -> None:
+    """For runs in this process, once the layers are read: the strata column and, given the predictions, the score column."""
+    if args.strata_column is not None and args.strata_column == reference.geometry.name:
+        _refuse_geometry_column("--strata-column", args.strata_column, describe_layer(args.reference, args.ref_layer, "reference"),
+                                [str(c) for c in reference.columns if c != reference.geometry.name])
+    if args.strata_column is not None and args.strata_column not in reference.columns:
+        columns = ", ".join(repr(c) for c in reference.columns if c != reference.geometry.name)
+        raise EvalInputError(
+            f"--strata-column {args.strata_column!r} is not a column of the reference file "
+            f"{args.reference!r}; its columns are: {columns or '(none)'}."
+        )
+    if predicted is not None and args.score_column is not None:
+        where = describe_layer(args.predicted, args.pred_layer, "predicted")
+        columns = [str(c) for c in predicted.columns if c != predicted.geometry.name]
+        _check_score_column(predicted[args.score_column] if args.score_column in columns else None, args.score_column, where, columns)
+
+
+def check_columns_up_front(args: argparse.Namespace) -> None:
+    """For runs that read layers on workers: check the files' headers, strata and score columns first.
+
+    Reads only the headers, and the score column's values when one is named.
+    """
+    from evalcore.io import layer_columns, read_columns
+
+    ref_columns = layer_columns(args.reference, layer=args.ref_layer, role="reference")
+    pred_columns = layer_columns(args.predicted, layer=args.pred_layer, role="predicted")
+    if args.strata_column is not None and args.strata_column not in ref_columns:
+        from evalcore.io import geometry_column_names
+
+        if args.strata_column in geometry_column_names(args.reference, layer=args.ref_layer, role="reference"):
+            _refuse_geometry_column("--strata-column", args.strata_column, describe_layer(args.reference, args.ref_layer, "reference"), list(ref_columns))
+        shown = ", ".join(repr(c) for c in ref_columns) or "(none)"
+        raise EvalInputError(
+            f"--strata-column {args.strata_column!r} is not a column of the reference file {args.reference!r}; "
+            f"its columns are: {shown}."
+        )
+    if args.score_column is not None:
+        where = describe_layer(args.predicted, args.pred_layer, "predicted")
+        values = None
+        if args.score_column in pred_columns:
+            values = read_columns(args.predicted, [args.score_column], layer=args.pred_layer, role="predicted")[args.score_column]
+        _check_score_column(values, args.score_column, where, list(pred_columns))
+
+
+def check_id_columns_up_front(args: argparse.Namespace) -> None:
+    """For runs that read layers on workers: the id columns exist and hold unique ids (reads only those columns)."""
+    from evalcore.io import geometry_column_names, layer_columns, read_columns
+    from evalcore.sites import check_id_column, check_ids
+
+    for option, column, path, layer, role in (
+        ("--ref-id-column", args.ref_id_column, args.reference, args.ref_layer, "reference"),
+        ("--pred-id-column", args.pred_id_column, args.predicted, args.pred_layer, "predicted"),
+    ):
+        if column is None:
+            continue
+        where = describe_layer(path, layer, role)
+        columns = list(layer_columns(path, layer=layer, role=role))
+        geometry = geometry_column_names(path, layer=layer, role=role) if column not in columns else ()
+        check_id_column(column, columns, option, where, geometry)
+        check_ids(read_columns(path, [column], layer=layer, role=role)[column], column, option, where)
+
+
+def with_id_column(frame: object, column: str | None, option: str, where: str) -> object:
+    """The layer indexed by its id column (checked by :func:`evalcore.sites.layer_ids`)."""
+    if column is None:
+        return frame
+    from evalcore.sites import layer_ids
+
+    layer_ids(frame, column, option, where)
+    return frame.set_index(column, drop=False)
+
+
+def check_site_layers(args: argparse.Namespace) -> None:
+    """Read and prepare the AOI, annotated-area, study-area and training-area layers now, so that a bad one fails before any work."""
+    from evalcore.sites import SITE_LAYERS, check_site_layers as check_layers
+
+    if all(getattr(args, kind.option, None) is None for kind in SITE_LAYERS):
+        return
+    from evalcore.options import check_options
+
+    options = check_options(**metric_options(args))
+    check_layers(options, options.equal_area_crs)
+
+
+def _table_out_kind(args: argparse.Namespace, dest: str, flag: str, what: str) -> str | None:
+    """``"dir"``, ``"file"`` or None for a table output that may be a directory of parts."""
+    path = getattr(args, dest)
+    if path is None:
+        return None
+    from evalcore.io import table_format
+
+    is_dir = path.endswith(("/", os.sep)) or Path(path).is_dir()
+    if args.cluster and not is_dir:
+        raise EvalInputError(
+            f"{flag} {path!r}: with --cluster the {what} table is written as a directory of GeoParquet parts, "
+            f"one per partition; give a directory, e.g. {str(Path(path).with_suffix('')) + '/'!r}."
+        )
+    if is_dir:
+        return "dir"
+    table_format(path, flag)
+    return "file"
+
+
+def _frame_out_kind(args: argparse.Namespace) -> str | None:
+    """``"dir"`` (a directory of parts), ``"file"`` (one table in the format of its suffix) or None.
+
+    With ``--cluster`` a path without a suffix names a directory of parts too.
+    """
+    path = args.frame_out
+    if path is not None and args.cluster and not Path(path).suffix and not path.endswith(("/", os.sep)):
+        return "dir"
+    return _table_out_kind(args, "frame_out", "--frame-out", "per-field")
+
+
+def check_evaluate_arguments(args: argparse.Namespace) -> str | None:
+    """Every check of ``evaluate`` that needs no data: options, silent no-ops, outputs. Returns the frame-out kind."""
+    from evalcore.options import check_options
+
+    check_options(**metric_options(args))
+    if not args.cluster:
+        given = [flag for flag, value in (("--workers", args.workers), ("--workdir", args.workdir)) if value is not None]
+        if given:
+            raise EvalInputError(
+                f"{' and '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a Dask run: add --cluster local (or --cluster tcp://HOST:PORT), "
+                "or leave them out to evaluate in this process."
+            )
+    if args.workers is not None and args.workers < 1:
+        raise EvalInputError(f"--workers must be at least 1, but got {args.workers}.")
+    kind = _frame_out_kind(args)
+    pred_kind = _table_out_kind(args, "predictions_out", "--predictions-out", "per-prediction")
+    check_output_file(args.output, "-o/--output")
+    if kind == "dir":
+        check_output_dir(args.frame_out, "--frame-out")
+        check_replaceable_directory(args.frame_out, "--frame-out")
+    elif kind == "file":
+        check_output_file(args.frame_out, "--frame-out")
+    if pred_kind == "dir":
+        check_output_dir(args.predictions_out, "--predictions-out")
+        check_replaceable_directory(args.predictions_out, "--predictions-out")
+    elif pred_kind == "file":
+        check_output_file(args.predictions_out, "--predictions-out")
+    if args.pr_curve_out is not None and args.score_column is None:
+        raise EvalInputError("--pr-curve-out needs scores: add --score-column C.")
+    if args.pr_curve_out is not None:
+        check_output_file(args.pr_curve_out, "--pr-curve-out")
+    if args.aois_out is not None and args.aoi is None:
+        raise EvalInputError("--aois-out needs an AOI layer: add --aoi PATH --aoi-id-column C.")
+    for flag, path in (("--tiles-out", args.tiles_out), ("--aois-out", args.aois_out)):
+        if path is not None:
+            from evalcore.io import table_format
+
+            table_format(path, flag)
+            check_output_file(path, flag)
+    if args.workdir:
+        check_output_dir(args.workdir, "--workdir")
+    check_not_inputs(
+        {"-p/--predicted": args.predicted, "-r/--reference": args.reference, "--aoi": args.aoi, "--annotated-area": args.annotated_area,
+         "--study-area": getattr(args, "study_area", None), "--training-area": getattr(args, "training_area", None)},
+        {"-o/--output": args.output, "--frame-out": args.frame_out, "--workdir": args.workdir, "--tiles-out": args.tiles_out,
+         "--aois-out": args.aois_out, "--predictions-out": args.predictions_out, "--pr-curve-out": args.pr_curve_out},
+        directories={"--workdir"} | ({"--frame-out"} if kind == "dir" else set()) | ({"--predictions-out"} if pred_kind == "dir" else set()),
+    )
+    check_site_layers(args)
+    return kind
