@@ -34,9 +34,6 @@ import numpy as np
 import pandas as pd
 
 from evalcore.errors import CRSError, EvalInputError, first_line
-# The writers and the JSON conversion live in evalcore.writers; they are handed on here for
-# the modules that still import them from evalcore.io (the CLI and the HTML report).
-from evalcore.writers import atomic_path, table_format, write_json, write_table  # noqa: F401
 
 __all__ = [
     "read_layer",

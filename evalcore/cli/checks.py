@@ -192,7 +192,7 @@ def _table_out_kind(args: argparse.Namespace, dest: str, flag: str, what: str) -
     path = getattr(args, dest)
     if path is None:
         return None
-    from evalcore.io import table_format
+    from evalcore.writers import table_format
 
     is_dir = path.endswith(("/", os.sep)) or Path(path).is_dir()
     if args.cluster and not is_dir:
@@ -252,7 +252,7 @@ def check_evaluate_arguments(args: argparse.Namespace) -> str | None:
         raise EvalInputError("--aois-out needs an AOI layer: add --aoi PATH --aoi-id-column C.")
     for flag, path in (("--tiles-out", args.tiles_out), ("--aois-out", args.aois_out)):
         if path is not None:
-            from evalcore.io import table_format
+            from evalcore.writers import table_format
 
             table_format(path, flag)
             check_output_file(path, flag)

@@ -24,7 +24,8 @@ def compare_command(args: argparse.Namespace) -> int:
     """``evalcore compare``: several named models (:func:`evalcore.compare.compare_models`), or the
     two-model form ``-p CANDIDATE -i INCUMBENT`` (:func:`evalcore.compare.compare`)."""
     from evalcore.compare import compare, compare_models
-    from evalcore.io import read_layer, write_json
+    from evalcore.io import read_layer
+    from evalcore.writers import write_json
     from evalcore.options import check_options
 
     started = time.perf_counter()

@@ -30,7 +30,8 @@ __all__ = ["evaluate_command"]
 def evaluate_command(args: argparse.Namespace) -> int:
     """``evalcore evaluate``: write metrics.json and the tables asked for; print the summary unless ``-q``."""
     from evalcore.api import evaluate_tables
-    from evalcore.io import read_layer, write_table
+    from evalcore.io import read_layer
+    from evalcore.writers import write_table
 
     started = time.perf_counter()
     check_evaluate_arguments(args)  # before any file is read
@@ -74,7 +75,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
         if args.aois_out is not None:
             write_table(outputs.file(args.aois_out), tables.aois, "--aois-out")
         if args.pr_curve_out is not None:
-            from evalcore.io import atomic_path
+            from evalcore.writers import atomic_path
 
             atomic_path(outputs.file(args.pr_curve_out), lambda tmp: tables.pr_curve.to_parquet(tmp, index=False))
         _finish(args, tables.summary, started, outputs)
@@ -83,7 +84,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 def _finish(args: argparse.Namespace, metrics: dict[str, object], started: float, outputs: OutputSet) -> None:
     """Write metrics.json beside the staged outputs, put them all in place, print the summary."""
-    from evalcore.io import write_json
+    from evalcore.writers import write_json
 
     write_json(outputs.file(args.output), metrics)
     outputs.commit()

@@ -26,7 +26,7 @@ def gate_command(args: argparse.Namespace) -> int:
 
     from evalcore.evidence import check_amendment, gate_metrics, latest_manifest, write_evidence_manifest
     from evalcore.gates import evaluate_gates, exit_status, load_gates
-    from evalcore.io import write_json
+    from evalcore.writers import write_json
     from evalcore.report import sha256_path
 
     run_dir = Path(args.run_dir)
