@@ -247,6 +247,7 @@ def test_no_match_reads_na_not_zero_and_the_group_precision_note(tmp_path):
     assert "overlap no reference field" in proc.stdout and "above the overall one" in proc.stdout
 
 
+@pytest.mark.cluster
 def test_ids_on_a_cluster_equal_ids_in_process(tmp_path):
     from shapely.geometry import box
 
