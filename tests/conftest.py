@@ -8,13 +8,13 @@ kernel compiles). ``slow``: 10 000 examples; select it with
 
 Tests marked ``slow`` (pyproject.toml) are skipped unless ``EVALCORE_SLOW=1``.
 
-Markers ``cluster``, ``prefect`` and ``browser`` (tests/markers.py) say what a test
-needs beyond this process; ``make quick`` runs the tests that need none of them. A
+Markers ``cluster``, ``prefect``, ``browser`` and ``cli`` (tests/markers.py) say what
+a test needs beyond this process; ``make quick`` runs the tests that need none. A
 test using ``local_clients``, ``prefect_server`` or ``chromium`` (even through another
 fixture) gets the marker here; a module whose tests start their own says so in its
 ``pytestmark``. With ``EVALCORE_CHECK_MARKERS=1`` (``make quick``) an unmarked test
-that starts a LocalCluster, a Prefect flow, chromium or an ``evalcore run`` /
-``--cluster local`` subprocess fails, naming the marker it lacks.
+that starts a LocalCluster, a Prefect flow, chromium or an ``evalcore`` subprocess
+fails, naming the marker it lacks.
 
 Shared set-up
 -------------
@@ -41,7 +41,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from tests.markers import FIXTURE_MARKERS, subprocess_needs  # noqa: E402 (needs the path above)
+from tests.markers import FIXTURE_MARKERS, MARKERS, subprocess_needs  # noqa: E402 (needs the path above)
 
 settings.register_profile(
     "ci",
@@ -133,28 +133,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-@pytest.fixture(autouse=True)
-def _check_markers(request: pytest.FixtureRequest):
-    """Fail an unmarked test that starts a cluster, a flow or a browser (``EVALCORE_CHECK_MARKERS=1``).
+_UNMARKED = pytest.StashKey[list]()
 
-    The check wraps ``LocalCluster.__init__``, ``prefect.Flow.__call__`` and
-    ``subprocess.Popen.__init__`` for the test's duration. ``pytest.fail`` raises a
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Fail an unmarked test that starts a cluster, a flow, a browser or evalcore (``EVALCORE_CHECK_MARKERS=1``).
+
+    For the test's setup (module and session fixtures set up for it included), call and
+    teardown, ``LocalCluster.__init__``, ``prefect.Flow.__call__`` and
+    ``subprocess.Popen.__init__`` are wrapped. ``pytest.fail`` raises a
     ``BaseException``, which the command line's ``except Exception`` does not catch;
-    the teardown fails the test again in case something caught it anyway.
+    :func:`pytest_runtest_makereport` fails the test again in case something caught it.
     """
-    watch = set(FIXTURE_MARKERS.values()) - {m.name for m in request.node.iter_markers()}
+    watch = set(MARKERS) - {m.name for m in item.iter_markers()}
     if os.environ.get("EVALCORE_CHECK_MARKERS") != "1" or not watch:
         yield
         return
     from distributed import LocalCluster
     from prefect import Flow
 
-    found: list[str] = []
+    found = item.stash.setdefault(_UNMARKED, [])
 
     def check(needs: set[str], what: str) -> None:
         missing = sorted(needs & watch)
         if missing:
-            found.append(f"{request.node.nodeid} starts {what} but is not marked {' / '.join(missing)} (tests/markers.py)")
+            found.append(f"{item.nodeid} starts {what} but is not marked {' / '.join(missing)} (tests/markers.py)")
             pytest.fail(found[-1], pytrace=False)
 
     def wrap(cls: type, name: str, needs) -> None:
@@ -171,4 +175,14 @@ def _check_markers(request: pytest.FixtureRequest):
         wrap(Flow, "__call__", lambda self, first: ({"prefect"}, f"the Prefect flow {self.name!r}"))
         wrap(subprocess.Popen, "__init__", lambda self, argv: (subprocess_needs(argv or ()), f"the subprocess {str(argv)[:200]}"))
         yield
-    assert not found, found[0]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Fail a test whose start of something unmarked was caught by the code under test."""
+    outcome = yield
+    report = outcome.get_result()
+    found = item.stash.get(_UNMARKED, None)
+    if found and report.when == "call" and report.passed:
+        report.outcome = "failed"
+        report.longrepr = found[0]

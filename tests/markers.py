@@ -1,14 +1,17 @@
-"""Which resource a test needs, for the markers ``cluster``, ``prefect`` and ``browser``.
+"""Which resource a test needs, for the markers ``cluster``, ``prefect``, ``browser`` and ``cli``.
 
-``make quick`` runs the tests that need none of the three (and are not ``slow``). A
-test is marked in one of two ways:
+``make quick`` runs the tests that need none of them (and are not ``slow``): the tests
+that run in its own process. ``cli`` marks a test that runs the ``evalcore`` command
+in a subprocess: each start pays 1-2 s of imports, and the tests that do it (about a
+hundred, most starting several) took over half of the quick run's time. A test is
+marked in one of two ways:
 
 * by the session fixture it uses, directly or through another fixture
   (:data:`FIXTURE_MARKERS`: ``local_clients`` starts LocalClusters, ``prefect_server``
   a Prefect server, ``chromium`` is the browser); tests/conftest.py adds the marker;
 * by an explicit ``pytestmark`` or ``@pytest.mark.cluster`` where a test starts its
   own (a ``LocalCluster``, an ``evalcore ... --cluster local`` or ``evalcore run``
-  subprocess, a flow called in this process).
+  subprocess, a flow called in this process), and ``cli`` where it runs ``evalcore``.
 
 With ``EVALCORE_CHECK_MARKERS=1`` (set by ``make quick``) tests/conftest.py watches
 every test that lacks a marker and fails it when it starts what the marker stands for:
@@ -28,7 +31,10 @@ FIXTURE_MARKERS: dict[str, str] = {
 }
 """Session fixtures (tests/conftest.py, tests/report/conftest.py) and the marker a test using one, even indirectly, gets."""
 
-QUICK = "not cluster and not prefect and not browser and not slow"
+MARKERS: tuple[str, ...] = ("cluster", "prefect", "browser", "cli")
+"""What a test may need beyond its own process."""
+
+QUICK = "not cluster and not prefect and not browser and not cli and not slow"
 """The ``-m`` expression of ``make quick``."""
 
 # Text in a ``python -c`` script that starts a cluster or a flow in the child process.
@@ -56,19 +62,21 @@ def subprocess_needs(argv: Sequence[str] | str) -> set[str]:
     Returns
     -------
     set of str
-        ``browser`` for chromium; for an ``evalcore`` command (not ``--help``): ``prefect`` for ``run``
-        (a Prefect flow on an embedded LocalCluster: ``cluster`` too), ``cluster`` for
-        ``--cluster local``, and ``cluster`` for a ``dask scheduler`` or ``dask worker``;
+        ``browser`` for chromium; for an ``evalcore`` command: ``cli``, and (unless
+        it asks for ``--help``) ``prefect`` for ``run`` (a Prefect flow on an embedded
+        LocalCluster: ``cluster`` too), ``cluster`` for ``--cluster local``; and ``cluster`` for a ``dask scheduler`` or ``dask worker``;
         for a ``python -c`` script, the markers of what it names (``LocalCluster``,
         the flow ``evaluate_layers``, ``prefect_test_harness``); an empty set otherwise.
 
     Examples
     --------
     >>> sorted(subprocess_needs(["python", "-m", "evalcore.cli", "run", "-p", "a", "-r", "b"]))
-    ['cluster', 'prefect']
+    ['cli', 'cluster', 'prefect']
     >>> sorted(subprocess_needs("/venv/bin/evalcore evaluate -p a -r b --cluster local"))
-    ['cluster']
+    ['cli', 'cluster']
     >>> sorted(subprocess_needs(["/venv/bin/evalcore", "synth", "--n-ref", "10"]))
+    ['cli']
+    >>> sorted(subprocess_needs(["bash", "-n", "start.sh"]))
     []
     """
     argv = [str(a) for a in (argv.split() if isinstance(argv, str) else argv)]
@@ -82,6 +90,8 @@ def subprocess_needs(argv: Sequence[str] | str) -> set[str]:
         script = argv[argv.index("-c") + 1]
         needs.update(marker for word, marker in _SCRIPT_NEEDS if word in script)
     cli = _cli_args(argv)
+    if cli is not None:
+        needs.add("cli")
     if cli is not None and not {"-h", "--help"} & set(cli):
         command = next((a for a in cli if not a.startswith("-")), None)
         if command == "run":

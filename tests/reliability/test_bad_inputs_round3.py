@@ -38,6 +38,7 @@ from shapely.geometry import LineString, box
 from tests.common import UTM, WGS84, X0, Y0
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.cli  # each test runs the evalcore command in a subprocess (tests/markers.py)
 CLUSTER = ["--cluster", "local", "--workers", "1", "--in-process-below", "0"]
 
 

@@ -1,4 +1,4 @@
-"""The markers ``cluster``, ``prefect`` and ``browser`` sit where tests/markers.py says.
+"""The markers ``cluster``, ``prefect``, ``browser`` and ``cli`` sit where tests/markers.py says.
 
 ``make quick`` runs the tests without them; its selection, collected in a subprocess,
 keeps no test that uses a session fixture starting a cluster, a Prefect server or a
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.markers import FIXTURE_MARKERS, QUICK, subprocess_needs
+from tests.markers import FIXTURE_MARKERS, MARKERS, QUICK, subprocess_needs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,20 +34,21 @@ def test_the_quick_selection_keeps_no_test_of_a_cluster_a_server_or_a_browser(tm
     quick = _collect(tmp_path, QUICK)
     using = {node: sorted(FIXTURE_MARKERS.keys() & set(seen["fixtures"])) for node, seen in quick.items()}
     assert not {node: names for node, names in using.items() if names}
-    assert not [node for node, seen in quick.items() if {"cluster", "prefect", "browser", "slow"} & set(seen["markers"])]
+    assert not [node for node, seen in quick.items() if {*MARKERS, "slow"} & set(seen["markers"])]
     # Modules whose every test starts a cluster, a flow, a server or a browser.
-    for module in ("tests/distributed/test_end_to_end.py", "tests/distributed/test_warm.py", "tests/flows/test_evaluate_flow.py", "tests/flows/test_local_stack.py",
-                   "tests/report/test_browser.py", "tests/report/test_html_report.py", "tests/reliability/test_faults.py"):
+    for module in ("tests/distributed/test_end_to_end.py", "tests/distributed/test_warm.py", "tests/flows/test_evaluate_flow.py",
+                   "tests/flows/test_local_stack.py", "tests/report/test_browser.py", "tests/report/test_html_report.py",
+                   "tests/reliability/test_faults.py", "tests/reliability/test_verify_tamper.py", "tests/reliability/test_gates_bombs.py"):
         assert not [node for node in quick if node.startswith(module)], module
     assert len(quick) > 500  # the unit and property tests are kept
 
 
 def test_a_subprocess_is_classified_by_its_command_line():
-    assert subprocess_needs([sys.executable, "-m", "evalcore.cli", "run", "-p", "a", "-r", "b"]) == {"prefect", "cluster"}
-    assert subprocess_needs(["/venv/bin/evalcore", "evaluate", "-p", "a", "-r", "b", "--cluster", "local"]) == {"cluster"}
-    assert subprocess_needs(["/venv/bin/evalcore", "evaluate", "-p", "a", "-r", "b"]) == set()
-    assert subprocess_needs(["/venv/bin/evalcore", "run", "--help"]) == set()
-    assert subprocess_needs(["/venv/bin/evalcore", "synth", "--n-ref", "10", "--out", "d"]) == set()
+    assert subprocess_needs([sys.executable, "-m", "evalcore.cli", "run", "-p", "a", "-r", "b"]) == {"prefect", "cluster", "cli"}
+    assert subprocess_needs(["/venv/bin/evalcore", "evaluate", "-p", "a", "-r", "b", "--cluster", "local"]) == {"cluster", "cli"}
+    assert subprocess_needs(["/venv/bin/evalcore", "evaluate", "-p", "a", "-r", "b"]) == {"cli"}
+    assert subprocess_needs(["/venv/bin/evalcore", "run", "--help"]) == {"cli"}
+    assert subprocess_needs(["/venv/bin/evalcore", "synth", "--n-ref", "10", "--out", "d"]) == {"cli"}
     assert subprocess_needs(["/venv/bin/dask", "scheduler", "--port", "0"]) == {"cluster"}
     assert subprocess_needs(["/usr/bin/chromium", "--headless", "about:blank"]) == {"browser"}
     assert subprocess_needs([sys.executable, "-c", "from distributed import LocalCluster; LocalCluster()"]) == {"cluster"}
