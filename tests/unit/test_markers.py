@@ -30,17 +30,21 @@ def _collect(tmp_path: Path, expression: str) -> dict[str, dict[str, list[str]]]
     return json.loads(report.read_text(encoding="utf-8"))
 
 
-def test_the_quick_selection_keeps_no_test_of_a_cluster_a_server_or_a_browser(tmp_path):
+def test_the_quick_selection_keeps_no_test_of_a_cluster_a_server_a_browser_or_a_subprocess(tmp_path):
     quick = _collect(tmp_path, QUICK)
     using = {node: sorted(FIXTURE_MARKERS.keys() & set(seen["fixtures"])) for node, seen in quick.items()}
     assert not {node: names for node, names in using.items() if names}
     assert not [node for node, seen in quick.items() if {*MARKERS, "slow"} & set(seen["markers"])]
-    # Modules whose every test starts a cluster, a flow, a server or a browser.
+    # Modules whose every test starts a cluster, a flow, a server, a browser or evalcore.
     for module in ("tests/distributed/test_end_to_end.py", "tests/distributed/test_warm.py", "tests/flows/test_evaluate_flow.py",
-                   "tests/flows/test_local_stack.py", "tests/report/test_browser.py", "tests/report/test_html_report.py",
+                   "tests/flows/test_local_stack.py", "tests/report/test_browser.py",
                    "tests/reliability/test_faults.py", "tests/reliability/test_verify_tamper.py", "tests/reliability/test_gates_bombs.py"):
         assert not [node for node in quick if node.startswith(module)], module
     assert len(quick) > 500  # the unit and property tests are kept
+
+
+def test_make_quick_selects_by_the_same_expression():
+    assert f'-m "{QUICK}"' in (ROOT / "Makefile").read_text(encoding="utf-8")
 
 
 def test_a_subprocess_is_classified_by_its_command_line():
