@@ -11,8 +11,8 @@ Tests marked ``slow`` (pyproject.toml) are skipped unless ``EVALCORE_SLOW=1``.
 Markers ``cluster``, ``prefect``, ``browser`` and ``cli`` (tests/markers.py) say what
 a test needs beyond this process; ``make quick`` runs the tests that need none. A
 test using ``local_clients``, ``prefect_server`` or ``chromium`` (even through another
-fixture) gets the marker here; a module whose tests start their own says so in its
-``pytestmark``. With ``EVALCORE_CHECK_MARKERS=1`` (``make quick``) an unmarked test
+fixture) gets the marker here; a test that starts its own says so (a mark, or its
+module's ``pytestmark``). With ``EVALCORE_CHECK_MARKERS=1`` (``make quick``) an unmarked test
 that starts a LocalCluster, a Prefect flow, chromium or an ``evalcore`` subprocess
 fails, naming the marker it lacks.
 

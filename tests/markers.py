@@ -2,7 +2,7 @@
 
 ``make quick`` runs the tests that need none of them (and are not ``slow``): the tests
 that run in its own process. ``cli`` marks a test that runs the ``evalcore`` command
-in a subprocess: each start pays 1-2 s of imports, and the tests that do it (about a
+in a subprocess: each start pays 1-2 s of imports, and the tests that do it (over a
 hundred, most starting several) took over half of the quick run's time. A test is
 marked in one of two ways:
 
