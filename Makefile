@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench coverage fuzz slow clean
+.PHONY: demo test quick bench coverage fuzz slow clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,13 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(COMPILE)
 	$(BIN)/python -m pytest -q --durations=25
+
+# The tests that need no cluster, Prefect server, browser or evalcore subprocess (markers:
+# tests/markers.py), under 3 minutes on 2 cores. EVALCORE_CHECK_MARKERS fails an unmarked
+# test that starts one.
+quick: $(STAMP)
+	$(COMPILE)
+	EVALCORE_CHECK_MARKERS=1 $(BIN)/python -m pytest -q --durations=10 -m "not cluster and not prefect and not browser and not cli and not slow"
 
 bench: $(STAMP)
 	$(COMPILE)

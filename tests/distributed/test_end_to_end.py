@@ -21,6 +21,8 @@ from .test_differential import differences
 
 BIN = Path(sys.executable).parent
 
+pytestmark = pytest.mark.cluster  # dask scheduler and worker processes, or the session's LocalCluster
+
 
 def _free_port() -> int:
     with socket.socket() as s:

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+pytestmark = pytest.mark.cluster  # each test starts an embedded LocalCluster
+
 
 def _engine_state() -> dict:
     import sys

@@ -44,7 +44,11 @@ BIN = Path(sys.executable).parent
 SERVICES = {"prefect-server", "dask-scheduler", "dask-worker-1", "dask-worker-2", "prefect-worker"}
 OPTIONS = {"partition_size_m": 5_000.0, "boundary_tolerance_m": 2.0, "bootstrap": 20}
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="bash scripts, POSIX sessions")
+pytestmark = [
+    pytest.mark.skipif(sys.platform == "win32", reason="bash scripts, POSIX sessions"),
+    pytest.mark.cluster,  # start.sh starts a Prefect server, a Dask scheduler and workers
+    pytest.mark.prefect,
+]
 
 
 @pytest.fixture(autouse=True)

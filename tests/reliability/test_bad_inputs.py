@@ -548,6 +548,7 @@ def test_distributed_handling_counts_the_same(kind: str, client, tmp_path: Path)
     case.check(spread)
 
 
+@pytest.mark.cluster
 def test_cli_on_a_cluster_reports_a_task_error_in_one_line(tmp_path: Path):
     """An error raised inside a Dask task reaches the terminal as one line naming the file.
 

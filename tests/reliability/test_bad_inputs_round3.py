@@ -38,6 +38,7 @@ from shapely.geometry import LineString, box
 from tests.common import UTM, WGS84, X0, Y0
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.cli  # each test runs the evalcore command in a subprocess (tests/markers.py)
 CLUSTER = ["--cluster", "local", "--workers", "1", "--in-process-below", "0"]
 
 
@@ -133,6 +134,7 @@ def test_duplicate_column_names(tmp_path: Path, ref: Path):
     refused(tmp_path, "-p", dup, "-r", ref, needles=(str(dup), "two columns named 'score'"))
 
 
+@pytest.mark.cluster
 def test_duplicate_column_names_on_a_cluster(tmp_path: Path, ref: Path):
     dup = _duplicate_columns(tmp_path / "in" / "dup.parquet")
     in_process = refused(tmp_path, "-p", dup, "-r", ref, needles=(str(dup),))
@@ -169,6 +171,7 @@ def test_geometry_column_as_strata_column(tmp_path: Path, ref: Path, pred: Path)
             needles=("--strata-column 'geometry'", "geometry column", str(ref), "'county'"))
 
 
+@pytest.mark.cluster
 def test_geometry_column_as_strata_column_on_a_cluster(tmp_path: Path, ref: Path, pred: Path):
     refused(tmp_path, "-p", pred, "-r", ref, "--strata-column", "geom", *CLUSTER,
             needles=("--strata-column 'geom'", "geometry column", str(ref)))
@@ -334,6 +337,7 @@ def test_a_good_run_has_no_warnings(tmp_path: Path, ref: Path, pred: Path):
     assert "warning:" not in stdout
 
 
+@pytest.mark.cluster
 def test_warnings_are_the_same_on_a_cluster(tmp_path: Path, ref: Path):
     # Four rows, three of them lines (3 of 4 dropped), the one polygon 100 km north.
     geoms = [squares(1, dy=100_000.0)[0], *[LineString([(X0, Y0 + i), (X0 + 100, Y0 + i)]) for i in range(3)]]

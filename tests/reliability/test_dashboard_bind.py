@@ -104,6 +104,7 @@ def _assert_loopback_only(port: int, sockets: list[tuple[str, int]], output: str
     assert not others or not exposed, f"listening beyond loopback: {exposed}"
 
 
+@pytest.mark.cluster
 @pytest.mark.timeout(300)
 def test_evaluate_on_a_local_cluster_binds_the_dashboard_to_loopback(tmp_path):
     pred, ref = _layers(tmp_path / "in")
@@ -115,6 +116,7 @@ def test_evaluate_on_a_local_cluster_binds_the_dashboard_to_loopback(tmp_path):
     _assert_loopback_only(port, sockets, done.stdout)
 
 
+@pytest.mark.cluster
 @pytest.mark.timeout(300)
 def test_evaluate_dashboard_address_flag_is_used(tmp_path):
     pred, ref = _layers(tmp_path / "in")
@@ -142,6 +144,7 @@ def test_run_passes_the_dashboard_address_to_its_cluster(tmp_path, prefect_serve
     _assert_loopback_only(port, sockets, done.stdout)
 
 
+@pytest.mark.cluster  # refused before a cluster starts, but given --cluster local (tests/markers.py)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("args, says", [
     (["--cluster", "tcp://127.0.0.1:1", "--dashboard-address", "127.0.0.1:0"], "external scheduler"),
@@ -159,6 +162,7 @@ def test_a_dashboard_address_without_an_embedded_cluster_or_malformed_is_refused
     assert not (tmp_path / "m.json").exists()
 
 
+@pytest.mark.cluster
 @pytest.mark.timeout(120)
 def test_local_cluster_default_dashboard_is_loopback():
     from distributed import Client

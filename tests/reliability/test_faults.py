@@ -41,6 +41,8 @@ from evalcore.synth import write_layers
 
 OPTIONS = dict(strata="stratum", size_bins="auto", bootstrap=20, boundary_tolerance_m=10.0, partition_size_m=10_000.0)
 
+pytestmark = pytest.mark.cluster  # a LocalCluster of the module's, or one the flow starts
+
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
@@ -212,6 +214,7 @@ def test_resume_reuses_verified_partitions_and_changed_inputs_invalidate(cluster
     assert index.reused is False and pairs.reused == 0
 
 
+@pytest.mark.prefect  # the evaluate_layers flow, in a subprocess
 @pytest.mark.slow  # 100 s: a client killed mid-run, then a rerun (make slow); worker kills are tested in make test
 def test_killed_client_leaves_nothing_complete_looking_and_rerun_is_identical(data, expected, tmp_path):
     """Kill the process running the flow mid-run, then rerun with the same work directory."""

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.cli  # each test runs the evalcore command in a subprocess (tests/markers.py)
 SHORT = 300  # characters: the whole error line, the file's name included
 
 

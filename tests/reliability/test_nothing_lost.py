@@ -28,7 +28,7 @@ import pytest
 from evalcore.synth import write_layers
 from tests.common import naive_sha256, run_cli
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.cli]  # each test runs the evalcore command in a subprocess
 
 N_REF = 300
 
@@ -101,6 +101,7 @@ def _full_disk(path: Path, free_bytes: int = 0):
 # --------------------------------------------------------------------------- item 1: the work directory
 
 
+@pytest.mark.prefect  # an evalcore run, refused before its flow starts (the rule goes by the command: tests/markers.py)
 def test_run_refuses_a_workdir_holding_its_inputs_and_deletes_nothing(tmp_path: Path, layers: tuple[Path, Path]) -> None:
     proj = tmp_path / "proj"
     pred, ref = _copy(layers[0], proj / "pred.parquet"), _copy(layers[1], proj / "ref.parquet")
@@ -135,6 +136,7 @@ def test_run_removes_only_what_it_wrote_in_a_users_workdir(tmp_path: Path, layer
 # --------------------------------------------------------------------------- item 2: outputs are not inputs
 
 
+@pytest.mark.prefect  # as above
 @pytest.mark.parametrize("case", ["aoi-inside-out", "parts-inside-out", "input-in-work-of-out", "workdir-is-input-dir"])
 def test_run_refuses_outputs_that_hold_inputs_before_any_work(tmp_path: Path, layers: tuple[Path, Path], case: str) -> None:
     proj = tmp_path / "proj"
@@ -161,6 +163,7 @@ def test_run_refuses_outputs_that_hold_inputs_before_any_work(tmp_path: Path, la
     assert _tree(tmp_path) == before
 
 
+@pytest.mark.prefect  # as above
 def test_run_refuses_a_directory_that_is_not_a_run(tmp_path: Path, layers: tuple[Path, Path]) -> None:
     out = tmp_path / "mine"
     out.mkdir()

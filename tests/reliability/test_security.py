@@ -118,6 +118,7 @@ def test_cli_writes_only_its_outputs(watched, tmp_path: Path, capsys: pytest.Cap
     assert sorted(changed()) == sorted([out, frame])
 
 
+@pytest.mark.cluster
 def test_distributed_run_writes_only_inside_its_directories(watched, tmp_path: Path):
     from distributed import Client, LocalCluster
 
@@ -242,6 +243,7 @@ def _certificates(directory: Path) -> tuple[Path, Path]:
     return ca_file, cert_file
 
 
+@pytest.mark.cluster
 def test_tls_cluster_gives_the_single_process_answer(tmp_path: Path):
     from distributed import Client, LocalCluster
     from distributed.security import Security

@@ -20,6 +20,8 @@ import pytest
 from evalcore.evidence import BundleInputs, InputLayer, write_bundle
 from tests.common import naive_sha256, run_cli
 
+pytestmark = pytest.mark.cli  # each test runs the evalcore command in a subprocess (tests/markers.py)
+
 FIRST = "evidence-manifest.json"
 GATES = "gates:\n  - id: G-F1\n    metric: f1\n    op: '>='\n    threshold: 0.1\n"
 

@@ -264,6 +264,7 @@ def _main(capsys, *argv: str) -> tuple[int, str]:
     return status, capsys.readouterr().err
 
 
+@pytest.mark.cli
 def test_cli_aoi_unit_without_an_aoi_layer(files, tmp_path, capsys):
     out = tmp_path / "out.json"
     # What a user sees: a process of its own.
@@ -311,6 +312,7 @@ def _all_intervals(entry: object, path: str = ""):
             yield from _all_intervals(value, f"{path}[{i}]")
 
 
+@pytest.mark.cli
 def test_cli_tile_unit_with_one_tile_leaves_the_intervals_undefined(files, tmp_path):
     out = tmp_path / "metrics.json"
     proc = run_cli("evaluate", "-p", files["one_tile_pred"], "-r", files["one_tile_ref"], "--bootstrap", "20",

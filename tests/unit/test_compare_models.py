@@ -211,6 +211,7 @@ def test_cli_three_models(files, layers, capsys):
     assert "3 models against one reference, baseline b" in printed and "a − b:" in printed and "c − b:" in printed
 
 
+@pytest.mark.cli
 def test_cli_a_bare_path_is_named_by_itself(files):
     out = files["dir"] / "bare.json"
     proc = run_cli("compare", "-p", files["a"], "-p", files["b"], "-r", files["ref"], "--bootstrap", "10", "-o", str(out), "-q")
@@ -230,6 +231,7 @@ def test_cli_a_bare_path_is_named_by_itself(files):
         (["-p", "x="], ["names no path"]),
     ],
 )
+@pytest.mark.cli
 def test_cli_bad_models(files, argv, words):
     paths = {"A": files["a"], "B": files["b"]}
     argv = [next((a.replace(k, v) for k, v in paths.items() if a.endswith(k)), a) for a in argv]
@@ -241,6 +243,7 @@ def test_cli_bad_models(files, argv, words):
     assert not out.exists()
 
 
+@pytest.mark.cli
 def test_cli_bad_precision_targets_in_compare(files):
     out = files["dir"] / "bad.json"
     proc = run_cli("compare", "-p", f"a={files['a']}", "-p", f"b={files['b']}", "-r", files["ref"], "--bootstrap", "10",

@@ -122,6 +122,7 @@ def test_error_taxonomy_file_matches_the_summary(run_dir):
     assert tile["M-FP-BACKGROUND"] == 1 and tile["TP"] == 1
 
 
+@pytest.mark.cli
 def test_verify_intact(run_dir):
     out, _, _ = run_dir
     found = verify(out)
@@ -129,6 +130,7 @@ def test_verify_intact(run_dir):
     assert run_cli("verify", str(out)).returncode == 0
 
 
+@pytest.mark.cli
 def test_verify_finds_a_changed_output(run_dir):
     out, _, _ = run_dir
     path = out / "object-metrics.json"
@@ -177,6 +179,7 @@ def test_an_amendment_adds_a_version_and_links_its_predecessor(run_dir):
     assert not found.ok
 
 
+@pytest.mark.cli
 def test_gate_on_a_bundle_writes_an_amended_manifest(run_dir, tmp_path):
     out, _, _ = run_dir
     gates = tmp_path / "gates.yaml"
@@ -188,6 +191,7 @@ def test_gate_on_a_bundle_writes_an_amended_manifest(run_dir, tmp_path):
     assert verify(out).ok
 
 
+@pytest.mark.cli
 def test_verify_bad_run_directory(tmp_path):
     result = run_cli("verify", str(tmp_path / "nowhere"))
     assert result.returncode == 2 and "is not a run directory" in result.stderr
@@ -213,6 +217,7 @@ def test_an_input_changed_during_the_run_is_refused(run_dir, tmp_path):
     assert not (fresh / EVIDENCE_MANIFEST).exists()
 
 
+@pytest.mark.cli
 def test_gates_reach_every_tile_through_the_tile_layer(run_dir, tmp_path):
     out, _, _ = run_dir
     gates = tmp_path / "tiles.yaml"

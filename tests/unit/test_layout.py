@@ -230,6 +230,7 @@ def _assert_same_json(a: object, b: object, path: str = "") -> None:
         assert a == b, (path, a, b)
 
 
+@pytest.mark.cli
 def test_cli_round_trip_has_the_same_layout(tmp_path):
     pred, ref = _layers()
     ref_path, pred_path = tmp_path / "ref.gpkg", tmp_path / "pred.parquet"

@@ -704,6 +704,7 @@ def _check_tile_rows(tiles: pd.DataFrame) -> None:
     assert counts_of(tile_row(tiles, 53)) == counts(0, 1, 0, 1, 0, 1)
 
 
+@pytest.mark.cli
 def test_the_level_tables_as_geoparquet(cli_runs):
     status, _, err = cli_runs["parquet"].result()
     assert status == 0, err
@@ -743,6 +744,7 @@ def test_the_level_tables_as_geoparquet(cli_runs):
     assert metrics["count_predicted_dropped"] == 1
 
 
+@pytest.mark.cli
 def test_the_level_tables_as_geopackage(cli_runs):
     import pyogrio
 
@@ -772,6 +774,7 @@ def _assert_refused(status: int, err: str, case: str, directory: Path) -> None:
     assert left == (["aoi.gpkg"] if BAD_CASES[case][0] is not None else []), left
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("case", list(BAD_CASES))
 def test_bad_level_input_on_the_command_line(cli_runs, case, tmp_path, capsys):
     from evalcore.cli import main
@@ -783,6 +786,7 @@ def test_bad_level_input_on_the_command_line(cli_runs, case, tmp_path, capsys):
     _assert_refused(status, capsys.readouterr().err, case, tmp_path)
 
 
+@pytest.mark.cli
 def test_bad_level_input_in_a_subprocess(cli_runs):
     status, _, err = cli_runs["bad"].result()
     _assert_refused(status, err, "duplicate_aoi_ids", cli_runs["bad"].directory)

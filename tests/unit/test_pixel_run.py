@@ -87,6 +87,7 @@ def test_the_annotated_area_is_the_valid_mask():
         (["--pixel-gsd-m", "0.001"], "pixel_gsd_m"),
     ],
 )
+@pytest.mark.cli
 def test_bad_pixel_options_exit_2_with_one_line(tmp_path, args, needle):
     field = box(X0 + 1000, Y0 + 1000, X0 + 1100, Y0 + 1100)
     layer([field]).to_parquet(tmp_path / "p.parquet")

@@ -232,6 +232,7 @@ def test_library_refuses_bad_targets(bad):
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("text", ["0.9,abc", "0.95,0.9", "1.5", ","])
 def test_cli_bad_precision_targets(tmp_path, text):
     pred, ref = hand_layers()

@@ -17,8 +17,9 @@ import pandas as pd
 import pytest
 import shapely
 
-from evalcore.synth import ERROR_MIX, make_layers, write_layers
-from evalcore import synth
+from evalcore.synth import BAD_ROW_KINDS, ERROR_MIX, make_layers, write_layers
+from evalcore.synth.constants import _BAD_SHAPE, _GOOD, _MISS, _OUTCOME_NAMES
+from evalcore.synth.predictions import _error_weight, _random_field, _sample_outcomes
 
 N_REF = 5000
 SEED = 1
@@ -132,7 +133,7 @@ def test_no_fields_and_one_cluster():
     pred, ref = make_layers(0, 2, bad_rows=False, error_correlation_km=1.0)
     assert len(pred) == len(ref) == 0
     pred, ref = make_layers(120, 2, n_clusters=1, error_correlation_km=0.5)
-    assert len(ref) == 120 + len(synth.BAD_ROW_KINDS)
+    assert len(ref) == 120 + len(BAD_ROW_KINDS)
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf")])
@@ -162,16 +163,16 @@ def test_outcome_shares_keep_the_error_mix_in_the_mean():
     rng = np.random.default_rng(0)
     n = 400_000
     weight = rng.uniform(0.0, 2.0, n)  # what 2 Phi(z) is for a Gaussian field
-    outcome = synth._sample_outcomes(np.random.default_rng(1), n, weight)
-    names = synth._OUTCOME_NAMES[: synth._BAD_SHAPE + 1]
+    outcome = _sample_outcomes(np.random.default_rng(1), n, weight)
+    names = _OUTCOME_NAMES[: _BAD_SHAPE + 1]
     shares = np.bincount(outcome, minlength=len(names)) / n
     scale = 1.0 - ERROR_MIX["merge"]
     for k, name in enumerate(names):
         assert shares[k] == pytest.approx(ERROR_MIX[name] / scale, abs=0.003), name
     # Where the weight is high, misses are more frequent, and "good" less.
     high = weight > 1.5
-    assert (outcome[high] == synth._MISS).mean() > 1.5 * ERROR_MIX["miss"] / scale
-    assert (outcome[high] == synth._GOOD).mean() < ERROR_MIX["good"] / scale
+    assert (outcome[high] == _MISS).mean() > 1.5 * ERROR_MIX["miss"] / scale
+    assert (outcome[high] == _GOOD).mean() < ERROR_MIX["good"] / scale
 
 
 def test_random_field_has_the_stated_correlation():
@@ -179,14 +180,14 @@ def test_random_field_has_the_stated_correlation():
     n = 3000
     x = np.array([0.0, length, 3 * length])
     values = np.array([
-        synth._random_field(np.random.default_rng([7, k]), x, np.zeros(3), np.zeros(3, np.int64), 1, length)
+        _random_field(np.random.default_rng([7, k]), x, np.zeros(3), np.zeros(3, np.int64), 1, length)
         for k in range(n)
     ])  # fmt: skip
     assert values.mean() == pytest.approx(0.0, abs=0.06)
     assert values.var(axis=0) == pytest.approx(np.ones(3), abs=0.1)
     assert np.corrcoef(values[:, 0], values[:, 1])[0, 1] == pytest.approx(math.exp(-1.0), abs=0.06)
     assert abs(np.corrcoef(values[:, 0], values[:, 2])[0, 1]) < 0.06
-    weight = synth._error_weight(values.ravel())
+    weight = _error_weight(values.ravel())
     assert weight.min() >= 0.0 and weight.max() <= 2.0
     assert weight.mean() == pytest.approx(1.0, abs=0.03)
 

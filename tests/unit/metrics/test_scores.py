@@ -709,6 +709,7 @@ def cli_runs(tmp_path_factory):
     return done
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("kind, needles", [(c[0], c[3]) for c in BAD_CLI], ids=[c[0] for c in BAD_CLI])
 def test_bad_score_input_through_the_cli(cli_runs, kind, needles):
     run = cli_runs[kind]
@@ -768,6 +769,7 @@ def test_bad_score_options_through_the_api(options):
         evalcore.evaluate(pred, ref, score_column="score", **options)
 
 
+@pytest.mark.cli
 def test_cli_writes_score_keys_and_the_exact_curve(cli_runs):
     run = cli_runs["good"]
     assert run["status"] == 0, run["stderr"]

@@ -477,6 +477,7 @@ def layer_files(tmp_path):
     return pred_path, ref_path
 
 
+@pytest.mark.cli
 def test_cli_sweep_thresholds(layer_files, tmp_path):
     pred, ref = layer_files
     out = tmp_path / "m.json"
@@ -490,6 +491,7 @@ def test_cli_sweep_thresholds(layer_files, tmp_path):
         assert_entry(entry, dict(zip(SWEEP_KEYS, HAND_Y[entry["iou_threshold"]])), "cli y")
 
 
+@pytest.mark.cli
 def test_cli_sweep_none(layer_files, tmp_path):
     pred, ref = layer_files
     out = tmp_path / "m.json"
@@ -500,6 +502,7 @@ def test_cli_sweep_none(layer_files, tmp_path):
     assert metrics["count_tp"] == 2
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("value", ["0.75,0.5"])
 def test_cli_bad_sweep_thresholds_exit_2_with_one_line(layer_files, tmp_path, value):
     pred, ref = layer_files

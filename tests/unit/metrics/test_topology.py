@@ -430,6 +430,7 @@ def merge_files(tmp_path):
     return pred_path, ref_path
 
 
+@pytest.mark.cli
 def test_cli_majority_fraction(merge_files, tmp_path):
     pred, ref = merge_files
     out = tmp_path / "m.json"
@@ -442,6 +443,7 @@ def test_cli_majority_fraction(merge_files, tmp_path):
     assert topology(evaluate(str(pred), str(ref))) == (1, 2, 0, 0)
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("value", ["1.5"])
 def test_cli_bad_majority_fraction_exits_2_with_one_line(merge_files, tmp_path, value):
     pred, ref = merge_files

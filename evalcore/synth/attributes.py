@@ -1,0 +1,34 @@
+"""Attributes of the reference layer: the ``stratum`` (county) and ``crop`` columns."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evalcore._typing import IdArray
+from evalcore.synth.constants import _COUNTIES, _CROP_P_OTHER, _CROP_P_PIVOT, _CROPS, _PIVOT
+from evalcore.synth.layout import _Layout
+from evalcore.synth.shapes import _Shapes
+
+
+def _strata(rng: np.random.Generator, layout: _Layout, ref_items: IdArray, item_cluster: IdArray) -> np.ndarray:
+    """County of each reference row: the west or east half of its cluster; a few missing."""
+    cluster = item_cluster[ref_items]
+    east = layout.tx[ref_items] > layout.extent[cluster, 0] / 2
+    strata = np.array(_COUNTIES, dtype=object)[(2 * cluster + east) % len(_COUNTIES)]
+    n_missing = min(ref_items.size // 10, max(3, round(0.002 * ref_items.size)))
+    strata[rng.choice(ref_items.size, n_missing, replace=False)] = None
+    return strata
+
+
+def _crops(rng: np.random.Generator, ref_items: IdArray, shapes: _Shapes, n_ref: int) -> np.ndarray:
+    """Crop of each reference row; pivots grow more corn and alfalfa."""
+    is_field = ref_items < n_ref
+    is_pivot = np.zeros(ref_items.size, dtype=bool)
+    is_pivot[is_field] = shapes.kind[ref_items[is_field]] == _PIVOT
+    u = rng.random(ref_items.size)
+    crop = np.where(
+        is_pivot,
+        np.searchsorted(np.cumsum(_CROP_P_PIVOT), u * sum(_CROP_P_PIVOT), side="right"),
+        np.searchsorted(np.cumsum(_CROP_P_OTHER), u * sum(_CROP_P_OTHER), side="right"),
+    )
+    return np.array(_CROPS, dtype=object)[np.minimum(crop, len(_CROPS) - 1)]
