@@ -54,6 +54,7 @@ from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
 
 __all__ = [
     "AoiLayer",
+    "zone_band",
     "AnnotatedArea",
     "Sites",
     "prepare_sites",
@@ -550,7 +551,7 @@ def _zone_central_meridian(epsg: int) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def _zone_band(epsg: int) -> shapely.Geometry:
+def zone_band(epsg: int) -> shapely.Geometry:
     """The zone's 6° longitude band (all latitudes, no hemisphere test) in the zone's metres.
 
     The meridians are sampled every 0.05° of latitude (at most a few centimetres from
@@ -581,7 +582,7 @@ def _clipped_squares(keys: IdArray, side_m: float) -> GeomArray:
     for epsg in np.unique(keys[:, 0]) if len(keys) else []:
         rows = np.flatnonzero(keys[:, 0] == epsg)
         squares = _squares(keys[rows], side_m)
-        band = _zone_band(int(epsg))
+        band = zone_band(int(epsg))
         inside = shapely.contains_properly(band, squares)
         clipped = squares.copy()
         edge = ~inside

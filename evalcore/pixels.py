@@ -98,7 +98,7 @@ from scipy import ndimage
 
 from evalcore._typing import BoolArray, F64Array, GeomArray, IdArray
 from evalcore.crs import to_utm
-from evalcore.levels import _zone_band
+from evalcore.levels import zone_band
 from evalcore.metrics.base import Option
 from evalcore.pixel_counts import PixelCounts, tversky_weight
 
@@ -638,7 +638,7 @@ def count_tiles(
             a = to_utm(annotated.geoms_source, annotated.crs, np.full(len(annotated.geoms_source), int(epsg), dtype=np.int64))
             valid_zone = shapely.union_all(a) if len(a) else shapely.Polygon()
         trees = {name: shapely.STRtree(g) for name, g in zone.items()}
-        band = _zone_band(int(epsg))
+        band = zone_band(int(epsg))
         for (e, x, y), region in zip(keys.tolist(), regions):
             near = {name: zone[name][trees[name].query(region, predicate="intersects")] for name in zone}
             out[(int(e), int(x), int(y))] = tile_pixel_counts(
