@@ -93,6 +93,10 @@ def run(argv: Sequence[str] | None = None) -> tuple[int, str | None]:
     # Once before parsing (warnings while parsing), again with the -v of the command.
     configure_logging(0)
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else list(argv)):
+        # A bare `evalcore`: what it is and its commands, one line each (not a usage error).
+        print(parser.format_help(), end="")
+        return 0, None
     debug = debug_enabled()
     with warnings.catch_warnings():
         warnings.showwarning = _one_line_warning

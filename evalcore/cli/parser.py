@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from evalcore._version import __version__
 from evalcore.metrics.base import Option
 from evalcore.options import all_options
 
@@ -145,8 +146,13 @@ def _named_layer(text: str) -> tuple[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every command (``run`` is parsed here too; the flows package runs it)."""
-    parser = _Parser(prog="evalcore", description="Object-level evaluation of predicted polygons against a reference layer.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = _Parser(
+        prog="evalcore",
+        description=f"evalcore {__version__}: object-level evaluation of predicted polygons against a reference layer.",
+        epilog="Each command has its own help: evalcore COMMAND -h. Definitions of every number: docs/metrics.md.",
+    )
+    parser.add_argument("--version", action="version", version=f"evalcore {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
     ev = sub.add_parser("evaluate", help="evaluate a predicted layer against a reference layer")
     _add_layer_arguments(ev)

@@ -1,0 +1,43 @@
+"""A bare ``evalcore`` and ``evalcore --version`` tell a newcomer what the tool is (issue 33, item 5)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from evalcore.cli import main
+from tests.common import run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMANDS = ("evaluate", "run", "compare", "gate", "report", "verify", "synth")
+
+
+def _project_version() -> str:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+
+
+def test_bare_evalcore_lists_every_command_with_one_line_each(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert f"evalcore {_project_version()}" in out
+    for command in COMMANDS:
+        assert re.search(rf"^\s+{command}\s+\S", out, flags=re.M), command
+    assert "evalcore COMMAND -h" in out
+
+
+def test_version_is_the_projects(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["--version"])
+    assert stopped.value.code == 0
+    assert capsys.readouterr().out.strip() == f"evalcore {_project_version()}"
+
+
+@pytest.mark.cli
+def test_the_installed_command_answers_both() -> None:
+    bare = run_cli()
+    version = run_cli("--version")
+    assert bare.returncode == 0 and "synth" in bare.stdout and bare.stderr == ""
+    assert version.returncode == 0 and version.stdout.strip() == f"evalcore {_project_version()}"
