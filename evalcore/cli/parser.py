@@ -10,6 +10,7 @@ dashboard address), so a bad one fails before anything is read.
 from __future__ import annotations
 
 import argparse
+import re
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,10 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2, no usage dump
         # main() prefixes "evalcore: error:"; the subcommand is named once, after it.
         command = self.prog.removeprefix("evalcore").strip()
+        # An option's own check names the flag already: "argument --x: --x must be ..." once.
+        found = re.fullmatch(r"argument (\S+): (.*)", message, flags=re.S)
+        if found and found.group(1) in found.group(2):
+            message = found.group(2)
         raise UsageError(f"{command + ': ' if command else ''}{message}")
 
 def _size_bins(text: str) -> object:
@@ -56,7 +61,13 @@ def _label(text: str) -> tuple[str, str]:
 def _option_type(option: Option) -> Callable[[str], object]:
     def parse(text: str) -> object:
         try:
-            return option.parse(text)
+            value = option.parse(text)
+            if option.to_option is None:
+                # The option's own check, naming the flag the user typed (the library's
+                # message names the keyword argument); a value in another unit than the
+                # library's (--partition-km) is checked after conversion, as before.
+                option.check(option.cli_flag, value)
+            return value
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 

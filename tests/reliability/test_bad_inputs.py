@@ -355,7 +355,7 @@ CASES = [
          lambda t: (_pair(predicted(t), reference(t), "--frame-out", str(t / "locked" / "f.parquet")), ["--frame-out", "not writable"]),
          setup=_output_not_writable),
     # ---- parameters
-    Case("iou_threshold_nan", lambda t: (_pair(predicted(t), reference(t), "--iou-threshold", "nan"), ["iou_threshold", "nan"])),
+    Case("iou_threshold_nan", lambda t: (_pair(predicted(t), reference(t), "--iou-threshold", "nan"), ["--iou-threshold", "nan"])),
     Case("tile_size_zero", lambda t: (_pair(predicted(t), reference(t), "--partition-km", "0"), ["partition_size_m", "0.0"])),
     Case("workers_zero", lambda t: (_pair(predicted(t), reference(t), "--cluster", "local", "--workers", "0"), ["--workers", "0"])),
     # ---- documented handling (exit status 0)

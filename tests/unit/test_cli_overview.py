@@ -41,3 +41,19 @@ def test_the_installed_command_answers_both() -> None:
     version = run_cli("--version")
     assert bare.returncode == 0 and "synth" in bare.stdout and bare.stderr == ""
     assert version.returncode == 0 and version.stdout.strip() == f"evalcore {_project_version()}"
+
+
+@pytest.mark.parametrize(
+    "flag, value, parameter",
+    [("--iou-threshold", "1.5", "iou_threshold"), ("--bootstrap", "-5", "bootstrap"), ("--tversky-alpha", "-1", "tversky_alpha")],
+)
+def test_errors_name_the_flag_on_the_cli_and_the_parameter_in_the_library(
+    flag: str, value: str, parameter: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from evalcore.options import check_options
+
+    assert main(["evaluate", "-p", "p.parquet", "-r", "r.parquet", "-o", "m.json", flag, value]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("evalcore: error: evaluate: ") and flag in line and parameter not in line.replace(flag, ""), line
+    with pytest.raises(ValueError, match=parameter):
+        check_options(**{parameter: float(value) if "." in value else int(value)})

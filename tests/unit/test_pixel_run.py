@@ -80,10 +80,10 @@ def test_the_annotated_area_is_the_valid_mask():
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--pixel-gsd-m", "0"], "pixel_gsd_m"),
-        (["--pixel-gsd-m", "-3"], "pixel_gsd_m"),
+        (["--pixel-gsd-m", "0"], "--pixel-gsd-m"),  # the CLI names the flag (the library names pixel_gsd_m)
+        (["--pixel-gsd-m", "-3"], "--pixel-gsd-m"),
         (["--pixel-gsd-m", "10", "--pixel-tolerance-px", "1.5"], "tolerance"),
-        (["--pixel-gsd-m", "10", "--tversky-alpha", "-1"], "tversky_alpha"),
+        (["--pixel-gsd-m", "10", "--tversky-alpha", "-1"], "--tversky-alpha"),
         (["--pixel-gsd-m", "0.001"], "pixel_gsd_m"),
     ],
 )
