@@ -13,13 +13,11 @@ from pathlib import Path
 from evalcore.cli import (
     check_columns_up_front,
     check_site_layers,
-    check_output_dir,
     dashboard_address,
     metric_options,
     format_summary,
 )
 from evalcore.errors import EvalInputError
-from evalcore.outputs import RunDirectoryLock, check_not_inputs, check_run_directory
 from flows.server import run_api
 
 __all__ = ["run_command"]
@@ -45,13 +43,8 @@ def run_command(args: argparse.Namespace) -> int:
     from flows.evaluate import RUN_LOG, evaluate_layers
     from flows.params import EvaluateParams
 
-    # The flow's parameters check the same rule, naming parameters; here it names the flags.
-    check_not_inputs(
-        {"-p/--predicted": args.predicted, "-r/--reference": args.reference, "--aoi": args.aoi, "--annotated-area": args.annotated_area,
-         "--study-area": getattr(args, "study_area", None), "--training-area": getattr(args, "training_area", None), "--gates": args.gates},
-        {"-o/--output-dir": args.output_dir, "--workdir": args.workdir},
-        directories={"-o/--output-dir", "--workdir"},
-    )
+    # What needs no data (outputs, inputs, the run directory's claim) was checked by
+    # evalcore.cli.checks.check_run_arguments before this package was imported.
     try:
         params = EvaluateParams(
             predicted=args.predicted,
@@ -75,12 +68,6 @@ def run_command(args: argparse.Namespace) -> int:
         if first["loc"]:
             message = f"--{str(first['loc'][0]).replace('_', '-')}: {message}"
         raise EvalInputError(message) from None
-    check_output_dir(args.output_dir, "-o/--output-dir")
-    check_run_directory(args.output_dir)
-    if Path(args.output_dir).is_dir():
-        RunDirectoryLock(args.output_dir).acquire().release()  # another run holds it: refused now, not after the set-up
-    if args.workdir:
-        check_output_dir(args.workdir, "--workdir")
     check_columns_up_front(args)
     check_site_layers(args)
     if args.gates is not None:

@@ -19,6 +19,7 @@ from evalcore.errors import EvalInputError
 from evalcore.outputs import check_not_inputs, check_replaceable_directory
 
 __all__ = [
+    "check_run_arguments",
     "check_columns_up_front",
     "check_evaluate_arguments",
     "check_id_columns_up_front",
@@ -77,12 +78,47 @@ def check_output_file(path: str, option: str) -> None:
     _check_directory_writable(p.parent if str(p.parent) else Path("."), path, option)
 
 
-def check_output_dir(path: str, option: str) -> None:
-    """An output directory: not a file; writable, or creatable in an existing writable directory."""
+def check_output_dir(path: str, option: str, *, create_parents: bool = False) -> None:
+    """An output directory: not a file; writable, or creatable in an existing writable directory.
+
+    With ``create_parents`` its missing parents may be created too (``evalcore run -o``):
+    the nearest existing ancestor must then be a writable directory.
+    """
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise EvalInputError(f"{option} {path!r} is a file, not a directory; give a directory.")
-    _check_directory_writable(p if p.is_dir() else p.parent, path, option)
+    if p.is_dir():
+        _check_directory_writable(p, path, option)
+        return
+    parent = p.parent if str(p.parent) else Path(".")
+    if create_parents:
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+    _check_directory_writable(parent, path, option)
+
+
+def check_run_arguments(args: object) -> None:
+    """``evalcore run``: every check that needs no data, made before the flows package is imported.
+
+    The run directory (missing parents are created) and the work directory must be
+    writable, must not be, hold or lie in an input, and the run directory must be new,
+    empty or an earlier run's, not claimed by a run in progress (:mod:`evalcore.outputs`).
+    """
+    from evalcore.outputs import RunDirectoryLock, check_not_inputs, check_run_directory
+
+    check_output_dir(args.output_dir, "-o/--output-dir", create_parents=True)
+    if args.workdir:
+        check_output_dir(args.workdir, "--workdir", create_parents=True)
+    # The flow's parameters check the same rule, naming parameters; here it names the flags.
+    check_not_inputs(
+        {"-p/--predicted": args.predicted, "-r/--reference": args.reference, "--aoi": args.aoi, "--annotated-area": args.annotated_area,
+         "--study-area": getattr(args, "study_area", None), "--training-area": getattr(args, "training_area", None), "--gates": args.gates},
+        {"-o/--output-dir": args.output_dir, "--workdir": args.workdir},
+        directories={"-o/--output-dir", "--workdir"},
+    )
+    check_run_directory(args.output_dir)
+    if Path(args.output_dir).is_dir():
+        RunDirectoryLock(args.output_dir).acquire().release()  # another run holds it: refused now, not after the set-up
 
 
 def _check_score_column(values: object, column: str, where: str, columns: list[str]) -> None:

@@ -123,7 +123,7 @@ def test_run_removes_only_what_it_wrote_in_a_users_workdir(tmp_path: Path, layer
     before = _tree(proj)
     made = tmp_path / "scratch" / "made-by-evalcore"  # a work directory evalcore creates: removed after success
     (tmp_path / "scratch").mkdir()
-    (tmp_path / "runs").mkdir()
+    # runs/ does not exist: a run directory's missing parents are created (issue 33, item 6)
     for workdir, out in ((proj, tmp_path / "runs" / "a"), (made, tmp_path / "runs" / "b")):
         proc = _evalcore_run(["-p", str(layers[0]), "-r", str(layers[1]), "--workdir", str(workdir), "-o", str(out)], prefect_server)
         stdout, stderr = proc.communicate(timeout=500)

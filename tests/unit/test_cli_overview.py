@@ -57,3 +57,35 @@ def test_errors_name_the_flag_on_the_cli_and_the_parameter_in_the_library(
     assert line.startswith("evalcore: error: evaluate: ") and flag in line and parameter not in line.replace(flag, ""), line
     with pytest.raises(ValueError, match=parameter):
         check_options(**{parameter: float(value) if "." in value else int(value)})
+
+
+@pytest.mark.cli
+def test_run_checks_what_needs_no_data_before_importing_prefect(tmp_path: Path) -> None:
+    """A refused `run` answers before the flows package and Prefect are imported (issue 33, item 6)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "taken").write_text("a file, not a directory\n")
+    code = (
+        "import sys\n"
+        "from evalcore.cli import main\n"
+        f"status = main(['run', '-p', 'p.parquet', '-r', 'r.parquet', '-o', {str(tmp_path / 'taken')!r}])\n"
+        "print(status, 'prefect' in sys.modules, 'flows.cli' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.stdout.split() == ["2", "False", "False"], (done.stdout, done.stderr)
+    assert "-o/--output-dir" in done.stderr and "is a file" in done.stderr
+
+
+def test_a_run_directory_may_have_missing_parents_but_not_under_a_file(tmp_path: Path) -> None:
+
+    from evalcore.cli.checks import check_output_dir
+    from evalcore.errors import EvalInputError
+
+    check_output_dir(str(tmp_path / "runs" / "2026" / "a"), "-o/--output-dir", create_parents=True)
+    assert not (tmp_path / "runs").exists()  # checked, not created: the flow creates it
+    with pytest.raises(EvalInputError, match="does not exist"):
+        check_output_dir(str(tmp_path / "runs" / "a"), "-o/--output-dir")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(EvalInputError, match="is a file"):
+        check_output_dir(str(tmp_path / "file" / "a" / "b"), "-o/--output-dir", create_parents=True)

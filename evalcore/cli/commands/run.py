@@ -17,6 +17,9 @@ def run_command(args: argparse.Namespace) -> int:
     """
     from importlib.metadata import entry_points
 
+    from evalcore.cli.checks import check_run_arguments
+
+    check_run_arguments(args)  # before the flows package and Prefect are imported (seconds)
     found = entry_points(group="evalcore.commands", name="run")
     if not found:
         raise EvalInputError("evalcore run needs the flows package installed (pip install evalcore, which registers it).")
