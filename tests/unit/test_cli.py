@@ -68,11 +68,11 @@ def test_evaluate_writes_json_with_nulls_and_frame(layer_files, tmp_path, capsys
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (("--iou-threshold", "1.5"), "iou_threshold"),
+        (("--iou-threshold", "1.5"), "--iou-threshold"),  # the CLI names the flag
         (("--bootstrap", "-1"), "bootstrap"),
         (("--strata-column", "nope"), "'nope'"),
         (("--size-bins", "2,1"), "--size-bins"),
-        (("--boundary-tolerance-m", "0"), "boundary_tolerance_m"),
+        (("--boundary-tolerance-m", "0"), "--boundary-tolerance-m"),
         (("--equal-area-crs", "EPSG:4326"), "equal_area_crs"),
         (("--matching", "best"), "matching"),
     ],
