@@ -16,7 +16,13 @@ COMMANDS = ("evaluate", "run", "compare", "gate", "report", "verify", "synth")
 
 
 def _project_version() -> str:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    """The version the package is built with: pyproject.toml takes it from evalcore/_version.py."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "evalcore._version.__version__"}
+    namespace: dict[str, str] = {}
+    exec((ROOT / "evalcore" / "_version.py").read_text(encoding="utf-8"), namespace)
+    return namespace["__version__"]
 
 
 def test_bare_evalcore_lists_every_command_with_one_line_each(capsys: pytest.CaptureFixture[str]) -> None:
