@@ -5,14 +5,17 @@ comparison tables all format a value, find its interval and decide whether a del
 an improvement here, so the rules exist once:
 
 * :func:`number`: a value as text (``missing`` where it is undefined; each output keeps
-  its own dash or ``n/a`` and its own thousands separator, passed in);
+  its own dash or ``n/a`` and its own thousands separator, passed in; a unit follows a
+  defined value only, so a missing distance reads ``n/a``, not ``n/a m``);
 * :func:`interval_of`: the interval of key ``K`` in block ``B``, wherever the layout keeps
   it (SPEC 5.1: a group entry holds ``ci`` directly, the top level in ``bootstrap.ci``,
   a comparison entry as ``ci``);
 * :func:`with_interval`: ``value [lower, upper]``;
 * :class:`Shown`: how a family declares one of its keys (label with unit, which
   direction is better, whether it is a headline row and whether ``compare`` pairs it);
-  :func:`is_worse` reads the direction.
+  :func:`is_worse` reads the direction;
+* :class:`Row`: a headline row of a value nested in a block (an operating point), which
+  a family adds beyond its declared keys.
 
 The helpers that draw every registered family (:func:`headline`, :func:`compared_keys`,
 :func:`better_of`) take the families as an argument: this module imports nothing of
@@ -32,6 +35,8 @@ __all__ = [
     "GROUPS",
     "OVERALL",
     "Shown",
+    "Row",
+    "row_text",
     "number",
     "is_undefined",
     "interval_of",
@@ -86,12 +91,38 @@ class Shown:
     compared: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A headline row a family adds for a value that is not a key of the top level.
+
+    Attributes
+    ----------
+    key : str
+        Where the value is in ``metrics.json``, dotted (``operating_point.0.5.precision``):
+        the name report.html gives it.
+    label : str
+        The row label of the reports.
+    value : object
+        A number, None when undefined, or a text shown as it is (``"not reached"``).
+    ci : list or None
+        Its ``[lower, upper]`` interval, None without one.
+    digits : int
+        Decimals shown.
+    """
+
+    key: str
+    label: str
+    value: object
+    ci: list | None = None
+    digits: int = 3
+
+
 def is_undefined(value: object) -> bool:
     """None or a float that is not finite (NaN: null in JSON)."""
     return value is None or (isinstance(value, float) and not math.isfinite(value))
 
 
-def number(value: object, digits: int = 3, missing: str = "n/a", *, thousands: bool = False, text=str) -> str:
+def number(value: object, digits: int = 3, missing: str = "n/a", *, thousands: bool = False, text=str, unit: str = "") -> str:
     """A value as shown.
 
     Parameters
@@ -101,14 +132,20 @@ def number(value: object, digits: int = 3, missing: str = "n/a", *, thousands: b
         else (``text(value)``: the report escapes user strings this way).
     thousands : bool
         Group an integer's digits with commas (report.html).
+    unit : str
+        Shown after a defined value (``"m"``); a missing value is ``missing`` alone.
 
     Examples
     --------
     >>> number(0.12345), number(float("nan")), number(None, missing="–"), number(12345, thousands=True)
     ('0.123', 'n/a', '–', '12,345')
+    >>> number(4.0, 2, unit="m"), number(None, 2, unit="m")
+    ('4.00 m', 'n/a')
     """
     if is_undefined(value):
         return missing
+    if unit:
+        return f"{number(value, digits, missing, thousands=thousands, text=text)} {unit}"
     if isinstance(value, bool):
         return text(value)
     if isinstance(value, float) or (hasattr(value, "dtype") and getattr(value.dtype, "kind", "") == "f"):
@@ -157,6 +194,11 @@ def with_interval(block: Mapping, key: str, digits: int = 3, missing: str = "n/a
     """``value [lower, upper]`` of ``key`` in ``block`` (:func:`interval_of`)."""
     return number(block.get(key), digits, missing, text=text) + interval_text(interval_of(block, key), digits, missing,
                                                                                 defined_only=defined_only)
+
+
+def row_text(row: Row, missing: str = "n/a", *, defined_only: bool = False, text=str) -> str:
+    """A :class:`Row`'s ``value [lower, upper]`` (:func:`number`, :func:`interval_text`)."""
+    return number(row.value, row.digits, missing, text=text) + interval_text(row.ci, row.digits, missing, defined_only=defined_only)
 
 
 def is_worse(better: str | None, ci: object) -> bool:

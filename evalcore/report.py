@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from evalcore.metrics.registry import FAMILIES
-from evalcore.present import headline, markdown_text, number, with_interval
+from evalcore.present import headline, markdown_text, number, row_text, with_interval
 
 __all__ = ["sha256_path", "package_versions", "render_report", "markdown_text", "HEADLINE_KEYS"]
 
@@ -173,6 +173,9 @@ def render_report(metrics: dict, *, title: str = "Evaluation report", inputs: di
         for shown in family.shown:
             if shown.headline and shown.key in metrics:
                 lines.append(f"| {shown.label} | {_with_ci(overall, shown.key, shown.digits)} |")
+    for family in FAMILIES:
+        for row in family.headline_rows(metrics):
+            lines.append(f"| {markdown_text(row.label)} | {row_text(row, '–', defined_only=True, text=markdown_text)} |")
     lines.append("")
     if "bootstrap" in metrics:
         b = metrics["bootstrap"]

@@ -12,7 +12,11 @@ from __future__ import annotations
 from evalcore.metrics.registry import FAMILIES
 from evalcore.present import LOWER, better_of, interval_text, number
 
-__all__ = ["fmt", "format_comparison", "format_summary", "level_lines", "study_lines", "unassigned_note"]
+__all__ = ["SUPPORT_LEGEND", "fmt", "format_comparison", "format_summary", "level_lines", "study_lines", "unassigned_note"]
+
+
+SUPPORT_LEGEND = "* fewer reference fields than --min-support: the group's numbers are shown but too uncertain to rank it"
+"""The legend under the group tables when a group is marked ``*``."""
 
 
 def fmt(value: object, digits: int = 3) -> str:
@@ -32,6 +36,7 @@ def format_summary(metrics: dict[str, object]) -> str:
         f"repaired: reference {metrics['count_reference_repaired']}, predicted {metrics['count_predicted_repaired']};  "
         f"UTM zones {', '.join(str(c) for c in metrics['utm_epsg_codes'])}"
     )
+    thin = False
     for group_key, title in (("per_stratum", "stratum"), ("per_size_class", "size class (ha)")):
         groups = metrics.get(group_key)
         if not groups:
@@ -40,10 +45,14 @@ def format_summary(metrics: dict[str, object]) -> str:
         lines.append(f"{title:<{width}}  {'n':>7}  {'precision':>9}  {'recall':>7}  {'F1':>6}  {'mean IoU':>8}")
         for name, g in groups.items():
             iou = fmt(g["iou_mean"]) if g["count_tp"] else "n/a"
+            mark = "  *" if g.get("insufficient_support") else ""
+            thin = thin or bool(mark)
             lines.append(
                 f"{name:<{width}}  {g['count_reference']:>7}  {fmt(g['precision']):>9}  {fmt(g['recall']):>7}  "
-                f"{fmt(g['f1']):>6}  {iou:>8}"
+                f"{fmt(g['f1']):>6}  {iou:>8}{mark}"
             )
+    if thin:
+        lines.append(SUPPORT_LEGEND)
     px = metrics.get("pixel")
     if px:
         micro, bf = px["micro"], px["boundary_f1"]

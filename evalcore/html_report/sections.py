@@ -53,6 +53,12 @@ def headline(run: RunFiles) -> str:
     for key, label in (("boundary_f1", "Boundary F1 (tolerance %s m)" % fmt(m.get("boundary_tolerance_m"), 1)), ("count_ratio", "Count ratio (predicted / reference)")):
         if key in m:
             rows.append([label, with_ci(key, m.get(key), interval_of(m, key))])
+    # Values nested in blocks (the --score-threshold operating point, the precision
+    # targets, precision inside the annotated area), as each family declares them.
+    for family in FAMILIES:
+        for row in family.headline_rows(m):
+            value = esc(row.value) if isinstance(row.value, str) else with_ci(row.key, row.value, row.ci)
+            rows.append([esc(row.label), value])
     counts = [
         ["Reference fields", value_span("count_reference", m.get("count_reference"))],
         ["Predictions", value_span("count_predicted", m.get("count_predicted"))],

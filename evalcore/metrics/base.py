@@ -45,7 +45,7 @@ import pandas as pd
 
 from evalcore._typing import F64Array, IdArray
 from evalcore.rates import F1_HARMONIC, detection_rates
-from evalcore.present import Shown, with_interval
+from evalcore.present import Row, Shown, row_text, with_interval
 
 __all__ = [
     "Option",
@@ -373,7 +373,16 @@ class MetricFamily:
         in ``metrics``: ``name: label value [lower, upper]  ...``.
         """
         parts = [f"{s.short} {with_interval(metrics, s.key, s.digits)}" for s in self.shown if s.short is not None and s.key in metrics]
+        parts += [f"{r.label.lower()} {row_text(r)}" for r in self.headline_rows(metrics)]
         return [f"{self.name}: " + "  ".join(parts)] if parts else []
+
+    def headline_rows(self, metrics: Mapping[str, object]) -> list[Row]:
+        """Headline rows beyond the :attr:`shown` keys: values nested in a block of ``metrics``.
+
+        ``report.md`` and ``report.html`` put them in their headline table after the
+        declared keys; the default :meth:`summary_lines` puts them on the family's line.
+        """
+        return []
 
     def report_lines(self, metrics: Mapping[str, object]) -> list[str]:
         """The family's section of ``report.md`` beyond its headline rows (Markdown lines)."""

@@ -37,8 +37,11 @@ class Distance(MetricFamily):
     )
 
     def summary_lines(self, metrics: dict) -> list[str]:
-        return [f"Hausdorff mean {number(metrics.get('hausdorff_mean_m'), 2)} m, median {number(metrics.get('hausdorff_median_m'), 2)} m;  "
-                f"boundary distance mean {number(metrics.get('boundary_distance_mean_m'), 2)} m"]
+        def metres(key: str) -> str:
+            return number(metrics.get(key), 2, unit="m")
+
+        return [f"Hausdorff mean {metres('hausdorff_mean_m')}, median {metres('hausdorff_median_m')};  "
+                f"boundary distance mean {metres('boundary_distance_mean_m')}"]
 
     def columns(self, options: object) -> tuple[str, ...]:
         return ("hausdorff_m", "boundary_mean_m")

@@ -22,6 +22,7 @@ import numpy as np
 from evalcore.sites import layer_input
 from evalcore.metrics.base import NULL, GroupView, MetricFamily, Option, PredContext, ratio
 from evalcore.metrics.checks import fraction, optional_text
+from evalcore.present import Row, interval_of
 
 __all__ = ["Incomplete"]
 
@@ -82,6 +83,13 @@ class Incomplete(MetricFamily):
             out["precision_annotated"] = g.point("precision_annotated", NULL)
             out["count_fp_outside_annotation"] = g.count("n_pred_fp_outside")
         return out
+
+    def headline_rows(self, metrics) -> list[Row]:
+        """``precision_annotated`` with its interval, when the run had an annotated area."""
+        if "precision_annotated" not in metrics:
+            return []
+        return [Row("precision_annotated", "Precision inside the annotated area", metrics["precision_annotated"],
+                    interval_of(metrics, "precision_annotated"))]
 
     def run_keys(self, options: object) -> dict[str, object]:
         if options.annotated_area is None:

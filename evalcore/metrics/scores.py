@@ -55,7 +55,7 @@ from evalcore.config import IOU_MATCH_RTOL, IOU_SWEEP_THRESHOLDS
 from evalcore.errors import EvalInputError
 from evalcore.metrics.base import NULL, GlobalContext, GroupView, MetricFamily, Option, PredContext, ratio
 from evalcore.metrics.checks import optional_text, positive_int
-from evalcore.present import LOWER, OVERALL, Shown, markdown_text, number, with_interval
+from evalcore.present import LOWER, OVERALL, Row, Shown, markdown_text, number, row_text, with_interval
 
 __all__ = [
     "Scores", "score_values", "calibration_bin", "coco_true_positives", "coco_ap", "pr_curve", "risk_coverage", "aurc",
@@ -397,7 +397,55 @@ class Scores(MetricFamily):
             f"scores ({metrics.get('score_column')}): AP50 {with_interval(metrics, 'ap50')}  AP75 {with_interval(metrics, 'ap75')}  "
             f"AP50:95 {with_interval(metrics, 'ap50_95')};  "
             f"calibration ECE {number(cal.get('ece'))}  Brier {number(cal.get('brier'))} over {cal.get('n')} predictions"
-        ]
+        ] + self._operating_lines(metrics)
+
+    def _operating_lines(self, metrics: dict) -> list[str]:
+        """The frozen threshold's operating point and the precision targets' thresholds, a line each."""
+        lines = []
+        op = self._operating_point(metrics)
+        if op is not None:
+            t, point = op
+            lines.append(f"at score ≥ {point['score_threshold']:g} (IoU ≥ {t}): precision {number(point['precision'])}  "
+                         f"recall {number(point['recall'])}  F1 {number(point['f1'])}")
+        targets = self._targets(metrics)
+        if targets:
+            lines.append("precision targets: " + ";  ".join(
+                f"≥ {p['precision_target']:g} from score ≥ {number(p['score_threshold'])} "
+                f"({p['n_retained']} predictions kept, precision {number(p['precision'])})" if p["met"]
+                else f"≥ {p['precision_target']:g} not reached" for p in targets))
+        return lines
+
+    @staticmethod
+    def _operating_point(metrics: dict) -> tuple[str, dict] | None:
+        """``(IoU threshold, block)`` of ``operating_point`` at the run's IoU threshold, else its first."""
+        blocks = metrics.get("operating_point")
+        if not blocks:
+            return None
+        name = f"{metrics.get('iou_threshold', 0.5):g}"
+        return (name, blocks[name]) if name in blocks else next(iter(blocks.items()))
+
+    @staticmethod
+    def _targets(metrics: dict) -> list[dict]:
+        return ((metrics.get("risk_coverage") or {}).get("overall") or {}).get("operating_points") or []
+
+    def headline_rows(self, metrics: dict) -> list[Row]:
+        """Precision, recall and F1 at ``--score-threshold``; the score threshold and coverage of each precision target."""
+        rows = []
+        op = self._operating_point(metrics)
+        if op is not None:
+            t, point = op
+            at = f"at score ≥ {point['score_threshold']:g} (IoU ≥ {t})"
+            rows += [Row(f"operating_point.{t}.{k}", f"{label} {at}", point[k])
+                     for k, label in (("precision", "Precision"), ("recall", "Recall"), ("f1", "F1"))]
+        for i, p in enumerate(self._targets(metrics)):
+            key = f"risk_coverage.overall.operating_points.{i}"
+            goal = f"precision ≥ {p['precision_target']:g}"
+            if p["met"]:
+                rows += [Row(f"{key}.score_threshold", f"Lowest score threshold with {goal}", p["score_threshold"]),
+                         Row(f"{key}.coverage", f"Share of predictions kept at {goal}", p["coverage"])]
+            else:
+                rows.append(Row(f"{key}.score_threshold", f"Lowest score threshold with {goal}", "not reached"))
+        return rows
 
     def report_lines(self, metrics: dict) -> list[str]:
         """AP, the best F1 per threshold and the reliability table."""
