@@ -24,6 +24,11 @@ entries (they are in the tile layer): ``evalcore gate`` and the flow add them fr
 run's ``tiles.parquet`` (:func:`evalcore.evidence.gate_metrics`), so ``tiles.*.f1``
 gates every tile; without them ``tiles.*`` is ``not_evaluable``.
 
+A path no run can hold (its first segment no top-level key of any ``metrics.json``, its
+last no key at all: ``recal``) is a mistake in the file, refused by :func:`load_gates`
+(:func:`check_metric_paths`, naming the closest path); a path that only this run lacks
+is ``not_evaluable``.
+
 Outcome of a rule
 -----------------
 Each rule, and each group a ``*`` expands to, answers exactly one of ``pass``,
@@ -59,7 +64,7 @@ stops alias ("billion laughs") and merge-key bombs. Anchors and aliases themselv
 allowed (``min_support: &n 30`` ... ``min_support: *n``). No message quotes more than
 a few dozen characters of a value.
 
-The module stays whole at about 700 lines: parsing a rule, finding its path in the
+The module stays whole at about 800 lines: parsing a rule, finding its path in the
 metrics and judging it all follow the one format specified here.
 """
 
@@ -166,7 +171,7 @@ _INNER_KEYS: frozenset[str] = frozenset((
     "ece", "excluded", "fp_per_km2_reference_free", "fraction", "fraction_aois_with_fn",
     "fraction_predicted", "fraction_tiles_with_fn", "group", "gsd_m", "id_column",
     "insufficient_support", "iou", "lower", "lower_ha", "macro", "mcc", "mean_score", "met",
-    "method", "micro", "n", "n_errors", "n_resamples", "n_retained", "n_units", "operating_points",
+    "method", "micro", "n", "n_errors", "n_undefined", "n_resamples", "n_retained", "n_units", "operating_points",
     "overall", "p10", "p25", "p50", "p75", "p90", "partition_size_m", "per_aoi", "per_tile",
     "precision_target", "precision_targets", "quantiles", "resampling", "risk", "rule", "score",
     "score_threshold", "seed", "support", "tile_km", "tolerance_px", "training_area_km2",
@@ -331,7 +336,7 @@ def load_gates(path: str | Path) -> list[Gate]:
         are expanded, it has no ``gates``
         list or an empty one, a
         rule is not a mapping, has no id, an id of another rule, an unknown key, no or a
-        bad metric path, an unknown comparison, a threshold that is not a finite
+        bad metric path or one no run can hold, an unknown comparison, a threshold that is not a finite
         number, a bad ``use`` or a ``min_support`` that is not an integer >= 0.
     """
     name = str(path)
