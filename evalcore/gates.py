@@ -24,6 +24,11 @@ entries (they are in the tile layer): ``evalcore gate`` and the flow add them fr
 run's ``tiles.parquet`` (:func:`evalcore.evidence.gate_metrics`), so ``tiles.*.f1``
 gates every tile; without them ``tiles.*`` is ``not_evaluable``.
 
+A path no run can hold (its first segment no top-level key of any ``metrics.json``, its
+last no key at all: ``recal``) is a mistake in the file, refused by :func:`load_gates`
+(:func:`check_metric_paths`, naming the closest path); a path that only this run lacks
+is ``not_evaluable``.
+
 Outcome of a rule
 -----------------
 Each rule, and each group a ``*`` expands to, answers exactly one of ``pass``,
@@ -59,14 +64,16 @@ stops alias ("billion laughs") and merge-key bombs. Anchors and aliases themselv
 allowed (``min_support: &n 30`` ... ``min_support: *n``). No message quotes more than
 a few dozen characters of a value.
 
-The module stays whole at about 700 lines: parsing a rule, finding its path in the
+The module stays whole at about 800 lines: parsing a rule, finding its path in the
 metrics and judging it all follow the one format specified here.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import operator
+import re
 import reprlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -82,6 +89,7 @@ __all__ = [
     "STATES",
     "USES",
     "Gate",
+    "check_metric_paths",
     "evaluate_gates",
     "exit_status",
     "load_gates",
@@ -125,6 +133,50 @@ _UNIT_BLOCKS: dict[str, tuple[str, str]] = {
     "aois": ("per_aoi", "the metrics have no per-AOI entries"),
     "tiles": ("per_tile", "the metrics have no per-tile entries (per-tile values are in the tile layer)"),
 }
+
+# The keys a metrics.json can hold, whatever the options (every family enabled, bootstrap,
+# strata, size classes, AOIs, tiles, scores, study and training areas), taken from the
+# paths of such runs with group names left out; tests/unit/test_gates_newcomer.py checks
+# that a real run's paths stay within them. A rule whose first segment is not a top-level
+# key, or whose last is no key at all, matches nothing in any run: a typo, refused.
+_TOP_KEYS: frozenset[str] = frozenset((
+    "annotated_fraction", "aois", "ap50", "ap50_95", "ap75", "ap_iou_thresholds",
+    "ap_per_threshold", "area_error_mean_m2", "area_error_signed_mean_m2", "area_weighted_f1",
+    "area_weighted_precision", "area_weighted_recall", "aurc", "best_f1", "best_iou_mean",
+    "bootstrap", "boundary_distance_mean_m", "boundary_distance_median_m", "boundary_f1",
+    "boundary_precision", "boundary_recall", "boundary_sample_spacing_m",
+    "boundary_sample_spacing_max_m", "boundary_tolerance_m", "calibration",
+    "count_boundary_errors", "count_fn", "count_fn_localisation", "count_fn_missed", "count_fp",
+    "count_fp_background", "count_fp_duplicate", "count_fp_localisation",
+    "count_fp_outside_annotation", "count_fp_unassigned", "count_merged_reference", "count_merges",
+    "count_predicted", "count_predicted_dropped", "count_predicted_outside_study_area",
+    "count_predicted_repaired", "count_ratio", "count_reference", "count_reference_dropped",
+    "count_reference_no_stratum", "count_reference_outside_size_classes",
+    "count_reference_outside_study_area", "count_reference_repaired", "count_split_predictions",
+    "count_splits", "count_tp", "coverage_within_tolerance", "coverage_within_tolerance_area",
+    "distance_crs", "equal_area_crs", "f1", "hausdorff_mean_m", "hausdorff_median_m", "iou_mean",
+    "iou_sweep", "iou_threshold", "leakage", "majority_fraction", "matching", "median_area_ha",
+    "operating_point", "over_segmentation", "oversegmentation_mean", "per_size_class",
+    "per_stratum", "pixel", "pr_curve", "precision", "precision_annotated", "precision_touching",
+    "predicted_area_ha", "recall", "reference_area_ha", "risk_coverage", "score_column",
+    "size_class_edges_ha", "strata_column", "study_area", "tiles", "under_segmentation",
+    "undersegmentation_mean", "utm_epsg_codes", "warnings", "worst",
+))
+_INNER_KEYS: frozenset[str] = frozenset((
+    "accuracy", "area_bias_ha", "area_km2", "bins", "brier", "buffer_m", "ci", "ci_n_undefined",
+    "confidence_level", "count_aois", "count_aois_with_reference", "count_error", "count_pixels",
+    "count_polygons", "count_predicted_audited", "count_predicted_within_buffer",
+    "count_reference_audited", "count_reference_within_buffer", "count_tiles",
+    "count_tiles_with_reference", "count_tiles_without_reference", "count_tn", "coverage", "curve",
+    "ece", "excluded", "fp_per_km2_reference_free", "fraction", "fraction_aois_with_fn",
+    "fraction_predicted", "fraction_tiles_with_fn", "group", "gsd_m", "id_column",
+    "insufficient_support", "iou", "lower", "lower_ha", "macro", "mcc", "mean_score", "met",
+    "method", "micro", "n", "n_errors", "n_undefined", "n_resamples", "n_retained", "n_units", "operating_points",
+    "overall", "p10", "p25", "p50", "p75", "p90", "partition_size_m", "per_aoi", "per_tile",
+    "precision_target", "precision_targets", "quantiles", "resampling", "risk", "rule", "score",
+    "score_threshold", "seed", "support", "tile_km", "tolerance_px", "training_area_km2",
+    "tversky", "tversky_alpha", "tversky_beta", "unit", "upper", "upper_ha", "value",
+))
 
 REASON_MISSING = "no metric at this path"
 REASON_NULL = "value is null"
@@ -256,6 +308,10 @@ def _shape_error(text: str) -> str | None:
     return None
 
 
+_BARE_OP = re.compile(r"^[ \t-]*op:[ \t]*(>=?[^\n#]*)$", re.MULTILINE)
+"""An unquoted ``op: >=`` (or ``>``), which YAML reads as the start of a folded block."""
+
+
 def load_gates(path: str | Path) -> list[Gate]:
     """Read and check a gates file.
 
@@ -280,7 +336,7 @@ def load_gates(path: str | Path) -> list[Gate]:
         are expanded, it has no ``gates``
         list or an empty one, a
         rule is not a mapping, has no id, an id of another rule, an unknown key, no or a
-        bad metric path, an unknown comparison, a threshold that is not a finite
+        bad metric path or one no run can hold, an unknown comparison, a threshold that is not a finite
         number, a bad ``use`` or a ``min_support`` that is not an integer >= 0.
     """
     name = str(path)
@@ -304,8 +360,63 @@ def load_gates(path: str | Path) -> list[Gate]:
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
+        bare = _BARE_OP.search(text)
+        if bare is not None:  # the raw error ("expected chomping or indentation indicators") says nothing useful
+            raise EvalInputError(
+                f"gates file {name!r} is not valid YAML at line {text.count(chr(10), 0, bare.start()) + 1}: "
+                f"quote the comparison, op: \"{bare.group(1).strip()}\" (a bare > starts a YAML block)."
+            ) from None
         raise EvalInputError(f"gates file {name!r} is not valid YAML: {_one_line(exc)}") from None
-    return parse_gates(data, source=name)
+    gates = parse_gates(data, source=name)
+    check_metric_paths(gates, source=name)
+    return gates
+
+
+def _unknown_segment(segments: Sequence[str]) -> tuple[int, frozenset[str]] | None:
+    """The index of a segment no run can hold and the keys it should be among, or None.
+
+    Only the first segment (a top-level key) and the last (a metric's name) are checked:
+    those between may be group names (a stratum, an AOI, a tile key, keys with dots).
+    """
+    if segments[0] not in _TOP_KEYS:
+        return 0, _TOP_KEYS
+    last = segments[-1]
+    if len(segments) > 1 and last != "*" and not last.lstrip("-").isdigit() and last not in _TOP_KEYS | _INNER_KEYS:
+        return len(segments) - 1, _TOP_KEYS | _INNER_KEYS
+    return None
+
+
+def check_metric_paths(gates: Sequence[Gate], *, source: str = "<gates>") -> None:
+    """Refuse a rule whose metric path matches nothing in any run (a typo such as ``recal``).
+
+    A path that exists in the layout but is null or absent in one run (no bootstrap, a
+    stratum that this run lacks) is left to :func:`evaluate_gates`, which answers
+    ``not_evaluable`` for it.
+
+    Parameters
+    ----------
+    gates : sequence of Gate
+        The rules.
+    source : str, default "<gates>"
+        The file's name, for the message.
+
+    Raises
+    ------
+    EvalInputError
+        Naming the file, the rule and the closest path that a run can hold.
+    """
+    for position, gate in enumerate(gates, start=1):
+        segments = gate.metric.split(".")
+        unknown = _unknown_segment(segments)
+        if unknown is None:
+            continue
+        index, keys = unknown
+        closest = difflib.get_close_matches(segments[index], sorted(keys), n=1, cutoff=0.0)
+        suggestion = ".".join([*segments[:index], closest[0], *segments[index + 1:]]) if closest else None
+        raise EvalInputError(
+            f"gates file {source!r}: rule {_shown(gate.id)} (#{position}): metric {_shown(gate.metric)} matches nothing a run can hold"
+            + (f"; the closest path is {suggestion!r}." if suggestion else ".")
+        )
 
 
 def parse_gates(data: object, *, source: str = "<gates>") -> list[Gate]:
@@ -636,7 +747,7 @@ def evaluate_gates(
         ``fail`` or ``not_evaluable``; ``rules`` one entry per rule and per group a
         ``*`` expands to, with ``id``, ``metric``, ``group`` (the key ``*`` expanded
         to, else None), ``observed`` (the compared number, None when there is none),
-        ``use``, ``op``, ``expected`` (the threshold), ``support``, ``min_support``,
+        ``value`` (the metric's own value: ``observed`` unless ``use`` takes a bound), ``use``, ``op``, ``expected`` (the threshold), ``support``, ``min_support``,
         ``state`` and ``reason`` (why not evaluable, else None); ``evidence``
         ``{"file", "sha256"}``; ``counts`` the rows in each state. No NaN: the dict
         passes ``json.dumps(..., allow_nan=False)``.
@@ -657,7 +768,10 @@ def evaluate_gates(
             raise ValueError(f"rule {gate.id!r}: use {gate.use!r} is not one of {', '.join(USES)}")
         segments = gate.metric.split(".")
         for entry in _resolve(metrics, segments):
-            rows.append(_judge(metrics, gate, entry))
+            row = _judge(metrics, gate, entry)
+            # The metric's own value beside the bound a ci_lower/ci_upper rule compared.
+            row["value"] = _finite(entry.value) if isinstance(entry, _Found) and _is_number(entry.value) else None
+            rows.append(row)
     counts = {state: sum(row["state"] == state for row in rows) for state in STATES}
     if rows and counts["pass"] == len(rows):
         decision = "pass"

@@ -83,15 +83,33 @@ def run_command(args: argparse.Namespace) -> int:
         with run_api(), failures_reported_once():  # the failure's one line comes from evalcore.cli.run
             metrics = evaluate_layers(params)
     except GatesNotPassed as exc:
+        # A decision, not a crash: the whole run is written, so it is shown as a passed
+        # run is, then the rules that did not pass, as evalcore gate prints them.
+        from evalcore.cli.text import gate_lines
         from evalcore.gates import exit_status
 
+        _print_run(getattr(exc, "metrics", None) or _read_metrics(args.output_dir), args.output_dir, started, RUN_LOG)
+        print("acceptance gates not passed:")
+        for line in gate_lines(exc.result, not_passed_only=True):
+            print(f"  {line}")
         print(f"{exc}", flush=True)
         return exit_status(exc.result)
+    _print_run(metrics, args.output_dir, started, RUN_LOG)
+    return 0
+
+
+def _read_metrics(output_dir: str) -> dict:
+    import json
+
+    return json.loads((Path(output_dir) / "metrics.json").read_text(encoding="utf-8"))
+
+
+def _print_run(metrics: dict, output_dir: str, started: float, run_log: Path) -> None:
+    """The summary of a finished run and what its directory holds."""
     print(format_summary(metrics))
-    out = Path(args.output_dir)
+    out = Path(output_dir)
     written = [name for name in ("metrics.json", "report.html", "report.md", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet") if (out / name).exists()]
     written += [f"{name}/" for name in ("fields", "predictions") if (out / name).is_dir()]
     if (out / "evidence-manifest.json").exists():
         written.append("the evidence bundle (evidence-manifest.json; check it with evalcore verify)")
-    print(f"run directory {args.output_dir}: {', '.join(written)}, {RUN_LOG.as_posix()} ({time.perf_counter() - started:.1f} s)")
-    return 0
+    print(f"run directory {output_dir}: {', '.join(written)}, {run_log.as_posix()} ({time.perf_counter() - started:.1f} s)")

@@ -380,7 +380,7 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
     logger.info("run finished: precision %.3f, recall %.3f, F1 %.3f; outputs in %s", metrics["precision"], metrics["recall"], metrics["f1"], out)
     if gate_result is not None and gate_result["decision"] != "pass":
         # After everything is written: the run ends Failed, so an automation can alert.
-        raise GatesNotPassed(gate_result)
+        raise GatesNotPassed(gate_result, metrics)
     return metrics
 
 
@@ -389,8 +389,9 @@ class GatesNotPassed(RuntimeError):
 
     expected_outcome = True  # a decision, not a crash: no traceback on the terminal
 
-    def __init__(self, result: dict) -> None:
+    def __init__(self, result: dict, metrics: dict | None = None) -> None:
         self.result = result
+        self.metrics = metrics  # for the caller's summary: the run itself is complete
         counts = result["counts"]
         super().__init__(
             f"acceptance gates: {result['decision']} ({counts['pass']} pass, {counts['fail']} fail, "

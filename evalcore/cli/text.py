@@ -12,7 +12,7 @@ from __future__ import annotations
 from evalcore.metrics.registry import FAMILIES
 from evalcore.present import LOWER, better_of, interval_text, number
 
-__all__ = ["SUPPORT_LEGEND", "fmt", "format_comparison", "format_summary", "level_lines", "study_lines", "unassigned_note"]
+__all__ = ["SUPPORT_LEGEND", "fmt", "format_comparison", "format_summary", "gate_lines", "level_lines", "study_lines", "unassigned_note"]
 
 
 SUPPORT_LEGEND = "* fewer reference fields than --min-support: the group's numbers are shown but too uncertain to rank it"
@@ -22,6 +22,39 @@ SUPPORT_LEGEND = "* fewer reference fields than --min-support: the group's numbe
 def fmt(value: object, digits: int = 3) -> str:
     """A number as every command prints it (three decimals unless told)."""
     return number(value, digits)
+
+
+def _gate_number(value: object) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer():
+        return str(int(value))
+    return fmt(value)
+
+
+def gate_lines(result: dict, *, not_passed_only: bool = False) -> list[str]:
+    """The gates' table, one line per rule and group: state, rule, what was compared.
+
+    A rule on a bound of the interval (``use: ci_lower``/``ci_upper``) shows the bound
+    and the metric's value beside it (``recall ci_lower 0.810 (value 0.816) >= 0.75``),
+    so the bound is never read as the value.
+
+    Parameters
+    ----------
+    result : dict
+        The content of ``acceptance-gates.json`` (:func:`evalcore.gates.evaluate_gates`).
+    not_passed_only : bool, default False
+        Only the rules that failed or were not evaluable.
+    """
+    lines = []
+    for rule in result["rules"]:
+        if not_passed_only and rule["state"] == "pass":
+            continue
+        group = f"[{rule['group']}]" if rule.get("group") is not None else ""
+        compared = _gate_number(rule["observed"])
+        if rule.get("use", "value") != "value":
+            compared = f"{rule['use']} {compared} (value {_gate_number(rule.get('value'))})"
+        lines.append(f"{rule['state']:<14} {rule['id']}{group}: {rule['metric']} {compared} {rule['op']} {rule['expected']}"
+                     + (f" ({rule['reason']})" if rule.get("reason") else ""))
+    return lines
 
 
 def format_summary(metrics: dict[str, object]) -> str:

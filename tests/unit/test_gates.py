@@ -96,7 +96,7 @@ def test_pass_and_fail_on_a_top_level_metric():
     m = _metrics()
     row = _one(m, _gate("recall", ">=", 0.75))
     assert row == {"id": "G", "metric": "recall", "group": None, "observed": 0.8, "use": "value", "op": ">=",
-                   "expected": 0.75, "support": 200, "min_support": None, "state": "pass", "reason": None}
+                   "expected": 0.75, "support": 200, "min_support": None, "state": "pass", "reason": None, "value": 0.8}
     row = _one(m, _gate("recall", ">=", 0.85))
     assert (row["state"], row["observed"], row["reason"]) == ("fail", 0.8, None)
 
@@ -274,8 +274,9 @@ def test_outcome_is_json_without_nan_and_records_the_evidence():
     assert set(result) == {"decision", "rules", "evidence", "counts"}
     assert sum(result["counts"].values()) == len(result["rules"])
     for row in result["rules"]:
-        assert set(row) == {"id", "metric", "group", "observed", "use", "op", "expected", "support", "min_support", "state", "reason"}
+        assert set(row) == {"id", "metric", "group", "observed", "use", "op", "expected", "support", "min_support", "state", "reason", "value"}
         assert row["observed"] is None or math.isfinite(row["observed"])
+        assert row["value"] is None or math.isfinite(row["value"])
         assert (row["reason"] is None) == (row["state"] != "not_evaluable")
     assert evaluate_gates(m, gates)["evidence"] == {"file": "metrics.json", "sha256": None}
 
@@ -459,7 +460,7 @@ def test_evalcore_gate_on_a_run_directory(real_metrics, tmp_path, capsys):
     easy = _write(tmp_path, "gates:\n  - {id: G-ANY, metric: recall, op: '>=', threshold: 0}\n", "easy.yaml")
     assert main(["gate", str(run_dir), str(easy), "-q"]) == 0
     missing = _write(tmp_path, "gates:\n  - {id: G-ANY, metric: recall, op: '>=', threshold: 0}\n"
-                               "  - {id: G-NONE, metric: no.such.metric, op: '>=', threshold: 0}\n", "missing.yaml")
+                               "  - {id: G-NONE, metric: per_size_class.*.f1, op: '>=', threshold: 0}\n", "missing.yaml")
     assert main(["gate", str(run_dir), str(missing), "-q"]) == 3
     bad = _write(tmp_path, "gates:\n  - {id: G-X, metric: recall, op: '~', threshold: 0}\n", "bad.yaml")
     assert main(["gate", str(run_dir), str(bad), "-q"]) == 2

@@ -10,7 +10,7 @@ import argparse
 import time
 from pathlib import Path
 
-from evalcore.cli.text import fmt
+from evalcore.cli.text import gate_lines
 from evalcore.errors import EvalInputError
 
 __all__ = ["gate_command", "report_command", "verify_command"]
@@ -54,12 +54,8 @@ def gate_command(args: argparse.Namespace) -> int:
     write_json(target, result)
     amended = write_evidence_manifest(run_dir, reason=f"gates amendment: {target.name}", adds=[target.name]) if sealed else None
     if not args.quiet:
-        for rule in result["rules"]:
-            group = f"[{rule['group']}]" if rule.get("group") is not None else ""
-            observed = rule["observed"]
-            shown = str(int(observed)) if isinstance(observed, (int, float)) and not isinstance(observed, bool) and float(observed).is_integer() else fmt(observed)
-            print(f"{rule['state']:<14} {rule['id']}{group}: {rule['metric']} {shown} {rule['op']} {rule['expected']}"
-                  + (f" ({rule['reason']})" if rule.get("reason") else ""))
+        for line in gate_lines(result):
+            print(line)
         print(f"decision: {result['decision']} ({result['counts']['pass']} pass, {result['counts']['fail']} fail, "
               f"{result['counts']['not_evaluable']} not evaluable); wrote {target}" + (f" and {amended.name}" if amended else ""))
     return exit_status(result)
