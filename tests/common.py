@@ -16,7 +16,9 @@ Places
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import json
 import math
 import subprocess
@@ -298,3 +300,35 @@ def without_partition_size(metrics: dict) -> dict:
     if "bootstrap" in out:
         out["bootstrap"] = {k: v for k, v in out["bootstrap"].items() if k != "partition_size_m"}
     return out
+
+
+#: The file that fills a :func:`full_disk`.
+FILLER = ".filler"
+
+
+@contextlib.contextmanager
+def full_disk(path: Path):
+    """A full disk at ``path``: a 1 MiB tmpfs mounted there and filled by :data:`FILLER`.
+
+    Mounting needs root; the test is skipped where it cannot be done.
+    """
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs (a full disk) needs root")
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        fd = os.open(path / FILLER, os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(fd, b"\0" * 65_536)
+        except OSError:  # ENOSPC: the disk is full
+            pass
+        finally:
+            os.close(fd)
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)

@@ -35,7 +35,8 @@ import shapely
 from pyproj import CRS
 from shapely.geometry import LineString, box
 
-from tests.common import UTM, WGS84, X0, Y0
+from tests.common import FILLER, UTM, WGS84, X0, Y0
+from tests.common import full_disk as common_full_disk
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.cli  # each test runs the evalcore command in a subprocess (tests/markers.py)
@@ -197,23 +198,8 @@ def test_fifo_is_refused_without_being_opened(tmp_path: Path, ref: Path, pred: P
 
 @pytest.fixture
 def full_disk(tmp_path: Path):
-    mount = tmp_path / "full"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        fd = os.open(mount / "fill", os.O_WRONLY | os.O_CREAT)
-        try:
-            while True:
-                os.write(fd, b"\0" * 65_536)
-        except OSError:  # ENOSPC: the disk is full
-            pass
-        finally:
-            os.close(fd)
+    with common_full_disk(tmp_path / "full") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
 
 
 @pytest.mark.parametrize("target", ["-o", "--frame-out"])
@@ -224,7 +210,7 @@ def test_full_disk(tmp_path: Path, ref: Path, pred: Path, full_disk: Path, targe
     args = ["-o", path] if target == "-o" else ["-o", out / "metrics.json", "--frame-out", path]
     line = error_line(cli("evaluate", "-q", "-p", pred, "-r", ref, *args))
     assert f"cannot write {str(path)!r}" in line and "the disk is full" in line, line
-    assert files(full_disk) == {full_disk / "fill"} and files(out) == set()
+    assert files(full_disk) == {full_disk / FILLER} and files(out) == set()
 
 
 def test_full_disk_in_run(tmp_path: Path, ref: Path, pred: Path, full_disk: Path, prefect_server: str):

@@ -7,7 +7,8 @@ directory is held by one run at a time, its ``status.json`` is written last and 
 with the exit status and the Prefect flow's state, and the Prefect server a run started
 dies with it.
 
-A full disk is a small ``tmpfs`` mounted for the test (root only; skipped otherwise).
+A full disk is a small ``tmpfs`` mounted for the test (``tests.common.full_disk``; root
+only, skipped otherwise).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import geopandas
 import pytest
 
 from evalcore.synth import write_layers
-from tests.common import naive_sha256, run_cli
+from tests.common import FILLER, full_disk, naive_sha256, run_cli
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.cli]  # each test runs the evalcore command in a subprocess
 
@@ -74,28 +75,6 @@ def _evalcore_run(args: list[str], prefect_server: str | None, **popen: object) 
     return subprocess.Popen(
         [sys.executable, "-m", "evalcore.cli", "run", "--workers", "1", *args], text=True, env=_run_env(prefect_server), **popen,
     )
-
-
-@contextlib.contextmanager
-def _full_disk(path: Path, free_bytes: int = 0):
-    """A tmpfs at ``path`` with about ``free_bytes`` left (a filler file takes the rest)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs (a full disk) needs root")
-    path.mkdir(parents=True, exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        filler = path / ".filler"
-        with open(filler, "wb", buffering=0) as f:
-            with contextlib.suppress(OSError):
-                while True:
-                    f.write(b"\0" * 4096)
-        if free_bytes:
-            os.truncate(filler, max(filler.stat().st_size - free_bytes, 0))
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
 # --------------------------------------------------------------------------- item 1: the work directory
@@ -196,12 +175,12 @@ def test_failed_evaluate_keeps_the_older_outputs(tmp_path: Path, layers: tuple[P
                     "--tiles-out", str(keep / "tiles.parquet"), "-o", str(keep / "metrics.json"))
     assert first.returncode == 0, first.stderr
     before = _tree(keep)
-    with _full_disk(tmp_path / "full") as full:
+    with full_disk(tmp_path / "full") as full:
         result = run_cli("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), "--iou-threshold", "0.6",
                          "--frame-out", str(keep / "fields.parquet"), "--tiles-out", str(keep / "tiles.parquet"),
                          "-o", str(full / "metrics.json"))
         assert result.returncode != 0
-        assert sorted(p.name for p in full.iterdir()) == [".filler"]
+        assert sorted(p.name for p in full.iterdir()) == [FILLER]
     assert _tree(keep) == before  # the old outputs, byte for byte, and no staged leftovers
 
 
@@ -210,7 +189,7 @@ def test_directory_outputs_hold_one_run_and_a_failed_cluster_run_leaves_nothing(
     fields = tmp_path / "fields"
     cluster = ["--cluster", "local", "--workers", "1", "--in-process-below", "0", "--partition-km", "5"]
     # A cluster run whose last write fails on a full disk: no fields/ parts, no tiles.parquet.
-    with _full_disk(tmp_path / "full") as full:
+    with full_disk(tmp_path / "full") as full:
         failed = run_cli("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), *cluster, "--frame-out", f"{fields}/",
                          "--tiles-out", str(tmp_path / "tiles.parquet"), "-o", str(full / "metrics.json"))
         assert failed.returncode != 0
@@ -237,10 +216,10 @@ def test_a_directory_output_with_foreign_files_is_refused(tmp_path: Path, layers
 
 
 def test_failed_synth_leaves_no_directory(tmp_path: Path) -> None:
-    with _full_disk(tmp_path / "full") as full:
+    with full_disk(tmp_path / "full") as full:
         result = run_cli("synth", "--n-ref", "2000", "--out", str(full / "data"))
         assert result.returncode != 0
-        assert sorted(p.name for p in full.iterdir()) == [".filler"]
+        assert sorted(p.name for p in full.iterdir()) == [FILLER]
 
 
 # --------------------------------------------------------------------------- items 5 and 7: one run at a time, a truthful state
