@@ -2,7 +2,7 @@
 
 With no ``PREFECT_API_URL`` configured, Prefect starts a temporary API server (a uvicorn
 process) on first use and stops it at interpreter exit. A run killed with SIGKILL or
-SIGTERM never reaches that exit, and the server (about 230 MB) stayed alive for good.
+SIGTERM never reaches that exit, and the server (a uvicorn process of a few hundred MB) stayed alive for good.
 Here the server is started before the flow, and a small watchdog process, told the
 server's process id the moment it is started, holds a pipe to this process: when this
 process ends, however it ends, the kernel closes the pipe, the watchdog reads end-of-file

@@ -10,7 +10,6 @@ dashboard address), so a bad one fails before anything is read.
 from __future__ import annotations
 
 import argparse
-import re
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -30,10 +29,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2, no usage dump
         # main() prefixes "evalcore: error:"; the subcommand is named once, after it.
         command = self.prog.removeprefix("evalcore").strip()
-        # An option's own check names the flag already: "argument --x: --x must be ..." once.
-        found = re.fullmatch(r"argument (\S+): (.*)", message, flags=re.S)
-        if found and found.group(1) in found.group(2):
-            message = found.group(2)
         raise UsageError(f"{command + ': ' if command else ''}{message}")
 
 def _size_bins(text: str) -> object:
@@ -58,24 +53,28 @@ def _label(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-def _option_type(option: Option) -> Callable[[str], object]:
+def _option_type(option: Option, parser: _Parser) -> Callable[[str], object]:
     def parse(text: str) -> object:
         try:
             value = option.parse(text)
-            if option.to_option is None:
-                # The option's own check, naming the flag the user typed (the library's
-                # message names the keyword argument); a value in another unit than the
-                # library's (--partition-km) is checked after conversion, as before.
-                option.check(option.cli_flag, value)
-            return value
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
+        if option.to_option is None:
+            # The option's own check, naming the flag the user typed (the library's message
+            # names the keyword argument), reported as it is: argparse would put
+            # "argument --flag:" before a message that names the flag already. A value in
+            # another unit than the library's (--partition-km) is checked after conversion.
+            try:
+                option.check(option.cli_flag, value)
+            except ValueError as exc:
+                parser.error(str(exc))
+        return value
 
     parse.__name__ = option.name  # argparse names the type in its message
     return parse
 
 
-def _add_option_flags(parser: argparse.ArgumentParser) -> None:
+def _add_option_flags(parser: _Parser) -> None:
     """One flag per evaluation option (:func:`evalcore.options.all_options`), help and default from it."""
     for option in all_options():
         default = option.cli_default if option.cli_default is not None else option.default
@@ -85,7 +84,7 @@ def _add_option_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             option.cli_flag,
             dest=option.name,
-            type=_option_type(option),
+            type=_option_type(option, parser),
             default=default,
             choices=option.choices,
             metavar=None if option.choices else option.cli_flag.lstrip("-").upper().replace("-", "_"),
