@@ -88,6 +88,7 @@ def run_api() -> Iterator[str | None]:
         with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
             yield server.api_url
     finally:
+        _drain_prefect_queues()  # what the run logged reaches the server before it stops
         server.stop()
         watchdog.stdin.close()  # the server is stopped: the watchdog finds nothing alive and exits
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -99,3 +100,17 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _drain_prefect_queues() -> None:
+    """Send the log records and events Prefect still holds to the API, waiting at most 5 s each.
+
+    Prefect sends them from background workers, and at interpreter exit; by then this
+    run's server is gone, and each unsent batch printed "Error logging to API".
+    """
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (APILogWorker, EventsWorker):
+        with contextlib.suppress(Exception):  # a worker that never started has nothing to send
+            worker.drain_all(timeout=5)
