@@ -34,7 +34,7 @@ import numpy as np
 
 from evalcore._typing import F64Array
 
-__all__ = ["F1_HARMONIC", "F1_HARMONIC_POSITIVE", "F1_DICE", "F1_RULES", "detection_rates"]
+__all__ = ["F1_HARMONIC", "F1_HARMONIC_POSITIVE", "F1_DICE", "F1_RULES", "detection_rates", "panoptic_quality"]
 
 F1_HARMONIC = "harmonic"
 """``2 P R / (P + R)``, 0 when P = R = 0, undefined when P or R is (SPEC section 4)."""
@@ -101,3 +101,41 @@ def detection_rates(tp: object, fp: object, fn: object, *, f1: str) -> tuple[F64
         both_zero = 0.0 if f1 == F1_HARMONIC else np.nan
         value = np.where(s > 0.0, 2.0 * p * r / np.where(s > 0.0, s, 1.0), both_zero)
     return precision, recall, np.where(defined, value, np.nan)
+
+
+def panoptic_quality(iou_sum: object, tp: object, fp: object, fn: object) -> tuple[F64Array, F64Array, F64Array]:
+    """Panoptic, segmentation and recognition quality (SPEC 6.11), element-wise.
+
+    As panopticapi computes them (Kirillov et al. 2019): ``sq = ΣIoU / TP``, ``rq = TP /
+    (TP + FP/2 + FN/2)``, ``pq = ΣIoU / (TP + FP/2 + FN/2)``, each 0 where there is no
+    match and NaN only where both layers are empty (TP = FP = FN = 0). ``rq`` equals the
+    Dice form of F1 and ``pq`` equals ``sq * rq`` up to the last bit.
+
+    Parameters
+    ----------
+    iou_sum : float or array_like of float
+        Sum of the matched pairs' IoU.
+    tp, fp, fn : float or array_like of float
+        Matched pairs, unmatched predictions and unmatched reference objects, broadcast
+        together with ``iou_sum`` (scalars, per-group arrays or bootstrap replicates).
+
+    Returns
+    -------
+    pq, sq, rq : ndarray of float64
+
+    Examples
+    --------
+    >>> [float(v) for v in panoptic_quality(1.5, 2.0, 1.0, 1.0)]
+    [0.5, 0.75, 0.6666666666666666]
+    >>> [float(v) for v in panoptic_quality(0.0, 0.0, 2.0, 0.0)]
+    [0.0, 0.0, 0.0]
+    >>> [float(v) for v in panoptic_quality(0.0, 0.0, 0.0, 0.0)]
+    [nan, nan, nan]
+    """
+    iou_sum, tp, fp, fn = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in (iou_sum, tp, fp, fn)))
+    den = tp + 0.5 * fp + 0.5 * fn
+    empty = den == 0.0
+    sq = np.where(tp > 0.0, _ratio(iou_sum, tp), 0.0)
+    rq = _ratio(tp, den)
+    pq = _ratio(iou_sum, den)
+    return np.where(empty, np.nan, pq), np.where(empty, np.nan, sq), np.where(empty, np.nan, rq)
