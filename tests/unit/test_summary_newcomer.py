@@ -60,6 +60,7 @@ def test_terminal_shows_each_precision_target(run):
         f"({p['n_retained']} predictions kept, precision {f3(p['precision'])})" for p in points)
 
 
+@pytest.mark.cli
 def test_a_target_not_reached_says_so(run):
     _, m = run
     m = copy.deepcopy(m)
@@ -91,6 +92,7 @@ def test_terminal_marks_groups_below_min_support(run):
     assert "* fewer reference fields than --min-support: the group's numbers are shown but too uncertain to rank it" in lines
 
 
+@pytest.mark.cli
 def test_report_headline_has_the_operating_point_targets_and_annotated_precision(run):
     _, m = run
     report = render_report(m)
