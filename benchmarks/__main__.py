@@ -16,6 +16,10 @@ Sections (``--sections``, default all):
 * ``cli``: what a user types, ``evalcore evaluate`` on the anchor files: in this process,
   ``--cluster local --workers 2 --in-process-below 0`` (cluster start included) and plain
   ``--cluster local`` (which chooses this process below ``--in-process-below``).
+* ``peer``: agribound 1.0.1, the tool evalcore is a drop-in for, and evalcore with default
+  options on the same 50,000 generated fields (:mod:`benchmarks.agribound_peer`; agribound in
+  its own virtual environment, made on first use), with every value agribound writes
+  compared.
 * ``scale``: 250k generated reference fields (``--scale-sizes`` for more) end to end
   through the ``evaluate-layers`` flow with full options and the families on 2 workers
   (each size in a fresh process): wall time, fields per second, peak RSS of each worker
@@ -260,8 +264,8 @@ def section_scale(sizes: list[int]) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", default="anchor,families,workers,cli,scale",
-                        help="comma-separated: anchor, families, workers, cli, scale (default: all)")
+    parser.add_argument("--sections", default="anchor,families,workers,cli,peer,scale",
+                        help="comma-separated: anchor, families, workers, cli, peer, scale (default: all)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per anchor timing (median reported)")
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--scale-sizes", default="250000",
@@ -307,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  forced cluster / in process = {c['forced_cluster_vs_in_process']:.2f}x; "
               f"default --cluster local / in process = {c['default_cluster_vs_in_process']:.2f}x; "
               f"identical metrics.json: {c['metrics_identical']}")
+    if "peer" in sections:
+        from benchmarks.agribound_peer import print_peer, section_peer
+
+        record["peer"] = section_peer(50_000, args.repeat)
+        print_peer(record["peer"])
     if "scale" in sections:
         rows = record["scale"] = section_scale([int(n) for n in args.scale_sizes.split(",")])
         print("\nscale (flow, full options, 2 workers)")

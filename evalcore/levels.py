@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import geopandas
 import numpy as np
@@ -50,7 +50,9 @@ from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 from evalcore.crs import WGS84, transform_xy, utm_crs
 from evalcore.sites import ANNOTATED_AREA, AOI, grid_pieces, prepare_site_layer
 from evalcore.errors import EvalInputError, IncompatibleStatsError
+from evalcore.exact import N_DIGITS, value_of
 from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
+from evalcore.stats import digit_group_sums, exact_group_sums
 
 __all__ = [
     "AoiLayer",
@@ -314,7 +316,9 @@ class UnitSums:
     keys : ndarray of int64, shape (n_units, width)
         Unit keys, unique, in increasing lexicographic order: ``(epsg, tile x, tile y)``
         for tiles, ``(aoi index,)`` for AOIs.
-    values : ndarray of float64, shape (n_units, len(columns))
+    digits : ndarray of float64, shape (n_units, len(columns), N_DIGITS)
+        The exact digit sums (:mod:`evalcore.exact`): a unit whose fields lie in several
+        partitions gets the same sums whatever the partitioning.
     replicates : ndarray of float64, shape (n_units, n_replicates, len(replicate_columns)), optional
         Bootstrap replicate sums of ``replicate_columns`` (what the per-unit intervals need).
     columns : tuple of str
@@ -324,21 +328,29 @@ class UnitSums:
     """
 
     keys: IdArray
-    values: F64Array
+    digits: F64Array
     replicates: F64Array | None = None
     columns: tuple[str, ...] = ()
     replicate_columns: tuple[str, ...] = ()
+    _values: list = field(default_factory=list, init=False, repr=False, compare=False)
+
+    @property
+    def values(self) -> F64Array:
+        """ndarray of float64, shape (n_units, len(columns)): each sum correctly rounded."""
+        if not self._values:
+            self._values.append(value_of(self.digits))
+        return self._values[0]
 
     @staticmethod
     def empty(width: int, n_replicates: int | None = None, columns: tuple[str, ...] = (),
               replicate_columns: tuple[str, ...] = ()) -> UnitSums:
         reps = None if n_replicates is None else np.zeros((0, n_replicates, len(replicate_columns)))
-        return UnitSums(np.empty((0, width), np.int64), np.empty((0, len(columns))), reps, columns, replicate_columns)
+        return UnitSums(np.empty((0, width), np.int64), np.empty((0, len(columns), N_DIGITS)), reps, columns, replicate_columns)
 
     @staticmethod
     def of_rows(keys: IdArray, values: F64Array, replicates: F64Array | None = None, columns: tuple[str, ...] = (),
                 replicate_columns: tuple[str, ...] = ()) -> UnitSums:
-        """Add rows per unit, in row order (rows with a key < 0 in column 0 belong to no unit).
+        """Add rows per unit (rows with a key < 0 in column 0 belong to no unit).
 
         Parameters
         ----------
@@ -347,11 +359,18 @@ class UnitSums:
         replicates : ndarray of float64, shape (n, n_replicates, len(replicate_columns)), optional
             Per-row replicate values (already weighted by the row's draw counts).
         """
+        values = np.asarray(values, dtype=np.float64).reshape(len(keys), len(columns))
+        return UnitSums._summed(keys, values, replicates, columns, replicate_columns, exact_group_sums)
+
+    @staticmethod
+    def _summed(keys: IdArray, rows: F64Array, replicates: F64Array | None, columns: tuple[str, ...],
+                replicate_columns: tuple[str, ...], group_sums_of: object) -> UnitSums:
+        """Unit sums of ``rows`` (floats, or digits) by ``group_sums_of(rows, [unit of row], n_units)``."""
         keys = np.asarray(keys, dtype=np.int64)
         if keys.ndim == 1:
             keys = keys[:, None]
         keep = keys[:, 0] >= 0 if keys.shape[1] == 1 else np.ones(len(keys), dtype=bool)
-        keys, values = keys[keep], values[keep]
+        keys, rows = keys[keep], rows[keep]
         if replicates is not None:
             replicates = replicates[keep]
         width = keys.shape[1]
@@ -359,10 +378,7 @@ class UnitSums:
             return UnitSums.empty(width, None if replicates is None else replicates.shape[1], columns, replicate_columns)
         unique, inverse = np.unique(keys, axis=0, return_inverse=True)
         inverse = inverse.ravel()
-        out = np.zeros((len(unique), values.shape[1]))
-        for j in range(values.shape[1]):
-            # bincount adds each unit's rows in row order.
-            out[:, j] = np.bincount(inverse, weights=values[:, j], minlength=len(unique))
+        out = group_sums_of(rows, [inverse], len(unique))
         reps = None
         if replicates is not None:
             reps = np.zeros((len(unique),) + replicates.shape[1:])
@@ -375,7 +391,7 @@ class UnitSums:
 
     @staticmethod
     def concat(parts: list[UnitSums]) -> UnitSums:
-        """The sums of all parts, unit by unit, added in the order of ``parts``."""
+        """The sums of all parts, unit by unit (exact sums: any order gives the same; replicates in the order of ``parts``)."""
         widths = {p.keys.shape[1] for p in parts}
         if len(widths) != 1:
             raise ValueError("unit sums of different kinds cannot merge")
@@ -388,7 +404,7 @@ class UnitSums:
         (names, rep_names), = columns
         reps = np.concatenate([p.replicates for p in parts]) if with_reps == {True} else None
         keys = np.concatenate([p.keys for p in parts])
-        return UnitSums.of_rows(keys, np.concatenate([p.values for p in parts]), reps, names, rep_names)
+        return UnitSums._summed(keys, np.concatenate([p.digits for p in parts]), reps, names, rep_names, digit_group_sums)
 
     def column(self, name: str) -> F64Array:
         return self.values[:, self.columns.index(name)]
@@ -448,7 +464,7 @@ def unit_sums(keys: IdArray, values: F64Array, weights: F64Array | None, columns
     groups = np.where(keep, local + 1, -1).astype(np.int64)[:, None]
     # Group 0 of the kernel is every row (unused here); the units are groups 1...
     reps = replicate_group_sums(weights, replicate_rows, groups, len(point.keys) + 1).groups[1:]
-    return UnitSums(point.keys, point.values, reps, columns, replicate_columns)
+    return UnitSums(point.keys, point.digits, reps, columns, replicate_columns)
 
 
 # --------------------------------------------------------------------------- per-unit values

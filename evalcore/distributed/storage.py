@@ -383,7 +383,7 @@ def summary_to_arrays(summary: object) -> dict[str, np.ndarray]:
         "n_pred": np.asarray(s.n_pred),
         "columns": np.asarray(s.sums.columns, dtype=str),
         "max_columns": np.asarray(s.sums.max_columns, dtype=str),
-        "sums": s.sums.sums,
+        "sum_digits": s.sums.digits,
         "maxima": s.sums.maxima,
         "gathered_pos": s.gathered.index.to_numpy(np.int64),
         "gathered_names": np.asarray(list(s.gathered.columns), dtype=str),
@@ -395,7 +395,7 @@ def summary_to_arrays(summary: object) -> dict[str, np.ndarray]:
     for level in ("tiles", "aois"):
         units = getattr(s, level)
         arrays[f"{level}_keys"] = units.keys
-        arrays[f"{level}_values"] = units.values
+        arrays[f"{level}_digits"] = units.digits
         arrays[f"{level}_columns"] = np.asarray(units.columns, dtype=str)
         arrays[f"{level}_replicate_columns"] = np.asarray(units.replicate_columns, dtype=str)
         if units.replicates is not None:
@@ -413,7 +413,7 @@ def summary_from_arrays(a: dict[str, np.ndarray]) -> object:
     names = [str(n) for n in a["gathered_names"]]
     gathered = pd.DataFrame({name: a[f"gathered_{k}"] for k, name in enumerate(names)},
                             index=pd.Index(a["gathered_pos"], name="ref_pos"))
-    sums = GroupSums(tuple(str(c) for c in a["columns"]), tuple(str(c) for c in a["max_columns"]), a["sums"], a["maxima"])
+    sums = GroupSums(tuple(str(c) for c in a["columns"]), tuple(str(c) for c in a["max_columns"]), a["sum_digits"], a["maxima"])
     return PartitionSummary(
         key=tuple(int(v) for v in a["key"]),
         n_ref=int(a["n_ref"]),
@@ -421,8 +421,8 @@ def summary_from_arrays(a: dict[str, np.ndarray]) -> object:
         sums=sums,
         replicates=ReplicateSums(a["replicates"]) if "replicates" in a else None,
         gathered=gathered,
-        tiles=UnitSums(a["tiles_keys"], a["tiles_values"], a.get("tiles_replicates"), *_names(a, "tiles")),
-        aois=UnitSums(a["aois_keys"], a["aois_values"], a.get("aois_replicates"), *_names(a, "aois")),
+        tiles=UnitSums(a["tiles_keys"], a["tiles_digits"], a.get("tiles_replicates"), *_names(a, "tiles")),
+        aois=UnitSums(a["aois_keys"], a["aois_digits"], a.get("aois_replicates"), *_names(a, "aois")),
     )
 
 
