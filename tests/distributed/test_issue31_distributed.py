@@ -1,4 +1,4 @@
-"""``count_split_predictions`` on a real LocalCluster equals the single-process run (SPEC 6.2).
+"""Issue 31 on a real LocalCluster: ``count_split_predictions`` (SPEC 6.2) and the zone band (6.3, 6.7).
 
 A prediction held by two overlapping split reference fields in different partitions
 counts once overall and once in each group holding one of them: the credit is decided in
@@ -36,3 +36,17 @@ def test_split_predictions_on_a_cluster_equal_single_process(local_clients, tmp_
             assert {k: e[key] for k, e in small[grouping].items()} == {k: e[key] for k, e in single[grouping].items()}
     cluster = evalcore.evaluate(pred, ref, client=local_clients.get(2), workdir=tmp_path / "work", partition_size_m=150.0, **options)
     assert_metrics_equal(cluster, small, rel=0.0)
+
+
+def test_zone_edge_pixels_and_tile_areas_on_a_cluster_equal_single_process(local_clients, tmp_path):
+    """Fields across the zone 12/13 line (tests/distributed/seams.py): the tiles on both
+    sides of it count the pixels by their centres' longitude and have exact band areas;
+    the cluster's values equal the single process's."""
+    from .seams import seam_layers
+
+    predicted, reference = seam_layers(seed=5, n_x=16, n_y=6)
+    options = dict(pixel_gsd_m=10.0, tile_km=2.0, partition_size_m=2_000.0)
+    single = evalcore.evaluate(predicted, reference, **options)
+    assert single["pixel"]["count_tp"] > 0 and set(single["utm_epsg_codes"]) == {32612, 32613}
+    cluster = evalcore.evaluate(predicted, reference, client=local_clients.get(2), workdir=tmp_path / "work", **options)
+    assert_metrics_equal(cluster, single, rel=0.0)
