@@ -15,7 +15,8 @@ test). This module answers that question exactly for the two places that ask it:
   Across a rectangle the band's edge is a meridian, the curve ``x = X(y)`` of the
   points of longitude ``lon0 ± 3°``; the area is the integral over the northing of the
   width of the rectangle between the two meridians, each meridian's easting at a
-  northing found by bisection on the latitude of its forward projection, integrated by
+  northing found by Newton's method on the latitude of its forward projection (to
+  1e-8 m in the northing), integrated by
   Gauss-Legendre quadrature between the northings where the meridian crosses the
   rectangle's sides (where the width has a kink) and the equator. The width is
   analytic between those points, so the quadrature's error is at the level of
@@ -45,7 +46,9 @@ EDGE_MARGIN_M = 1.0
 out; the sampled edge is within a few centimetres of the true meridians (tested)."""
 
 _GAUSS_NODES = 24  # Gauss-Legendre nodes per smooth piece of the width
-_BISECTIONS = 64   # halvings of a latitude or column interval: beyond float64 resolution
+_BISECTIONS = 64   # halvings of a latitude interval: beyond float64 resolution
+_NEWTON_STEPS = 12
+_NEWTON_TOLERANCE_M = 1e-8  # a northing this close: the easting is off by less (|dx/dy| < 1 on a meridian)
 
 
 def zone_band_limits(epsg: int) -> tuple[float, float]:
@@ -173,30 +176,47 @@ def _bisect_latitude(epsg: int, lon: float, target: F64Array, lat_lo: F64Array, 
     return 0.5 * (lo + hi)
 
 
-def _meridian_x_at(epsg: int, lon: float, y: F64Array) -> F64Array:
-    """Easting of meridian ``lon`` at northings ``y`` (the northing grows with the latitude
-    along a meridian)."""
+def _meridian_x_at(epsg: int, lon: float, y: F64Array, lat_guess: F64Array) -> F64Array:
+    """Easting of meridian ``lon`` at northings ``y``: Newton's method on the latitude of
+    its forward projection from ``lat_guess`` (the northing grows with the latitude along
+    a meridian), falling back to bisection over [-90°, 90°] where it does not settle."""
     y = np.asarray(y, np.float64)
-    lat = _bisect_latitude(epsg, lon, y, np.full(len(y), -90.0), np.full(len(y), 90.0), 1)
+    lat = np.array(lat_guess, np.float64)
+    h = 1e-6  # degrees: a centred difference of the northing, ~0.1 m apart
+    done = np.zeros(len(y), dtype=bool)
+    for _ in range(_NEWTON_STEPS):
+        k = np.flatnonzero(~done)
+        if len(k) == 0:
+            break
+        _, below = _meridian_xy(epsg, lon, lat[k] - h)
+        _, above = _meridian_xy(epsg, lon, lat[k] + h)
+        _, here = _meridian_xy(epsg, lon, lat[k])
+        step = (here - y[k]) * (2.0 * h) / (above - below)
+        lat[k] = np.clip(lat[k] - step, -90.0, 90.0)
+        done[k] = np.abs(here - y[k]) < _NEWTON_TOLERANCE_M
+    k = np.flatnonzero(~done)
+    if len(k):
+        lat[k] = _bisect_latitude(epsg, lon, y[k], np.full(len(k), -90.0), np.full(len(k), 90.0), 1)
     return _meridian_xy(epsg, lon, lat)[0]
 
 
-def _meridian_crossings(epsg: int, lon: float, x: float, y0: float, y1: float) -> list[float]:
-    """Northings in ``(y0, y1)`` where meridian ``lon`` crosses the vertical line ``x``.
+def _meridian_crossings(epsg: int, lon: float, x: F64Array, y0: F64Array, y1: F64Array) -> F64Array:
+    """Per rectangle, the northings in ``(y0, y1)`` where meridian ``lon`` crosses the
+    vertical line ``x``, shape (n, 2) (NaN: none).
 
     Off the central meridian a meridian's easting is monotone in the latitude in each
     hemisphere (farthest from the central meridian at the equator), so each hemisphere
-    has at most one crossing.
+    has at most one crossing: column 0 the northern one, column 1 the southern.
     """
-    out = []
-    for a, b in ((0.0, 90.0), (-90.0, 0.0)):
+    out = np.full((len(x), 2), np.nan)
+    for column, (a, b) in enumerate(((0.0, 90.0), (-90.0, 0.0))):
         xa, xb = _meridian_xy(epsg, lon, np.array([a, b]))[0]
-        if not min(xa, xb) <= x <= max(xa, xb):
+        k = np.flatnonzero((x >= min(xa, xb)) & (x <= max(xa, xb)))
+        if len(k) == 0:
             continue
-        lat = _bisect_latitude(epsg, lon, np.array([x]), np.array([a]), np.array([b]), 0)
-        y = float(_meridian_xy(epsg, lon, lat)[1][0])
-        if y0 < y < y1:
-            out.append(y)
+        lat = _bisect_latitude(epsg, lon, x[k], np.full(len(k), a), np.full(len(k), b), 0)
+        y = _meridian_xy(epsg, lon, lat)[1]
+        out[k, column] = np.where((y > y0[k]) & (y < y1[k]), y, np.nan)
     return out
 
 
@@ -223,23 +243,34 @@ def band_area_m2(epsg: int, rects: F64Array) -> F64Array:
     full = (rects[:, 2] - rects[:, 0]) * (rects[:, 3] - rects[:, 1])
     position = band_position(epsg, rects)
     out = np.where(position == 1, full, 0.0)
+    edge = np.flatnonzero(position == -1)
+    if len(edge) == 0:
+        return out
+    x0, y0, x1, y1 = rects[edge].T
     west, east = zone_band_limits(epsg)
+    # The width's kinks: where a meridian crosses a vertical side, and the equator (where
+    # the meridians are farthest apart); a missing cut is y0, a piece of no length.
+    cuts = [y0[:, None], y1[:, None]]
+    for lon in (west, east):
+        for x in (x0, x1):
+            cuts.append(_meridian_crossings(epsg, lon, x, y0, y1))
+    equator = _equator_northing(epsg)
+    cuts.append(np.where((y0 < equator) & (equator < y1), equator, np.nan)[:, None])
+    edges = np.concatenate(cuts, axis=1)
+    edges = np.sort(np.where(np.isnan(edges), y0[:, None], edges), axis=1)
+    a, b = edges[:, :-1], edges[:, 1:]
     nodes, weights = np.polynomial.legendre.leggauss(_GAUSS_NODES)
-    for k in np.flatnonzero(position == -1):
-        x0, y0, x1, y1 = rects[k]
-        cuts = {y0, y1}
-        for lon in (west, east):
-            for x in (x0, x1):
-                cuts.update(_meridian_crossings(epsg, lon, x, y0, y1))
-        equator = _equator_northing(epsg)
-        if y0 < equator < y1:
-            cuts.add(equator)
-        edges = np.array(sorted(cuts))
-        a, b = edges[:-1], edges[1:]
-        # Every piece's nodes at once: northings (pieces x nodes).
-        y = (0.5 * (b - a))[:, None] * nodes[None, :] + (0.5 * (a + b))[:, None]
-        x_west = _meridian_x_at(epsg, west, y.ravel()).reshape(y.shape)
-        x_east = _meridian_x_at(epsg, east, y.ravel()).reshape(y.shape)
-        width = np.maximum(0.0, np.minimum(x1, x_east) - np.maximum(x0, x_west))
-        out[k] = float(np.sum((0.5 * (b - a)) * (width @ weights)))
+    # Every piece's nodes at once: northings (rectangles x pieces x nodes).
+    half = 0.5 * (b - a)
+    y = half[:, :, None] * nodes + (0.5 * (a + b))[:, :, None]
+    piece = np.broadcast_to((b > a)[:, :, None], y.shape)  # padded pieces add nothing
+    xs = np.broadcast_to(0.5 * (x0 + x1)[:, None, None], y.shape)
+    _, lat_guess = transform_xy(xs[piece], y[piece], utm_crs(int(epsg)), WGS84)
+    width = np.zeros(y.shape)
+    x_west = _meridian_x_at(epsg, west, y[piece], lat_guess)
+    x_east = _meridian_x_at(epsg, east, y[piece], lat_guess)
+    lo = np.broadcast_to(x0[:, None, None], y.shape)[piece]
+    hi = np.broadcast_to(x1[:, None, None], y.shape)[piece]
+    width[piece] = np.maximum(0.0, np.minimum(hi, x_east) - np.maximum(lo, x_west))
+    out[edge] = np.sum(half * (width @ weights), axis=1)
     return out
