@@ -144,7 +144,7 @@ def _finish_run(prepared: _Prepared, resolved: object = None) -> _Evaluation:
     options, plan, ref, pred, keys, ref_part, all_refs, results = p.options, p.plan, p.ref, p.pred, p.keys, p.ref_part, p.all_refs, p.results
     sites, strata_column = p.sites, p.strata_column
     if resolved is None:
-        resolved = resolve_run(results, options, strata_names=plan.strata_names)
+        resolved = resolve_run(results, options, strata_names=plan.strata_names, sizes=plan.sizes)
     routing = route(ref.positions, ref_part, len(keys), results.pairs.ref_pos, resolved.contributions.ref_pos)
 
     # Phase 4 per partition key, as a cluster would run it.

@@ -294,10 +294,10 @@ def _evaluate_in_process(layers: list[object], reference: object, strata: object
         evaluations = [_finish_run(p) for p in runs]
     else:
         # Block draws are keyed by the sorted unit keys: draw every layer over the union of their units.
-        resolved = [resolve_run(p.results, checked, strata_names=p.plan.strata_names) for p in runs]
+        resolved = [resolve_run(p.results, checked, strata_names=p.plan.strata_names, sizes=p.plan.sizes) for p in runs]
         union = np.unique(np.concatenate([r.draws.unit_keys for r in resolved]), axis=0)
         resolved = [
-            r if len(r.draws.unit_keys) == len(union) and np.array_equal(r.draws.unit_keys, union) else resolve_run(p.results, checked, union, p.plan.strata_names)
+            r if len(r.draws.unit_keys) == len(union) and np.array_equal(r.draws.unit_keys, union) else resolve_run(p.results, checked, union, p.plan.strata_names, p.plan.sizes)
             for p, r in zip(runs, resolved)
         ]
         evaluations = [_finish_run(p, r) for p, r in zip(runs, resolved)]

@@ -34,7 +34,6 @@ a unit, each short.
 
 from __future__ import annotations
 
-import functools
 import warnings
 from dataclasses import dataclass, field, fields
 
@@ -53,6 +52,7 @@ from evalcore.errors import EvalInputError, IncompatibleStatsError
 from evalcore.exact import N_DIGITS, value_of
 from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
 from evalcore.stats import digit_group_sums, exact_group_sums
+from evalcore.zone_band import band_area_m2, zone_band
 
 __all__ = [
     "AoiLayer",
@@ -561,31 +561,6 @@ def unit_table(sums: UnitSums, kind: str, *, families: tuple, options: object, m
 # --------------------------------------------------------------------------- tile squares
 
 
-def _zone_central_meridian(epsg: int) -> float:
-    zone = int(epsg) % 100
-    return -183.0 + 6.0 * zone
-
-
-@functools.lru_cache(maxsize=256)
-def zone_band(epsg: int) -> shapely.Geometry:
-    """The zone's 6° longitude band (all latitudes, no hemisphere test) in the zone's metres.
-
-    The meridians are sampled every 0.05° of latitude (at most a few centimetres from
-    the curved meridian between samples).
-    """
-    lon0 = _zone_central_meridian(epsg)
-    lat = np.linspace(-90.0, 90.0, 3601)
-    lon = np.concatenate([np.full(len(lat), lon0 - 3.0), np.full(len(lat), lon0 + 3.0)])
-    lats = np.concatenate([lat, lat[::-1]])
-    x, y = transform_xy(lon, lats, WGS84, utm_crs(int(epsg)))
-    ring = np.column_stack([x, y])
-    band = shapely.Polygon(ring)
-    if not band.is_valid:
-        band = shapely.make_valid(band)
-    shapely.prepare(band)
-    return band
-
-
 def _squares(keys: IdArray, side_m: float) -> GeomArray:
     x0 = keys[:, 1].astype(np.float64) * side_m
     y0 = keys[:, 2].astype(np.float64) * side_m
@@ -609,14 +584,26 @@ def _clipped_squares(keys: IdArray, side_m: float) -> GeomArray:
 
 
 def tile_band_area_km2(keys: IdArray, side_m: float) -> F64Array:
-    """Area of each tile square inside its zone's 6° band, planar in the zone's CRS, km²."""
-    if len(keys) == 0:
-        return np.empty(0)
-    return shapely.area(_clipped_squares(keys, side_m)) / 1e6
+    """Area of each tile square inside its zone's 6° band, planar in the zone's CRS, km².
+
+    Exact (:func:`evalcore.zone_band.band_area_m2`: the band's edge is the meridian
+    itself, not a sampled polygon).
+    """
+    out = np.empty(len(keys))
+    for epsg in np.unique(keys[:, 0]) if len(keys) else []:
+        rows = np.flatnonzero(keys[:, 0] == epsg)
+        x0 = keys[rows, 1].astype(np.float64) * side_m
+        y0 = keys[rows, 2].astype(np.float64) * side_m
+        out[rows] = band_area_m2(int(epsg), np.column_stack([x0, y0, x0 + side_m, y0 + side_m])) / 1e6
+    return out
 
 
 def tile_polygons(keys: IdArray, side_m: float, spacing_m: float = 500.0) -> GeomArray:
-    """Each tile's square (inside its zone's band) in EPSG:4326, edges densified at ``spacing_m``."""
+    """Each tile's square (inside its zone's band) in EPSG:4326, edges densified at ``spacing_m``.
+
+    For drawing: the band's edge is :func:`evalcore.zone_band.zone_band`'s sampled
+    meridian (within centimetres); the area in the tables is exact (:func:`tile_band_area_km2`).
+    """
     out = np.empty(len(keys), dtype=object)
     clipped = _clipped_squares(keys, side_m)
     for epsg in np.unique(keys[:, 0]) if len(keys) else []:

@@ -57,9 +57,13 @@ any part, and overlapping polygons of a layer count once.
 
 Evaluated pixels
 ----------------
-The pixels whose centre is in the tile, positive in ``band`` (the zone's 6° band, or
-None for all) and positive in ``valid`` (the annotated area, or None for all), both
-decided by the same rule as the layers. TP, FP, FN and TN count the evaluated pixels.
+The pixels whose centre is in the tile, in ``band`` and positive in ``valid`` (the
+annotated area, or None for all; decided by the same rule as the layers). ``band`` is
+:data:`ZONE_BAND`, the zone's 6° band, for which a centre is in when its longitude,
+computed with pyproj by inverse projection of the centre itself, lies in
+``[central meridian - 3°, central meridian + 3°)`` (:func:`evalcore.zone_band.band_columns`:
+exact, never a polygon standing in for the curved meridian); or a polygon, decided by
+the layers' rule; or None for all. TP, FP, FN and TN count the evaluated pixels.
 
 Boundary F1
 -----------
@@ -98,11 +102,12 @@ from scipy import ndimage
 
 from evalcore._typing import BoolArray, F64Array, GeomArray, IdArray
 from evalcore.crs import to_utm
-from evalcore.levels import zone_band
+from evalcore.zone_band import band_columns, band_position
 from evalcore.metrics.base import Option
 from evalcore.pixel_counts import PixelCounts, tversky_weight
 
 __all__ = [
+    "ZONE_BAND",
     "PIXEL_OPTIONS",
     "count_tiles",
     "tile_region",
@@ -130,6 +135,10 @@ temporaries (a few bytes), and scipy's Euclidean distance transform of the other
 layer's boundary (an int8 copy, int32 feature indices and float64 distances: about 33
 bytes at its peak). Geometries and GDAL's own scanline buffers come on top.
 """
+
+ZONE_BAND = "zone"
+"""``band`` of :func:`tile_pixel_counts`: the tile's zone's 6° band, by the longitude of
+each pixel centre (the module's notes)."""
 
 _CROSS = ndimage.generate_binary_structure(2, 1)
 _CLIP_MIN_COORDS = 10_000  # a polygon with more coordinates is clipped to each window first
@@ -374,10 +383,28 @@ def _layer_mask(layer: _Layer, c0: int, c1: int, r0: int, r1: int) -> BoolArray:
     return _burn(shapes, c0, c1, r0, r1)
 
 
-def _restriction(area: shapely.Geometry | None, c0: int, c1: int, r0: int, r1: int) -> BoolArray | None:
+@dataclass(frozen=True, slots=True)
+class _RowRuns:
+    """Per tile row (pixel units, row 0 the southern), the columns ``[start, stop)`` counted."""
+
+    start: IdArray
+    stop: IdArray
+
+    def mask(self, c0: int, c1: int, r0: int, r1: int) -> BoolArray | None:
+        """The block's counted centres in raster order (row 0 the northern row ``r1 - 1``);
+        None when all are counted."""
+        start, stop = self.start[r0:r1][::-1, None], self.stop[r0:r1][::-1, None]
+        columns = np.arange(c0, c1)[None, :]
+        inside = (columns >= start) & (columns < stop)
+        return None if inside.all() else inside
+
+
+def _restriction(area: shapely.Geometry | _RowRuns | None, c0: int, c1: int, r0: int, r1: int) -> BoolArray | None:
     """Where a band or valid area holds the centres of the block; None when it holds them all."""
     if area is None:
         return None
+    if isinstance(area, _RowRuns):
+        return area.mask(c0, c1, r0, r1)
     centres = shapely.box(c0 + 0.5, r0 + 0.5, c1 - 0.5, r1 - 0.5)
     if shapely.contains_properly(area, centres):
         return None
@@ -403,6 +430,18 @@ def _tile_restriction(area: shapely.Geometry | None, gsd_m: float, origin: tuple
     return area
 
 
+def _zone_runs(epsg: int, g: float, i0: int, i1: int, j0: int, j1: int) -> _RowRuns | None:
+    """The zone band's columns of each tile row, relative to the tile (None: every centre)."""
+    where = band_position(epsg, np.array([[i0 * g, j0 * g, i1 * g, j1 * g]]))[0]
+    if where == 1:
+        return None
+    n = j1 - j0
+    if where == 0:
+        return _RowRuns(np.zeros(n, np.int64), np.zeros(n, np.int64))
+    start, stop = band_columns(epsg, g, i0, i1, j0, j1)
+    return _RowRuns(start - i0, stop - i0)
+
+
 def _boundary(mask: BoolArray) -> BoolArray:
     """Seed 001's boundary: ``mask XOR binary_erosion(mask)`` with the 4-neighbour cross."""
     return mask ^ ndimage.binary_erosion(mask, structure=_CROSS)
@@ -422,7 +461,7 @@ def _hits(counted: BoolArray, other: BoolArray, tolerance_px: int) -> int:
     return int(np.count_nonzero(counted & (distance[t:distance.shape[0] - t, t:distance.shape[1] - t] <= t)))
 
 
-def _window_counts(ref: _Layer, pred: _Layer, band: shapely.Geometry | None, valid: shapely.Geometry | None,
+def _window_counts(ref: _Layer, pred: _Layer, band: shapely.Geometry | _RowRuns | None, valid: shapely.Geometry | None,
                    c0: int, c1: int, r0: int, r1: int, halo: int, tolerance_px: int) -> tuple[int, ...]:
     """The eight counts of the block [c0, c1) x [r0, r1) (pixel units), rasterised with its halo."""
     evaluated = _restriction(band, c0, c1, r0, r1)
@@ -472,7 +511,7 @@ def _blocks(start: int, stop: int, size: int) -> list[tuple[int, int]]:
 
 def tile_pixel_counts(ref_geoms: object, pred_geoms: object, *, epsg: int, tile_x: int, tile_y: int,
                       tile_size_m: float, gsd_m: float, tolerance_px: int,
-                      band: shapely.Geometry | None = None, valid: shapely.Geometry | None = None,
+                      band: shapely.Geometry | str | None = None, valid: shapely.Geometry | None = None,
                       max_window_pixels: int = MAX_WINDOW_PIXELS) -> PixelCounts:
     """Confusion and boundary counts of one reporting tile on its zone's pixel grid.
 
@@ -496,9 +535,10 @@ def tile_pixel_counts(ref_geoms: object, pred_geoms: object, *, epsg: int, tile_
     tolerance_px : int
         Boundary tolerance (pixels), >= 0: a boundary pixel is a hit within this
         Euclidean distance (``<=``) of the other layer's boundary.
-    band : shapely Polygon or MultiPolygon, optional
-        The zone's 6° band in zone metres; only pixels whose centre is in it count.
-        None (default): no restriction.
+    band : ZONE_BAND, or shapely Polygon or MultiPolygon, optional
+        :data:`ZONE_BAND`: only pixels whose centre's longitude lies in the zone's 6° band
+        count (exactly, by inverse projection of the centres). A polygon (zone metres):
+        only pixels whose centre is in it count. None (default): no restriction.
     valid : shapely Polygon or MultiPolygon, optional
         The annotated area in zone metres; only pixels whose centre is in it count.
         None (default): no restriction.
@@ -536,7 +576,8 @@ def tile_pixel_counts(ref_geoms: object, pred_geoms: object, *, epsg: int, tile_
     i0, i1, j0, j1 = tile_pixel_bounds(tile_x, tile_y, tile_size_m=t, gsd_m=g)
     ref_parts = _polygons(ref_geoms, "ref_geoms")
     pred_parts = _polygons(pred_geoms, "pred_geoms")
-    band_area = _area(band, "band")
+    by_longitude = isinstance(band, str) and band == ZONE_BAND
+    band_area = None if by_longitude else _area(band, "band")
     valid_area = _area(valid, "valid")
     if i1 <= i0 or j1 <= j0:
         return PixelCounts(gsd_m=g, tolerance_px=tol)
@@ -544,7 +585,8 @@ def tile_pixel_counts(ref_geoms: object, pred_geoms: object, *, epsg: int, tile_
     origin = (i0, j0)  # pixel units relative to the tile's first pixel
     ref = _Layer.of(_to_pixels(ref_parts, g, origin))
     pred = _Layer.of(_to_pixels(pred_parts, g, origin))
-    band_px, valid_px = (_tile_restriction(area, g, origin, i1 - i0, j1 - j0) for area in (band_area, valid_area))
+    band_px = _zone_runs(int(epsg), g, i0, i1, j0, j1) if by_longitude else _tile_restriction(band_area, g, origin, i1 - i0, j1 - j0)
+    valid_px = _tile_restriction(valid_area, g, origin, i1 - i0, j1 - j0)
 
     columns = _blocks(0, i1 - i0, core)
     rows = _blocks(0, j1 - j0, core)
@@ -638,11 +680,10 @@ def count_tiles(
             a = to_utm(annotated.geoms_source, annotated.crs, np.full(len(annotated.geoms_source), int(epsg), dtype=np.int64))
             valid_zone = shapely.union_all(a) if len(a) else shapely.Polygon()
         trees = {name: shapely.STRtree(g) for name, g in zone.items()}
-        band = zone_band(int(epsg))
         for (e, x, y), region in zip(keys.tolist(), regions):
             near = {name: zone[name][trees[name].query(region, predicate="intersects")] for name in zone}
             out[(int(e), int(x), int(y))] = tile_pixel_counts(
                 near["ref"], near["pred"], epsg=int(e), tile_x=int(x), tile_y=int(y), tile_size_m=side, gsd_m=gsd,
-                tolerance_px=tol, band=band, valid=valid_zone,
+                tolerance_px=tol, band=ZONE_BAND, valid=valid_zone,
             )
     return out

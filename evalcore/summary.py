@@ -67,13 +67,14 @@ def group_summary(
     options: EvalOptions,
     *,
     codes: np.ndarray | None = None,
+    grouping: str | None = None,
     both_empty: bool = False,
     empty_group: bool = False,
 ) -> tuple[dict[str, object], dict[str, list[float]], dict[str, int]]:
     """Every family's keys for one group, and the group's ``ci`` block.
 
-    ``codes`` are the gathered rows' groups in the grouping ``group`` belongs to (None
-    for the overall group, 0).
+    ``codes`` are the gathered rows' groups in the grouping ``group`` belongs to, and
+    ``grouping`` that grouping's output key (both None for the overall group, 0).
 
     Returns
     -------
@@ -93,6 +94,7 @@ def group_summary(
         both_empty=both_empty,
         empty_group=empty_group,
         options=options,
+        grouping=grouping,
     )
     entry: dict[str, object] = {}
     block_ci: dict[str, list[float]] = {}
@@ -356,7 +358,7 @@ def build_summary(
             if name == "per_size_class":
                 head = {"lower_ha": plan.sizes.edges[j], "upper_ha": plan.sizes.edges[j + 1]}
             head["n"] = n
-            body, gci, gund = group_summary(merged, offset + j, options, codes=codes, empty_group=n == 0)
+            body, gci, gund = group_summary(merged, offset + j, options, codes=codes, grouping=name, empty_group=n == 0)
             head.update(body)
             head["support"] = n
             head["insufficient_support"] = n < options.min_support

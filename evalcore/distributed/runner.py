@@ -962,7 +962,8 @@ def resolve_phase(
             )
         parts.append(results)
     everything, ref_part = concat_pair_results(parts)
-    resolved = resolve_run(everything, setup.options, unit_keys, plan.strata_names if plan is not None else None)
+    resolved = resolve_run(everything, setup.options, unit_keys, plan.strata_names if plan is not None else None,
+                           plan.sizes if plan is not None else None)
     # Partitions with reference fields, numbered 0.. in key order as route() wants them
     # (pairs.keys is sorted, so np.unique keeps that order).
     held, renumbered = np.unique(ref_part, return_inverse=True)

@@ -20,6 +20,7 @@ from evalcore.arrays import index_of
 from evalcore.bootstrap import RunDraws, block_draws, field_draws, pool_id, replicate_group_sums
 from evalcore.engine.pairing import PairResults
 from evalcore.engine.sums import unit_sum_columns
+from evalcore.groups import SizeClasses
 from evalcore.levels import UnitSums, unit_rows, unit_sums
 from evalcore.matching import Resolution, resolve
 from evalcore.metrics.base import GlobalContext, PairContext, PredContext
@@ -76,7 +77,8 @@ class Resolved:
 
 
 def resolve_run(
-    results: PairResults, options: EvalOptions, unit_keys: IdArray | None = None, strata_names: list[str] | None = None
+    results: PairResults, options: EvalOptions, unit_keys: IdArray | None = None, strata_names: list[str] | None = None,
+    sizes: SizeClasses | None = None,
 ) -> Resolved:
     """Phase 3: match every pair of the run and decide what each prediction adds where.
 
@@ -91,11 +93,15 @@ def resolve_run(
     strata_names : list of str, optional
         The run's strata (:attr:`RunPlan.strata_names`): the families' global step gets
         each reference row's stratum (risk-coverage per stratum).
+    sizes : SizeClasses, optional
+        The run's size classes (:attr:`RunPlan.sizes`): the families' per-pair step gets
+        each pair's reference size class (a distinct count per group, SPEC 6.2).
     """
     pairs = results.pairs
     resolution = resolve(pairs, options.iou_threshold, options.matching, base_threshold(options))
     pair_values = {"is_match": resolution.is_match, "is_eligible": resolution.is_eligible, "base_match": resolution.base_match}
-    pair_ctx = PairContext(pairs, results.ref_area_of_pair, results.pred_area_of_pair, resolution.base_match, options)
+    pair_ctx = PairContext(pairs, results.ref_area_of_pair, results.pred_area_of_pair, resolution.base_match, options,
+                           _pair_ref_groups(results, strata_names, sizes))
     for family in enabled_families(options):
         pair_values.update(family.pair_values(pair_ctx))
 
@@ -154,6 +160,21 @@ def resolve_run(
             global_values[part].update(values)
     return Resolved(resolution, pair_values, preds, contributions, unassigned, tiles, aois, global_values, draws,
                     contributions.columns, unassigned_replicates)
+
+
+def _pair_ref_groups(results: PairResults, strata_names: list[str] | None, sizes: SizeClasses | None) -> dict[str, IdArray]:
+    """Each pair's reference code in the run's groupings (-1: in none), as the partitions
+    code their rows (:meth:`RunPlan.group_codes`): the stratum from the field's bootstrap
+    pool, which names it, the size class from the same equal-area area."""
+    out: dict[str, IdArray] = {}
+    pairs = results.pairs
+    if strata_names is not None:
+        code_of_pool = {pool_id(name, True): k for k, name in enumerate(strata_names)}  # the missing pool: -1
+        ref_codes = np.array([code_of_pool.get(p, -1) for p in results.ref_pool.tolist()], dtype=np.int64)
+        out["per_stratum"] = ref_codes[index_of(results.ref_pos, pairs.ref_pos)] if len(pairs) else np.empty(0, np.int64)
+    if sizes is not None:
+        out["per_size_class"] = sizes.codes(results.ref_area_of_pair / 1e4) if len(pairs) else np.empty(0, np.int64)
+    return out
 
 
 def run_draws(results: PairResults, preds: pd.DataFrame, options: EvalOptions, unit_keys: IdArray | None = None):

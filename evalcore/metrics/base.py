@@ -135,6 +135,10 @@ class PairContext:
     base_match : ndarray of bool
         The matching at the lowest threshold any family needs.
     options : EvalOptions
+    ref_groups : mapping of str to ndarray of int64
+        Per grouping of the run (``"per_stratum"``, ``"per_size_class"``; absent when the
+        run has none), each pair's reference group code (-1: in no group): what a
+        per-prediction count needs to count a prediction once per group.
     """
 
     pairs: object
@@ -142,6 +146,7 @@ class PairContext:
     pred_area_m2: F64Array
     base_match: np.ndarray
     options: object
+    ref_groups: Mapping[str, IdArray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +266,9 @@ class GroupView:
     empty_group : bool
         A size class or stratum without reference fields (every metric NaN).
     options : EvalOptions
+    grouping : str, optional
+        The grouping the group belongs to (``"per_stratum"``, ``"per_size_class"``);
+        None for the overall group.
     """
 
     sums: Mapping[str, float]
@@ -272,6 +280,7 @@ class GroupView:
     both_empty: bool = False
     empty_group: bool = False
     options: object = None
+    grouping: str | None = None
 
     def count(self, column: str) -> int:
         return int(round(float(self.sums[column])))

@@ -9,6 +9,15 @@ pairs, which span partitions, so that step runs centrally with the matching
 
 In a group a merge counts with its prediction's home reference,
 ``count_merged_reference`` with each covered field's own group, a split with its field.
+
+``count_split_predictions`` counts distinct predictions: with overlapping reference
+fields one prediction can be held by two split fields, and it counts once overall and,
+in a group, once when at least one of its split fields is in the group. A distinct count
+is not a sum of per-field counts, so the central step credits each such prediction to
+one of its split fields per group: in each grouping, the split field of lowest position
+among those in the same group (:meth:`Topology.pair_values`). Each field then sums its
+credits, and a group's sum of a grouping's credit column is the group's distinct count,
+exactly, whatever the partitioning (integers add exactly).
 """
 
 from __future__ import annotations
@@ -23,6 +32,38 @@ from evalcore.present import Shown
 __all__ = ["Topology"]
 
 
+_CREDIT = {
+    None: "split_predictions",
+    "per_stratum": "split_predictions_per_stratum",
+    "per_size_class": "split_predictions_per_size_class",
+}
+"""The credit column of ``count_split_predictions`` in each grouping (None: overall)."""
+
+
+def _first_per_group(pred_pos: np.ndarray, ref_pos: np.ndarray, codes: np.ndarray, candidate: np.ndarray) -> np.ndarray:
+    """Per pair: a candidate pair whose field has the lowest position among the candidate
+    pairs of its prediction whose fields share its group code (code -1: in no group,
+    never credited).
+
+    Examples
+    --------
+    >>> _first_per_group(np.array([0, 0, 0, 1]), np.array([5, 3, 4, 3]), np.array([0, 0, 1, 0]),
+    ...                  np.array([True, True, True, False])).tolist()
+    [False, True, True, False]
+    """
+    out = np.zeros(len(pred_pos), dtype=bool)
+    rows = np.flatnonzero(candidate & (codes >= 0))
+    if len(rows) == 0:
+        return out
+    # Sort by (prediction, group, reference position); the first of each run is credited.
+    order = rows[np.lexsort((ref_pos[rows], codes[rows], pred_pos[rows]))]
+    p, c = pred_pos[order], codes[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (p[1:] != p[:-1]) | (c[1:] != c[:-1])
+    out[order[first]] = True
+    return out
+
+
 class Topology(MetricFamily):
     name = "topology"
     options = (
@@ -35,7 +76,7 @@ class Topology(MetricFamily):
     shown = (Shown("count_ratio", "Count ratio (predicted / reference)", better=None, headline=False),)
 
     def columns(self, options: object) -> tuple[str, ...]:
-        return ("merges", "merged_reference", "splits", "split_predictions")
+        return ("merges", "merged_reference", "splits") + tuple(_CREDIT.values())
 
     def pair_values(self, ctx: PairContext) -> dict[str, np.ndarray]:
         f = ctx.options.majority_fraction
@@ -44,7 +85,18 @@ class Topology(MetricFamily):
         n_pred = int(pairs.pred_pos.max()) + 1 if len(pairs) else 0
         n_covered = np.bincount(pairs.pred_pos[covers], minlength=n_pred)
         merging = n_covered >= 2
-        return {"merge_cover": covers & merging[pairs.pred_pos] if len(pairs) else np.zeros(0, bool)}
+        out = {"merge_cover": covers & merging[pairs.pred_pos] if len(pairs) else np.zeros(0, bool)}
+        # A split held pair: its field holds two or more predictions (all of a field's
+        # pairs are here, so the split is decided globally, as the partitions decide it).
+        held = pairs.inter_m2 > f * ctx.pred_area_m2
+        n_ref = int(pairs.ref_pos.max()) + 1 if len(pairs) else 0
+        split_held = held & (np.bincount(pairs.ref_pos[held], minlength=n_ref) >= 2)[pairs.ref_pos] if len(pairs) else held
+        for grouping, column in _CREDIT.items():
+            codes = np.zeros(len(pairs), np.int64) if grouping is None else ctx.ref_groups.get(grouping)
+            if codes is None:  # the run has no such grouping: its column is never read
+                codes = np.zeros(len(pairs), np.int64)
+            out[column] = _first_per_group(pairs.pred_pos, pairs.ref_pos, codes, split_held)
+        return out
 
     def reference_columns(self, ctx: RefContext) -> dict[str, np.ndarray]:
         f = ctx.options.majority_fraction
@@ -53,11 +105,14 @@ class Topology(MetricFamily):
         merged = np.zeros(ctx.n, dtype=bool)
         merged[ctx.row_of_pair[ctx.pair_values["merge_cover"]]] = True
         split = n_held >= 2
-        return {
+        out = {
             "merged_reference": merged.astype(np.float64),
             "splits": split.astype(np.float64),
-            "split_predictions": np.where(split, n_held, 0.0),
         }
+        for column in _CREDIT.values():
+            credited = ctx.pair_values[column]
+            out[column] = np.bincount(ctx.row_of_pair[credited], minlength=ctx.n).astype(np.float64)
+        return out
 
     def prediction_columns(self, ctx: PredContext) -> dict[str, dict[str, np.ndarray]]:
         pairs = ctx.pairs
@@ -90,6 +145,6 @@ class Topology(MetricFamily):
             "count_merges": g.count("merges"),
             "count_merged_reference": g.count("merged_reference"),
             "count_splits": g.count("splits"),
-            "count_split_predictions": g.count("split_predictions"),
+            "count_split_predictions": g.count(_CREDIT[g.grouping if g.grouping in _CREDIT else None]),
             "count_ratio": g.point("count_ratio", NULL),
         }
