@@ -35,7 +35,7 @@ __all__ = [
 def check_matching(matching: object) -> str:
     """Validate the ``matching`` argument against :data:`MATCHING_METHODS`."""
     if matching not in MATCHING_METHODS:
-        raise ValueError(f"matching={matching!r} is not one of {', '.join(map(repr, MATCHING_METHODS))}.")
+        raise ValueError(f"matching={matching!r} (--matching) is not one of {', '.join(map(repr, MATCHING_METHODS))}.")
     return str(matching)
 
 
