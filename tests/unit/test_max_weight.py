@@ -309,3 +309,16 @@ def test_cli_matching_max_weight(tmp_path):
     assert proc.returncode == 2 and not bad.exists()
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--matching" in lines[0] and "max_weight" in lines[0], proc.stderr
+
+
+def test_evidence_contract_names_the_tie_rule():
+    from evalcore.evidence import evaluation_contract
+
+    def policy(matching: str) -> dict:
+        contract = evaluation_contract({"matching": matching, "iou_threshold": 0.5}, parameters={}, metric_parameters={},
+                                       input_manifest_sha256="0" * 64, inputs={"inputs": []}, labels={}, run_id="r")
+        return contract["matching_policy"]
+
+    assert policy("one_to_one")["tie_break"] == "input position (reference, then prediction)"
+    optimal = policy("max_weight")
+    assert optimal["matching"] == "max_weight" and "largest exact total IoU" in optimal["tie_break"]
