@@ -250,6 +250,29 @@ def test_sweep_entries_equal_separate_runs_per_stratum():
     assert (a["count_tp"], a["count_fp"], a["count_fn"]) == (1, 1, 0)
 
 
+def test_tables_under_max_weight_hand_case():
+    """Per-field and per-prediction tables, homes and error codes at 0.6 (hand case above).
+
+    R0-P1 (5/7) is the only match. P0 is unmatched; it overlaps R0 and R1 by 4 units
+    each, the tie goes to R0 (first reference), which P1 holds: a duplicate. R1 is
+    overlapped and unmatched: a localisation miss.
+    """
+    from evalcore import evaluate_tables
+
+    pred, ref = strip_layers()
+    pred.index, ref.index = ["P0", "P1"], ["R0", "R1"]
+    t = evaluate_tables(pred, ref, iou_threshold=0.6, matching="max_weight", iou_sweep_thresholds=None)
+    assert t.summary["matching"] == "max_weight"
+    assert t.fields.loc[["R0", "R1"], "error_code"].tolist() == ["TP", "M-FN-LOCALISATION"]
+    assert t.predictions.loc[["P0", "P1"], "error_code"].tolist() == ["M-FP-DUPLICATE", "TP"]
+    assert t.predictions.loc[["P0", "P1"], "home_ref_index"].tolist() == ["R0", "R0"]
+    assert t.fields.loc["R0", "iou"] == pytest.approx(5 / 7, rel=1e-12)
+    # At 0.5 both fields are matched, each to the prediction the optimum gives it.
+    t = evaluate_tables(pred, ref, matching="max_weight", iou_sweep_thresholds=None)
+    assert t.predictions.loc[["P0", "P1"], "home_ref_index"].tolist() == ["R0", "R1"]
+    assert t.fields.loc[["R0", "R1"], "iou"].tolist() == pytest.approx([2 / 3, 5 / 9], rel=1e-12)
+
+
 @st.composite
 def disjoint_layouts(draw):
     """Non-overlapping reference boxes and non-overlapping prediction boxes, one per grid
