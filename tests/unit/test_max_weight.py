@@ -49,7 +49,7 @@ def chosen(t: PairTable, mask: np.ndarray) -> list[tuple[int, int]]:
     return sorted((int(r), int(p)) for r, p in zip(t.ref_pos[mask], t.pred_pos[mask]))
 
 
-def brute_force(t: PairTable, threshold: float) -> list[tuple[int, int]]:
+def naive_max_weight(t: PairTable, threshold: float) -> list[tuple[int, int]]:
     """The SPEC 6.11 choice by enumerating every subset of the eligible pairs."""
     floor = threshold * (1 - 1e-9)
     eligible = [(int(r), int(p), Fraction(float(iou))) for r, p, iou in zip(t.ref_pos, t.pred_pos, t.iou) if iou >= floor]
@@ -85,13 +85,13 @@ STRIP_PAIRS = [(0, 0, 2 / 3), (0, 1, 5 / 7), (1, 0, 1 / 2), (1, 1, 5 / 9)]
 def test_greedy_and_optimal_differ_on_the_hand_case():
     t = table(STRIP_PAIRS)
     assert chosen(t, match_one_to_one(t, 0.5)) == [(0, 1), (1, 0)]
-    assert chosen(t, match_max_weight(t, 0.5)) == [(0, 0), (1, 1)] == brute_force(t, 0.5)
+    assert chosen(t, match_max_weight(t, 0.5)) == [(0, 0), (1, 1)] == naive_max_weight(t, 0.5)
     # At 0.55 R1-P0 (1/2) is out: the optimum is unchanged, greedy keeps only R0-P1.
     assert chosen(t, match_max_weight(t, 0.55)) == [(0, 0), (1, 1)]
     assert chosen(t, match_one_to_one(t, 0.55)) == [(0, 1)]
     # At 0.6 only R0-P0 (2/3) and R0-P1 (5/7) are left, sharing R0: the optimum is R0-P1,
     # which is not the optimum at 0.5 restricted to IoU >= 0.6 (that would be R0-P0).
-    assert chosen(t, match_max_weight(t, 0.6)) == [(0, 1)] == brute_force(t, 0.6)
+    assert chosen(t, match_max_weight(t, 0.6)) == [(0, 1)] == naive_max_weight(t, 0.6)
     # At 0.75 nothing is eligible.
     assert chosen(t, match_max_weight(t, 0.75)) == []
 
@@ -99,13 +99,13 @@ def test_greedy_and_optimal_differ_on_the_hand_case():
 def test_greedy_blocks_two_lighter_pairs():
     # (0, 0) 0.9 blocks (0, 1) 0.85 and (1, 0) 0.8, whose total 1.65 is larger.
     t = table([(0, 0, 0.9), (0, 1, 0.85), (1, 0, 0.8)])
-    assert chosen(t, match_max_weight(t, 0.5)) == [(0, 1), (1, 0)] == brute_force(t, 0.5)
+    assert chosen(t, match_max_weight(t, 0.5)) == [(0, 1), (1, 0)] == naive_max_weight(t, 0.5)
 
 
 def test_equal_totals_take_the_most_pairs():
     # {(0, 0)} totals 1.0 and {(0, 1), (1, 0)} totals 0.5 + 0.5 = 1.0 exactly: two pairs win.
     t = table([(0, 0, 1.0), (0, 1, 0.5), (1, 0, 0.5)])
-    assert chosen(t, match_max_weight(t, 0.5)) == [(0, 1), (1, 0)] == brute_force(t, 0.5)
+    assert chosen(t, match_max_weight(t, 0.5)) == [(0, 1), (1, 0)] == naive_max_weight(t, 0.5)
 
 
 def test_equal_totals_and_counts_take_the_smallest_sorted_list():
@@ -116,7 +116,7 @@ def test_equal_totals_and_counts_take_the_smallest_sorted_list():
     # References 5 and 7 against predictions 2 and 9, all 0.6: the sorted lists are
     # [(5, 2), (7, 9)] and [(5, 9), (7, 2)]; the first is smaller.
     t = table([(5, 2, 0.6), (5, 9, 0.6), (7, 2, 0.6), (7, 9, 0.6)])
-    assert chosen(t, match_max_weight(t, 0.5)) == [(5, 2), (7, 9)] == brute_force(t, 0.5)
+    assert chosen(t, match_max_weight(t, 0.5)) == [(5, 2), (7, 9)] == naive_max_weight(t, 0.5)
     # One reference, three predictions at 0.8: the first prediction.
     t = table([(3, 4, 0.8), (3, 1, 0.8), (3, 6, 0.8)])
     assert chosen(t, match_max_weight(t, 0.5)) == [(3, 1)]
@@ -129,10 +129,10 @@ def test_totals_are_exact_not_rounded():
     a = 0.1 + 0.2
     assert Fraction(a) > Fraction(0.1) + Fraction(0.2) and 0.1 + 0.2 == a
     t = table([(0, 0, a), (0, 1, 0.1), (1, 0, 0.2)])
-    assert chosen(t, match_max_weight(t, 0.05)) == [(0, 0)] == brute_force(t, 0.05)
+    assert chosen(t, match_max_weight(t, 0.05)) == [(0, 0)] == naive_max_weight(t, 0.05)
     # And the other way: 0.3 is below the exact sum 0.1 + 0.2, so the two pairs win.
     t = table([(0, 0, 0.3), (0, 1, 0.1), (1, 0, 0.2)])
-    assert chosen(t, match_max_weight(t, 0.05)) == [(0, 1), (1, 0)] == brute_force(t, 0.05)
+    assert chosen(t, match_max_weight(t, 0.05)) == [(0, 1), (1, 0)] == naive_max_weight(t, 0.05)
 
 
 def test_threshold_rule_is_section_3s():
@@ -167,7 +167,7 @@ def small_tables(draw):
 @settings(max_examples=300, deadline=None)
 @given(t=small_tables(), threshold=st.sampled_from([0.05, 0.3, 0.5, 0.6]))
 def test_matcher_equals_brute_force(t, threshold):
-    assert chosen(t, match_max_weight(t, threshold)) == brute_force(t, threshold)
+    assert chosen(t, match_max_weight(t, threshold)) == naive_max_weight(t, threshold)
 
 
 @settings(max_examples=40, deadline=None)
