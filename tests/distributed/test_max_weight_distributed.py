@@ -68,6 +68,12 @@ def test_the_layers_need_the_optimal_matcher(layers, expected):
     # IoU 1/2 before reprojection, falls just below the threshold).
     total = {name: m["count_tp"] * m["iou_mean"] for name, m in (("greedy", greedy), ("optimal", optimal))}
     assert total["optimal"] > total["greedy"] + 3 * (11 / 9 - 17 / 14) * 0.9
+    # Each cluster's two reference fields (the last six rows) are in different 2 km partitions.
+    from evalcore.prepare import prepare_layer
+
+    prepared = prepare_layer(reference, "reference", partition_size_m=2_000.0)
+    keys = list(zip(prepared.utm_epsg[-6:], prepared.partition_x[-6:], prepared.partition_y[-6:]))
+    assert all(keys[k] != keys[k + 1] for k in (0, 2, 4)), keys
 
 
 @pytest.mark.parametrize("workers", [1, 3])
