@@ -30,7 +30,8 @@ class Detection(MetricFamily):
         ),
         Option(
             "matching", "one_to_one", "one_to_one (greedy by IoU), many_to_one (each field its best prediction) "
-            "or max_weight (the one-to-one set with the largest total IoU) (default one_to_one)", lambda name, value: check_matching(value), annotation=str, choices=MATCHING_METHODS,
+            "or max_weight (the one-to-one set with the largest total IoU) (default one_to_one)",
+            lambda name, value: check_matching(value), annotation=str, choices=MATCHING_METHODS,
         ),
     )
     shown = (
