@@ -87,8 +87,10 @@ def match_max_weight(pairs: PairTable, iou_threshold: float) -> BoolArray:
     not a rounded float sum, whose bits would depend on the order of the additions), so
     ties are decided by the rule and never by rounding. The problem splits into the
     connected components of the eligible pairs; a component of one pair is accepted
-    outright (the common case: vectorised), each other component is solved exactly by
-    :func:`_assign_exact` on integer weights that encode the three criteria in order.
+    outright (the common case: vectorised), each other component is solved exactly on
+    integer weights that encode the three criteria in order (:func:`_best_in_component`):
+    a tree (chains of contiguous fields) by dynamic programming, a component with cycles
+    by the Hungarian method (:func:`_assign_exact`).
     A component's decision depends only on its own (position, position, IoU) triples,
     so it does not depend on how the work was partitioned.
 
@@ -157,6 +159,14 @@ def _best_in_component(ref_pos: IdArray, pred_pos: IdArray, iou: np.ndarray) -> 
     different weight, so the maximum is unique and the solver's own tie handling never
     matters.
     """
+    row, col, n_refs, n_preds, weight = _component_weights(ref_pos, pred_pos, iou)
+    if len(weight) == n_refs + n_preds - 1:  # a connected graph with one edge fewer than nodes: a tree
+        return _tree_best(row, col, n_refs, weight)
+    return _dense_best(row, col, n_refs, n_preds, weight)
+
+
+def _component_weights(ref_pos: IdArray, pred_pos: IdArray, iou: np.ndarray) -> tuple[IdArray, IdArray, int, int, list[int]]:
+    """Each pair's reference and prediction index in the component, their counts, and its exact weight."""
     n = len(iou)
     order = np.lexsort((pred_pos, ref_pos))
     rank = np.empty(n, dtype=np.int64)
@@ -165,11 +175,60 @@ def _best_in_component(ref_pos: IdArray, pred_pos: IdArray, iou: np.ndarray) -> 
     weight = [v * unit + (1 << n) + (1 << (n - 1 - k)) for v, k in zip(_exact_integers(iou), rank.tolist())]
     refs, row = np.unique(ref_pos, return_inverse=True)
     preds, col = np.unique(pred_pos, return_inverse=True)
-    row, col = row.ravel(), col.ravel()
-    transposed = len(refs) > len(preds)
+    return row.ravel(), col.ravel(), len(refs), len(preds), weight
+
+
+def _tree_best(row: IdArray, col: IdArray, n_refs: int, weight: list[int]) -> BoolArray:
+    """Maximum-weight matching of a tree component by dynamic programming, O(pairs).
+
+    Chains (contiguous fields, each prediction over its own field and the next one)
+    are trees, and the dense solver would need a square matrix for them. Nodes are the
+    references (0 .. n_refs - 1) and then the predictions; pair k joins ``row[k]`` and
+    ``n_refs + col[k]``. Bottom-up, ``free[v]`` is the best weight of v's subtree with v
+    left to its parent, ``best[v]`` the best with v free to take a child; the weights
+    are the exact integers of :func:`_best_in_component`, so there are no ties.
+    """
+    n_nodes = n_refs + int(col.max()) + 1
+    edges: list[list[tuple[int, int]]] = [[] for _ in range(n_nodes)]
+    for k, (r, p) in enumerate(zip(row.tolist(), col.tolist())):
+        edges[r].append((n_refs + p, k))
+        edges[n_refs + p].append((r, k))
+    parent = [-1] * n_nodes
+    visit = [0]
+    for v in visit:  # breadth first from node 0; the list grows while it is read
+        for c, _ in edges[v]:
+            if c != parent[v] and c != 0 and parent[c] == -1:
+                parent[c] = v
+                visit.append(c)
+    free = [0] * n_nodes
+    best = [0] * n_nodes
+    pick = [-1] * n_nodes  # the pair matching v to a child in v's best, -1: none
+    for v in reversed(visit):
+        children = [(c, k) for c, k in edges[v] if c != parent[v]]
+        free[v] = sum(best[c] for c, _ in children)
+        best[v] = free[v]
+        for c, k in children:
+            taken = free[v] - best[c] + free[c] + weight[k]
+            if taken > best[v]:
+                best[v], pick[v] = taken, k
+    chosen = np.zeros(len(weight), dtype=bool)
+    matched_to_parent = [False] * n_nodes
+    for v in visit:  # top down: a node taken by its parent leaves its children free
+        k = -1 if matched_to_parent[v] else pick[v]
+        if k >= 0:
+            chosen[k] = True
+            child = n_refs + int(col[k]) if int(row[k]) == v else int(row[k])
+            matched_to_parent[child] = True
+    return chosen
+
+
+def _dense_best(row: IdArray, col: IdArray, n_refs: int, n_preds: int, weight: list[int]) -> BoolArray:
+    """Maximum-weight matching of a component with cycles by the exact assignment solver."""
+    n = len(weight)
+    transposed = n_refs > n_preds
     if transposed:  # the solver assigns every row: rows are the smaller side
         row, col = col, row
-    n_rows, n_cols = (len(preds), len(refs)) if transposed else (len(refs), len(preds))
+    n_rows, n_cols = (n_preds, n_refs) if transposed else (n_refs, n_preds)
     matrix = [[0] * n_cols for _ in range(n_rows)]
     pair_at: dict[tuple[int, int], int] = {}
     for k, (i, j) in enumerate(zip(row.tolist(), col.tolist())):

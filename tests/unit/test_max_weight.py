@@ -345,3 +345,73 @@ def test_evidence_contract_names_the_tie_rule():
     assert policy("one_to_one")["tie_break"] == "input position (reference, then prediction)"
     optimal = policy("max_weight")
     assert optimal["matching"] == "max_weight" and "largest exact total IoU" in optimal["tie_break"]
+
+
+@st.composite
+def trees(draw):
+    """A random bipartite tree: each new node hangs from an earlier node of the other layer."""
+    n = draw(st.integers(2, 120))
+    kinds, rows = [0], []  # 0: reference, 1: prediction; rows of (ref node, pred node, iou)
+    counts = [1, 0]
+    ids = [0]
+    for _ in range(n - 1):
+        kind = draw(st.integers(0, 1)) if counts[1] else 1
+        others = [v for v, k in enumerate(kinds) if k != kind]
+        if not others:
+            kind, others = 1 - kind, [v for v, k in enumerate(kinds) if k == kind]
+        parent = draw(st.sampled_from(others))
+        ids.append(counts[kind])
+        counts[kind] += 1
+        kinds.append(kind)
+        child = len(kinds) - 1
+        ref, pred = (child, parent) if kind == 0 else (parent, child)
+        rows.append((ids[ref] * 2, ids[pred] * 3 + 1, draw(st.sampled_from(IOU_POOL))))
+    return table(rows)
+
+
+@settings(max_examples=80, deadline=None)
+@given(t=trees())
+def test_tree_solver_equals_the_assignment_solver(t):
+    """Tree components (the dynamic programme) against the dense exact solver on the same weights."""
+    from evalcore.matching import _component_weights, _dense_best, _tree_best
+
+    row, col, n_refs, n_preds, weight = _component_weights(t.ref_pos, t.pred_pos, t.iou)
+    assert len(weight) == n_refs + n_preds - 1
+    assert _tree_best(row, col, n_refs, weight).tolist() == _dense_best(row, col, n_refs, n_preds, weight).tolist()
+    if len(t) <= 10:
+        assert chosen(t, match_max_weight(t, 0.05)) == naive_max_weight(t, 0.05)
+
+
+def chain(n: int, own: float, next_even: float, next_odd: float) -> PairTable:
+    """Prediction k overlaps reference k (``own``) and reference k + 1 (by parity of k)."""
+    r = np.concatenate([np.arange(n), np.arange(1, n + 1)])
+    p = np.concatenate([np.arange(n), np.arange(n)])
+    iou = np.concatenate([np.full(n, own), np.where(np.arange(n) % 2 == 0, next_even, next_odd)])
+    o = np.lexsort((p, r))
+    return PairTable(r[o], p[o], np.ones(len(r)), iou[o])
+
+
+@pytest.mark.parametrize("next_odd, expected", [(0.25, "own"), (0.3125, "next")])
+def test_a_long_chain_hand_worked(next_odd, expected):
+    """A chain of 2 000 predictions and 2 001 fields (one tree component of 4 000 pairs).
+
+    A matching of every prediction has predictions 0 .. j - 1 on their own field and
+    j .. n - 1 on the next one (two neighbours cannot both take field k + 1); taking
+    the next field gains 0.5 - 0.375 = 1/8 for an even k and next_odd - 0.375 for an
+    odd one. With next_odd = 0.25 (-1/8) every even j gives the same total 0.375 n
+    exactly (the binary fractions are exact), all with n pairs: the smallest sorted
+    list, every prediction on its own field (j = n), wins. With next_odd = 0.3125
+    (-1/16) each even-odd couple from j on gains 1/16: j = 0, every prediction on the
+    next field. A matching that leaves a prediction out frees one field for a neighbour
+    that already has one, and loses the pair's IoU; scipy's float optimum confirms the total.
+    """
+    n = 2_000
+    t = chain(n, 0.375, 0.5, next_odd)
+    got = chosen(t, match_max_weight(t, 0.2))
+    want = [(k, k) for k in range(n)] if expected == "own" else [(k + 1, k) for k in range(n)]
+    assert got == want
+    # scipy's float optimum agrees on the total.
+    weight = np.zeros((n + 1, n))
+    weight[t.ref_pos, t.pred_pos] = t.iou
+    rr, cc = linear_sum_assignment(weight, maximize=True)
+    assert sum(t.iou[match_max_weight(t, 0.2)]) == pytest.approx(weight[rr, cc].sum(), rel=1e-12)
