@@ -355,10 +355,8 @@ def trees(draw):
     counts = [1, 0]
     ids = [0]
     for _ in range(n - 1):
-        kind = draw(st.integers(0, 1)) if counts[1] else 1
+        kind = draw(st.integers(0, 1)) if counts[1] else 1  # node 0 is a reference: the first child a prediction
         others = [v for v, k in enumerate(kinds) if k != kind]
-        if not others:
-            kind, others = 1 - kind, [v for v, k in enumerate(kinds) if k == kind]
         parent = draw(st.sampled_from(others))
         ids.append(counts[kind])
         counts[kind] += 1
