@@ -122,6 +122,7 @@ def match_max_weight(pairs: PairTable, iou_threshold: float) -> BoolArray:
 
 def _components(ref_pos: IdArray, pred_pos: IdArray) -> IdArray:
     """Connected component of each pair in the bipartite graph of the given pairs."""
+    # Imported here: only the optimal matcher needs scipy.sparse, and every command loads this module.
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
