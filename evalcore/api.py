@@ -252,7 +252,7 @@ def evaluate(
         Work directory of a distributed run (default: a temporary one, removed after).
     **options
         Every other evaluation option, declared once in :func:`evalcore.options.all_options`
-        (docs/metrics.md, "Options"): ``matching`` ("one_to_one" or "many_to_one"),
+        (docs/metrics.md, "Options"): ``matching`` ("one_to_one", "many_to_one" or "max_weight"),
         ``bootstrap`` (resamples, default 0), ``bootstrap_seed`` (42),
         ``boundary_tolerance_m`` (metres, None), ``equal_area_crs`` (EPSG:6933),
         ``boundary_sample_spacing_m`` (metres, 1.0; None: perimeter / 1000),

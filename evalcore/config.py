@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-MATCHING_METHODS: tuple[str, ...] = ("one_to_one", "many_to_one")
-"""Valid values of the ``matching`` argument."""
+MATCHING_METHODS: tuple[str, ...] = ("one_to_one", "many_to_one", "max_weight")
+"""Valid values of the ``matching`` argument (``max_weight``: the optimal one-to-one matcher of SPEC 6.11)."""
 
 BOUNDARY_SAMPLE_SPACING_M: float = 1.0
 """Default spacing of boundary samples, metres."""

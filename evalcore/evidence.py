@@ -134,6 +134,12 @@ _SCORE_KEY_PREFIXES = ("score_column", "ap", "calibration", "best_f1", "operatin
 
 TASK = "object-level evaluation of predicted polygons against reference polygons (SPEC.md, agribound 1.0.1 keys)"
 
+_TIE_BREAKS: dict[str | None, str] = {
+    None: "input position (reference, then prediction)",
+    "max_weight": "largest exact total IoU, then most pairs, then the smallest sorted list of (reference, prediction) positions",
+}
+"""How the matching decides between equals, by matcher (the greedy ones: input position)."""
+
 
 # --------------------------------------------------------------------------- inputs
 
@@ -313,7 +319,7 @@ def evaluation_contract(metrics: dict, *, parameters: dict, metric_parameters: d
             "iou_threshold": metrics.get("iou_threshold"),
             "iou_thresholds_swept": [entry["iou_threshold"] for entry in sweep] or None,
             "majority_fraction": metrics.get("majority_fraction"),
-            "tie_break": "input position (reference, then prediction)",
+            "tie_break": _TIE_BREAKS.get(metrics.get("matching"), _TIE_BREAKS[None]),
         },
         "crs": {
             "equal_area_crs": metrics.get("equal_area_crs"),

@@ -133,7 +133,8 @@ class PairContext:
     ref_area_m2, pred_area_m2 : ndarray of float64
         Area of each pair's reference field and prediction, m².
     base_match : ndarray of bool
-        The matching at the lowest threshold any family needs.
+        The matching at the lowest threshold any family needs (under ``max_weight``:
+        at the main threshold, see :class:`evalcore.matching.Resolution`).
     options : EvalOptions
     ref_groups : mapping of str to ndarray of int64
         Per grouping of the run (``"per_stratum"``, ``"per_size_class"``; absent when the

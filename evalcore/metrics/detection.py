@@ -29,8 +29,9 @@ class Detection(MetricFamily):
             unit_interval, parse=float, annotation=float,
         ),
         Option(
-            "matching", "one_to_one", "one_to_one (greedy by IoU) or many_to_one (each field its best prediction) "
-            "(default one_to_one)", lambda name, value: check_matching(value), annotation=str, choices=MATCHING_METHODS,
+            "matching", "one_to_one", "one_to_one (greedy by IoU), many_to_one (each field its best prediction) "
+            "or max_weight (the one-to-one set with the largest total IoU) (default one_to_one)",
+            lambda name, value: check_matching(value), annotation=str, choices=MATCHING_METHODS,
         ),
     )
     shown = (

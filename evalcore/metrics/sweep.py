@@ -8,6 +8,13 @@ prediction's IoU reaches t. A prediction's home at t is its matched home (the ba
 matching's) while the match reaches t, else its largest-overlap reference: so each
 prediction adds to at most two reference rows, and the sweep costs four summed columns
 per threshold, not a resolve per threshold.
+
+The optimal matcher (``matching="max_weight"``, SPEC 6.11) has no such shortcut: the
+optimum at a higher threshold can keep a pair the optimum at a lower one gave up for two
+lighter ones. Under it the sweep solves each threshold (:meth:`Sweep.pair_values`, next to
+the main matching) and counts a prediction matched at t on its match's reference row (a
+reference column: the match is a pair of that field) and an unmatched one at its
+largest-overlap reference, as :func:`evalcore.matching.resolve` homes it at t.
 """
 
 from __future__ import annotations
@@ -15,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from evalcore.config import IOU_SWEEP_THRESHOLDS
-from evalcore.matching import eligible
-from evalcore.metrics.base import RATE, GroupView, MetricFamily, Option, PredContext, RefContext, count_rates, ratio
+from evalcore.matching import eligible, match_max_weight
+from evalcore.metrics.base import RATE, GroupView, MetricFamily, Option, PairContext, PredContext, RefContext, count_rates, ratio
 from evalcore.metrics.checks import thresholds
 
 __all__ = ["Sweep", "parse_thresholds"]
@@ -39,6 +46,11 @@ def parse_thresholds(text: str) -> tuple[float, ...] | None:
 
 def _name(t: float) -> str:
     return f"{t:g}"
+
+
+def _match_key(t: float) -> str:
+    """Pair value holding the optimal matching at threshold t (``max_weight`` only)."""
+    return f"sweep_match@{_name(t)}"
 
 
 class Sweep(MetricFamily):
@@ -65,7 +77,18 @@ class Sweep(MetricFamily):
             for what in ("tp", "iou", "n_pred", "n_pred_matched")
         )
 
+    def pair_values(self, ctx: PairContext) -> dict[str, np.ndarray]:
+        if ctx.options.matching != "max_weight":
+            return {}  # the greedy matchers' sweep reads the base matching
+        main = ctx.options.iou_threshold
+        return {
+            _match_key(t): ctx.base_match.copy() if t == main else match_max_weight(ctx.pairs, t)
+            for t in ctx.options.iou_sweep_thresholds
+        }
+
     def reference_columns(self, ctx: RefContext) -> dict[str, np.ndarray]:
+        if ctx.options.matching == "max_weight":
+            return self._optimal_reference_columns(ctx)
         matched = np.flatnonzero(ctx.pair_values["base_match"])
         row = ctx.row_of_pair[matched]
         iou_of_match = np.full(ctx.n, np.nan)  # every field has at most one base match; NaN: none
@@ -77,7 +100,32 @@ class Sweep(MetricFamily):
             out[f"sweep_iou@{_name(t)}"] = np.where(tp, iou_of_match, 0.0)
         return out
 
+    def _optimal_reference_columns(self, ctx: RefContext) -> dict[str, np.ndarray]:
+        """Per threshold: the field's match at t, which is also where its prediction counts."""
+        out = {}
+        for t in ctx.options.iou_sweep_thresholds:
+            matched = np.flatnonzero(ctx.pair_values[_match_key(t)])
+            row = ctx.row_of_pair[matched]  # one match per field: no repeated rows
+            tp = np.zeros(ctx.n)
+            tp[row] = 1.0
+            iou = np.zeros(ctx.n)
+            iou[row] = ctx.pairs.iou[matched]
+            k = _name(t)
+            out[f"sweep_tp@{k}"] = tp
+            out[f"sweep_iou@{k}"] = iou
+            out[f"sweep_n_pred_matched@{k}"] = tp
+            out[f"sweep_n_pred@{k}"] = tp.copy()  # plus the unmatched ones homed here (prediction columns)
+        return out
+
     def prediction_columns(self, ctx: PredContext) -> dict[str, dict[str, np.ndarray]]:
+        if ctx.options.matching == "max_weight":
+            at_overlap = {}
+            positions = ctx.preds.index.to_numpy(np.int64)
+            for t in ctx.options.iou_sweep_thresholds:
+                matched = np.zeros(len(positions), dtype=bool)
+                matched[np.searchsorted(positions, ctx.pairs.pred_pos[ctx.pair_values[_match_key(t)]])] = True
+                at_overlap[f"sweep_n_pred@{_name(t)}"] = (~matched).astype(np.float64)
+            return {"overlap": at_overlap}
         base_iou = ctx.preds["base_home_iou"].to_numpy(np.float64)
         at_base: dict[str, np.ndarray] = {}
         at_overlap: dict[str, np.ndarray] = {}

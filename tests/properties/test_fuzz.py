@@ -210,7 +210,7 @@ def _layer(geoms: list) -> geopandas.GeoDataFrame:
 @given(
     pair=layer_pairs(),
     thr=st.sampled_from([0.1, 0.5, 0.75, 1.0]),
-    matching=st.sampled_from(["one_to_one", "many_to_one"]),
+    matching=st.sampled_from(["one_to_one", "many_to_one", "max_weight"]),
     tol=st.sampled_from([None, 0.5, 5.0]),
     spacing=st.sampled_from([None, 10.0]),
 )
@@ -306,7 +306,7 @@ def _partitioned_sums(ref, pred, ref_part: np.ndarray, pred_part: np.ndarray, th
     pair=layer_pairs(),
     data=st.data(),
     thr=st.sampled_from([0.1, 0.5, 1.0]),
-    matching=st.sampled_from(["one_to_one", "many_to_one"]),
+    matching=st.sampled_from(["one_to_one", "many_to_one", "max_weight"]),
     tol=st.sampled_from([None, 2.0]),
 )
 def test_a_random_split_into_partitions_gives_the_sums_of_the_whole(pair, data, thr, matching, tol):

@@ -112,7 +112,7 @@ def _spread_layout():
     return layer(preds, ZONE), layer(refs, ZONE), aoi
 
 
-@pytest.mark.parametrize("matching", ["one_to_one", "many_to_one"])
+@pytest.mark.parametrize("matching", ["one_to_one", "many_to_one", "max_weight"])
 def test_levels_do_not_depend_on_the_partition_size(matching):
     pred, ref, aoi = _spread_layout()
     runs = [evaluate_tables(pred, ref, aoi=aoi, aoi_id_column="id", partition_size_m=size, matching=matching, **FAST)
@@ -155,7 +155,7 @@ def levels_case(draw: st.DrawFn):
 
 @settings(max_examples=15, deadline=None)
 @given(case=levels_case(), tile_km=st.sampled_from([0.25, 0.5, 1.0, 10.0]),
-       partition=st.sampled_from([60.0, 137.0, 450.0, 1_000.0, 7_000.0]), matching=st.sampled_from(["one_to_one", "many_to_one"]))
+       partition=st.sampled_from([60.0, 137.0, 450.0, 1_000.0, 7_000.0]), matching=st.sampled_from(["one_to_one", "many_to_one", "max_weight"]))
 def test_random_layers_give_the_same_levels_for_any_partition_size(case, tile_km, partition, matching):
     preds, refs, aois = case
     kwargs = dict(tile_km=tile_km, matching=matching, min_support=2, **FAST)

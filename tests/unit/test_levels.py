@@ -832,18 +832,19 @@ def test_a_prediction_homed_across_a_zone_line_counts_in_its_homes_zone_and_tile
     assert t.tiles["epsg"].tolist() == [32633]
 
 
-@pytest.mark.parametrize("matching", ["one_to_one", "many_to_one"])
+@pytest.mark.parametrize("matching", ["one_to_one", "many_to_one", "max_weight"])
 def test_a_prediction_matching_fields_in_two_tiles_counts_once(matching):
     # R1 (offsets 9800-9990, tile 50) and R2 (10010-10150, tile 51); P (9800-10200) overlaps
     # both: IoU 19000 / 40000 = 0.475 with R1 and 14000 / 40000 = 0.35 with R2. At threshold
-    # 0.3, one-to-one matches R1 only; many-to-one matches both, P's home is R1 (highest IoU).
+    # 0.3, one-to-one matches R1 only; many-to-one matches both, P's home is R1 (highest IoU);
+    # max_weight takes the heavier of the two pairs that share P, R1, as one-to-one does.
     ref = layer([rbox(9_800, 100, 9_990, 200), rbox(10_010, 100, 10_150, 200)], ZONE)
     pred = layer([rbox(9_800, 100, 10_200, 200)], ZONE)
     t = evaluate_tables(pred, ref, iou_threshold=0.3, matching=matching, **FAST)
     a, b = tile_row(t.tiles, 50), tile_row(t.tiles, 51)
     assert counts_of(a) == counts(1, 1, 1, 0, 0, 0)
     assert t.predictions["tile_x"].tolist() == [50]
-    if matching == "one_to_one":
+    if matching in ("one_to_one", "max_weight"):
         assert counts_of(b) == counts(1, 0, 0, 0, 1, 0)
         assert is_nan(b["precision"]) and b["recall"] == 0.0 and is_nan(b["f1"])
         micro = {"precision": 1.0, "recall": 0.5, "f1": pytest.approx(2 / 3)}

@@ -30,7 +30,7 @@ ENTRY_KEYS = {"iou_threshold", *SWEEP_KEYS}
 COUNT_KEYS = ("count_tp", "count_fp", "count_fn")
 DEFAULT_THRESHOLDS = [round(0.5 + 0.05 * k, 2) for k in range(10)]
 GROUPS = ("per_stratum", "per_size_class")
-MATCHINGS = ("one_to_one", "many_to_one")
+MATCHINGS = ("one_to_one", "many_to_one", "max_weight")
 
 
 def same(a: object, b: object, rel: float = 1e-12) -> bool:
