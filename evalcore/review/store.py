@@ -134,10 +134,10 @@ def make_sample(run_dir: str | Path, size: int, seed: int = 0, *, force: bool = 
         if same and old["item_id"].tolist() == sample["item_id"].tolist():
             return SampleResult(current, False, len(old), int(old["cell"].nunique()), None)
         if _has_decisions(current) and not force:
-            question = (f"{_rel(run_dir, current)}/ (seed {int(old['sample_seed'].iloc[0])}, size {int(old['sample_size'].iloc[0])}) has decisions; "
-                        f"start a new sample (seed {seed}, size {size}) in review/v{max(existing) + 1}/?")
-            if confirm is None or not confirm(question):
-                raise EvalInputError(f"{question.rstrip('?')} only with --force (its decisions stay with it).")
+            held = f"{_rel(run_dir, current)}/ (seed {int(old['sample_seed'].iloc[0])}, size {int(old['sample_size'].iloc[0])}) has decisions"
+            fresh = f"a new sample (seed {seed}, size {size}) in review/v{max(existing) + 1}/"
+            if confirm is None or not confirm(f"{held}; start {fresh}?"):
+                raise EvalInputError(f"{held}: {fresh} is started only with --force (the decisions stay with their sample).")
         target = run_dir / REVIEW_DIR / f"v{max(existing) + 1}"
     else:
         target = run_dir / REVIEW_DIR
