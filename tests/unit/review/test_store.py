@@ -165,3 +165,23 @@ def test_review_gates_unreviewed_until_decisions_then_judged(sampled):
     after = evaluate_gates(gate_metrics(run, metrics), gates)
     assert after["rules"][0]["state"] == "pass" and after["rules"][0]["observed"] == 1.0
     assert len(after["rules"]) == 1 + sample["cell"].nunique()
+
+
+def test_cli_sample_and_import_in_process(tmp_path, capsys):
+    from evalcore.cli import main
+
+    run = write_review_run(tmp_path, strata=False, scores=False)
+    assert main(["review", "sample", str(run), "--size", "0"]) == 2
+    assert "--size" in capsys.readouterr().err
+    assert main(["review", "sample", str(run), "--size", "8", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "8 items in" in out and "evidence-manifest.v2.json" in out
+    assert main(["review", "sample", str(run), "--size", "8", "--seed", "1"]) == 0
+    assert "nothing written" in capsys.readouterr().out
+    sample = geopandas.read_parquet(run / "review" / "sample.parquet")
+    assert set(sample["cell"]) <= {"TP", "M-FN-MISSED", "M-FN-LOCALISATION", "M-FP-BACKGROUND", "M-FP-LOCALISATION"}
+    decisions = _file(tmp_path / "decisions-ann.csv", [_row(i, c, "ann", auto=c) for i, c in zip(sample["item_id"], sample["code"])])
+    assert main(["review", "import", str(run), str(decisions)]) == 0
+    assert "completion 8/8; confirmed share 1.000" in capsys.readouterr().out
+    assert main(["review", "import", str(run)]) == 2
+    assert "at least one decisions file" in capsys.readouterr().err
