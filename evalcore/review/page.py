@@ -158,11 +158,13 @@ main { max-width: 1100px; margin: 0 auto; padding: 0.5rem 1rem 4rem; }
         content-visibility: auto; contain-intrinsic-size: auto 380px; }
 .card.current { border-color: #2b5797; box-shadow: 0 0 0 2px #2b579755; }
 .card header { font-size: 0.95rem; } .card .n { color: #777; } .status { margin-left: 0.6rem; font-size: 0.8rem; }
-.status.done { color: #1b5e20; } .body { display: flex; gap: 1rem; flex-wrap: wrap; align-items: flex-start; }
+.status.done { color: #1b5e20; }
+.body { display: grid; grid-template-columns: auto minmax(14rem, 1fr) minmax(17rem, 1.2fr); gap: 0.4rem 1rem; align-items: start; }
+@media (max-width: 900px) { .body { grid-template-columns: auto 1fr; } .body form.decide { grid-column: 1 / -1; } }
 .draw { border: 1px solid #eee; background: #fff; flex: none; }
 .facts th { text-align: left; color: #555; font-weight: normal; padding-right: 0.6rem; } .facts { font-size: 0.85rem; }
-form.decide { min-width: 280px; } fieldset.codes { border: 1px solid #e3e3e3; padding: 0.2rem 0.5rem; }
-fieldset.codes label { display: block; cursor: pointer; } kbd { font-size: 0.7rem; border: 1px solid #bbb; border-radius: 3px; padding: 0 0.25rem; }
+fieldset.codes { border: 1px solid #e3e3e3; padding: 0.2rem 0.5rem; margin: 0; }
+fieldset.codes label { display: block; cursor: pointer; line-height: 1.35; } kbd { font-size: 0.7rem; border: 1px solid #bbb; border-radius: 3px; padding: 0 0.25rem; }
 .agree { margin: 0.4rem 0; } .agrees { font-size: 0.85rem; } label.comment textarea { width: 100%%; display: block; }
 .legend-ref { color: var(--ref); font-weight: 600; } .legend-pred { color: var(--pred); font-weight: 600; }
 """
