@@ -106,7 +106,7 @@ def read_decisions(paths: Sequence[str | Path], automatic: Mapping[str, str]) ->
             where = f"{path}, line {line}"
             reviewer, item, code, severity, agrees = row["reviewer"], row["item_id"], row["code"], row["severity"], row["agrees"].lower()
             if not re.fullmatch(REVIEWER_PATTERN, reviewer):
-                raise EvalInputError(f"{where}: reviewer {reviewer[:40]!r} is not a name of letters, digits, '_', '.' and '-' (at most 64)")
+                raise EvalInputError(f"{where}: reviewer {reviewer[:40]!r} is not a name of letters, digits, '_' and '-' (at most 64)")
             if item not in automatic:
                 raise EvalInputError(f"{where}: item {item[:40]!r} is not in the sample")
             if code not in REVIEW_CODES:

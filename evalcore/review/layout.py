@@ -36,13 +36,14 @@ __all__ = [
 
 REVIEW_DIR = "review"
 
-REVIEWER_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
-"""A reviewer's name: it becomes part of a file name, so letters, digits, ``_ . -`` only."""
+REVIEWER_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"
+"""A reviewer's name: it becomes part of a file name, so letters, digits, ``_`` and ``-``
+only (no dot: ``decisions-<reviewer>.vN.csv`` must name one reviewer and one version)."""
 
 _V = r"(?:[2-9]|[1-9]\d+)"  # a version from 2, no leading zero: one name per version
 AMENDABLE_REVIEW: str = (
     rf"review/(?:v{_V}/)?(?:sample\.parquet|index\.html|review(?:\.v{_V})?\.json"
-    rf"|adjudication(?:\.v{_V})?\.csv|decisions-{REVIEWER_PATTERN}?(?:\.v{_V})?\.csv)"
+    rf"|adjudication(?:\.v{_V})?\.csv|decisions-{REVIEWER_PATTERN}(?:\.v{_V})?\.csv)"
 )
 """Full-match pattern of the review files an evidence amendment may add."""
 

@@ -254,8 +254,8 @@ _JS = r"""
   }
   document.getElementById('export').addEventListener('click', () => {
     const name = reviewer.value.trim();
-    if (!/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/.test(name)) {
-      document.getElementById('export-note').textContent = 'type your name first (letters, digits, _ . -)'; reviewer.focus(); return;
+    if (!/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/.test(name)) {
+      document.getElementById('export-note').textContent = 'type your name first (letters, digits, _ and -)'; reviewer.focus(); return;
     }
     localStorage.setItem('evalcore-reviewer', name);
     const a = document.createElement('a');

@@ -9,6 +9,7 @@ comes before the first write: a refused import leaves the run directory as it wa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pandas as pd
 from evalcore.errors import EvalInputError
 from evalcore.evidence import check_amendment, latest_manifest, write_evidence_manifest
 from evalcore.review.decisions import adjudication_csv, decisions_csv, read_adjudication, read_decisions
-from evalcore.review.layout import REVIEW_DIR, current_file, current_sample_dir, next_file, sample_dirs
+from evalcore.review.layout import REVIEW_DIR, REVIEWER_PATTERN, current_file, current_sample_dir, next_file, sample_dirs
 from evalcore.review.page import review_page
 from evalcore.review.sample import draw_sample, load_objects, review_cells
 from evalcore.review.statistics import review_statistics
@@ -70,7 +71,8 @@ def read_sample(sample_dir: Path) -> pd.DataFrame:
 def stored_decisions(sample_dir: Path) -> dict[str, Path]:
     """Each reviewer's current decisions file in a sample directory."""
     out: dict[str, Path] = {}
-    names = {p.name.split(".v")[0].removesuffix(".csv").removeprefix("decisions-") for p in sample_dir.glob("decisions-*.csv")}
+    names = {found.group(1) for p in sample_dir.glob("decisions-*.csv")
+             if (found := re.fullmatch(rf"decisions-({REVIEWER_PATTERN})(?:\.v\d+)?\.csv", p.name))}
     for reviewer in sorted(names):
         path = current_file(sample_dir, f"decisions-{reviewer}", ".csv")
         if path is not None:
