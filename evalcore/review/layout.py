@@ -107,4 +107,10 @@ def current_review(run_dir: str | Path) -> dict | None:
     path = current_file(sample_dir, "review", ".json")
     if path is None:
         return None
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        review = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot be read as the review's statistics ({exc})") from None
+    if not isinstance(review, dict):
+        raise ValueError(f"{path}: not a JSON object, so not the review's statistics")
+    return review

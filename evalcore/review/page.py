@@ -126,7 +126,11 @@ def _card(i: int, item: pd.Series, drawing: str, has_score: bool, has_class: boo
     if has_score:
         facts.append(("score", fmt(item["score"])))
     if has_class:
-        facts.append(("class", esc(item["class"]) if not pd.isna(item["class"]) else "–"))
+        shown = esc(item["class"]) if not pd.isna(item["class"]) else "–"
+        other = item.get("counterpart_class")
+        if item.get("counterpart_id") and other is not None and not pd.isna(other):
+            shown += f" (prediction: {esc(other)})"
+        facts.append(("class", shown))
     rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
     codes = "".join(
         f'<label><input type="radio" name="code-{i}" value="{esc(c)}"><kbd>{n}</kbd> {esc(c)}</label>' for n, c in enumerate(REVIEW_CODES, start=1)

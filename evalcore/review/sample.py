@@ -76,8 +76,8 @@ def load_objects(run_dir: str | Path) -> tuple[pd.DataFrame, dict, pd.DataFrame,
         (text), ``counterpart_id`` (the matched prediction of a matched field, else ''),
         ``code`` (the primary error code), ``stratum`` (text, ``none`` when null or
         homeless; only with strata), ``score`` (the item's or its matched
-        prediction's score; only with scores), ``class`` (only when the run has a class
-        column in its tables), ``tile_x``, ``tile_y``, ``utm_epsg`` and ``geometry``
+        prediction's score; only with scores), ``class`` and ``counterpart_class`` (the
+        matched prediction's; only when the run has a class column in its tables), ``tile_x``, ``tile_y``, ``utm_epsg`` and ``geometry``
         (EPSG:4326), in no particular order.
     facts : dict
         ``strata_column``, ``score_column``, ``class_column`` (None when absent) and the
@@ -158,6 +158,10 @@ def load_objects(run_dir: str | Path) -> tuple[pd.DataFrame, dict, pd.DataFrame,
         ref["class"] = fields[class_column].astype("string").to_numpy() if class_column in fields else pd.NA
         pc = pred_class_column if pred_class_column in preds.columns else None
         pred["class"] = unmatched[pc].astype("string").to_numpy() if pc else pd.NA
+        # A matched field is reviewed with its prediction: the reviewer sees both classes.
+        class_by_pred = dict(zip(pred_ids, preds[pc].astype("string"))) if pc else {}
+        ref["counterpart_class"] = pd.array([class_by_pred.get(c, pd.NA) if c else pd.NA for c in ref["counterpart_id"]], dtype="string")
+        pred["counterpart_class"] = pd.array([pd.NA] * len(pred), dtype="string")
     for column in ("tile_x", "tile_y", "utm_epsg"):
         ref[column] = fields[column].to_numpy() if column in fields else -1
         pred[column] = unmatched[column].to_numpy() if column in unmatched else -1

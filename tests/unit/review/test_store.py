@@ -65,7 +65,11 @@ def test_class_shown_when_the_run_has_a_class_column(tmp_path):
     make_sample(run, 10, seed=1)
     sample = geopandas.read_parquet(run / "review" / "sample.parquet")
     assert set(sample["class"].dropna()) <= {"wheat", "maize"} and sample["class"].notna().any()
-    assert "<th>class</th>" in (run / "review" / "index.html").read_text(encoding="utf-8")
+    page = (run / "review" / "index.html").read_text(encoding="utf-8")
+    assert "<th>class</th>" in page
+    matched = sample[sample["counterpart_id"] != ""]
+    assert len(matched) and matched["counterpart_class"].notna().all()
+    assert f"(prediction: {matched['counterpart_class'].iloc[0]})" in page
 
 
 def test_import_writes_statistics_and_amends_the_evidence(sampled):
