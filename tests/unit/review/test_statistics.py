@@ -109,3 +109,20 @@ def test_more_than_two_reviewers_use_fleiss():
     assert got["agreement"]["kappa_method"] == "fleiss"
     assert got["agreement"]["kappa"] == pytest.approx(sm_fleiss_kappa(table, method="fleiss"))
     assert got["agreement"]["raw_agreement"] == pytest.approx(2 / 3)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(hits=st.lists(st.booleans(), min_size=1, max_size=40), data=st.data())
+def test_weighted_share_properties(hits, data):
+    probabilities = data.draw(st.lists(st.floats(0.01, 1.0), min_size=len(hits), max_size=len(hits)))
+    w = 1.0 / np.array(probabilities)
+    got = weighted_share(np.array(hits), w)
+    lo, hi = got["ci"]
+    assert 0.0 <= lo <= got["value"] + 1e-12 and got["value"] - 1e-12 <= hi <= 1.0
+    assert 1.0 - 1e-9 <= got["effective_n"] <= len(hits) + 1e-9  # (Σw)²/Σw² lies between 1 and n
+    equal = weighted_share(np.array(hits), np.full(len(hits), 3.0))
+    assert equal["value"] == pytest.approx(np.mean(hits)) and equal["effective_n"] == pytest.approx(len(hits))

@@ -189,3 +189,31 @@ def test_cli_sample_and_import_in_process(tmp_path, capsys):
     assert "completion 8/8; confirmed share 1.000" in capsys.readouterr().out
     assert main(["review", "import", str(run)]) == 2
     assert "at least one decisions file" in capsys.readouterr().err
+
+
+def test_a_size_above_the_objects_takes_them_all(tmp_path):
+    run = write_review_run(tmp_path, n_ref=10, strata=False, scores=False)
+    result = make_sample(run, 500, seed=0)
+    sample = geopandas.read_parquet(run / "review" / "sample.parquet")
+    # 10 fields (6 TP, 2 localisation, 2 missed) and 3 unmatched predictions (2 localisation, 1 background).
+    assert result.n_items == len(sample) == 13 and (sample["inclusion_probability"] == 1.0).all()
+
+
+def test_report_review_section_once_decisions_exist(sampled):
+    from evalcore.html_report.loading import load_run
+    from evalcore.html_report.markup import Page
+    from evalcore.html_report.sections import review_section
+
+    run, sample = sampled
+    page = Page()
+    assert review_section(load_run(run), page) is False and page.parts == []
+    auto = dict(zip(sample["item_id"], sample["code"]))
+    items = list(auto)
+    rows = [_row(i, auto[i], auto=auto[i]) for i in items[:3]] + [_row(items[3], "L-REFERENCE-WRONG", severity="critical", comment="wrong")]
+    import_decisions(run, [_file(run.parent / "decisions-alice.csv", rows)])
+    review = json.loads((run / "review" / "review.json").read_text())
+    assert review_section(load_run(run), page) is True
+    html = page.parts[0]
+    assert f'data-key="review.confirmed_share" data-value="{review["confirmed_share"]!r}"' in html
+    assert 'data-key="review.completion" data-value="0.2"' in html  # 4 of 20 items
+    assert items[3] in html and "L-REFERENCE-WRONG" in html  # the disagreement listed
