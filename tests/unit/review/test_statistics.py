@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.metrics import cohen_kappa_score
 from statsmodels.stats.inter_rater import aggregate_raters
 from statsmodels.stats.inter_rater import fleiss_kappa as sm_fleiss_kappa
@@ -109,10 +111,6 @@ def test_more_than_two_reviewers_use_fleiss():
     assert got["agreement"]["kappa_method"] == "fleiss"
     assert got["agreement"]["kappa"] == pytest.approx(sm_fleiss_kappa(table, method="fleiss"))
     assert got["agreement"]["raw_agreement"] == pytest.approx(2 / 3)
-
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 
 @settings(max_examples=200, deadline=None)

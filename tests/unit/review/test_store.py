@@ -98,6 +98,12 @@ def test_import_writes_statistics_and_amends_the_evidence(sampled):
     final = import_adjudication(run, adjudication).review
     assert final["confirmed_share_final"] == 1.0
     assert verify(run, check_inputs=False).ok
+    # verify covers the review: a changed decision and an added file are both found.
+    stored = run / "review" / "decisions-bob.csv"
+    stored.write_text(stored.read_text().replace("critical", "minor"))
+    (run / "review" / "decisions-eve.csv").write_text(HEADER)
+    found = verify(run, check_inputs=False)
+    assert not found.ok and "review/decisions-bob.csv" in str(found.changed) and "review/decisions-eve.csv" in str(found.unlisted)
 
 
 @pytest.mark.parametrize("kind, rows, message", [
