@@ -56,6 +56,7 @@ from evalcore._version import __version__
 from evalcore.errors import EvalInputError
 from evalcore.writers import to_jsonable, write_json
 from evalcore.metrics.taxonomy import TAXONOMY_KEYS, taxonomy_counts
+from evalcore.review.layout import AMENDABLE_REVIEW, current_review
 from evalcore.report import package_versions, sha256_of_parts, sha256_path
 
 __all__ = [
@@ -123,8 +124,9 @@ AMENDABLE: tuple[str, ...] = (
     r"acceptance-gates\.v(?:[2-9]|[1-9]\d+)\.json",
     r"comparison\.(?:json|md)",
     r"paired\.(?:json|md)",
+    AMENDABLE_REVIEW,  # the review sample, decisions and statistics (SPEC 6.12), each file written once
 )
-AMENDABLE_TEXT = "acceptance-gates.vN.json, comparison.json/.md and paired.json/.md"
+AMENDABLE_TEXT = "acceptance-gates.vN.json, comparison.json/.md, paired.json/.md and the review's files (review/)"
 
 #: Top-level keys of ``metrics.json`` that other bundle files carry.
 _GROUPED_KEYS = ("per_stratum", "per_size_class", "worst", "tiles", "aois")
@@ -655,9 +657,14 @@ def write_bundle(run_dir: str | Path, metrics: dict, given: BundleInputs, *, sea
 
 def gate_metrics(run_dir: str | Path, metrics: dict) -> dict:
     """The metrics the gates see: ``metrics.json`` plus ``tiles.per_tile`` from the run's
-    ``tiles.parquet`` (so ``tiles.*.f1`` gates every tile, with each tile's support)."""
+    ``tiles.parquet`` (so ``tiles.*.f1`` gates every tile, with each tile's support) and
+    ``review`` from the current review sample's ``review.json`` (SPEC 6.12; absent while
+    no decisions are imported, which the gates answer as ``unreviewed``)."""
     from evalcore.summary import unit_entries
 
+    review = current_review(run_dir)
+    if review is not None:
+        metrics = {**metrics, "review": review}
     tiles = _read_table(Path(run_dir) / "tiles.parquet")
     if tiles is None or "tiles" not in metrics:
         return metrics

@@ -32,8 +32,10 @@ is ``not_evaluable``.
 Outcome of a rule
 -----------------
 Each rule, and each group a ``*`` expands to, answers exactly one of ``pass``,
-``fail`` and ``not_evaluable``. The reasons of ``not_evaluable``, checked in this
-order: ``"no metric at this path"`` (also a ``*`` that expands to nothing),
+``fail`` and ``not_evaluable``. A ``review.*`` rule (the review statistics of
+SPEC 6.12, from the run's ``review/review.json``) is ``"unreviewed"`` while the review
+sample has no imported decisions, never ``pass``. The other reasons of
+``not_evaluable``, checked in this order: ``"no metric at this path"`` (also a ``*`` that expands to nothing),
 ``"value is null"`` (a null on the way), ``"interval asked for but the run has no
 bootstrap"`` (or, with a bootstrap, ``"the run has no interval for this metric"``),
 ``"support N below the minimum M"`` (``"support unknown; the minimum is M"`` when the
@@ -158,7 +160,7 @@ _TOP_KEYS: frozenset[str] = frozenset((
     "iou_sweep", "iou_threshold", "leakage", "majority_fraction", "matching", "median_area_ha",
     "operating_point", "over_segmentation", "oversegmentation_mean", "per_size_class",
     "per_stratum", "pixel", "pr_curve", "precision", "precision_annotated", "precision_touching",
-    "predicted_area_ha", "recall", "reference_area_ha", "risk_coverage", "score_column",
+    "predicted_area_ha", "recall", "reference_area_ha", "review", "risk_coverage", "score_column",
     "size_class_edges_ha", "strata_column", "study_area", "tiles", "under_segmentation",
     "undersegmentation_mean", "utm_epsg_codes", "warnings", "worst",
 ))
@@ -168,6 +170,8 @@ _INNER_KEYS: frozenset[str] = frozenset((
     "count_polygons", "count_predicted_audited", "count_predicted_within_buffer",
     "count_reference_audited", "count_reference_within_buffer", "count_tiles",
     "count_tiles_with_reference", "count_tiles_without_reference", "count_tn", "coverage", "curve",
+    "completion", "confirmed_share", "confirmed_share_final", "critical_share", "drawn", "effective_n", "fleiss_kappa",
+    "kappa", "major_or_worse_share", "n_decisions", "n_disagreements", "per_cell", "raw_agreement", "reviewed",
     "ece", "excluded", "fp_per_km2_reference_free", "fraction", "fraction_aois_with_fn",
     "fraction_predicted", "fraction_tiles_with_fn", "group", "gsd_m", "id_column",
     "insufficient_support", "iou", "lower", "lower_ha", "macro", "mcc", "mean_score", "met",
@@ -184,6 +188,9 @@ REASON_NO_BOOTSTRAP = "interval asked for but the run has no bootstrap"
 REASON_NO_INTERVAL = "the run has no interval for this metric"
 REASON_NOT_NUMBER = "value is not a number"
 REASON_NOT_FINITE = "value is not finite"
+REASON_UNREVIEWED = "unreviewed"
+"""A ``review.*`` rule while the run's review sample has no imported decisions (SPEC 6.12):
+never ``pass``, whatever the rule asks."""
 
 
 @dataclass(frozen=True)
@@ -691,8 +698,16 @@ def _row(gate: Gate, group: str | None, observed: float | None, support: int | N
     }
 
 
+def _unreviewed(metrics: Mapping) -> bool:
+    """No review statistics, or statistics of a sample without decisions."""
+    review = metrics.get("review")
+    return not isinstance(review, Mapping) or review.get("state") != "reviewed"
+
+
 def _judge(metrics: Mapping, gate: Gate, entry: _Found | _Missing) -> dict:
     """The row of one rule in one group."""
+    if gate.metric.split(".")[0] == "review" and _unreviewed(metrics):
+        return _row(gate, entry.group, None, None, "not_evaluable", REASON_UNREVIEWED)
     if isinstance(entry, _Missing):
         return _row(gate, entry.group, None, None, "not_evaluable", entry.reason)
     support = _support(entry.chain)

@@ -144,6 +144,26 @@ def _add_layer_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size-bins", type=_size_bins, help="field-size classes: 'auto' or edges in hectares, e.g. 0,0.5,1,2,5,10,inf (default: none)")
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def _named_layer(text: str) -> tuple[str, str]:
     """``NAME=PATH`` -> (NAME, PATH); a bare path (or an existing file whose name holds '=') is named by itself."""
     name, sep, value = text.partition("=")
@@ -263,6 +283,20 @@ def build_parser() -> argparse.ArgumentParser:
     vf.add_argument("--skip-inputs", action="store_true", help="do not rehash the input layers (default: rehash those still at their path)")
     vf.add_argument("--expect-sha256", metavar="SHA256", help="the SHA-256 of evidence-manifest.json you stored when the run was sealed (verify prints it): another one is a failure")
     vf.add_argument("-v", "--verbose", action="count", default=0, help="more log lines")
+
+    rv = sub.add_parser("review", help="human review of a sample of a run's objects: draw the sample and its page, import decisions (SPEC 6.12)")
+    rv_sub = rv.add_subparsers(dest="review_command", metavar="STEP", required=True, parser_class=_Parser)
+    rs = rv_sub.add_parser("sample", help="draw the stratified sample: RUN_DIR/review/sample.parquet and the review page review/index.html")
+    rs.add_argument("run_dir", help="a run directory (holding metrics.json, fields/ and predictions/)")
+    rs.add_argument("--size", type=_positive_int, required=True, help="items to draw, shared equally over the cells (code × stratum)")
+    rs.add_argument("--seed", type=_seed, default=0, help="seed of the draw; the same seed and size give the same sample (default 0)")
+    rs.add_argument("--force", action="store_true", help="start a new sample (review/vN/) although the current one, drawn with another size or seed, has decisions")
+    rs.add_argument("-v", "--verbose", action="count", default=0, help="more log lines")
+    ri = rv_sub.add_parser("import", help="check and store reviewers' decisions (decisions-<reviewer>.csv) and write review/review.json")
+    ri.add_argument("run_dir", help="a run directory with a review sample")
+    ri.add_argument("decisions", nargs="*", help="decisions files exported by the review page; nothing is imported if one row is bad")
+    ri.add_argument("--adjudicate", metavar="FILE.csv", help="record final codes instead (columns item_id, final_code, adjudicator, comment)")
+    ri.add_argument("-v", "--verbose", action="count", default=0, help="more log lines")
 
     sy = sub.add_parser("synth", help="write a generated multi-zone dataset")
     sy.add_argument("--n-ref", type=int, required=True, help="number of reference fields")

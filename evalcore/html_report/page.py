@@ -16,7 +16,7 @@ from evalcore.html_report.figures import FIGURES
 from evalcore.html_report.loading import RunFiles, load_run
 from evalcore.html_report.markup import Figure, Page, esc
 from evalcore.html_report.overlays import PREDICTION_COLOUR, REFERENCE_COLOUR, overlays_section
-from evalcore.html_report.sections import family_sections, group_section, headline, iou_section, pixel_paired_section, scores_section, tiles_section
+from evalcore.html_report.sections import family_sections, group_section, headline, iou_section, pixel_paired_section, review_section, scores_section, tiles_section
 from evalcore.writers import atomic_path
 
 __all__ = ["build_report"]
@@ -68,11 +68,13 @@ def _render(run: RunFiles) -> tuple[str, list[Figure]]:
     families = family_sections(run, page)
     overlays_section(run, page, tiles, worst)
     pixel_paired_section(run, page)
+    reviewed = review_section(run, page)
     title = _title(run)
     status = (run.status or {}).get("status")
     nav = "".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in (("headline", "Headline"), ("iou-curve", "IoU curve"), ("per-stratum", "Strata"),
                                                                ("per-size-class", "Size classes"), ("tiles", "Tiles and AOIs"), ("scores", "Scores"),
-                                                               *families, ("overlays", "Overlays"), ("pixel-paired", "Pixels, paired")))
+                                                               *families, ("overlays", "Overlays"), ("pixel-paired", "Pixels, paired"),
+                                                               *((("review", "Review"),) if reviewed else ())))
     doc = (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

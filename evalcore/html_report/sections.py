@@ -5,7 +5,7 @@ errors by kind and the input and run identity), :func:`iou_section` (the IoU swe
 :func:`group_section` (strata, size classes), :func:`tiles_section` (reporting tiles and
 AOIs), :func:`scores_section` (precision-recall and calibration),
 :func:`family_sections` (a section per registered family that declares one) and
-:func:`pixel_paired_section`. Each appends its HTML and its figures to a
+:func:`pixel_paired_section` and :func:`review_section` (once review decisions exist). Each appends its HTML and its figures to a
 :class:`~evalcore.html_report.markup.Page`; the figures are drawn by
 :mod:`evalcore.html_report.figures`, the overlays are :mod:`evalcore.html_report.overlays`.
 """
@@ -30,6 +30,7 @@ __all__ = [
     "scores_section",
     "family_sections",
     "pixel_paired_section",
+    "review_section",
     "MAX_TABLE_ROWS",
 ]
 
@@ -347,3 +348,49 @@ def family_sections(run: RunFiles, page: Page) -> list[tuple[str, str]]:
                           + table(["metric", "value [95 % interval]"], rows, "family") + "</section>")
         drawn.append((anchor, family.section))
     return drawn
+
+
+MAX_REVIEW_DISAGREEMENTS = 10
+"""Disagreements listed in the report's review section (review.json lists them all)."""
+
+
+def review_section(run: RunFiles, page: Page) -> bool:
+    """The human review (SPEC 6.12), once decisions are imported: completion, the weighted
+    confirmed share and severe-error prevalence with their Wilson intervals, kappa, the
+    top disagreements. Nothing (and False) before: the page says nothing about a review
+    that has not happened."""
+    from evalcore.review.layout import current_review
+
+    review = current_review(run.run_dir)
+    if review is None or review.get("state") != "reviewed":
+        return False
+    ci = review.get("ci") or {}
+    agreement = review.get("agreement") or {}
+    sample = review.get("sample") or {}
+    rows = [
+        ["completion", value_span("review.completion", review.get("completion")) + f" ({fmt(review.get('reviewed'))} of {fmt(review.get('drawn'))} items)"],
+        ["confirmed share (weighted)", with_ci("review.confirmed_share", review.get("confirmed_share"), ci.get("confirmed_share"))],
+        ["critical errors (weighted)", with_ci("review.critical_share", review.get("critical_share"), ci.get("critical_share"))],
+        ["major or worse (weighted)", with_ci("review.major_or_worse_share", review.get("major_or_worse_share"), ci.get("major_or_worse_share"))],
+        [f"{esc(agreement.get('kappa_method', 'cohen'))} kappa", value_span("review.agreement.kappa", agreement.get("kappa"))
+         + f" (raw agreement {value_span('review.agreement.raw_agreement', agreement.get('raw_agreement'))})"],
+    ]
+    if "confirmed_share_final" in review:
+        rows.append(["confirmed share after adjudication", with_ci("review.confirmed_share_final", review["confirmed_share_final"], ci.get("confirmed_share_final"))])
+    text = (
+        '<section id="review"><h2>Human review</h2>'
+        f"<p>{fmt(sample.get('n_items'))} items drawn (seed {fmt(sample.get('seed'))}) from {esc(sample.get('file'))}; "
+        f"{fmt(review.get('n_decisions'))} decisions by {esc(', '.join(review.get('reviewers') or []))}. Shares weight each item by "
+        "1 / its inclusion probability, with Wilson 95 % intervals at the effective size.</p>"
+        + table(["", "value"], rows, "headline")
+    )
+    listed = (review.get("disagreements") or [])[:MAX_REVIEW_DISAGREEMENTS]
+    if listed:
+        text += f"<h3>Top disagreements ({fmt(review.get('n_disagreements'))} in all)</h3>" + table(
+            ["item", "cell", "automatic", "reviewers", "final"],
+            [[esc(d["item_id"]), esc(d["cell"]), esc(d["automatic_code"]),
+              esc("; ".join(f"{x['reviewer']}: {x['code']}" + (f" ({x['severity']})" if x.get("severity") else "") for x in d["decisions"])),
+              esc(d.get("final_code") or "–")] for d in listed],
+        )
+    page.parts.append(text + "</section>")
+    return True

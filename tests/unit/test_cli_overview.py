@@ -12,7 +12,7 @@ from evalcore.cli import main
 from tests.common import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ("evaluate", "run", "compare", "gate", "report", "verify", "synth")
+COMMANDS = ("evaluate", "run", "compare", "gate", "report", "verify", "review", "synth")
 
 
 def _project_version() -> str:

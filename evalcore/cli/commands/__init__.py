@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from evalcore.cli.commands.compare import compare_command
 from evalcore.cli.commands.evaluate import evaluate_command
+from evalcore.cli.commands.review import review_command
 from evalcore.cli.commands.run import run_command
 from evalcore.cli.commands.rundir import gate_command, report_command, verify_command
 from evalcore.cli.commands.synth import synth_command
@@ -21,6 +22,7 @@ __all__ = [
     "evaluate_command",
     "gate_command",
     "report_command",
+    "review_command",
     "run_command",
     "synth_command",
     "verify_command",
@@ -34,5 +36,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "gate": gate_command,
     "verify": verify_command,
     "report": report_command,
+    "review": review_command,
 }
 """Each subcommand of :func:`evalcore.cli.parser.build_parser` and the function that runs it."""
