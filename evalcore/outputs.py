@@ -29,6 +29,7 @@ import socket
 from pathlib import Path
 
 from evalcore.errors import EvalInputError
+from evalcore.review.layout import REVIEW_DIR
 from evalcore.writers import STAGING_DIR, write_error
 
 __all__ = [
@@ -306,7 +307,8 @@ def release_workdir(path: str | os.PathLike) -> None:
 
 
 def check_run_directory(path: str | os.PathLike, option: str = "-o/--output-dir") -> None:
-    """A run directory must be new, empty, or an earlier evalcore run's (a rerun replaces its outputs)."""
+    """A run directory must be new, empty, or an earlier evalcore run's (a rerun replaces its outputs)
+    that holds no human review (``review/``, :mod:`evalcore.review`)."""
     p = Path(path)
     if not p.exists():
         return
@@ -317,6 +319,14 @@ def check_run_directory(path: str | os.PathLike, option: str = "-o/--output-dir"
         raise EvalInputError(
             f"{option} {str(path)!r} holds files that are not an evalcore run (e.g. {sorted(children)[0]!r}); "
             "give a new or empty directory, or an earlier run's directory to replace that run."
+        )
+    review = p / REVIEW_DIR
+    if review.is_dir() and any(review.iterdir()):
+        # Reviewers' decisions are about the earlier run's objects: a rerun would leave
+        # them describing a run that no longer exists, and deleting them loses their work.
+        raise EvalInputError(
+            f"{option} {str(path)!r} holds a human review of the earlier run ({REVIEW_DIR}/); a rerun would "
+            f"replace the run it reviews. Move {REVIEW_DIR}/ elsewhere to keep it, or choose another run directory."
         )
 
 

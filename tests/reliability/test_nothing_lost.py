@@ -152,6 +152,18 @@ def test_run_refuses_a_directory_that_is_not_a_run(tmp_path: Path, layers: tuple
     assert (out / "metrics.json").read_text() == '{"mine": true}\n'
 
 
+def test_run_refuses_to_replace_a_run_that_holds_a_human_review(tmp_path: Path, layers: tuple[Path, Path]) -> None:
+    out = tmp_path / "reviewed"
+    (out / "review").mkdir(parents=True)
+    (out / "status.json").write_text('{"state": "completed"}\n')  # an earlier run's mark
+    decisions = out / "review" / "decisions-ana.csv"
+    decisions.write_text("item_id,reviewer,code,severity,agrees,comment,decided_at\n")
+    result = run_cli("run", "-p", str(layers[0]), "-r", str(layers[1]), "-o", str(out))
+    _one_line_error(result, "-o/--output-dir", "human review", "review/")
+    assert decisions.read_text().startswith("item_id,reviewer")
+    assert sorted(p.name for p in out.iterdir()) == ["review", "status.json"]
+
+
 def test_synth_refuses_a_non_empty_directory_unless_forced(tmp_path: Path) -> None:
     out = tmp_path / "parts"
     out.mkdir()
