@@ -127,6 +127,7 @@ def _prepare_run(predicted: object, reference: object, strata: object, size_bins
         iou_threshold=options.iou_threshold,
         boundary_tolerance_m=options.boundary_tolerance_m,
         boundary_sample_spacing_m=options.boundary_sample_spacing_m,
+        boundary_iou_width_m=options.boundary_iou_width_m,
         ref_pools=all_refs.pools,
     )
     strata_column = strata if isinstance(strata, str) else None
@@ -195,6 +196,7 @@ def _empty_fields() -> pd.DataFrame:
         "hausdorff_m": np.empty(0),
         "boundary_mean_distance_m": np.empty(0),
         "boundary_sample_spacing_m": np.empty(0),
+        "boundary_iou": np.empty(0),
         "boundary_within_tolerance_m": np.empty(0),
         "tile_x": np.empty(0, np.int64),
         "tile_y": np.empty(0, np.int64),

@@ -320,6 +320,7 @@ def pairs_task(
         iou_threshold=options.iou_threshold,
         boundary_tolerance_m=tol,
         boundary_sample_spacing_m=options.boundary_sample_spacing_m,
+        boundary_iou_width_m=options.boundary_iou_width_m,
         ref_pools=ref_pools,
     )
     storage.write_pair_results(Path(workdir) / "pairs", key, results, signature)
