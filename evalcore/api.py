@@ -309,6 +309,7 @@ def _frame(ev: _Evaluation, reference: object) -> pd.DataFrame:
         size_codes=ev.size_codes,
         tolerance_m=ev.options.boundary_tolerance_m,
         aoi_keys=ev.sites.aois.keys if ev.sites.aois is not None else None,
+        boundary_iou=ev.options.boundary_iou_width_m is not None,
     )
 
 
@@ -393,7 +394,7 @@ def _tables(ev: _Evaluation, reference: object) -> EvaluationTables:
     tiles, aois = level_tables(ev.merged, ev.options, ev.sites)
     preds = prediction_table(
         ev.preds, aoi_keys=ev.sites.aois.keys if ev.sites.aois is not None else None, annotated=ev.sites.annotated is not None,
-        scored=ev.options.score_column is not None,
+        scored=ev.options.score_column is not None, boundary_iou=ev.options.boundary_iou_width_m is not None,
     )
     geoms = ev.pred.geoms_source[index_of(ev.pred.positions, ev.preds.index.to_numpy(np.int64))]
     predictions = geopandas.GeoDataFrame(preds, geometry=geoms, crs=ev.pred.crs)
