@@ -151,20 +151,20 @@ class Quality(MetricFamily):
         return out
 
     def summary_lines(self, metrics: Mapping[str, object]) -> list[str]:
-        """``PQ = SQ x RQ`` with the values, the matched-IoU quantiles, Dice, area bias and boundary IoU."""
+        """``PQ = SQ x RQ`` with the values, Dice and the area biases; then the matched-IoU
+        quantiles and, with a band width, boundary IoU."""
         if "pq" not in metrics:
             return []
-        lines = [f"quality: PQ {with_interval(metrics, 'pq')} = SQ {number(metrics.get('sq'))} x RQ {number(metrics.get('rq'))}"
-                 f"  Dice {with_interval(metrics, 'dice_mean')}"]
+        first = (f"quality: PQ {with_interval(metrics, 'pq')} = SQ {number(metrics.get('sq'))} x RQ {number(metrics.get('rq'))};  "
+                 f"Dice {with_interval(metrics, 'dice_mean')};  area bias {_signed_percent(metrics.get('area_bias'))} "
+                 f"(matched pairs {_signed_percent(metrics.get('matched_area_bias'))})")
         d = metrics.get("iou_distribution") or {}
-        parts = [f"matched IoU of {d.get('count', 0)} pairs: min {number(d.get('min'))}  q10 {number(d.get('q10'))}  "
-                 f"median {number(d.get('median'))}  q90 {number(d.get('q90'))}"]
+        second = (f"matched IoU ({d.get('count', 0)} pairs): min {number(d.get('min'))}  q10 {number(d.get('q10'))}  "
+                  f"q25 {number(d.get('q25'))}  median {number(d.get('median'))}  q90 {number(d.get('q90'))}")
         if "boundary_iou_mean" in metrics:
-            parts.append(f"boundary IoU ({metrics.get('boundary_iou_width_m'):g} m) mean {with_interval(metrics, 'boundary_iou_mean')}"
-                         f" median {number(metrics.get('boundary_iou_median'))}")
-        parts.append(f"area bias {_signed_percent(metrics.get('area_bias'))} (matched {_signed_percent(metrics.get('matched_area_bias'))})")
-        lines.append("  " + ";  ".join(parts))
-        return lines
+            second += (f";  boundary IoU at {metrics.get('boundary_iou_width_m'):g} m: mean {with_interval(metrics, 'boundary_iou_mean')}"
+                       f"  median {number(metrics.get('boundary_iou_median'))}")
+        return [first, second]
 
     def report_lines(self, metrics: Mapping[str, object]) -> list[str]:
         """The matched-IoU distribution as a Markdown table (report.md)."""

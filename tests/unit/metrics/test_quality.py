@@ -11,6 +11,7 @@ of a convex polygon keeps its corners sharp), so the band areas have closed form
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -294,3 +295,49 @@ def test_cli_bad_boundary_iou_width_exits_2_with_one_line(tmp_path, value):
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("evalcore: error:")
     assert "--boundary-iou-width-m" in done.stderr
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------------------
+# Where people look: terminal, report.md, report.html
+# --------------------------------------------------------------------------------------
+
+
+def test_terminal_lines_show_pq_as_sq_times_rq():
+    from evalcore.metrics.quality import Quality
+
+    pred, ref = scenario_a(EA)
+    m = evaluate(pred, ref, boundary_iou_width_m=5.0)
+    first, second = Quality().summary_lines(m)
+    # PQ 1/3 = SQ 0.75 x RQ 4/9
+    assert first.startswith("quality: PQ 0.333 = SQ 0.750 x RQ 0.444;")
+    assert "area bias -2.0 %" in first and "matched pairs -30.0 %" in first
+    assert second.startswith("matched IoU (2 pairs): min 0.600") and "median 0.750" in second
+    assert "boundary IoU at 5 m: mean" in second
+    assert "boundary IoU" not in Quality().summary_lines(evaluate(pred, ref))[1]
+
+
+def test_report_md_has_the_pq_row_and_the_distribution():
+    from evalcore.report import render_report
+
+    pred, ref = scenario_a(EA)
+    text = render_report(evaluate(pred, ref))
+    assert "| Panoptic quality (PQ = SQ x RQ) | 0.333 |" in text
+    assert "Matched IoU distribution (2 pairs):" in text and "| 0.600 | 0.615 |" in text
+
+
+def test_report_html_draws_the_iou_histogram_with_boundary_iou_beside(tmp_path):
+    from evalcore.html_report import build_report
+    from evalcore.writers import write_json
+
+    pred, ref = scenario_a(EA)
+    tables = evaluate_tables(pred, ref, boundary_iou_width_m=5.0)
+    run = tmp_path / "run"
+    (run / "fields").mkdir(parents=True)
+    write_json(run / "metrics.json", tables.summary)
+    tables.fields.rename_axis("ref_index").reset_index().to_parquet(run / "fields" / "part-0.parquet")
+    html = build_report(run).read_text(encoding="utf-8")
+    assert 'data-figure="iou_distribution"' in html and (run / "figures" / "iou_distribution.png").is_file()
+    median = re.search(r'data-key="iou_distribution.median" data-value="([^"]+)"', html)
+    assert median and float(median.group(1)) == pytest.approx(0.75, rel=1e-12)
+    assert "Mean boundary IoU of matches (band 5.0 m)" in html  # beside mean IoU in the headline
+    assert 'id="family-quality"' in html
