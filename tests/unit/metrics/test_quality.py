@@ -341,3 +341,46 @@ def test_report_html_draws_the_iou_histogram_with_boundary_iou_beside(tmp_path):
     assert median and float(median.group(1)) == pytest.approx(0.75, rel=1e-12)
     assert "Mean boundary IoU of matches (band 5.0 m)" in html  # beside mean IoU in the headline
     assert 'id="family-quality"' in html
+
+
+def test_compare_pairs_the_quality_keys_overall_and_per_stratum():
+    from evalcore.compare import compare
+    from tests.common import grid_layers
+
+    pred, ref = grid_layers(100)
+    ref["stratum"] = ["a" if i % 2 else "b" for i in range(len(ref))]
+    cand = pred.iloc[::2]  # the predictions of the fields of stratum b only
+    result = compare(cand, pred, ref, strata="stratum", bootstrap=20, boundary_iou_width_m=5.0)
+    alone_c = evaluate(cand, ref, strata="stratum", boundary_iou_width_m=5.0)
+    alone_i = evaluate(pred, ref, strata="stratum", boundary_iou_width_m=5.0)
+    for key in ("pq", "sq", "rq", "dice_mean", "area_bias", "matched_area_bias"):
+        assert key in result["metrics"]
+        entry = result["overall"][key]
+        assert entry["candidate"] == pytest.approx(alone_c[key], rel=1e-12)
+        assert entry["incumbent"] == pytest.approx(alone_i[key], rel=1e-12)
+        assert entry["ci"][0] <= entry["delta"] <= entry["ci"][1] or math.isclose(entry["ci"][0], entry["ci"][1])
+        assert result["per_stratum"]["b"][key]["candidate"] == pytest.approx(alone_c["per_stratum"]["b"][key], rel=1e-12)
+    # stratum a lost every prediction: PQ 0 there, a delta below zero with certainty
+    a = result["per_stratum"]["a"]["pq"]
+    assert a["candidate"] == 0.0 and a["ci"][1] < 0
+    # boundary IoU only with the option, paired overall
+    assert result["overall"]["boundary_iou_mean"]["candidate"] == pytest.approx(alone_c["boundary_iou_mean"], rel=1e-12)
+
+
+def test_gates_read_the_quality_keys():
+    from evalcore.gates import Gate, check_metric_paths, evaluate_gates
+
+    pred, ref = scenario_a(EA)
+    m = evaluate(pred, ref, strata=["x", "x", "y", "y"], bootstrap=20, boundary_iou_width_m=5.0)
+    gates = [
+        Gate(id="pq", metric="pq", op=">=", threshold=0.3),  # 1/3: pass
+        Gate(id="tail", metric="iou_distribution.q10", op=">=", threshold=0.7),  # 0.63: fail
+        Gate(id="band", metric="boundary_iou_mean", op=">", threshold=0.0),
+        Gate(id="strata", metric="per_stratum.*.pq", op=">=", threshold=0.0),
+        Gate(id="lower", metric="pq", op=">=", threshold=0.0, use="ci_lower"),
+    ]
+    check_metric_paths(gates)
+    rows = {r["id"] if "id" in r else r["gate"]: r for r in evaluate_gates(m, gates)["rules"]}
+    states = {k: r.get("state", r.get("status")) for k, r in rows.items()}
+    assert states["pq"] == "pass" and states["tail"] == "fail" and states["band"] == "pass" and states["lower"] == "pass", rows
+    assert rows["tail"]["observed"] == pytest.approx(0.63, rel=1e-9)
