@@ -57,3 +57,37 @@ def test_distributed_quality_equals_single_process(layers, expected, local_clien
     # floats to 1e-9 relative, intervals (the same draws summed in the same order) to the bit
     assert differences(result, expected) == []
     assert all(key in result for key in QUALITY_KEYS)
+
+
+def test_distributed_tables_carry_each_pairs_boundary_iou(layers, local_clients, tmp_path):
+    """The per-field and per-prediction tables written by the workers hold the same boundary IoU."""
+    import geopandas
+    import numpy as np
+    import pandas as pd
+
+    from evalcore.api import check_options
+    from evalcore.distributed.runner import run_distributed
+
+    predicted, reference = layers
+    pred_path, ref_path = tmp_path / "pred.parquet", tmp_path / "ref.parquet"
+    predicted.to_parquet(pred_path)
+    reference.to_parquet(ref_path)
+    options = {k: v for k, v in OPTIONS.items() if k not in ("strata", "size_bins", "bootstrap")}
+    run_distributed(
+        str(pred_path), str(ref_path), local_clients.get(2), check_options(partition_size_m=PARTITION_M, **options),
+        workdir=tmp_path / "work", frame_dir=tmp_path / "fields", predictions_dir=tmp_path / "preds",
+    )
+    single = evalcore.evaluate_tables(pred_path, ref_path, partition_size_m=PARTITION_M, **options)
+    def parts(directory):  # one part per partition; a part's all-null column has no type, so read them one by one
+        return pd.concat([pd.DataFrame(geopandas.read_parquet(p)) for p in sorted(directory.glob("*.parquet"))])
+
+    fields = parts(tmp_path / "fields").set_index("ref_index").sort_index()
+    preds = parts(tmp_path / "preds").set_index("pred_index").sort_index()
+    expected_fields = single.fields.sort_index()
+    expected_preds = single.predictions.sort_index()
+    assert fields.index.tolist() == expected_fields.index.tolist()
+    np.testing.assert_allclose(fields["boundary_iou"], expected_fields["boundary_iou"], rtol=1e-12)
+    np.testing.assert_allclose(preds["boundary_iou"], expected_preds["boundary_iou"], rtol=1e-12)
+    matched = fields["matched"].to_numpy(bool)
+    assert np.isfinite(fields["boundary_iou"].to_numpy()[matched]).all()
+    assert np.isnan(fields["boundary_iou"].to_numpy()[~matched]).all()
