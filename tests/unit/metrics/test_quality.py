@@ -27,6 +27,29 @@ from tests.common import EA, UTM, X0, Y0, empty_layer, layer, run_cli, scenario_
 QUANTILE_KEYS = ("q05", "q10", "q25", "median", "q75", "q90")
 
 
+def naive_rect_boundary_iou(r: tuple[float, ...], p: tuple[float, ...], d: float) -> float:
+    """Boundary IoU of two axis-aligned rectangles (x0, y0, x1, y1) by inclusion-exclusion.
+
+    The inner band of a rectangle R is R minus I, I = R shrunk by d on every side (empty
+    when a side is at most 2d). With I1 in R1 and I2 in R2:
+    |band1 ∩ band2| = |R1∩R2| - |I1∩R2| - |R1∩I2| + |I1∩I2|, every term a rectangle overlap.
+    """
+
+    def shrink(a):
+        x0, y0, x1, y1 = a[0] + d, a[1] + d, a[2] - d, a[3] - d
+        return (x0, y0, x1, y1) if x1 > x0 and y1 > y0 else None
+
+    def overlap(a, b):
+        if a is None or b is None:
+            return 0.0
+        return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+
+    i1, i2 = shrink(r), shrink(p)
+    inter = overlap(r, p) - overlap(i1, p) - overlap(r, i2) + overlap(i1, i2)
+    band1, band2 = overlap(r, r) - overlap(i1, i1), overlap(p, p) - overlap(i2, i2)
+    return inter / (band1 + band2 - inter)
+
+
 def panopticapi_pq(ious: list[float], fp: int, fn: int) -> tuple[float, float, float]:
     """panopticapi's pq_compute for one category, written out: the matched IoUs, FP and FN."""
     tp = len(ious)
@@ -209,6 +232,20 @@ def test_boundary_iou_of_concentric_discs_in_closed_form(r_ref, r_pred, width):
     # and the polygons approach the discs: pi (R^2 - (R - d)^2) to 1e-3
     band_area = inner_band(ref, width)[0].area
     assert band_area == pytest.approx(math.pi * (r_ref**2 - (r_ref - width) ** 2), rel=1e-3)
+
+
+_rect = st.tuples(st.integers(0, 60), st.integers(0, 60), st.integers(1, 60), st.integers(1, 60))
+
+
+@settings(max_examples=200, deadline=None)
+@given(r=_rect, p=_rect, d=st.sampled_from([0.5, 1.0, 2.5, 7.0, 40.0]))
+def test_boundary_iou_of_rectangles_equals_inclusion_exclusion(r, p, d):
+    ra = (r[0], r[1], r[0] + r[2], r[1] + r[3])
+    pa = (p[0], p[1], p[0] + p[2], p[1] + p[3])
+    got = pair_boundary_iou(np.array([box(*ra)]), np.array([box(*pa)]), d)[0]
+    assert got == pytest.approx(naive_rect_boundary_iou(ra, pa, d), rel=1e-9, abs=1e-12)
+    # symmetric in the two polygons
+    assert pair_boundary_iou(np.array([box(*pa)]), np.array([box(*ra)]), d)[0] == pytest.approx(got, rel=1e-12, abs=1e-15)
 
 
 def test_boundary_iou_of_a_missing_geometry_is_null():
