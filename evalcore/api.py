@@ -127,6 +127,7 @@ def _prepare_run(predicted: object, reference: object, strata: object, size_bins
         iou_threshold=options.iou_threshold,
         boundary_tolerance_m=options.boundary_tolerance_m,
         boundary_sample_spacing_m=options.boundary_sample_spacing_m,
+        boundary_iou_width_m=options.boundary_iou_width_m,
         ref_pools=all_refs.pools,
     )
     strata_column = strata if isinstance(strata, str) else None
@@ -195,6 +196,7 @@ def _empty_fields() -> pd.DataFrame:
         "hausdorff_m": np.empty(0),
         "boundary_mean_distance_m": np.empty(0),
         "boundary_sample_spacing_m": np.empty(0),
+        "boundary_iou": np.empty(0),
         "boundary_within_tolerance_m": np.empty(0),
         "tile_x": np.empty(0, np.int64),
         "tile_y": np.empty(0, np.int64),
@@ -307,6 +309,7 @@ def _frame(ev: _Evaluation, reference: object) -> pd.DataFrame:
         size_codes=ev.size_codes,
         tolerance_m=ev.options.boundary_tolerance_m,
         aoi_keys=ev.sites.aois.keys if ev.sites.aois is not None else None,
+        boundary_iou=ev.options.boundary_iou_width_m is not None,
     )
 
 
@@ -391,7 +394,7 @@ def _tables(ev: _Evaluation, reference: object) -> EvaluationTables:
     tiles, aois = level_tables(ev.merged, ev.options, ev.sites)
     preds = prediction_table(
         ev.preds, aoi_keys=ev.sites.aois.keys if ev.sites.aois is not None else None, annotated=ev.sites.annotated is not None,
-        scored=ev.options.score_column is not None,
+        scored=ev.options.score_column is not None, boundary_iou=ev.options.boundary_iou_width_m is not None,
     )
     geoms = ev.pred.geoms_source[index_of(ev.pred.positions, ev.preds.index.to_numpy(np.int64))]
     predictions = geopandas.GeoDataFrame(preds, geometry=geoms, crs=ev.pred.crs)

@@ -163,6 +163,9 @@ _TOP_KEYS: frozenset[str] = frozenset((
     "predicted_area_ha", "recall", "reference_area_ha", "review", "risk_coverage", "score_column",
     "size_class_edges_ha", "strata_column", "study_area", "tiles", "under_segmentation",
     "undersegmentation_mean", "utm_epsg_codes", "warnings", "worst",
+    # geometry quality (SPEC 6.11)
+    "pq", "sq", "rq", "iou_distribution", "dice_mean", "area_bias", "matched_area_bias",
+    "boundary_iou_mean", "boundary_iou_median", "boundary_iou_width_m",
 ))
 _INNER_KEYS: frozenset[str] = frozenset((
     "accuracy", "area_bias_ha", "area_km2", "bins", "brier", "buffer_m", "ci", "ci_n_undefined",
@@ -180,6 +183,8 @@ _INNER_KEYS: frozenset[str] = frozenset((
     "precision_target", "precision_targets", "quantiles", "resampling", "risk", "rule", "score",
     "score_threshold", "seed", "support", "tile_km", "tolerance_px", "training_area_km2",
     "tversky", "tversky_alpha", "tversky_beta", "unit", "upper", "upper_ha", "value",
+    # iou_distribution (SPEC 6.11)
+    "count", "min", "q05", "q10", "q25", "median", "q75", "q90", "max",
 ))
 
 REASON_MISSING = "no metric at this path"

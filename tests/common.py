@@ -173,6 +173,8 @@ FAMILY_KEYS = frozenset(
         "iou_sweep", "count_merges", "count_merged_reference", "count_splits",
         "count_split_predictions", "count_ratio", "majority_fraction", "precision_touching", "tiles",
         "count_fp_background", "count_fp_duplicate", "count_fp_localisation", "count_fn_missed", "count_fn_localisation",
+        # geometry quality (SPEC 6.11); boundary IoU only with boundary_iou_width_m
+        "pq", "sq", "rq", "iou_distribution", "dice_mean", "area_bias", "matched_area_bias",
     }
 )
 # Run-level keys with a study area (SPEC 6.9, docs/study-area.md), and with a training area.

@@ -320,6 +320,7 @@ def pairs_task(
         iou_threshold=options.iou_threshold,
         boundary_tolerance_m=tol,
         boundary_sample_spacing_m=options.boundary_sample_spacing_m,
+        boundary_iou_width_m=options.boundary_iou_width_m,
         ref_pools=ref_pools,
     )
     storage.write_pair_results(Path(workdir) / "pairs", key, results, signature)
@@ -370,6 +371,7 @@ def sums_task(
             size_codes=refs.size_codes,
             tolerance_m=options.boundary_tolerance_m,
             aoi_keys=aoi_keys,
+            boundary_iou=options.boundary_iou_width_m is not None,
         )
         # The reference id as a named column users can join on (an unnamed index is __index_level_0__ in a file).
         id_name = id_column or "ref_index"
@@ -393,6 +395,7 @@ def predictions_task(
     annotated: bool,
     id_column: str | None = None,
     scored: bool = False,
+    boundary_iou: bool = False,
 ) -> dict:
     """Write the per-prediction table part of one partition's predictions (with their geometry)."""
     _inject_fault("predictions", storage.key_name(key))
@@ -402,7 +405,7 @@ def predictions_task(
     )
     if not np.array_equal(layer.positions, preds.index.to_numpy(np.int64)):
         raise PartitionMissingError(f"partition {storage.key_name(key)}: its prepared predictions differ from those resolved")
-    table = prediction_table(preds, aoi_keys=aoi_keys, annotated=annotated, scored=scored)
+    table = prediction_table(preds, aoi_keys=aoi_keys, annotated=annotated, scored=scored, boundary_iou=boundary_iou)
     id_name = id_column or "pred_index"
     table = table.drop(columns=[id_name], errors="ignore").rename_axis(id_name).reset_index()
     frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=pred_info.crs)
@@ -1052,6 +1055,7 @@ def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolve
             annotated,
             setup.predicted.id_column,
             setup.options.score_column is not None,
+            setup.options.boundary_iou_width_m is not None,
             key=setup.task_key("predictions", *key),
             retries=2,
             priority=len(rows),

@@ -35,7 +35,8 @@ __all__ = [
 
 
 PAIR_ARRAYS: tuple[str, ...] = (
-    "pred_area_of_pair", "ref_area_of_pair", "hausdorff_m", "mean_distance_m", "spacing_m", "pred_label_of_pair",
+    "pred_area_of_pair", "ref_area_of_pair", "hausdorff_m", "mean_distance_m", "spacing_m", "boundary_iou",
+    "pred_label_of_pair",
 )
 """The :class:`PairResults` arrays with a value per pair."""
 REF_ARRAYS: tuple[str, ...] = (
@@ -66,6 +67,9 @@ class PairResults:
         Area of each pair's prediction and reference field, m².
     hausdorff_m, mean_distance_m, spacing_m : ndarray of float64
         Boundary distances of each eligible pair (NaN for pairs below the threshold).
+    boundary_iou : ndarray of float64
+        Boundary IoU of each eligible pair (SPEC 6.11; NaN below the threshold and
+        without ``boundary_iou_width_m``).
     ref_pos, ref_within_tol_m : ndarray
         The reference fields (increasing positions) and their boundary length within
         the tolerance (NaN without a tolerance), metres.
@@ -94,6 +98,7 @@ class PairResults:
     hausdorff_m: F64Array
     mean_distance_m: F64Array
     spacing_m: F64Array
+    boundary_iou: F64Array
     ref_pos: IdArray
     ref_within_tol_m: F64Array
     pred_pos: IdArray
@@ -141,6 +146,7 @@ def compute_pairs(
     boundary_tolerance_m: float | None,
     boundary_sample_spacing_m: float | None,
     ref_pools: IdArray | None = None,
+    boundary_iou_width_m: float | None = None,
 ) -> PairResults:
     """The pairs phase of one partition.
 
@@ -160,6 +166,8 @@ def compute_pairs(
     boundary_tolerance_m, boundary_sample_spacing_m : float or None
     ref_pools : ndarray of int64, optional
         Bootstrap pool of each of ``ref`` (default: the one pool of an unstratified run).
+    boundary_iou_width_m : float, optional
+        Band width of the pairs' boundary IoU, metres (None: not computed).
     """
     pairs = candidate_pairs(ref, pred_near)
     i_ref = np.searchsorted(ref.positions, pairs.ref_pos)
@@ -172,6 +180,9 @@ def compute_pairs(
     if len(ok):
         h, m, s = boundary.matched_pair_distances(ref, pred_near, i_ref[ok], i_pred[ok], boundary_sample_spacing_m)
         hausdorff[ok], mean[ok], spacing[ok] = h, m, s
+    band_iou = np.full(n, np.nan)
+    if boundary_iou_width_m is not None and len(ok):
+        band_iou[ok] = boundary.matched_pair_boundary_iou(ref, pred_near, i_ref[ok], i_pred[ok], boundary_iou_width_m)
     if boundary_tolerance_m is None:
         ref_within = np.full(len(ref), np.nan)
         pred_within = np.full(len(pred_own), np.nan)
@@ -185,6 +196,7 @@ def compute_pairs(
         hausdorff_m=hausdorff,
         mean_distance_m=mean,
         spacing_m=spacing,
+        boundary_iou=band_iou,
         ref_pos=ref.positions,
         ref_within_tol_m=ref_within,
         pred_pos=pred_own.positions,

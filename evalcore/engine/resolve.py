@@ -233,7 +233,7 @@ def _pred_weight_stream(draws, home_row: IdArray, pred_units: IdArray | None):
 
 
 def _prediction_sites(home: IdArray, results: PairResults, resolution: Resolution) -> dict[str, np.ndarray]:
-    """Each prediction's IoU of its match, best IoU, own zone, and the tile and AOI it counts in.
+    """Each prediction's IoU and boundary IoU of its match, best IoU, own zone, and the tile and AOI it counts in.
 
     A prediction counts in its home reference's tile and AOI, and one without a home in
     those of its own centroid (SPEC 6.3).
@@ -255,6 +255,8 @@ def _prediction_sites(home: IdArray, results: PairResults, resolution: Resolutio
     np.maximum.at(best, row, pairs.iou)
     iou = np.full(n, np.nan)
     iou[row[resolution.is_match]] = pairs.iou[resolution.is_match]
+    band_iou = np.full(n, np.nan)
+    band_iou[row[resolution.is_match]] = results.boundary_iou[resolution.is_match]
     has = home >= 0
     ref_row = index_of(results.ref_pos, home[has])
     home_label = np.full(n, None, dtype=object)
@@ -262,6 +264,7 @@ def _prediction_sites(home: IdArray, results: PairResults, resolution: Resolutio
     out = {
         "iou": iou,
         "best_iou": best,
+        "boundary_iou": band_iou,
         "utm_epsg": results.pred_utm_epsg,
         "annotated_fraction": results.pred_annotated_fraction,
         "score": results.pred_score,

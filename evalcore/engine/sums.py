@@ -182,6 +182,9 @@ def summarize_partition(
     fields["hausdorff_m"] = hausdorff
     fields["boundary_mean_distance_m"] = mean
     fields["boundary_sample_spacing_m"] = spacing
+    band_iou = np.full(n, np.nan)
+    band_iou[rows] = results.boundary_iou[matched_pairs]
+    fields["boundary_iou"] = band_iou
     within = np.full(n, np.nan)
     own = np.isin(results.ref_pos, refs.positions)
     within[np.searchsorted(refs.positions, results.ref_pos[own])] = results.ref_within_tol_m[own]

@@ -43,7 +43,8 @@ def _aoi_column(codes: np.ndarray, aoi_keys: list[str] | None) -> pd.api.extensi
     return pd.array(keys[np.where(codes >= 0, codes, len(keys) - 1)], dtype="string")
 
 
-def prediction_table(preds: pd.DataFrame, *, aoi_keys: list[str] | None, annotated: bool, scored: bool = False) -> pd.DataFrame:
+def prediction_table(preds: pd.DataFrame, *, aoi_keys: list[str] | None, annotated: bool, scored: bool = False,
+                     boundary_iou: bool = False) -> pd.DataFrame:
     """The per-prediction table (issue 13) from the resolve phase's prediction rows.
 
     Parameters
@@ -56,6 +57,8 @@ def prediction_table(preds: pd.DataFrame, *, aoi_keys: list[str] | None, annotat
         An annotated area was given (``annotated_fraction`` is written).
     scored : bool
         A score column was given (``score`` is written).
+    boundary_iou : bool
+        A boundary-IoU band width was given (``boundary_iou`` of the match is written).
 
     Returns
     -------
@@ -74,6 +77,8 @@ def prediction_table(preds: pd.DataFrame, *, aoi_keys: list[str] | None, annotat
     out["matched"] = preds["matched"].to_numpy(bool)
     out["iou"] = preds["iou"].to_numpy(np.float64)
     out["best_iou"] = preds["best_iou"].to_numpy(np.float64)
+    if boundary_iou:
+        out["boundary_iou"] = preds["boundary_iou"].to_numpy(np.float64)
     out["utm_epsg"] = preds["utm_epsg"].to_numpy(np.int64)
     out["tile_epsg"] = preds["tile_epsg"].to_numpy(np.int64)
     out["tile_x"] = preds["tile_x"].to_numpy(np.int64)
@@ -109,6 +114,7 @@ def field_table(
     size_codes: np.ndarray,
     tolerance_m: float | None,
     aoi_keys: list[str] | None = None,
+    boundary_iou: bool = False,
 ) -> pd.DataFrame:
     """The per-field table of seed 000 from the per-field columns, with each field's
     reporting tile (``tile_x``, ``tile_y`` in zone ``utm_epsg``) and AOI.
@@ -124,6 +130,8 @@ def field_table(
         the fields refer to).
     strata_codes, size_codes : ndarray of int64
         Group codes of the fields (-1: none).
+    boundary_iou : bool
+        A boundary-IoU band width was given (``boundary_iou`` of the matched pair is written).
     """
     matched = fields["matched"].to_numpy(bool)
     out = pd.DataFrame(index=ref_labels)
@@ -143,6 +151,8 @@ def field_table(
     out["hausdorff_m"] = fields["hausdorff_m"].to_numpy()
     out["boundary_mean_distance_m"] = fields["boundary_mean_distance_m"].to_numpy()
     out["boundary_sample_spacing_m"] = fields["boundary_sample_spacing_m"].to_numpy()
+    if boundary_iou:
+        out["boundary_iou"] = fields["boundary_iou"].to_numpy()
     out["tile_x"] = fields["tile_x"].to_numpy(np.int64)
     out["tile_y"] = fields["tile_y"].to_numpy(np.int64)
     _add_code_columns(out, fields, REFERENCE_CODES)

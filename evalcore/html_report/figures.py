@@ -34,6 +34,7 @@ __all__ = [
     "pr_curves",
     "reliability_diagram",
     "paired_deltas",
+    "iou_distribution",
 ]
 
 MAX_BARS = 30
@@ -55,6 +56,7 @@ FIGURES: tuple[tuple[str, str], ...] = (
     ("overlay_worst_tiles", "Overlays of the worst tiles"),
     ("overlay_errors", "Overlays of a sample of each error code"),
     ("paired", "Paired comparison: deltas with their paired intervals"),
+    ("iou_distribution", "Matched-IoU distribution, with boundary IoU beside it"),
 )
 """Every figure the report can draw, as (name, title); the PNG is ``figures/<name>.png``."""
 _TITLES = dict(FIGURES)
@@ -349,3 +351,56 @@ def paired_deltas(paired: dict, names: list[str]) -> Figure:
     ax.set_xlabel("candidate − incumbent (95 % paired interval)")
     ax.grid(axis="x", alpha=0.3)
     return Figure("paired", png(fig), f"{paired.get('candidate', 'candidate')} against {paired.get('incumbent', 'incumbent')}: red, worse with the interval below zero; green, better.")
+
+
+_QUANTILE_MARKS = (("min", ":"), ("q05", "--"), ("q10", "--"), ("q25", "-."), ("median", "-"), ("q75", "-."), ("q90", "--"), ("max", ":"))
+"""The ``iou_distribution`` keys marked on the histogram, with their line styles (symmetric about the median)."""
+
+
+def iou_distribution(iou: np.ndarray, dist: dict, boundary_iou: np.ndarray | None = None, boundary: dict | None = None) -> Figure:
+    """Histogram of the matched pairs' IoU with the quantiles of ``iou_distribution`` marked; beside it,
+    with ``boundary_iou`` values, the histogram of the pairs' boundary IoU with its mean and median.
+
+    Parameters
+    ----------
+    iou : ndarray of float64
+        The matched pairs' IoU (the per-field table's ``iou`` of matched fields).
+    dist : dict
+        ``iou_distribution`` of ``metrics.json`` (the marked values are read from it, not recomputed).
+    boundary_iou : ndarray of float64, optional
+        The matched pairs' boundary IoU (NaN: none).
+    boundary : dict, optional
+        ``{"mean", "median", "width_m"}`` of ``metrics.json``.
+    """
+    panels = 2 if boundary_iou is not None else 1
+    fig = new_figure(4.2 * panels + 0.6, 3.2)
+    axes = [fig.add_subplot(1, panels, k + 1) for k in range(panels)]
+    bins = np.linspace(0.0, 1.0, 41)
+    ax = axes[0]
+    values = np.asarray(iou, dtype=np.float64)
+    ax.hist(values[np.isfinite(values)], bins=bins, color="#1f77b4", alpha=0.75)
+    for key, style in _QUANTILE_MARKS:
+        v = finite(dist.get(key))
+        if v is not None:
+            ax.axvline(v, color="#1b1b1b", ls=style, lw=1.0)
+            ax.annotate(key, (v, 1.0), xycoords=("data", "axes fraction"), fontsize=6, rotation=90, ha="right", va="top")
+    ax.set_xlabel("IoU of the matched pair")
+    ax.set_ylabel("matched pairs")
+    ax.set_xlim(0, 1.0)
+    ax.grid(alpha=0.3)
+    caption = f"IoU of the {fmt(dist.get('count'))} matched pairs (40 bins of 0.025), min, quantiles and max of iou_distribution marked"
+    if boundary_iou is not None:
+        ax = axes[1]
+        b = np.asarray(boundary_iou, dtype=np.float64)
+        ax.hist(b[np.isfinite(b)], bins=bins, color="#ff7f0e", alpha=0.75)
+        info = boundary or {}
+        for key, style in (("mean", "--"), ("median", "-")):
+            v = finite(info.get(key))
+            if v is not None:
+                ax.axvline(v, color="#1b1b1b", ls=style, lw=1.0)
+                ax.annotate(key, (v, 1.0), xycoords=("data", "axes fraction"), fontsize=6, rotation=90, ha="right", va="top")
+        ax.set_xlabel(f"boundary IoU (band {fmt(info.get('width_m'), 1)} m)")
+        ax.set_xlim(0, 1.0)
+        ax.grid(alpha=0.3)
+        caption += "; right: the same pairs' boundary IoU, mean and median marked"
+    return Figure("iou_distribution", png(fig), caption + ".")

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from evalcore.html_report.figures import figure_html, group_bars, iou_curve, paired_deltas, pr_curves, reliability_diagram, tile_map
-from evalcore.html_report.loading import RunFiles, finite, group_rows, load_tiles, worst_tile_rows
+from evalcore.html_report.figures import figure_html, group_bars, iou_curve, iou_distribution, paired_deltas, pr_curves, reliability_diagram, tile_map
+from evalcore.html_report.loading import RunFiles, finite, group_rows, load_tiles, read_columns, worst_tile_rows
 from evalcore.html_report.markup import Page, ci_text, esc, fmt, note, table, value_span, with_ci
 from evalcore.metrics.registry import FAMILIES
 from evalcore.present import interval_of
@@ -48,6 +48,10 @@ def headline(run: RunFiles) -> str:
         ["F1", with_ci("f1", m.get("f1"), interval_of(m, "f1"))],
         ["Mean IoU of matches", with_ci("iou_mean", m.get("iou_mean"), interval_of(m, "iou_mean"))],
     ]
+    if "boundary_iou_mean" in m:
+        # beside IoU: the same pairs' boundary IoU (SPEC 6.11)
+        rows.append([f"Mean boundary IoU of matches (band {fmt(m.get('boundary_iou_width_m'), 1)} m)",
+                     with_ci("boundary_iou_mean", m.get("boundary_iou_mean"), interval_of(m, "boundary_iou_mean"))])
     for key, label in (("ap50", "AP at IoU 0.5"), ("ap75", "AP at IoU 0.75"), ("ap50_95", "AP 0.5:0.95")):
         if key in m:
             rows.append([label, with_ci(key, m.get(key), interval_of(m, key))])
@@ -344,8 +348,10 @@ def family_sections(run: RunFiles, page: Page) -> list[tuple[str, str]]:
         if not rows:
             continue
         anchor = f"family-{family.name}"
+        extra = _FAMILY_EXTRAS.get(family.name)
         page.parts.append(f'<section id="{esc(anchor)}" data-family="{esc(family.name)}"><h2>{esc(family.section)}</h2>'
-                          + table(["metric", "value [95 % interval]"], rows, "family") + "</section>")
+                          + table(["metric", "value [95 % interval]"], rows, "family")
+                          + (extra(run, page) if extra is not None else "") + "</section>")
         drawn.append((anchor, family.section))
     return drawn
 
@@ -394,3 +400,37 @@ def review_section(run: RunFiles, page: Page) -> bool:
         )
     page.parts.append(text + "</section>")
     return True
+def _quality_extra(run: RunFiles, page: Page) -> str:
+    """The geometry-quality section's figure and table: the matched-IoU histogram with the
+    quantiles of ``iou_distribution`` marked, boundary IoU beside it (SPEC 6.11)."""
+    m = run.metrics
+    dist = m.get("iou_distribution")
+    if not isinstance(dist, dict):
+        return ""
+    keys = ["count", "min", "q05", "q10", "q25", "median", "q75", "q90", "max"]
+    header = ["", *keys]
+    rows = [["IoU", *(value_span(f"iou_distribution.{k}", dist.get(k)) for k in keys)]]
+    if "boundary_iou_mean" in m:
+        rows.append([esc(f"boundary IoU ({fmt(m.get('boundary_iou_width_m'), 1)} m)"), "", "", "", "", "",
+                     value_span("boundary_iou_median", m.get("boundary_iou_median")), "", "", ""])
+    parts = ["<h3>Matched-IoU distribution</h3>", table(header, rows, "iou-distribution")]
+    fields_dir = run.run_dir / "fields"
+    if not (fields_dir.is_dir() and any(fields_dir.glob("*.parquet"))):
+        parts.append(note("No histogram: the run directory has no per-field table (fields/)."))
+        return "".join(parts)
+    frame = read_columns(fields_dir, ("matched", "iou", "boundary_iou"))
+    matched = frame["matched"].to_numpy(bool) if "matched" in frame else np.zeros(len(frame), bool)
+    iou = frame["iou"].to_numpy(np.float64)[matched] if "iou" in frame else np.empty(0)
+    band = None
+    boundary = None
+    if "boundary_iou" in frame and "boundary_iou_mean" in m:
+        band = frame["boundary_iou"].to_numpy(np.float64)[matched]
+        boundary = {"mean": m.get("boundary_iou_mean"), "median": m.get("boundary_iou_median"), "width_m": m.get("boundary_iou_width_m")}
+    fig_ = iou_distribution(iou, dist, band, boundary)
+    page.figures.append(fig_)
+    parts.append(figure_html(fig_))
+    return "".join(parts)
+
+
+_FAMILY_EXTRAS = {"quality": _quality_extra}
+"""What a family's section shows beyond the table of its ``shown`` keys (figures read from the run directory)."""

@@ -20,6 +20,7 @@ from evalcore.metrics.base import MetricFamily, Option, Value
 from evalcore.metrics.detection import Detection
 from evalcore.metrics.distance import Distance
 from evalcore.metrics.incomplete import Incomplete
+from evalcore.metrics.quality import Quality
 from evalcore.metrics.scores import Scores
 from evalcore.metrics.segmentation import Segmentation
 from evalcore.metrics.sweep import Sweep
@@ -49,6 +50,7 @@ FAMILIES: list[MetricFamily] = [
     Tolerance(),
     Sweep(),
     Topology(),
+    Quality(),
     Taxonomy(),
     Incomplete(),
     Scores(),

@@ -12,7 +12,7 @@ import pytest
 from evalcore.errors import EvalInputError
 from evalcore.html_report import FIGURES, build_report
 
-ALWAYS = {"iou_curve", "tile_f1_map", "tile_count_ratio_map", "overlay_worst_tiles", "overlay_errors"}
+ALWAYS = {"iou_curve", "tile_f1_map", "tile_count_ratio_map", "overlay_worst_tiles", "overlay_errors", "iou_distribution"}
 WITH_OPTIONS = ALWAYS | {"per_stratum", "per_size_class", "pr_curve", "reliability"}
 
 

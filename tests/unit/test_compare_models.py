@@ -71,7 +71,8 @@ def test_the_models_differ(result):
 
 def test_the_table_rows_are_the_summaries(result):
     assert result["baseline"] == "a" and list(result["table"]) == ["a", "b", "c"]
-    assert result["metrics"] == ["precision", "recall", "f1", "iou_mean", "ap50", "ap75", "ap50_95", "aurc"]
+    assert result["metrics"] == ["precision", "recall", "f1", "iou_mean", "pq", "sq", "rq", "dice_mean", "area_bias",
+                                 "matched_area_bias", "ap50", "ap75", "ap50_95", "aurc"]
     for name, row in result["table"].items():
         summary = result["summaries"][name]
         assert row["count_predicted"] == summary["count_predicted"]
