@@ -34,7 +34,9 @@ nav { font-size: 0.9rem; margin: 0.4rem 0 1rem; } nav a { margin-right: 0.9rem; 
 table { border-collapse: collapse; margin: 0.4rem 0 0.8rem; font-size: 0.86rem; font-variant-numeric: tabular-nums; }
 th, td { border-bottom: 1px solid #e3e3e3; padding: 0.22rem 0.6rem; text-align: left; vertical-align: top; }
 th { background: #f5f5f5; } table.identity td:first-child { white-space: nowrap; color: #555; }
-.cols { display: flex; flex-wrap: wrap; gap: 1.5rem; } .headline td:nth-child(2) .v:first-child { font-weight: 600; font-size: 1.05rem; }
+.cols { display: flex; flex-wrap: wrap; gap: 1.5rem; }
+/* ">": the value itself, not the first bound of its interval (a .v inside .ci) */
+.headline td:nth-child(2) > .v:first-child { font-weight: 600; font-size: 1.05rem; }
 .ci { color: #555; } .absent { color: #6b6b6b; font-style: italic; background: #fafafa; border-left: 3px solid #d0d0d0; padding: 0.3rem 0.6rem; }
 .gate { font-weight: 600; } .gate-pass { color: #1b5e20; } .gate-fail { color: #b71c1c; } .gate-not_evaluable { color: #8d6e00; }
 figure { margin: 0.6rem 0 1rem; break-inside: avoid; page-break-inside: avoid; } figure img { max-width: 100%%; height: auto; display: block; }
