@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from evalcore.html_report.loading import finite, float_or_nan, tile_side_m
-from evalcore.html_report.markup import Figure, esc, fmt
+from evalcore.html_report.markup import Figure, esc, fmt, group_label
 from evalcore.present import interval_of
 
 __all__ = [
@@ -196,7 +196,7 @@ def group_bars(rows: list[dict], grouping: str, worst: dict | None, title: str, 
         label = f"n={fmt(r['support'])}" + (" (insufficient support)" if r["insufficient_support"] else "")
         ax.text(1.01, yi, label, va="center", fontsize=7.5, transform=ax.get_yaxis_transform())
     ax.set_yticks(y)
-    ax.set_yticklabels([str(r["group"]) + (" ha" if grouping == "per_size_class" else "") for r in shown], fontsize=8)
+    ax.set_yticklabels([group_label(r["group"], grouping) for r in shown], fontsize=8)
     ax.set_xlim(x0, x1)
     ax.set_ylim(-0.6, len(shown) - 0.4)
     ax.set_xlabel("F1 (whiskers: 95 % bootstrap interval)")
@@ -204,7 +204,7 @@ def group_bars(rows: list[dict], grouping: str, worst: dict | None, title: str, 
     caption = (f"F1 {title.lower().replace('metrics ', '')}" + (" (field area in hectares)" if grouping == "per_size_class" else "")
                + f", on an axis from {x0:.2f} to {x1:.2f} fitted to the values and intervals: hollow grey dots have fewer reference fields than min_support")
     if worst:
-        caption += f"; the worst group (red) is {worst.get('group')} (F1 {fmt(worst.get('value'))}, {fmt(worst.get('support'))} fields)"
+        caption += f"; the worst group (red) is {group_label(worst.get('group'), grouping)} (F1 {fmt(worst.get('value'))}, {fmt(worst.get('support'))} fields)"
     if len(rows) > len(shown):
         caption += f"; the {len(shown)} of {len(rows)} groups with the lowest F1 are drawn, all are in the table"
     return Figure(name, png(fig), caption + ".", {"xlim": f"{x0:.2f},{x1:.2f}"})

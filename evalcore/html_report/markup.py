@@ -18,7 +18,7 @@ import numpy as np
 from evalcore.html_report.loading import finite
 from evalcore.present import number
 
-__all__ = ["Figure", "Page", "fmt", "esc", "prose", "plain", "value_span", "ci_text", "with_ci", "table", "note"]
+__all__ = ["Figure", "Page", "fmt", "esc", "prose", "plain", "group_label", "value_span", "ci_text", "with_ci", "table", "note"]
 
 
 @dataclass
@@ -87,6 +87,13 @@ def plain(value: object, key: str = "") -> str:
     if edges and isinstance(value, str) and value == "auto":
         return "auto (a 1-2-5 series of hectares)"
     return esc(value)
+
+
+def group_label(group: object, grouping: str) -> str:
+    """A group's key as shown (plain text): a size class ``"10-inf"`` as ``"10-∞ ha"``, any other key as it is."""
+    if grouping != "per_size_class":
+        return str(group)
+    return str(group).replace("inf", "∞") + " ha"
 
 
 def _raw(value: object) -> str:

@@ -41,7 +41,7 @@ th { background: #f5f5f5; } table.identity td:first-child { white-space: nowrap;
 .gate { font-weight: 600; } .gate-pass { color: #1b5e20; } .gate-fail { color: #b71c1c; } .gate-not_evaluable { color: #8d6e00; }
 figure { margin: 0.6rem 0 1rem; break-inside: avoid; page-break-inside: avoid; } figure img { max-width: 100%%; height: auto; display: block; }
 figcaption { font-size: 0.85rem; color: #444; max-width: 60rem; } code { font-size: 0.82rem; word-break: break-all; }
-.worst b { color: #b71c1c; } footer { margin-top: 2.5rem; font-size: 0.8rem; color: #777; }
+.worst b { color: #b71c1c; } .swatch { display: inline-block; width: 0.9em; height: 0.9em; vertical-align: -0.1em; border: 1px solid #777; } footer { margin-top: 2.5rem; font-size: 0.8rem; color: #777; }
 @media print { body { max-width: none; font-size: 11pt; padding: 0; } nav { display: none; } h2 { break-after: avoid; }
                section { break-inside: auto; } details > * { display: block; } a { color: inherit; text-decoration: none; } }
 """ % {"ref": REFERENCE_COLOUR, "pred": PREDICTION_COLOUR}
