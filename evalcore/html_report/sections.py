@@ -47,9 +47,15 @@ def headline(run: RunFiles) -> str:
         ["F1", with_ci("f1", m.get("f1"), interval_of(m, "f1"))],
         ["Mean IoU of matches", with_ci("iou_mean", m.get("iou_mean"), interval_of(m, "iou_mean"))],
     ]
+    bc = m.get("ap_interval") or {}
     for key, label in (("ap50", "AP at IoU 0.5"), ("ap75", "AP at IoU 0.75"), ("ap50_95", "AP 0.5:0.95")):
         if key in m:
-            rows.append([label, with_ci(key, m.get(key), interval_of(m, key))])
+            text = with_ci(key, m.get(key), interval_of(m, key))
+            where = (bc.get("point_quantile") or {}).get(key)
+            if where is not None:
+                text += (f' <span class="ap-bc">bias-corrected; the point is at the {value_span(f"ap_interval.point_quantile.{key}", 100 * where, 0)} % '
+                         f"quantile of its resamples; percentile interval{ci_text((bc.get('percentile') or {}).get(key))}</span>")
+            rows.append([label + ("*" if boot and key in (boot.get("ci") or {}) else ""), text])
     for key, label in (("boundary_f1", "Boundary F1 (tolerance %s m)" % fmt(m.get("boundary_tolerance_m"), 1)), ("count_ratio", "Count ratio (predicted / reference)")):
         if key in m:
             rows.append([label, with_ci(key, m.get(key), interval_of(m, key))])
@@ -75,6 +81,7 @@ def headline(run: RunFiles) -> str:
             f"95 % percentile intervals from {value_span('bootstrap.n_resamples', boot.get('n_resamples'))} bootstrap resamples; "
             f'unit <span class="v" data-key="bootstrap.unit" data-value="{esc(boot.get("unit", "field"))}">{esc(boot.get("unit", "field"))}</span>'
             f" ({esc(boot.get('resampling', ''))}; {fmt(boot.get('n_units'))} units, seed {fmt(boot.get('seed'))})"
+            + ("; AP's intervals bias-corrected (--ap-interval bc)" if (m.get("ap_interval") or {}).get("method") == "bc" else "")
         )
     else:
         interval = "No intervals: the run had no bootstrap resamples (--bootstrap 0)."
@@ -86,12 +93,29 @@ def headline(run: RunFiles) -> str:
         table(["count", "n"], counts, "counts"),
         "</div>",
         f'<p class="interval">{interval}</p>',
+        _ap_interval_note(m),
         _gates_html(run),
         _taxonomy_html(run),
         _identity_html(run),
         "</section>",
     ]
     return "\n".join(out)
+
+
+def _ap_interval_note(m: dict) -> str:
+    """Why an AP interval can sit lopsided around its point (item 12 of issue 33), under the headline; empty without AP intervals."""
+    if "ap50" not in m or "ap50" not in ((m.get("bootstrap") or {}).get("ci") or {}):
+        return ""
+    bc = (m.get("ap_interval") or {}).get("method") == "bc"
+    return ('<p class="ap-note">* AP intervals may sit lopsided around their point, the point near one end: this is not an error. '
+            "AP reads precision at 101 fixed recall levels (0, 0.01, …, 1), so it moves in steps as a resample adds or drops a field, "
+            "and its bootstrap distribution is skewed and lumpy rather than centred on the point. "
+            + ("These AP intervals are bias-corrected (BC: the percentile interval shifted by where the point lies among its resamples); "
+               "the percentile interval and the point's quantile are shown beside them. "
+               if bc else
+               "The percentile interval is kept as every other rate's; <code>--ap-interval bc</code> gives the bias-corrected interval "
+               "and the point's quantile among its resamples. ")
+            + "Details and the measured coverage: docs/intervals.md, \"AP intervals\".</p>")
 
 
 def _gates_html(run: RunFiles) -> str:
