@@ -237,3 +237,30 @@ def test_the_page_says_why_macro_pixel_precision_and_recall_cover_different_tile
     pixel_paired_section(run, page)
     text = re.sub("<[^>]+>", "", "".join(page.parts))
     assert "precision over the 54 tiles with predicted pixels" in text and "recall over the 45 with reference pixels" in text
+
+
+# ---------------------------------------------------------------- item 12: AP intervals explained
+
+
+def _ap_metrics(bc: bool) -> dict:
+    m = {"count_reference": 10, "f1": 0.8, "ap50": 0.792, "ap75": 0.7, "ap50_95": 0.6,
+         "bootstrap": {"n_resamples": 100, "ci": {"ap50": [0.791, 0.802], "ap75": [0.69, 0.72], "ap50_95": [0.59, 0.62]}}}
+    if bc:
+        m["ap_interval"] = {"method": "bc", "percentile": {"ap50": [0.7916, 0.805], "ap75": [0.695, 0.73], "ap50_95": [0.595, 0.63]},
+                            "point_quantile": {"ap50": 0.04, "ap75": 0.3, "ap50_95": 0.2}}
+    return m
+
+
+def test_the_headline_explains_lopsided_ap_intervals(tmp_path):
+    from evalcore.html_report.sections import headline
+
+    html = headline(RunFiles(run_dir=tmp_path, metrics=_ap_metrics(False)))
+    note_ = re.search(r'<p class="ap-note">(.*?)</p>', html).group(1)
+    assert "101 fixed recall levels" in note_ and "<code>--ap-interval bc</code>" in note_
+    assert "AP at IoU 0.5*" in html
+    html = headline(RunFiles(run_dir=tmp_path, metrics=_ap_metrics(True)))
+    # The point's quantile (0.04 -> 4 %) and the percentile interval stand next to the BC one.
+    assert 'data-key="ap_interval.point_quantile.ap50" data-value="4.0">4</span> % quantile' in html
+    assert "percentile interval [0.792, 0.805]" in html and "bias-corrected" in re.search(r'<p class="ap-note">(.*?)</p>', html).group(1)
+    no_boot = {k: v for k, v in _ap_metrics(False).items() if k != "bootstrap"}
+    assert "ap-note" not in headline(RunFiles(run_dir=tmp_path, metrics=no_boot))
