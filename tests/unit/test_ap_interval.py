@@ -107,3 +107,19 @@ def test_the_option_in_a_run_keeps_the_point_and_the_default():
     assert others == {k: bc["bootstrap"]["ci"][k] for k in others}
     with pytest.raises(ValueError, match="ap_interval"):
         evalcore.evaluate(pred, ref, ap_interval="bca", **common)
+
+
+def test_the_coverage_studys_ap_equals_the_evaluators():
+    """benchmarks.coverage.ap_of_steps (its pooled-truth AP, written out) against evalcore's coco_ap on the same flags."""
+    from benchmarks.coverage import ap_of_steps
+    from evalcore.metrics.scores import coco_ap
+
+    rng = np.random.default_rng(11)
+    for n_pred, n_ref in ((1, 1), (50, 40), (300, 250), (200, 400)):
+        tp = rng.random(n_pred) < 0.7
+        score = np.sort(rng.random(n_pred))[::-1]  # distinct, descending: one prediction per step
+        expected = coco_ap(tp[None, :], n_ref)[0]
+        assert ap_of_steps(score, tp.astype(int), (~tp).astype(int), n_ref) == pytest.approx(expected, abs=1e-12)
+    # By hand: TP, FP, TP with 2 fields: precision 1, 1/2, 2/3 at recall 1/2, 1/2, 1; envelope 1, 2/3, 2/3.
+    # Recall levels 0-0.5 (51) read 1, 0.51-1 (50) read 2/3: (51 + 50 * 2/3) / 101.
+    assert ap_of_steps(np.array([0.9, 0.8, 0.7]), np.array([1, 0, 1]), np.array([0, 1, 0]), 2) == pytest.approx((51 + 100 / 3) / 101)
