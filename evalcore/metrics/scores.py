@@ -411,7 +411,8 @@ class Scores(MetricFamily):
         cal = metrics.get("calibration", {})
         return [
             f"scores ({metrics.get('score_column')}): AP50 {with_interval(metrics, 'ap50')}  AP75 {with_interval(metrics, 'ap75')}  "
-            f"AP50:95 {with_interval(metrics, 'ap50_95')};  "
+            f"AP50:95 {with_interval(metrics, 'ap50_95')}"
+            + (" (bias-corrected intervals)" if (metrics.get("ap_interval") or {}).get("method") == "bc" else "") + ";  "
             f"calibration ECE {number(cal.get('ece'))}  Brier {number(cal.get('brier'))} over {cal.get('n')} predictions"
         ] + self._operating_lines(metrics)
 

@@ -123,3 +123,25 @@ def test_the_coverage_studys_ap_equals_the_evaluators():
     # By hand: TP, FP, TP with 2 fields: precision 1, 1/2, 2/3 at recall 1/2, 1/2, 1; envelope 1, 2/3, 2/3.
     # Recall levels 0-0.5 (51) read 1, 0.51-1 (50) read 2/3: (51 + 50 * 2/3) / 101.
     assert ap_of_steps(np.array([0.9, 0.8, 0.7]), np.array([1, 0, 1]), np.array([0, 1, 0]), 2) == pytest.approx((51 + 100 / 3) / 101)
+
+
+@pytest.mark.cli
+def test_the_flag_through_the_cli(tmp_path):
+    """``evalcore evaluate --ap-interval bc``: the block in metrics.json and the summary line says the intervals are BC."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from evalcore.synth import write_layers
+
+    exe = Path(sys.executable).parent / "evalcore"
+    pred, ref = write_layers(tmp_path / "data", n_ref=200, seed=3)
+    out = tmp_path / "metrics.json"
+    done = subprocess.run([str(exe) if exe.exists() else "evalcore", "evaluate", "-p", str(pred), "-r", str(ref), "--score-column", "score",
+                           "--bootstrap", "30", "--ap-interval", "bc", "--iou-sweep-thresholds", "none", "-o", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    metrics = json.loads(out.read_text())
+    assert metrics["ap_interval"]["method"] == "bc" and set(metrics["ap_interval"]["point_quantile"]) == {"ap50", "ap75", "ap50_95"}
+    assert "(bias-corrected intervals)" in done.stdout
