@@ -18,7 +18,7 @@ import numpy as np
 
 from evalcore.html_report.figures import figure_html, group_bars, iou_curve, paired_deltas, pr_curves, reliability_diagram, tile_map
 from evalcore.html_report.loading import RunFiles, finite, group_rows, load_tiles, worst_tile_rows
-from evalcore.html_report.markup import Page, ci_text, esc, fmt, group_label, note, plain, table, value_span, with_ci
+from evalcore.html_report.markup import Page, ci_text, esc, fmt, group_label, note, plain, prose, table, value_span, with_ci
 from evalcore.metrics.registry import FAMILIES
 from evalcore.present import interval_of
 
@@ -63,8 +63,8 @@ def headline(run: RunFiles) -> str:
     # targets, precision inside the annotated area), as each family declares them.
     for family in FAMILIES:
         for row in family.headline_rows(m):
-            value = esc(row.value) if isinstance(row.value, str) else with_ci(row.key, row.value, row.ci)
-            rows.append([esc(row.label), value])
+            value = prose(row.value) if isinstance(row.value, str) else with_ci(row.key, row.value, row.ci)
+            rows.append([prose(row.label), value])
     counts = [
         ["Reference fields", value_span("count_reference", m.get("count_reference"))],
         ["Predictions", value_span("count_predicted", m.get("count_predicted"))],
@@ -392,7 +392,7 @@ def family_sections(run: RunFiles, page: Page) -> list[tuple[str, str]]:
     for family in FAMILIES:
         if not family.section:
             continue
-        rows = [[esc(s.label), with_ci(s.key, m.get(s.key), interval_of(m, s.key))
+        rows = [[prose(s.label), with_ci(s.key, m.get(s.key), interval_of(m, s.key))
                  + ("" if s.better is None else f' <span class="better">({esc(s.better)} is better)</span>')]
                 for s in family.shown if s.key in m]
         if not rows:
