@@ -167,9 +167,10 @@ def group_bars(rows: list[dict], grouping: str, worst: dict | None, title: str, 
 
     Strata are drawn lowest F1 first, size classes in their order, at most :data:`MAX_BARS`;
     groups without enough support are hollow grey, the worst group red. Dots, not bars:
-    the F1 axis is fitted to the values and intervals (:func:`fitted_range`) so that
-    groups a few hundredths apart are told apart, and a bar from a baseline other than
-    0 would misstate its length.
+    the F1 axis is fitted to the values and intervals of the groups with enough support
+    (:func:`fitted_range`; all groups when none has) so that groups a few hundredths
+    apart are told apart, and a bar from a baseline other than 0 would misstate its
+    length. A thin group whose F1 is off that axis is an arrow at the edge with its value.
     """
     if grouping == "per_stratum":
         shown = sorted(rows, key=lambda r: (r["f1"] is None, r["f1"] if r["f1"] is not None else 0.0, str(r["group"])))[:MAX_BARS]
@@ -181,20 +182,29 @@ def group_bars(rows: list[dict], grouping: str, worst: dict | None, title: str, 
     f1 = np.array([float_or_nan(r["f1"]) for r in shown])
     lo = np.array([float_or_nan(r["f1_ci_lower"]) for r in shown])
     hi = np.array([float_or_nan(r["f1_ci_upper"]) for r in shown])
-    x0, x1 = fitted_range(np.concatenate([f1, lo, hi]), ceiling=1.0)
+    # The axis fits the groups with enough support: a group of three fields has an
+    # interval of most of 0-1 and would squeeze the others together again.
+    basis = np.array([not r["insufficient_support"] for r in shown]) if any(not r["insufficient_support"] for r in shown) else np.ones(len(shown), bool)
+    x0, x1 = fitted_range(np.concatenate([f1[basis], lo[basis], hi[basis]]), ceiling=1.0)
     ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(f1)
     if ok.any():
         ax.errorbar(f1[ok], y[ok], xerr=[f1[ok] - lo[ok], hi[ok] - f1[ok]], fmt="none", ecolor="#1b1b1b", elinewidth=1, capsize=2.5, zorder=2)
+    beyond = 0
     for yi, r, v in zip(y, shown, f1):
         is_worst = bool(worst) and str(r["group"]) == str(worst.get("group"))
-        if np.isfinite(v):
+        if np.isfinite(v) and not x0 <= v <= x1:  # a thin group off the axis: an arrow at the edge, with its value
+            beyond += 1
+            edge, marker, ha = (x0, "<", "left") if v < x0 else (x1, ">", "right")
+            ax.plot([edge], [yi], marker, ms=6, mfc="white", mec="#7f7f7f", zorder=3, clip_on=False)
+            ax.text(edge + (0.015 if v < x0 else -0.015) * (x1 - x0), yi + 0.28, f"F1 {fmt(v)}", ha=ha, va="center", fontsize=7, color="#555555")
+        elif np.isfinite(v):
             thin = r["insufficient_support"]
             ax.plot([v], [yi], "o", ms=6, zorder=3, mfc="white" if thin else ("#c00000" if is_worst else "#4a7ab7"),
-                    mec="#7f7f7f" if thin else ("#c00000" if is_worst else "#4a7ab7"))
+                    mec="#7f7f7f" if thin else ("#c00000" if is_worst else "#4a7ab7"), clip_on=False)
         else:
             ax.text(x0 + 0.01 * (x1 - x0), yi, "F1 undefined", va="center", fontsize=7.5)
         label = f"n={fmt(r['support'])}" + (" (insufficient support)" if r["insufficient_support"] else "")
-        ax.text(1.01, yi, label, va="center", fontsize=7.5, transform=ax.get_yaxis_transform())
+        ax.text(1.025, yi, label, va="center", fontsize=7.5, transform=ax.get_yaxis_transform())
     ax.set_yticks(y)
     ax.set_yticklabels([group_label(r["group"], grouping) for r in shown], fontsize=8)
     ax.set_xlim(x0, x1)
@@ -202,7 +212,8 @@ def group_bars(rows: list[dict], grouping: str, worst: dict | None, title: str, 
     ax.set_xlabel("F1 (whiskers: 95 % bootstrap interval)")
     ax.grid(axis="x", alpha=0.3)
     caption = (f"F1 {title.lower().replace('metrics ', '')}" + (" (field area in hectares)" if grouping == "per_size_class" else "")
-               + f", on an axis from {x0:.2f} to {x1:.2f} fitted to the values and intervals: hollow grey dots have fewer reference fields than min_support")
+               + f", on an axis from {x0:.2f} to {x1:.2f} fitted to the values and intervals of the groups with enough support: hollow grey dots have fewer reference fields than min_support"
+               + (" (an arrow at the edge: off the axis, its value beside it)" if beyond else ""))
     if worst:
         caption += f"; the worst group (red) is {group_label(worst.get('group'), grouping)} (F1 {fmt(worst.get('value'))}, {fmt(worst.get('support'))} fields)"
     if len(rows) > len(shown):

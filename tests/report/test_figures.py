@@ -264,3 +264,13 @@ def test_the_headline_explains_lopsided_ap_intervals(tmp_path):
     assert "percentile interval [0.792, 0.805]" in html and "bias-corrected" in re.search(r'<p class="ap-note">(.*?)</p>', html).group(1)
     no_boot = {k: v for k, v in _ap_metrics(False).items() if k != "bootstrap"}
     assert "ap-note" not in headline(RunFiles(run_dir=tmp_path, metrics=no_boot))
+
+
+def test_a_thin_group_does_not_stretch_the_axis(drawn):
+    """A size class of three fields (F1 0.33 [0.0, 0.93]) no longer puts every other group on 0-1."""
+    rows = [_group("0-1", 0.333, 0.0, 0.93, 3, True), _group("1-2", 0.85, 0.80, 0.89), _group("2-5", 0.83, 0.80, 0.87)]
+    fig_ = group_bars(rows, "per_size_class", None, "Per size class", "per_size_class")
+    ax = drawn[-1].axes[0]
+    # Supported: 0.80-0.89, margin max(0.08 * 0.09, (0.1 - 0.09) / 2) = 0.0072 -> 0.7928-0.8972 -> 0.79-0.90.
+    assert ax.get_xlim() == pytest.approx((0.79, 0.90))
+    assert "F1 0.333" in [t.get_text() for t in ax.texts] and "arrow at the edge" in fig_.caption
