@@ -59,6 +59,7 @@ _READS = {
     "identity": """Array.from(document.querySelectorAll('table.identity tr')).map(r => Array.from(r.cells).map(c => c.textContent))""",
     "swatch": """getComputedStyle(document.querySelector('#overlays .swatch')).backgroundColor""",
     "size_header": """document.querySelector('#per-size-class table:not(.headline) th').textContent""",
+    "size_rows": """Array.from(document.querySelectorAll('#per-size-class table tbody tr td:first-child')).map(c => c.textContent)""",
 }
 
 
@@ -99,5 +100,6 @@ def test_the_report_reads_as_a_scientist_reads_it(chromium, reports, run_dirs):
     assert firsts.count("evaluator") == 1 and firsts.count("started") == 1
     text = " ".join(c for row in v["identity"] for c in row)
     assert not {"None", "True", "False", "`"} & set(text.replace(",", " ").replace(";", " ").split()) and "`" not in text
-    assert v["size_header"] == "size class" and "ha" in v["figures"]["per_size_class"]["caption"]
+    assert v["size_header"] == "size class" and "hectares" in v["figures"]["per_size_class"]["caption"]
+    assert v["size_rows"] and all(c.endswith(" ha") and "inf" not in c for c in v["size_rows"]), v["size_rows"]
     assert v["swatch"] == "rgb(218, 169, 163)"
