@@ -145,3 +145,21 @@ def test_the_flag_through_the_cli(tmp_path):
     metrics = json.loads(out.read_text())
     assert metrics["ap_interval"]["method"] == "bc" and set(metrics["ap_interval"]["point_quantile"]) == {"ap50", "ap75", "ap50_95"}
     assert "(bias-corrected intervals)" in done.stdout
+
+
+def test_paired_ap_deltas_get_the_bias_corrected_interval():
+    """``compare(..., ap_interval="bc")``: each AP delta's interval is BC about the point delta, its percentile bounds kept."""
+    from evalcore.compare import compare
+
+    pred, ref = make_layers(250, 6, bad_rows=False)
+    rng = np.random.default_rng(2)
+    worse = pred.assign(score=np.clip(pred["score"].to_numpy() + rng.normal(0, 0.2, len(pred)), 0, 1))  # scores scrambled a little
+    common = dict(score_column="score", bootstrap=40, iou_sweep_thresholds=None, boundary_sample_spacing_m=None)
+    default = compare(worse, pred, ref, **common)["overall"]
+    bc = compare(worse, pred, ref, ap_interval="bc", **common)["overall"]
+    for key in ("ap50", "ap75", "ap50_95"):
+        assert bc[key]["delta"] == default[key]["delta"]
+        assert bc[key]["ci_percentile"] == default[key]["ci"] and 0.0 <= bc[key]["point_quantile"] <= 1.0
+        assert "point_quantile" not in default[key]
+    for key in ("precision", "recall", "f1"):
+        assert bc[key] == default[key]  # only AP changes
