@@ -26,6 +26,17 @@ how many intervals missed low and high, the mean interval width, the standard de
 of the point estimate across datasets (the real sampling spread) and the ratio of the
 bootstrap's implied standard deviation (width / 3.92) to it.
 
+AP (``AP_METRICS``, issue 33 item 12): with the field unit each dataset is also evaluated
+with its ``score`` column and ``ap_interval="bc"``, which gives both AP intervals, the
+percentile one (``ap_interval.percentile``) and the bias-corrected one (``bootstrap.ci``).
+AP is not a ratio of counts, so its true value is estimated as the AP of the pooled
+precision-recall steps of every *other* dataset of the structure (leave-one-out again):
+their (score, new TP, new FP) steps merged by score, with the pooled reference count,
+and COCO's 101-point arithmetic written out here (:func:`ap_of_steps`). The scores are
+continuous, so steps are single predictions and this is pycocotools' AP; each record
+keeps the difference between :func:`ap_of_steps` on its own steps and the evaluator's
+AP as a check (``ap_check``).
+
 Outputs: JSON (``--out``, default docs/intervals_coverage.json; with ``--quick`` a
 temporary directory), a Markdown table next to it (``.md``) and a plot (``.png``,
 needs matplotlib; skipped with a note when it is missing). Nothing here is part of the
@@ -50,6 +61,9 @@ from pathlib import Path
 import numpy as np
 
 METRICS: tuple[str, ...] = ("precision", "recall", "f1")
+AP_METRICS: tuple[str, ...] = ("ap50", "ap75")
+AP_METHODS: tuple[str, ...] = ("percentile", "bc")
+_AP_IOU = {"ap50": 0.5, "ap75": 0.75}
 DEFAULTS = dict(
     datasets=200, n_ref=2000, n_clusters=25, bootstrap=250, tile_km=(2.0, 5.0), correlation_km=(2.0, 10.0), workers=2
 )
@@ -96,8 +110,10 @@ def site_aois(reference):
     return geopandas.GeoDataFrame({"aoi_id": [f"S{k:03d}" for k in range(len(hulls))]}, geometry=hulls, crs=5070)
 
 
-def units_of(tile_kms: tuple[float, ...]) -> list[tuple[str, float | None]]:
-    return [("field", None), *(("tile", float(t)) for t in tile_kms), ("aoi", None)]
+def units_of(tile_kms: tuple[float, ...], only: list[str] | None = None) -> list[tuple[str, float | None]]:
+    """The bootstrap units of the study, as (unit, tile side); ``only``: those of these names (:func:`unit_name`)."""
+    units = [("field", None), *(("tile", float(t)) for t in tile_kms), ("aoi", None)]
+    return [u for u in units if only is None or unit_name(*u) in only]
 
 
 def run_dataset(task: dict) -> dict:
@@ -112,13 +128,18 @@ def run_dataset(task: dict) -> dict:
     )  # fmt: skip
     aoi = site_aois(ref)
     record: dict = {"structure": task["structure"], "seed": task["seed"], "units": {}}
-    for unit, tile_km in units_of(tuple(task["tile_km"])):
+    for unit, tile_km in units_of(tuple(task["tile_km"]), task.get("units")):
         options = dict(_FAST, bootstrap=task["bootstrap"], bootstrap_seed=task["seed"], bootstrap_unit=unit)
         if unit == "tile":
             options["tile_km"] = tile_km
         if unit == "aoi":
             options.update(aoi=aoi, aoi_id_column="aoi_id")
-        summary = evalcore.evaluate(pred, ref, **options)
+        if unit == "field":
+            tables = evalcore.evaluate_tables(pred, ref, score_column="score", ap_interval="bc", **options)
+            summary = tables.summary
+            record["ap"] = ap_record(summary, tables.pr_curve, len(ref))
+        else:
+            summary = evalcore.evaluate(pred, ref, **options)
         if "counts" not in record:
             record["counts"] = {k: int(summary[f"count_{k}"]) for k in ("tp", "fp", "fn")}
             record["estimate"] = {m: float(summary[m]) for m in METRICS}
@@ -131,6 +152,83 @@ def run_dataset(task: dict) -> dict:
     record["seconds"] = time.perf_counter() - started
     record["cpu_seconds"] = time.process_time() - cpu_started
     return record
+
+
+def ap_record(summary: dict, pr_curve, n_ref: int) -> dict:
+    """A dataset's AP estimates, both intervals, the point's quantile, and its PR steps for the pooled truth.
+
+    ``steps`` (score, new TP, new FP per distinct score, by IoU threshold) are used by
+    the main process and dropped before the JSON is written.
+    """
+    block = summary["ap_interval"]
+    steps = {}
+    for m, t in _AP_IOU.items():
+        c = pr_curve[pr_curve["iou_threshold"] == t]
+        tp, fp = c["tp"].to_numpy(np.int64), c["fp"].to_numpy(np.int64)
+        steps[m] = (c["score"].to_numpy(float), np.diff(tp, prepend=0), np.diff(fp, prepend=0))
+    return {
+        "n_ref": int(n_ref),
+        "estimate": {m: _float(summary[m]) for m in AP_METRICS},
+        "ci": {"percentile": {m: [_float(v) for v in block["percentile"][m]] for m in AP_METRICS},
+               "bc": {m: [_float(v) for v in summary["bootstrap"]["ci"][m]] for m in AP_METRICS}},
+        "point_quantile": {m: _float(block["point_quantile"][m]) for m in AP_METRICS},
+        "ap_check": {m: float(ap_of_steps(*steps[m], n_ref) - _float(summary[m])) for m in AP_METRICS},
+        "steps": steps,
+    }
+
+
+def ap_of_steps(score: np.ndarray, new_tp: np.ndarray, new_fp: np.ndarray, n_ref: float) -> float:
+    """COCO AP from precision-recall steps: precision after each distinct score (descending),
+    its right-to-left envelope, read at the first step reaching each of the 101 recall levels (0 past the last)."""
+    order = np.argsort(-np.asarray(score, dtype=float), kind="stable")
+    s, tp, fp = np.asarray(score, dtype=float)[order], np.asarray(new_tp, dtype=float)[order], np.asarray(new_fp, dtype=float)[order]
+    last = np.append(s[1:] != s[:-1], True)  # equal scores of different datasets enter together
+    ctp, cfp = np.cumsum(tp)[last], np.cumsum(fp)[last]
+    if n_ref <= 0 or len(ctp) == 0:
+        return float("nan") if n_ref <= 0 else 0.0
+    precision = ctp / np.maximum(ctp + cfp, 1e-300)
+    recall = ctp / n_ref
+    envelope = np.maximum.accumulate(precision[::-1])[::-1]
+    idx = np.searchsorted(recall, np.linspace(0.0, 1.0, 101), side="left")
+    return float(np.mean(np.where(idx < len(envelope), envelope[np.minimum(idx, len(envelope) - 1)], 0.0)))
+
+
+def ap_truth(records: list[dict], metric: str) -> np.ndarray:
+    """Leave-one-out AP of the process for each record: :func:`ap_of_steps` on the other records' pooled steps."""
+    out = np.full(len(records), np.nan)
+    for i in range(len(records)):
+        others = [r["ap"] for j, r in enumerate(records) if j != i]
+        if not others:
+            continue
+        parts = [o["steps"][metric] for o in others]
+        out[i] = ap_of_steps(*(np.concatenate([p[k] for p in parts]) for k in range(3)), sum(o["n_ref"] for o in others))
+    return out
+
+
+def summarize_ap(records: list[dict]) -> dict:
+    """Coverage of the percentile and BC AP intervals (field unit) against the leave-one-out truth."""
+    out: dict = {}
+    for m in AP_METRICS:
+        t = ap_truth(records, m)
+        est = np.array([r["ap"]["estimate"][m] for r in records])
+        block: dict = {"truth_mean": float(np.nanmean(t)) if np.isfinite(t).any() else float("nan"),
+                       "estimate_mean": float(est.mean()), "estimate_sd": float(est.std(ddof=1)) if len(est) > 1 else float("nan"),
+                       "point_quantile_mean": float(np.mean([r["ap"]["point_quantile"][m] for r in records])),
+                       "ap_check_max_abs": float(max(abs(r["ap"]["ap_check"][m]) for r in records)), "methods": {}}
+        for method in AP_METHODS:
+            lo = np.array([r["ap"]["ci"][method][m][0] for r in records])
+            hi = np.array([r["ap"]["ci"][method][m][1] for r in records])
+            ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(t)
+            n = int(ok.sum())
+            covered = (lo[ok] <= t[ok]) & (t[ok] <= hi[ok])
+            p = float(covered.mean()) if n else float("nan")
+            block["methods"][method] = {
+                "coverage": p, "se": math.sqrt(p * (1 - p) / n) if n else float("nan"), "n": n,
+                "missed_low": int((t[ok] < lo[ok]).sum()), "missed_high": int((t[ok] > hi[ok]).sum()),
+                "width_mean": float((hi[ok] - lo[ok]).mean()) if n else float("nan"),
+            }
+        out[m] = block
+    return out
 
 
 def _float(value: object) -> float:
@@ -205,6 +303,8 @@ def summarize(records: list[dict], structures: list[str], units: list[str]) -> d
             "estimate_sd": {m: float(estimates[m].std(ddof=1)) if len(recs) > 1 else float("nan") for m in METRICS},
             "units": {},
         }
+        if all("ap" in r for r in recs):
+            block["ap"] = summarize_ap(recs)
         for u in units:
             per_metric: dict = {}
             for m in METRICS:
@@ -272,6 +372,17 @@ def markdown(summary: dict, settings: dict) -> str:
             + " | " + " | ".join(f"{b['estimate_sd'][m]:.4f}" for m in METRICS)
             + " | " + " | ".join(f"{b['units'][u]['n_units_mean']:.0f}" for u in units) + " |"
         )
+    if all("ap" in summary[s] for s in structures):
+        lines += ["", "AP intervals, field unit: coverage % ± binomial SE (mean width) of the percentile and the bias-corrected (BC) "
+                  "interval against the leave-one-out pooled AP; misses low/high; the point's mean quantile among its resamples:", ""]
+        lines += ["| structure | metric | percentile | BC | missed low/high (percentile) | missed low/high (BC) | point quantile |",
+                  "|---|---|---|---|---|---|---|"]
+        for s in structures:
+            for m, b in summary[s]["ap"].items():
+                cell = {k: b["methods"][k] for k in AP_METHODS}
+                lines.append(f"| {s} | {m} | " + " | ".join(f"{100 * c['coverage']:.1f} ± {100 * c['se']:.1f} ({c['width_mean']:.3f})" for c in cell.values())
+                             + " | " + " | ".join(f"{c['missed_low']}/{c['missed_high']}" for c in cell.values())
+                             + f" | {b['point_quantile_mean']:.2f} |")
     lines += ["", "Bootstrap spread over the real spread (mean width / 3.92 / sd of the estimate; 1 is right):", ""]
     lines += ["| unit | " + " | ".join(f"{s} {m}" for s in structures for m in ("P", "R", "F1")) + " |"]
     lines += ["|---|" + "---|" * (3 * len(structures))]
@@ -362,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tile-km", type=_floats, help="tile sides of the tile bootstrap, comma-separated (default 2,5)")
     parser.add_argument("--correlation-km", type=_floats, help="correlation lengths of the clustered errors (default 2,10)")
     parser.add_argument("--workers", type=int, help="processes (default 2)")
+    parser.add_argument("--units", type=lambda t: [u.strip() for u in t.split(",") if u.strip()],
+                        help="only these units, comma-separated names of the output (field, tile_2km, ..., aoi); default all. "
+                             "The AP intervals are measured with the field unit")
     parser.add_argument("--first-seed", type=int, default=1, help="seed of the first dataset (default 1)")
     parser.add_argument("--out", type=Path, help="JSON output; .md and .png beside it (default docs/intervals_coverage.json)")
     args = parser.parse_args(argv)
@@ -383,12 +497,15 @@ def main(argv: list[str] | None = None) -> int:
 
     correlations: list[float | None] = [None, *settings["correlation_km"]]
     structures = [structure_name(c) for c in correlations]
-    units = [unit_name(u, t) for u, t in units_of(tuple(settings["tile_km"]))]
+    settings["units"] = args.units
+    units = [unit_name(u, t) for u, t in units_of(tuple(settings["tile_km"]), args.units)]
+    if not units:
+        parser.error(f"--units: none of {args.units} is a unit of this study (field, tile_<km>km, aoi)")
     seeds = range(args.first_seed, args.first_seed + settings["datasets"])
     # Interleave the structures, so that a partial run is balanced.
     tasks = [
         dict(structure=structure_name(c), correlation_km=c, seed=seed, n_ref=settings["n_ref"],
-             n_clusters=settings["n_clusters"], bootstrap=settings["bootstrap"], tile_km=settings["tile_km"])
+             n_clusters=settings["n_clusters"], bootstrap=settings["bootstrap"], tile_km=settings["tile_km"], units=args.units)
         for seed in seeds for c in correlations
     ]  # fmt: skip
     print(
@@ -411,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - started
     records.sort(key=lambda r: (structures.index(r["structure"]), r["seed"]))
     summary = summarize(records, structures, units)
+    for r in records:
+        r.get("ap", {}).pop("steps", None)  # arrays for the pooled AP truth, not for the JSON
     result = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",

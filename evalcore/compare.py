@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evalcore.bootstrap import percentile_intervals
+from evalcore.bootstrap import bias_corrected_intervals, percentile_intervals
 from evalcore.levels import tile_key
 from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
 from evalcore.metrics.registry import FAMILIES, finalize_all
@@ -77,8 +77,15 @@ PAIR_LABELS: tuple[str, str] = ("candidate", "incumbent")
 """Names of the two values in a delta entry of :func:`compare`; :func:`compare_models` uses ("model", "baseline")."""
 
 
-def _delta(c: object, i: object, reps_c: tuple | None, reps_i: tuple | None, labels: tuple[str, str] = PAIR_LABELS) -> dict[str, object]:
-    """One metric's entry: both values, the delta and its paired interval."""
+def _delta(c: object, i: object, reps_c: tuple | None, reps_i: tuple | None, labels: tuple[str, str] = PAIR_LABELS,
+           bias_corrected: bool = False) -> dict[str, object]:
+    """One metric's entry: both values, the delta and its paired interval.
+
+    ``bias_corrected`` (an AP delta under ``ap_interval="bc"``): the interval is the
+    bias-corrected one about the point delta (:func:`~evalcore.bootstrap.bias_corrected_intervals`),
+    and the entry also holds ``ci_percentile`` and ``point_quantile``, as the run's
+    ``ap_interval`` block does.
+    """
     cv, iv = _value(c), _value(i)
     entry: dict[str, object] = {labels[0]: cv, labels[1]: iv, "delta": None if cv is None or iv is None else cv - iv}
     if reps_c is not None and reps_i is not None:
@@ -87,6 +94,12 @@ def _delta(c: object, i: object, reps_c: tuple | None, reps_i: tuple | None, lab
         ok = np.asarray(dc, dtype=bool) & np.asarray(di, dtype=bool) & ~np.isnan(delta)
         ci, n_undefined = percentile_intervals({"d": (delta, ok)})
         entry["ci"] = [_value(ci["d"][0]), _value(ci["d"][1])]
+        if bias_corrected:
+            point = np.nan if entry["delta"] is None else float(entry["delta"])
+            bc, _, where = bias_corrected_intervals({"d": (delta, ok)}, {"d": point})
+            entry["ci_percentile"] = entry["ci"]
+            entry["ci"] = [_value(bc["d"][0]), _value(bc["d"][1])]
+            entry["point_quantile"] = _value(where["d"])
         if n_undefined["d"]:
             entry["ci_n_undefined"] = n_undefined["d"]
     return entry
@@ -185,7 +198,8 @@ def paired_deltas(
         gc = mc.global_values.get("replicates", {}).get(m)
         gi = mi.global_values.get("replicates", {}).get(m)
         if gc is not None and gi is not None:
-            overall[m] = _delta(summary_c[m], summary_i[m], (gc, ~np.isnan(gc)), (gi, ~np.isnan(gi)), labels)
+            bc = options.ap_interval == "bc" and m in ("ap50", "ap75", "ap50_95")
+            overall[m] = _delta(summary_c[m], summary_i[m], (gc, ~np.isnan(gc)), (gi, ~np.isnan(gi)), labels, bias_corrected=bc)
         elif m in rc and m in ri:
             overall[m] = _delta(summary_c[m], summary_i[m], rc[m], ri[m], labels)
         else:

@@ -142,7 +142,7 @@ _UNIT_BLOCKS: dict[str, tuple[str, str]] = {
 # that a real run's paths stay within them. A rule whose first segment is not a top-level
 # key, or whose last is no key at all, matches nothing in any run: a typo, refused.
 _TOP_KEYS: frozenset[str] = frozenset((
-    "annotated_fraction", "aois", "ap50", "ap50_95", "ap75", "ap_iou_thresholds",
+    "annotated_fraction", "aois", "ap50", "ap50_95", "ap75", "ap_interval", "ap_iou_thresholds",
     "ap_per_threshold", "area_error_mean_m2", "area_error_signed_mean_m2", "area_weighted_f1",
     "area_weighted_precision", "area_weighted_recall", "aurc", "best_f1", "best_iou_mean",
     "bootstrap", "boundary_distance_mean_m", "boundary_distance_median_m", "boundary_f1",

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from evalcore.html_report.loading import finite, float_or_nan, tile_side_m
-from evalcore.html_report.markup import Figure, esc, fmt
+from evalcore.html_report.markup import Figure, esc, fmt, group_label
 from evalcore.present import interval_of
 
 __all__ = [
@@ -27,6 +27,8 @@ __all__ = [
     "new_figure",
     "png",
     "figure_html",
+    "fitted_range",
+    "colour_scale",
     "scale_bar",
     "iou_curve",
     "group_bars",
@@ -73,10 +75,33 @@ def figure_html(fig: Figure) -> str:
     """The ``<figure>`` element of a drawn figure, its PNG inlined as a ``data:`` URI."""
     data = base64.b64encode(fig.png).decode("ascii")
     title = _TITLES.get(fig.name, fig.name)
+    attrs = "".join(f' data-{esc(k)}="{esc(_attr(v))}"' for k, v in fig.attrs.items())
     return (
-        f'<figure data-figure="{esc(fig.name)}"><img src="data:image/png;base64,{data}" alt="{esc(title)}">'
+        f'<figure data-figure="{esc(fig.name)}"{attrs}><img src="data:image/png;base64,{data}" alt="{esc(title)}">'
         f"<figcaption>{esc(fig.caption)}</figcaption></figure>"
     )
+
+
+def _attr(value: object) -> str:
+    """A figure's fact as an attribute value: a float as its ``repr`` (it round-trips), anything else as text."""
+    return repr(float(value)) if isinstance(value, (float, np.floating)) else str(value)
+
+
+def fitted_range(values: np.ndarray, floor: float = 0.0, ceiling: float = 1.0, min_span: float = 0.1, pad: float = 0.08) -> tuple[float, float]:
+    """An axis range that holds every finite value of ``values`` with a margin, within [floor, ceiling].
+
+    Rates that all lie within a few hundredths of each other are told apart only on an
+    axis fitted to them, not on 0-1. The margin is ``pad`` of the span (at least
+    ``min_span`` wide in all); the limits are rounded outward to 0.01.
+    """
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if len(v) == 0:
+        return floor, ceiling
+    lo, hi = float(v.min()), float(v.max())
+    margin = max((hi - lo) * pad, (min_span - (hi - lo)) / 2, 0.0)
+    lo, hi = math.floor((lo - margin) * 100) / 100, math.ceil((hi + margin) * 100) / 100
+    return max(floor, lo), min(ceiling, hi)
 
 
 def new_figure(width_in: float, height_in: float) -> Any:
@@ -103,36 +128,51 @@ def scale_bar(ax: Any) -> None:
 
 
 def iou_curve(sweep: list[dict]) -> Figure:
-    """F1, precision and recall against the IoU threshold of the sweep, with their bootstrap bands when there are any."""
+    """F1, precision and recall against the IoU threshold of the sweep, with their bootstrap bands when there are any.
+
+    The bands are drawn first, then precision and recall, then F1 on top of them all (the
+    three often coincide); the y-axis is fitted to the values and their bands
+    (:func:`fitted_range`), so the curves and bands are not squeezed into a 0-1 axis.
+    """
     t = np.array([float_or_nan(e.get("iou_threshold")) for e in sweep])
     fig = new_figure(6.4, 3.4)
     ax = fig.add_subplot()
-    colours = {"f1": "#1b1b1b", "precision": "#1f77b4", "recall": "#d62728"}
+    colours = {"precision": "#1f77b4", "recall": "#d62728", "f1": "#1b1b1b"}  # drawing order: F1 last
     has_ci = False
-    for key, colour in colours.items():
+    shown = []
+    for z, (key, colour) in enumerate(colours.items()):
         y = np.array([float_or_nan(e.get(key)) for e in sweep])
-        ax.plot(t, y, marker="o", ms=3.5, color=colour, lw=2.0 if key == "f1" else 1.3, label=key if key != "f1" else "F1")
         lo = np.array([float_or_nan((interval_of(e, key) or [None, None])[0]) for e in sweep])
         hi = np.array([float_or_nan((interval_of(e, key) or [None, None])[1]) for e in sweep])
+        shown += [y, lo, hi]
         if np.isfinite(lo).any():
             has_ci = True
-            ax.fill_between(t, lo, hi, color=colour, alpha=0.15, lw=0)
+            ax.fill_between(t, lo, hi, color=colour, alpha=0.18, lw=0, zorder=1, label=f"{'F1' if key == 'f1' else key} 95 % band")
+        ax.plot(t, y, marker="o", ms=3.5, color=colour, lw=2.2 if key == "f1" else 1.3, label=key if key != "f1" else "F1", zorder=3 + z)
+    y0, y1 = fitted_range(np.concatenate(shown), ceiling=1.02)
+    ax.set_ylim(y0, y1)
     ax.set_xlabel("IoU threshold")
     ax.set_ylabel("value")
-    ax.set_ylim(0, 1.02)
     ax.set_xticks(t)
     ax.set_xticklabels([f"{v:.2f}" for v in t], fontsize=8)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower left", frameon=False)
-    caption = "Object F1, precision and recall when a match needs IoU ≥ t" + (" (bands: 95 % bootstrap intervals)." if has_ci else " (no intervals: no bootstrap).")
-    return Figure("iou_curve", png(fig), caption)
+    handles, labels = ax.get_legend_handles_labels()
+    lines = [i for i, h in enumerate(handles) if not labels[i].endswith("band")][::-1]  # F1 first, as it is drawn on top
+    ax.legend([handles[i] for i in lines], [labels[i] for i in lines], loc="lower left", frameon=False)
+    caption = ("Object F1, precision and recall when a match needs IoU ≥ t" + (" (shaded bands: 95 % bootstrap intervals)" if has_ci else " (no intervals: no bootstrap)")
+               + f"; the y-axis runs from {y0:.2f} to {y1:.2f}, fitted to the values.")
+    return Figure("iou_curve", png(fig), caption, {"ylim": f"{y0:.2f},{y1:.2f}", "bands": "yes" if has_ci else "no"})
 
 
 def group_bars(rows: list[dict], grouping: str, worst: dict | None, title: str, name: str) -> Figure:
-    """F1 per group as bars with their intervals (:func:`~evalcore.html_report.loading.group_rows`).
+    """F1 per group as dots with their interval whiskers (:func:`~evalcore.html_report.loading.group_rows`).
 
     Strata are drawn lowest F1 first, size classes in their order, at most :data:`MAX_BARS`;
-    groups without enough support are hatched grey, the worst group has a red outline.
+    groups without enough support are hollow grey, the worst group red. Dots, not bars:
+    the F1 axis is fitted to the values and intervals of the groups with enough support
+    (:func:`fitted_range`; all groups when none has) so that groups a few hundredths
+    apart are told apart, and a bar from a baseline other than 0 would misstate its
+    length. A thin group whose F1 is off that axis is an arrow at the edge with its value.
     """
     if grouping == "per_stratum":
         shown = sorted(rows, key=lambda r: (r["f1"] is None, r["f1"] if r["f1"] is not None else 0.0, str(r["group"])))[:MAX_BARS]
@@ -142,36 +182,45 @@ def group_bars(rows: list[dict], grouping: str, worst: dict | None, title: str, 
     ax = fig.add_subplot()
     y = np.arange(len(shown))[::-1]
     f1 = np.array([float_or_nan(r["f1"]) for r in shown])
-    colours = ["#bdbdbd" if r["insufficient_support"] else "#4a7ab7" for r in shown]
-    bars = ax.barh(y, np.nan_to_num(f1), color=colours, height=0.7)
-    for bar, r in zip(bars, shown):
-        if r["insufficient_support"]:
-            bar.set_hatch("///")
-            bar.set_edgecolor("#7f7f7f")
-        if worst and str(r["group"]) == str(worst.get("group")):
-            bar.set_edgecolor("#c00000")
-            bar.set_linewidth(2.0)
     lo = np.array([float_or_nan(r["f1_ci_lower"]) for r in shown])
     hi = np.array([float_or_nan(r["f1_ci_upper"]) for r in shown])
+    # The axis fits the groups with enough support: a group of three fields has an
+    # interval of most of 0-1 and would squeeze the others together again.
+    basis = np.array([not r["insufficient_support"] for r in shown]) if any(not r["insufficient_support"] for r in shown) else np.ones(len(shown), bool)
+    x0, x1 = fitted_range(np.concatenate([f1[basis], lo[basis], hi[basis]]), ceiling=1.0)
     ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(f1)
     if ok.any():
-        ax.errorbar(f1[ok], y[ok], xerr=[f1[ok] - lo[ok], hi[ok] - f1[ok]], fmt="none", ecolor="#1b1b1b", elinewidth=1, capsize=2.5)
+        ax.errorbar(f1[ok], y[ok], xerr=[f1[ok] - lo[ok], hi[ok] - f1[ok]], fmt="none", ecolor="#1b1b1b", elinewidth=1, capsize=2.5, zorder=2)
+    beyond = 0
     for yi, r, v in zip(y, shown, f1):
+        is_worst = bool(worst) and str(r["group"]) == str(worst.get("group"))
+        if np.isfinite(v) and not x0 <= v <= x1:  # a thin group off the axis: an arrow at the edge, with its value
+            beyond += 1
+            edge, marker, ha = (x0, "<", "left") if v < x0 else (x1, ">", "right")
+            ax.plot([edge], [yi], marker, ms=6, mfc="white", mec="#7f7f7f", zorder=3, clip_on=False)
+            ax.text(edge + (0.015 if v < x0 else -0.015) * (x1 - x0), yi + 0.28, f"F1 {fmt(v)}", ha=ha, va="center", fontsize=7, color="#555555")
+        elif np.isfinite(v):
+            thin = r["insufficient_support"]
+            ax.plot([v], [yi], "o", ms=6, zorder=3, mfc="white" if thin else ("#c00000" if is_worst else "#4a7ab7"),
+                    mec="#7f7f7f" if thin else ("#c00000" if is_worst else "#4a7ab7"), clip_on=False)
+        else:
+            ax.text(x0 + 0.01 * (x1 - x0), yi, "F1 undefined", va="center", fontsize=7.5)
         label = f"n={fmt(r['support'])}" + (" (insufficient support)" if r["insufficient_support"] else "")
-        ax.text(1.01, yi, label, va="center", fontsize=7.5, transform=ax.get_yaxis_transform())
-        if not np.isfinite(v):
-            ax.text(0.01, yi, "F1 undefined", va="center", fontsize=7.5)
+        ax.text(1.025, yi, label, va="center", fontsize=7.5, transform=ax.get_yaxis_transform())
     ax.set_yticks(y)
-    ax.set_yticklabels([str(r["group"]) for r in shown], fontsize=8)
-    ax.set_xlim(0, 1)
+    ax.set_yticklabels([group_label(r["group"], grouping) for r in shown], fontsize=8)
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(-0.6, len(shown) - 0.4)
     ax.set_xlabel("F1 (whiskers: 95 % bootstrap interval)")
     ax.grid(axis="x", alpha=0.3)
-    caption = f"F1 {title.lower().replace('metrics ', '')}: grey hatched bars have fewer reference fields than min_support"
+    caption = (f"F1 {title.lower().replace('metrics ', '')}" + (" (field area in hectares)" if grouping == "per_size_class" else "")
+               + f", on an axis from {x0:.2f} to {x1:.2f} fitted to the values and intervals of the groups with enough support: hollow grey dots have fewer reference fields than min_support"
+               + (" (an arrow at the edge: off the axis, its value beside it)" if beyond else ""))
     if worst:
-        caption += f"; the worst group (red outline) is {worst.get('group')} (F1 {fmt(worst.get('value'))}, {fmt(worst.get('support'))} fields)"
+        caption += f"; the worst group (red) is {group_label(worst.get('group'), grouping)} (F1 {fmt(worst.get('value'))}, {fmt(worst.get('support'))} fields)"
     if len(rows) > len(shown):
         caption += f"; the {len(shown)} of {len(rows)} groups with the lowest F1 are drawn, all are in the table"
-    return Figure(name, png(fig), caption + ".")
+    return Figure(name, png(fig), caption + ".", {"xlim": f"{x0:.2f},{x1:.2f}"})
 
 
 def tile_map(tiles: Any, metrics: dict, column: str, name: str, worst: list[dict]) -> Figure:
@@ -189,16 +238,16 @@ def tile_map(tiles: Any, metrics: dict, column: str, name: str, worst: list[dict
     from matplotlib.patches import Patch
 
     values = tiles[column].to_numpy(dtype=float)
-    finite = values[np.isfinite(values)]
+    vmin, vmax, scale_text = colour_scale(tiles, column)
     if column == "f1":
         cmap = colormaps["RdYlGn"]
-        lo = math.floor(float(np.quantile(finite, 0.02)) * 20) / 20 if len(finite) else 0.0
-        norm = Normalize(vmin=min(lo, 0.95), vmax=1.0)
+        norm = Normalize(vmin=vmin, vmax=vmax)
     else:
         cmap = colormaps["PuOr"]
-        spread = max(0.1, float(np.nanmax(np.abs(np.log2(finite[finite > 0])))) if (finite > 0).any() else 0.1)
-        spread = min(spread, 2.0)
-        norm = TwoSlopeNorm(vmin=2 ** -spread, vcenter=1.0, vmax=2 ** spread)
+        norm = TwoSlopeNorm(vmin=vmin, vcenter=1.0, vmax=vmax)
+    shown_values = values[np.isfinite(values)]
+    extend = {(False, False): "neither", (True, False): "min", (False, True): "max", (True, True): "both"}[
+        (bool((shown_values < vmin).any()), bool((shown_values > vmax).any()))]
     regions, n_regions = _tile_regions(tiles, {w["tile"] for w in worst})
     n_cols = min(3, len(regions))
     n_rows = math.ceil(len(regions) / n_cols)
@@ -240,15 +289,63 @@ def tile_map(tiles: Any, metrics: dict, column: str, name: str, worst: list[dict
     for ax in axes[len(regions):]:
         ax.set_axis_off()
     label = "F1" if column == "f1" else "count ratio (predicted / reference)"
-    fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=list(axes[: len(regions)]), shrink=0.8, label=label)
+    fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=list(axes[: len(regions)]), shrink=0.8, extend=extend,
+                 label=f"{label}\n(scale: 2-98 % of the supported tiles)" if "sufficient support" in scale_text and "none has" not in scale_text else label)
     handles = [Patch(facecolor="#d9d9d9", label="undefined"), Patch(facecolor="white", edgecolor="#5a5a5a", hatch="////", label="insufficient support"),
                Line2D([], [], marker="x", color="black", ls="none", label="no reference, false positives"),
                Line2D([], [], marker="o", mfc="white", mec="black", ls="none", label="worst tiles by F1 (1 = worst)")]
     fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize=7.5, frameon=False)
     caption = (f"{label} of each {fmt(tile_m / 1000, 0)} km reporting tile, one panel per region of neighbouring tiles, each in its UTM zone"
                + (f" (the {len(regions)} of {n_regions} regions with the most tiles or a worst tile are drawn)" if n_regions > len(regions) else "")
+               + f"; the colour scale runs from {fmt(vmin)} to {fmt(vmax)}, {scale_text}"
+               + (" (tiles beyond it take the end colours, arrows on the colour bar)" if extend != "neither" else "")
                + "; × marks tiles without reference fields that hold false positives; numbers label the worst tiles (1 = worst).")
-    return Figure(name, png(fig), caption)
+    return Figure(name, png(fig), caption, {"vmin": vmin, "vmax": vmax})
+
+
+SCALE_QUANTILES = (0.02, 0.98)
+"""The robust range of a tile map's colour scale: these quantiles of the tiles with sufficient support."""
+
+
+def colour_scale(tiles: Any, column: str) -> tuple[float, float, str]:
+    """The range of a tile map's colour scale and the words that say where it comes from.
+
+    The range is the 2nd to 98th percentile (:data:`SCALE_QUANTILES`, numpy's linear
+    interpolation) of the column over the tiles with sufficient support: a tile with a
+    handful of fields has extreme rates by chance and would otherwise wash out every
+    supported tile. Only when no tile has enough support are all tiles used (and the
+    words say so). F1's range is at most 0-1 and need not end at 1; at least 0.05 wide.
+    The count ratio's range is symmetric about 1 on a log scale (1/r to r, r ≥ 2^0.1),
+    so that too many and too few predictions look equally strong; ratios of 0 (no
+    prediction) are left out of the range and take the lowest colour.
+
+    Returns
+    -------
+    vmin, vmax : float
+        The ends of the colour bar (F1, or predicted / reference count ratio).
+    text : str
+        E.g. "2nd-98th percentile of the 12 tiles with sufficient support".
+    """
+    values = tiles[column].to_numpy(dtype=float)
+    supported = ~tiles["insufficient_support"].astype(bool).to_numpy() if "insufficient_support" in tiles else np.ones(len(values), bool)
+    usable = np.isfinite(values) & (values > 0 if column != "f1" else True)
+    basis = usable & supported
+    if basis.any():
+        text = f"2nd-98th percentile of the {int(basis.sum())} tile{'s' if basis.sum() != 1 else ''} with sufficient support"
+    else:
+        basis = usable
+        text = f"2nd-98th percentile of all {int(basis.sum())} tiles (none has sufficient support)"
+    if not basis.any():
+        return (0.0, 1.0, "0 to 1 (no tile has a value)") if column == "f1" else (0.5, 2.0, "1/2 to 2 (no tile has a value)")
+    q_lo, q_hi = (float(q) for q in np.quantile(values[basis], SCALE_QUANTILES))
+    if column == "f1":
+        if q_hi - q_lo < 0.05:  # one value, or nearly: a scale of some width, centred on it
+            mid = (q_lo + q_hi) / 2
+            q_lo, q_hi = max(0.0, mid - 0.025), min(1.0, mid + 0.025)
+            q_lo, q_hi = (q_lo, q_lo + 0.05) if q_hi - q_lo < 0.05 and q_lo == 0.0 else (q_hi - 0.05, q_hi) if q_hi - q_lo < 0.05 else (q_lo, q_hi)
+        return q_lo, q_hi, text
+    spread = max(0.1, abs(math.log2(q_lo)), abs(math.log2(q_hi)))
+    return 2.0 ** -spread, 2.0 ** spread, text + ", symmetric about 1 on a log scale"
 
 
 def _tile_keys(tiles: Any) -> np.ndarray:
@@ -284,27 +381,50 @@ def _tile_regions(tiles: Any, must: set[str]) -> tuple[list[tuple[int, np.ndarra
 
 
 def pr_curves(m: dict) -> Figure:
-    """Precision against recall at IoU 0.5 and 0.75 (``pr_curve`` of ``metrics.json``), each curve's best F1 marked."""
+    """Precision against recall at IoU 0.5 and 0.75 (``pr_curve`` of ``metrics.json``), each curve's best F1 marked.
+
+    Each "best F1" label is written in its curve's colour and joined to its dot by a
+    short line of that colour, to the left of the dot (the curves run along the top and
+    the right); the dot with the higher precision is labelled above, the next below, and
+    so on further out. The axes are zoomed to the curves (:func:`fitted_range`).
+    """
     curves = m.get("pr_curve") or {}
     fig = new_figure(4.6, 3.6)
     ax = fig.add_subplot()
     best = m.get("best_f1") or {}
+    recalls, precisions = [], []
+    dots = sorted((-(finite((best.get(k) or {}).get("precision")) or 0.0), i) for i, k in enumerate(curves))
+    rank = {i: r for r, (_, i) in enumerate(dots)}  # 0: the highest dot
     for (key, curve), colour in zip(curves.items(), ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")):
         ap = m.get("ap50") if key == "0.5" else m.get("ap75") if key == "0.75" else None
-        ax.plot(curve.get("recall") or [], curve.get("precision") or [], color=colour, lw=1.5,
-                label=f"IoU {key}" + (f" (AP {fmt(ap)})" if ap is not None else ""))
+        r = np.array([float_or_nan(v) for v in curve.get("recall") or []])
+        p = np.array([float_or_nan(v) for v in curve.get("precision") or []])
+        recalls.append(r)
+        precisions.append(p)
+        ax.plot(r, p, color=colour, lw=1.5, label=f"IoU {key}" + (f" (AP {fmt(ap)})" if ap is not None else ""), zorder=2)
         b = best.get(key) or {}
-        if finite(b.get("recall")) is not None:
-            ax.plot([b["recall"]], [b["precision"]], "o", color=colour, ms=6, mec="black")
-            ax.annotate(f"best F1 {fmt(b.get('f1'))} at score {fmt(b.get('score'))}", (b["recall"], b["precision"]), fontsize=7,
-                        xytext=(-8, -14 if key == "0.5" else -26), textcoords="offset points", ha="right")
+        if finite(b.get("recall")) is not None and finite(b.get("precision")) is not None:
+            ax.plot([b["recall"]], [b["precision"]], "o", color=colour, ms=6, mec="black", zorder=4, gid=f"best-{key}")
+            r_ = rank[list(curves).index(key)]
+            above = r_ % 2 == 0
+            rise = (12 + 12 * (r_ // 2)) * (1 if above else -1)
+            ax.annotate(f"IoU {key}: best F1 {fmt(b.get('f1'))} at score {fmt(b.get('score'))}", (b["recall"], b["precision"]),
+                        xytext=(-14, rise), textcoords="offset points", fontsize=7, color=colour, ha="right", va="bottom" if above else "top",
+                        arrowprops={"arrowstyle": "-", "color": colour, "lw": 0.8, "shrinkA": 0, "shrinkB": 3}, zorder=5, gid=f"label-{key}",
+                        bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8})
+            recalls.append(np.array([float(b["recall"])]))
+            precisions.append(np.array([float(b["precision"])]))
+    x0, x1 = fitted_range(np.concatenate(recalls) if recalls else np.array([]), ceiling=1.01, pad=0.04)
+    y0, y1 = fitted_range(np.concatenate(precisions) if precisions else np.array([]), ceiling=1.02, pad=0.04)
     ax.set_xlabel("recall")
     ax.set_ylabel("precision")
-    ax.set_xlim(0, 1.01)
-    ax.set_ylim(0, 1.02)
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(y0, y1)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower left", frameon=False, fontsize=8)
-    return Figure("pr_curve", png(fig), "Precision against recall as the score threshold falls, at IoU 0.5 and 0.75; dots: the score that maximises F1.")
+    ax.legend(loc="lower right", frameon=False, fontsize=8)
+    return Figure("pr_curve", png(fig), "Precision against recall as the score threshold falls, at IoU 0.5 and 0.75; dots: the score that maximises F1, "
+                  f"labelled in the colour of their curve; axes zoomed to the curves (recall {x0:.2f}-{x1:.2f}, precision {y0:.2f}-{y1:.2f}).",
+                  {"xlim": f"{x0:.2f},{x1:.2f}", "ylim": f"{y0:.2f},{y1:.2f}"})
 
 
 def reliability_diagram(cal: dict) -> Figure:

@@ -9,6 +9,8 @@ their HTML parts in page order and the :class:`Figure` values they drew.
 from __future__ import annotations
 
 import html
+import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,16 +18,22 @@ import numpy as np
 from evalcore.html_report.loading import finite
 from evalcore.present import number
 
-__all__ = ["Figure", "Page", "fmt", "esc", "value_span", "ci_text", "with_ci", "table", "note"]
+__all__ = ["Figure", "Page", "fmt", "esc", "prose", "plain", "group_label", "value_span", "ci_text", "with_ci", "table", "note"]
 
 
 @dataclass
 class Figure:
-    """A drawn figure: its name in :data:`~evalcore.html_report.figures.FIGURES`, its PNG bytes and its caption."""
+    """A drawn figure: its name in :data:`~evalcore.html_report.figures.FIGURES`, its PNG bytes and its caption.
+
+    ``attrs`` are facts about the drawing that the page carries as ``data-`` attributes of
+    the ``<figure>`` (e.g. the range of a colour scale), for whoever checks the figure
+    against the run's files.
+    """
 
     name: str
     png: bytes
     caption: str
+    attrs: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -46,6 +54,46 @@ def fmt(value: object, digits: int = 3) -> str:
 def esc(value: object) -> str:
     """Any value as HTML text, quotes escaped (safe inside attributes)."""
     return html.escape(str(value), quote=True)
+
+
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def prose(text: str) -> str:
+    """Text written in the Markdown of the terminal and report.md, as HTML: escaped, `` `code` `` as ``<code>``."""
+    return _CODE.sub(lambda m: f"<code>{m.group(1)}</code>", esc(text))
+
+
+def plain(value: object, key: str = "") -> str:
+    """A value of a JSON file as a reader wants it, as HTML text.
+
+    Booleans are yes/no, ``null`` is "—", a list is its items joined by commas, a
+    mapping is ``key: value`` pairs. In a list of size-class edges (``key`` ``size_bins``
+    or ending in ``edges_ha``), ``null`` is the infinite upper edge (JSON has no
+    infinity) and is shown as "∞"; edges are in hectares.
+    """
+    edges = key == "size_bins" or key.endswith("edges_ha")
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "—"
+    if isinstance(value, float) and math.isinf(value):
+        return "∞" if value > 0 else "−∞"
+    if isinstance(value, (list, tuple)):
+        items = ["∞" if edges and v is None else plain(v) for v in value]
+        return ", ".join(items) + (" ha" if edges and items else "")
+    if isinstance(value, dict):
+        return ", ".join(f"{esc(k)}: {plain(v, str(k))}" for k, v in value.items())
+    if edges and isinstance(value, str) and value == "auto":
+        return "auto (a 1-2-5 series of hectares)"
+    return esc(value)
+
+
+def group_label(group: object, grouping: str) -> str:
+    """A group's key as shown (plain text): a size class ``"10-inf"`` as ``"10-∞ ha"``, any other key as it is."""
+    if grouping != "per_size_class":
+        return str(group)
+    return str(group).replace("inf", "∞") + " ha"
 
 
 def _raw(value: object) -> str:
@@ -86,5 +134,5 @@ def table(header: list[str], rows: list[list[str]], cls: str = "") -> str:
 
 
 def note(text: str) -> str:
-    """The note that stands where something is absent, saying why."""
-    return f'<p class="absent">{esc(text)}</p>'
+    """The note that stands where something is absent, saying why (`` `code` `` as in :func:`prose`)."""
+    return f'<p class="absent">{prose(text)}</p>'

@@ -168,18 +168,37 @@ def _add_polygons(ax: Any, frame: Any, **style: Any) -> None:
         ax.add_collection(PathCollection(paths, transform=ax.transData, **style))
 
 
+def _over(*layers: tuple[str, float]) -> str:
+    """The colour seen where translucent fills (``#rrggbb``, alpha) lie on white, in drawing order ("over" compositing).
+
+    Plain arithmetic rather than matplotlib's colour functions: the module is imported
+    before any figure is drawn, and matplotlib only when one is.
+    """
+    seen = np.ones(3)
+    for colour, alpha in layers:
+        rgb = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)]) / 255.0
+        seen = alpha * rgb + (1 - alpha) * seen
+    return "#" + "".join(f"{int(round(v * 255)):02x}" for v in seen)
+
+
+REFERENCE_TINT, UNMATCHED_ALPHA = 0.08, 0.30
+"""Fill opacity of every reference field, and the extra fill of an unmatched reference or prediction."""
+BOTH_UNMATCHED_COLOUR = _over((REFERENCE_COLOUR, REFERENCE_TINT), (REFERENCE_COLOUR, UNMATCHED_ALPHA), (PREDICTION_COLOUR, UNMATCHED_ALPHA))
+"""The brownish mix where an unmatched prediction lies over an unmatched reference field (the legend shows it)."""
+
+
 def _draw_overlay(ax: Any, window: _Window, refs: Any, preds: Any, focus: Any) -> None:
     half = window.side_m / 2
     if refs is not None and len(refs):
         missed = ~refs["matched"].fillna(False).astype(bool).to_numpy() if "matched" in refs else np.zeros(len(refs), bool)
-        _add_polygons(ax, refs, facecolor=REFERENCE_COLOUR, alpha=0.08, edgecolor="none")
+        _add_polygons(ax, refs, facecolor=REFERENCE_COLOUR, alpha=REFERENCE_TINT, edgecolor="none")
         if missed.any():
-            _add_polygons(ax, refs[missed], facecolor=REFERENCE_COLOUR, alpha=0.30, edgecolor="none")
+            _add_polygons(ax, refs[missed], facecolor=REFERENCE_COLOUR, alpha=UNMATCHED_ALPHA, edgecolor="none")
         _add_polygons(ax, refs, facecolor="none", edgecolor=REFERENCE_COLOUR, linewidth=1.3)
     if preds is not None and len(preds):
         false = ~preds["matched"].fillna(False).astype(bool).to_numpy() if "matched" in preds else np.zeros(len(preds), bool)
         if false.any():
-            _add_polygons(ax, preds[false], facecolor=PREDICTION_COLOUR, alpha=0.30, edgecolor="none")
+            _add_polygons(ax, preds[false], facecolor=PREDICTION_COLOUR, alpha=UNMATCHED_ALPHA, edgecolor="none")
         _add_polygons(ax, preds, facecolor="none", edgecolor=PREDICTION_COLOUR, linewidth=1.1)
     if focus is not None and len(focus):
         colour = REFERENCE_COLOUR if window.focus_table == "fields" else PREDICTION_COLOUR
@@ -209,10 +228,11 @@ def _overlay_figure(name: str, panels: list[tuple[_Window, Any, Any, Any]], n_co
         ax.set_axis_off()
     handles = [Line2D([], [], color=REFERENCE_COLOUR, lw=1.5, label="reference"),
                Line2D([], [], color=PREDICTION_COLOUR, lw=1.5, label="prediction"),
-               Patch(facecolor=REFERENCE_COLOUR, alpha=0.4, label="reference not matched"),
-               Patch(facecolor=PREDICTION_COLOUR, alpha=0.4, label="prediction not matched"),
+               Patch(facecolor=_over((REFERENCE_COLOUR, REFERENCE_TINT), (REFERENCE_COLOUR, UNMATCHED_ALPHA)), label="reference not matched"),
+               Patch(facecolor=_over((PREDICTION_COLOUR, UNMATCHED_ALPHA)), label="prediction not matched"),
+               Patch(facecolor=BOTH_UNMATCHED_COLOUR, label="both unmatched, overlapping"),
                Line2D([], [], color="black", lw=2.5, label="the sampled object")]
-    fig.legend(handles=handles, loc="outside lower center", ncols=5, fontsize=7, frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=7, frameon=False)
     return Figure(name, png(fig), caption)
 
 
@@ -250,7 +270,12 @@ def _sample_error_windows(run: RunFiles, fields_dir: Path, preds_dir: Path, rng:
 
 def overlays_section(run: RunFiles, page: Page, tiles: Any, worst: list[dict]) -> None:
     """The overlays section: the worst tiles (``worst``, from :func:`~evalcore.html_report.sections.tiles_section`) and the error samples."""
-    page.parts.append('<section id="overlays"><h2>Overlays: reference (purple) and predictions (orange)</h2>')
+    page.parts.append('<section id="overlays"><h2>Overlays: reference (purple) and predictions (orange)</h2>'
+                      '<p class="legend-note">Outlines: purple, reference fields; orange, predictions. Fills: light purple, a reference field no '
+                      'prediction matched; light orange, a prediction that matched no reference field; '
+                      f'<span class="swatch" style="background:{BOTH_UNMATCHED_COLOUR}"></span> brownish, an unmatched prediction lying over an '
+                      'unmatched reference field (the two fills mixed: most often a detection that overlaps a field with an IoU '
+                      'below the matching threshold).</p>')
     fields_dir, preds_dir = run.run_dir / "fields", run.run_dir / "predictions"
     if not _parts(fields_dir):
         page.parts.append(note("No overlays: the run directory has no per-field table (fields/)."))

@@ -34,12 +34,14 @@ nav { font-size: 0.9rem; margin: 0.4rem 0 1rem; } nav a { margin-right: 0.9rem; 
 table { border-collapse: collapse; margin: 0.4rem 0 0.8rem; font-size: 0.86rem; font-variant-numeric: tabular-nums; }
 th, td { border-bottom: 1px solid #e3e3e3; padding: 0.22rem 0.6rem; text-align: left; vertical-align: top; }
 th { background: #f5f5f5; } table.identity td:first-child { white-space: nowrap; color: #555; }
-.cols { display: flex; flex-wrap: wrap; gap: 1.5rem; } .headline td:nth-child(2) .v:first-child { font-weight: 600; font-size: 1.05rem; }
+.cols { display: flex; flex-wrap: wrap; gap: 1.5rem; }
+/* ">": the value itself, not the first bound of its interval (a .v inside .ci) */
+.headline td:nth-child(2) > .v:first-child { font-weight: 600; font-size: 1.05rem; }
 .ci { color: #555; } .absent { color: #6b6b6b; font-style: italic; background: #fafafa; border-left: 3px solid #d0d0d0; padding: 0.3rem 0.6rem; }
 .gate { font-weight: 600; } .gate-pass { color: #1b5e20; } .gate-fail { color: #b71c1c; } .gate-not_evaluable { color: #8d6e00; }
 figure { margin: 0.6rem 0 1rem; break-inside: avoid; page-break-inside: avoid; } figure img { max-width: 100%%; height: auto; display: block; }
 figcaption { font-size: 0.85rem; color: #444; max-width: 60rem; } code { font-size: 0.82rem; word-break: break-all; }
-.worst b { color: #b71c1c; } footer { margin-top: 2.5rem; font-size: 0.8rem; color: #777; }
+.worst b { color: #b71c1c; } .swatch { display: inline-block; width: 0.9em; height: 0.9em; vertical-align: -0.1em; border: 1px solid #777; } footer { margin-top: 2.5rem; font-size: 0.8rem; color: #777; }
 @media print { body { max-width: none; font-size: 11pt; padding: 0; } nav { display: none; } h2 { break-after: avoid; }
                section { break-inside: auto; } details > * { display: block; } a { color: inherit; text-decoration: none; } }
 """ % {"ref": REFERENCE_COLOUR, "pred": PREDICTION_COLOUR}

@@ -18,7 +18,7 @@ import numpy as np
 
 from evalcore.html_report.figures import figure_html, group_bars, iou_curve, iou_distribution, paired_deltas, pr_curves, reliability_diagram, tile_map
 from evalcore.html_report.loading import RunFiles, finite, group_rows, load_tiles, read_columns, worst_tile_rows
-from evalcore.html_report.markup import Page, ci_text, esc, fmt, note, table, value_span, with_ci
+from evalcore.html_report.markup import Page, ci_text, esc, fmt, group_label, note, plain, prose, table, value_span, with_ci
 from evalcore.metrics.registry import FAMILIES
 from evalcore.present import interval_of
 
@@ -52,9 +52,15 @@ def headline(run: RunFiles) -> str:
         # beside IoU: the same pairs' boundary IoU (SPEC 6.11)
         rows.append([f"Mean boundary IoU of matches (band {fmt(m.get('boundary_iou_width_m'), 1)} m)",
                      with_ci("boundary_iou_mean", m.get("boundary_iou_mean"), interval_of(m, "boundary_iou_mean"))])
+    bc = m.get("ap_interval") or {}
     for key, label in (("ap50", "AP at IoU 0.5"), ("ap75", "AP at IoU 0.75"), ("ap50_95", "AP 0.5:0.95")):
         if key in m:
-            rows.append([label, with_ci(key, m.get(key), interval_of(m, key))])
+            text = with_ci(key, m.get(key), interval_of(m, key))
+            where = (bc.get("point_quantile") or {}).get(key)
+            if where is not None:
+                text += (f' <span class="ap-bc">bias-corrected; the point is at the {value_span(f"ap_interval.point_quantile.{key}", 100 * where, 0)} % '
+                         f"quantile of its resamples; percentile interval{ci_text((bc.get('percentile') or {}).get(key))}</span>")
+            rows.append([label + ("*" if boot and key in (boot.get("ci") or {}) else ""), text])
     for key, label in (("boundary_f1", "Boundary F1 (tolerance %s m)" % fmt(m.get("boundary_tolerance_m"), 1)), ("count_ratio", "Count ratio (predicted / reference)")):
         if key in m:
             rows.append([label, with_ci(key, m.get(key), interval_of(m, key))])
@@ -62,8 +68,8 @@ def headline(run: RunFiles) -> str:
     # targets, precision inside the annotated area), as each family declares them.
     for family in FAMILIES:
         for row in family.headline_rows(m):
-            value = esc(row.value) if isinstance(row.value, str) else with_ci(row.key, row.value, row.ci)
-            rows.append([esc(row.label), value])
+            value = prose(row.value) if isinstance(row.value, str) else with_ci(row.key, row.value, row.ci)
+            rows.append([prose(row.label), value])
     counts = [
         ["Reference fields", value_span("count_reference", m.get("count_reference"))],
         ["Predictions", value_span("count_predicted", m.get("count_predicted"))],
@@ -80,6 +86,7 @@ def headline(run: RunFiles) -> str:
             f"95 % percentile intervals from {value_span('bootstrap.n_resamples', boot.get('n_resamples'))} bootstrap resamples; "
             f'unit <span class="v" data-key="bootstrap.unit" data-value="{esc(boot.get("unit", "field"))}">{esc(boot.get("unit", "field"))}</span>'
             f" ({esc(boot.get('resampling', ''))}; {fmt(boot.get('n_units'))} units, seed {fmt(boot.get('seed'))})"
+            + ("; AP's intervals bias-corrected (--ap-interval bc)" if (m.get("ap_interval") or {}).get("method") == "bc" else "")
         )
     else:
         interval = "No intervals: the run had no bootstrap resamples (--bootstrap 0)."
@@ -91,12 +98,29 @@ def headline(run: RunFiles) -> str:
         table(["count", "n"], counts, "counts"),
         "</div>",
         f'<p class="interval">{interval}</p>',
+        _ap_interval_note(m),
         _gates_html(run),
         _taxonomy_html(run),
         _identity_html(run),
         "</section>",
     ]
     return "\n".join(out)
+
+
+def _ap_interval_note(m: dict) -> str:
+    """Why an AP interval can sit lopsided around its point (item 12 of issue 33), under the headline; empty without AP intervals."""
+    if "ap50" not in m or "ap50" not in ((m.get("bootstrap") or {}).get("ci") or {}):
+        return ""
+    bc = (m.get("ap_interval") or {}).get("method") == "bc"
+    return ('<p class="ap-note">* AP intervals may sit lopsided around their point, the point near one end: this is not an error. '
+            "AP reads precision at 101 fixed recall levels (0, 0.01, …, 1), so it moves in steps as a resample adds or drops a field, "
+            "and its bootstrap distribution is skewed and lumpy rather than centred on the point. "
+            + ("These AP intervals are bias-corrected (BC: the percentile interval shifted by where the point lies among its resamples); "
+               "the percentile interval and the point's quantile are shown beside them. "
+               if bc else
+               "The percentile interval is kept as every other rate's; <code>--ap-interval bc</code> gives the bias-corrected interval "
+               "and the point's quantile among its resamples. ")
+            + "Details and the measured coverage: docs/intervals.md, \"AP intervals\".</p>")
 
 
 def _gates_html(run: RunFiles) -> str:
@@ -148,6 +172,7 @@ def _taxonomy_html(run: RunFiles) -> str:
 
 
 def _identity_html(run: RunFiles) -> str:
+    """Input and run identity: each fact once, values as a reader wants them (:func:`plain`: yes/no, "—", "∞")."""
     rows: list[list[str]] = []
     man = run.manifest or {}
     for role, entry in (man.get("inputs") or {}).items():
@@ -155,27 +180,46 @@ def _identity_html(run: RunFiles) -> str:
             rows.append([f"{esc(role)} input", f"<code>{esc(entry.get('path'))}</code>" + (f" (layer {esc(entry.get('layer'))})" if entry.get("layer") else "")
                          + f"<br>sha256 <code>{esc(entry.get('sha256'))}</code>, {fmt(entry.get('rows'))} rows, {fmt(entry.get('kept'))} kept"])
     contract = run.contract or {}
+    shown_keys: set[str] = set()
     for key, value in contract.items():
-        if isinstance(value, (str, int, float, bool)) or value is None:
-            rows.append([esc(key.replace("_", " ")), f"<code>{esc(value)}</code>"])
-        elif isinstance(value, dict) and key in ("labels", "evaluator") and all(isinstance(v, (str, int, float, bool)) or v is None for v in value.values()):
-            rows.append([esc(key), ", ".join(f"{esc(k)}: <code>{esc(v)}</code>" for k, v in value.items())])
+        if key == "evaluator" and isinstance(value, dict):
+            rows.append(["evaluator", _evaluator_text(value, man.get("versions") or {})])
+        elif isinstance(value, (str, int, float, bool)) or value is None or (key == "labels" and isinstance(value, dict)):
+            text = plain(value, key) or "—"
+            rows.append([esc(key.replace("_", " ")), text if isinstance(value, (bool, dict)) or value is None else f"<code>{text}</code>"])
+        else:
+            continue
+        shown_keys.add(key)
     versions = man.get("versions") or {}
-    if versions and not any(r[0] == "evaluator version" for r in rows):
-        rows.append(["evaluator", f"evalcore {esc(versions.get('evalcore', '?'))} (Python {esc(versions.get('python', '?'))}, prefect {esc(versions.get('prefect', '?'))})"])
+    if versions and "evaluator" not in shown_keys:
+        rows.append(["evaluator", _evaluator_text({}, versions)])
     for key in ("started", "finished", "status"):
-        if key in man:
+        if key in man and not (key in shown_keys and contract.get(key) == man[key]):  # the contract's start is the manifest's: once
             rows.append([key, esc(man[key])])
     if man.get("dask_dashboard"):
         rows.append(["Dask dashboard (live during the run only)", f"<code>{esc(man['dask_dashboard'])}</code>"])
     params = man.get("parameters") or {}
     shown = {k: v for k, v in params.items() if v not in (None, "", [], {}) and k not in ("predicted", "reference", "output_dir", "iou_sweep_thresholds")}
     if shown:
-        rows.append(["parameters", "; ".join(f"{esc(k)} = <code>{esc(v)}</code>" for k, v in shown.items())])
+        rows.append(["parameters", "; ".join(f"{esc(k)} = <code>{plain(v, k)}</code>" for k, v in shown.items())])
     rows.append(["run directory", f"<code>{esc(run.run_dir.resolve())}</code>"])
     if run.contract is None:
         rows.append(["evaluation contract", "absent (no evaluation-contract.json in this run directory)"])
     return "<h3>Input and run identity</h3>" + table(["", ""], rows, "identity")
+
+
+def _evaluator_text(evaluator: dict, versions: dict) -> str:
+    """The one "evaluator" row: the contract's name, version and commit, with the manifest's Python and Prefect versions."""
+    name = evaluator.get("name", "evalcore")
+    version = evaluator.get("version", versions.get("evalcore", "?"))
+    text = f"{esc(name)} {esc(version)}"
+    if evaluator.get("git_commit"):
+        text += f", commit <code>{esc(evaluator['git_commit'])}</code>"
+        if "git_dirty" in evaluator:
+            text += " with uncommitted changes" if evaluator["git_dirty"] else " (clean checkout)"
+    if versions:
+        text += f" (Python {esc(versions.get('python', '?'))}, prefect {esc(versions.get('prefect', '?'))})"
+    return text
 
 
 def iou_section(run: RunFiles, page: Page) -> None:
@@ -213,15 +257,19 @@ def group_section(run: RunFiles, page: Page, grouping: str, title: str, name: st
     page.figures.append(fig_)
     page.parts.append(figure_html(fig_))
     if worst:
-        page.parts.append(f'<p class="worst">Worst by F1 among groups with enough support: <b>{esc(worst.get("group"))}</b> '
+        page.parts.append(f'<p class="worst">Worst by F1 among groups with enough support: <b>{esc(group_label(worst.get("group"), grouping))}</b> '
                           f'(F1 {value_span(f"worst.{grouping}.f1", worst.get("value"))}, {fmt(worst.get("support"))} fields).</p>')
     else:
         page.parts.append(note("No worst group: no group has enough support (min_support)."))
-    table_rows = [[esc(r["group"]), fmt(r["support"]), fmt(r["precision"]) + ci_text([r["precision_ci_lower"], r["precision_ci_upper"]]),
+    table_rows = [[esc(group_label(r["group"], grouping)), fmt(r["support"]), fmt(r["precision"]) + ci_text([r["precision_ci_lower"], r["precision_ci_upper"]]),
                    fmt(r["recall"]) + ci_text([r["recall_ci_lower"], r["recall_ci_upper"]]),
                    fmt(r["f1"]) + ci_text([r["f1_ci_lower"], r["f1_ci_upper"]]), fmt(r["count_ratio"]),
                    "insufficient support" if r["insufficient_support"] else ""] for r in rows[:MAX_TABLE_ROWS]]
-    page.parts.append(table(["group", "support", "precision", "recall", "F1", "count ratio", ""], table_rows))
+    if grouping == "per_size_class" and "size_class_edges_ha" in run.metrics:
+        page.parts.append(f'<p class="edges">Size classes by reference field area, edges {plain(run.metrics["size_class_edges_ha"], "size_class_edges_ha")} '
+                          "(a class holds its lower edge, not its upper; the last holds both).</p>")
+    first = "size class" if grouping == "per_size_class" else "stratum" if grouping == "per_stratum" else "group"
+    page.parts.append(table([first, "support", "precision", "recall", "F1", "count ratio", ""], table_rows))
     if len(rows) > MAX_TABLE_ROWS:
         page.parts.append(note(f"The first {MAX_TABLE_ROWS} of {len(rows)} groups are listed; metrics.json has them all."))
     page.parts.append("</section>")
@@ -310,6 +358,13 @@ def pixel_paired_section(run: RunFiles, page: Page) -> None:
         page.parts.append(f"<p>{fmt(px.get('count_pixels'))} evaluated pixels of {fmt(px.get('gsd_m'), 1)} m (TP {fmt(px.get('count_tp'))}, FP {fmt(px.get('count_fp'))}, "
                           f"FN {fmt(px.get('count_fn'))}, TN {fmt(px.get('count_tn'))}); boundary F1 in pixels {fmt(bf.get('f1'))} at {fmt(bf.get('tolerance_px'))} px.</p>")
         page.parts.append(table(["metric", "micro (pooled)", "macro (mean over tiles)"], rows, "pixel"))
+        n_units = {k: (macro.get(k) or {}).get("n_units") for k in ("precision", "recall", "f1", "mcc")}
+        page.parts.append(
+            f'<p class="macro-units">Each macro mean is over the tiles where that rate is defined, so the means cover different tiles: '
+            f'precision over the {fmt(n_units["precision"])} tiles with predicted pixels (TP + FP &gt; 0), recall over the {fmt(n_units["recall"])} '
+            f'with reference pixels (TP + FN &gt; 0), F1, IoU and Tversky over the {fmt(n_units["f1"])} with either, MCC over the {fmt(n_units["mcc"])} '
+            "where none of its four sums is 0. A tile with predictions and no reference field has precision 0 and no recall, "
+            "which is why macro precision can average more tiles than macro recall (definitions: docs/metrics.md, pixel metrics).</p>")
     page.parts.append("<h3>Paired comparison</h3>")
     paired = run.paired
     if not paired:
@@ -342,7 +397,7 @@ def family_sections(run: RunFiles, page: Page) -> list[tuple[str, str]]:
     for family in FAMILIES:
         if not family.section:
             continue
-        rows = [[esc(s.label), with_ci(s.key, m.get(s.key), interval_of(m, s.key))
+        rows = [[prose(s.label), with_ci(s.key, m.get(s.key), interval_of(m, s.key))
                  + ("" if s.better is None else f' <span class="better">({esc(s.better)} is better)</span>')]
                 for s in family.shown if s.key in m]
         if not rows:

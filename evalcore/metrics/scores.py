@@ -50,12 +50,12 @@ import pandas as pd
 
 from evalcore._score_kernels import _coco_match, _replicate_ap, _replicate_aurc, _weighted_ap
 from evalcore.arrays import index_of
-from evalcore.bootstrap import percentile_intervals, replicates_per_chunk
+from evalcore.bootstrap import bias_corrected_intervals, percentile_intervals, replicates_per_chunk
 from evalcore.config import IOU_MATCH_RTOL, IOU_SWEEP_THRESHOLDS
 from evalcore.errors import EvalInputError
 from evalcore.metrics.base import NULL, GlobalContext, GroupView, MetricFamily, Option, PredContext, ratio
 from evalcore.metrics.checks import optional_text, positive_int
-from evalcore.present import LOWER, OVERALL, Row, Shown, markdown_text, number, row_text, with_interval
+from evalcore.present import LOWER, OVERALL, Row, Shown, interval_text, markdown_text, number, row_text, with_interval
 
 __all__ = [
     "Scores", "score_values", "calibration_bin", "coco_true_positives", "coco_ap", "pr_curve", "risk_coverage", "aurc",
@@ -81,6 +81,16 @@ def _score_or_none(name: str, value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not (0.0 <= float(value) <= 1.0):
         raise ValueError(f"{name} must be a score in [0, 1] or None, but got {value!r}.")
     return float(value)
+
+
+AP_INTERVALS = ("percentile", "bc")
+"""Interval methods of the AP keys: the run's percentile interval, or the bias-corrected one (:func:`~evalcore.bootstrap.bias_corrected_intervals`)."""
+
+
+def _ap_interval(name: str, value: object) -> str:
+    if value not in AP_INTERVALS:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, AP_INTERVALS))}, but got {value!r}.")
+    return str(value)
 
 
 def _parse_score(text: str) -> float | None:
@@ -380,6 +390,12 @@ class Scores(MetricFamily):
             "(lowest score threshold meeting each) (default: none)",
             _precision_targets, parse=_parse_targets, annotation=list[float] | None,
         ),
+        Option(
+            "ap_interval", "percentile",
+            "interval of AP50, AP75 and AP50:95 with --bootstrap: percentile (default, as every rate) or bc, bias-corrected "
+            "for AP's step function, with the point's place in its bootstrap distribution (docs/intervals.md)",
+            _ap_interval, annotation=str, choices=AP_INTERVALS,
+        ),
     )
     shown = (
         Shown("ap50", "AP at IoU 0.5", "AP50", headline=False, compared=OVERALL),
@@ -395,7 +411,8 @@ class Scores(MetricFamily):
         cal = metrics.get("calibration", {})
         return [
             f"scores ({metrics.get('score_column')}): AP50 {with_interval(metrics, 'ap50')}  AP75 {with_interval(metrics, 'ap75')}  "
-            f"AP50:95 {with_interval(metrics, 'ap50_95')};  "
+            f"AP50:95 {with_interval(metrics, 'ap50_95')}"
+            + (" (bias-corrected intervals)" if (metrics.get("ap_interval") or {}).get("method") == "bc" else "") + ";  "
             f"calibration ECE {number(cal.get('ece'))}  Brier {number(cal.get('brier'))} over {cal.get('n')} predictions"
         ] + self._operating_lines(metrics)
 
@@ -465,6 +482,21 @@ class Scores(MetricFamily):
             "the whole layer as one image, no cap on detections, matching in score order): "
             f"AP50 {ci('ap50')}, AP75 {ci('ap75')}, AP50:95 {ci('ap50_95')}.",
             "",
+        ]
+        if "ap50" in ((metrics.get("bootstrap") or {}).get("ci") or {}):
+            bc = metrics.get("ap_interval") or {}
+            lines += [
+                "AP intervals may sit lopsided around their point: AP reads precision at 101 fixed recall levels, so it moves in "
+                "steps across resamples and its bootstrap distribution is skewed, not centred on the point (docs/intervals.md, "
+                "\"AP intervals\"). "
+                + ("These are bias-corrected (`--ap-interval bc`); the point's quantile among its resamples: "
+                   + ", ".join(f"{k} {number((bc.get('point_quantile') or {}).get(k), 2)}" for k in ("ap50", "ap75", "ap50_95"))
+                   + "; percentile intervals: " + ", ".join(f"{k}{interval_text((bc.get('percentile') or {}).get(k), missing='–')}"
+                                                           for k in ("ap50", "ap75", "ap50_95")) + "."
+                   if bc.get("method") == "bc" else "`--ap-interval bc` gives the bias-corrected interval."),
+                "",
+            ]
+        lines += [
             "| IoU ≥ | best F1 | at score ≥ | precision | recall |",
             "|---:|---|---|---|---|",
         ]
@@ -596,6 +628,13 @@ class Scores(MetricFamily):
             reps = np.asarray(ap_values)
             replicates = {"ap50": reps[:, 0], "ap75": reps[:, AP_THRESHOLDS.index(0.75)], "ap50_95": reps.mean(axis=1)}
             ci, n_undefined = percentile_intervals({k: (v, ~np.isnan(v)) for k, v in replicates.items()})
+            if options.ap_interval == "bc":
+                # The percentile bounds stay in ap_interval.percentile; ci holds the BC ones.
+                points = {k: np.nan if keys[k] is None else float(keys[k]) for k in replicates}
+                bc, _, where = bias_corrected_intervals({k: (v, ~np.isnan(v)) for k, v in replicates.items()}, points)
+                keys["ap_interval"] = {"method": "bc", "percentile": {k: [_none(b) for b in ci[k]] for k in replicates},
+                                       "point_quantile": {k: _none(q) for k, q in where.items()}}
+                ci = {**ci, **bc}
         if len(aurc_values):
             per_group = np.asarray(aurc_values)  # (replicates, groups)
             group_ci, group_undefined = percentile_intervals({g: (per_group[:, g], ~np.isnan(per_group[:, g])) for g in range(groups.n_groups)})

@@ -124,3 +124,35 @@ def test_distributed_from_files_writes_the_same_exact_curve(layers, client, tmp_
     )
     curve = pd.read_parquet(curve_path)
     pd.testing.assert_frame_equal(curve.reset_index(drop=True), tables.pr_curve.reset_index(drop=True), check_exact=True)
+
+
+@pytest.mark.parametrize("client", [2], indirect=True, ids=["2workers"])
+def test_distributed_bias_corrected_ap_intervals_equal_single_process(layers, client, tmp_path):
+    """``ap_interval="bc"`` (issue 33 item 12): the BC bounds, the kept percentile bounds and the point's quantile, to the bit."""
+    predicted, reference = layers
+    options = {**OPTIONS, "ap_interval": "bc", "partition_size_m": PARTITION_FOR_WORKERS[2]}
+    single = evalcore.evaluate(predicted, reference, **options)
+    result = evalcore.evaluate(predicted, reference, client=client, workdir=tmp_path / "work", **options)
+    assert result["ap_interval"] == single["ap_interval"] and single["ap_interval"]["method"] == "bc"
+    for key in ("ap50", "ap75", "ap50_95"):
+        assert result["bootstrap"]["ci"][key] == single["bootstrap"]["ci"][key], key
+    assert_metrics_equal(result, single)
+
+
+@pytest.mark.parametrize("client", [2], indirect=True, ids=["2workers"])
+def test_distributed_paired_bias_corrected_ap_deltas_equal_single_process(layers, client, tmp_path):
+    """``compare_on_cluster(..., ap_interval="bc")``: the AP deltas' BC interval, ``ci_percentile`` and ``point_quantile``, to the bit."""
+    from evalcore.compare import compare, compare_on_cluster
+
+    predicted, reference = layers
+    rng = np.random.default_rng(4)
+    scrambled = predicted.assign(score=np.round(np.clip(predicted["score"].to_numpy() + rng.normal(0, 0.2, len(predicted)), 0, 1), 2))
+    paths = {}
+    for name, frame in (("cand", scrambled), ("inc", predicted), ("ref", reference)):
+        paths[name] = tmp_path / f"{name}.parquet"
+        frame.to_parquet(paths[name])
+    options = {"score_column": "score", "bootstrap": 20, "ap_interval": "bc", "partition_size_m": PARTITION_FOR_WORKERS[2]}
+    single = compare(paths["cand"], paths["inc"], paths["ref"], **options)["overall"]
+    result = compare_on_cluster(str(paths["cand"]), str(paths["inc"]), str(paths["ref"]), client, workdir=tmp_path / "work", **options)["overall"]
+    for key in ("ap50", "ap75", "ap50_95"):
+        assert "point_quantile" in single[key] and result[key] == single[key], key

@@ -4,7 +4,8 @@
 on 127.0.0.1 that it chooses itself (``--remote-debugging-port=0``, read back from
 ``DevToolsActivePort`` in its profile directory); :func:`open_page` loads one file and
 returns every request the page made (the Network domain's ``requestWillBeSent``), what
-its images decoded to, and a full-page screenshot.
+its images decoded to, a full-page screenshot and the values of the JavaScript
+expressions it was given (computed styles, element geometry).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class PageVisit:
     images: list[dict]  # per <img>: figure name, complete, natural size
     screenshot: bytes  # PNG of the whole page
     console_errors: list[str]
+    values: dict  # name -> the JSON value of each expression given to open_page
 
 
 class _Session:
@@ -71,8 +73,14 @@ class _Session:
                 return event
 
 
-def open_page(chromium: str, page: Path, width: int = 1280, height: int = 900, timeout_s: float = 90.0) -> PageVisit:
-    """Load ``page`` (a local file) in a fresh headless chromium and record what happened."""
+def open_page(chromium: str, page: Path, width: int = 1280, height: int = 900, timeout_s: float = 90.0,
+              evaluate: dict[str, str] | None = None) -> PageVisit:
+    """Load ``page`` (a local file) in a fresh headless chromium and record what happened.
+
+    ``evaluate`` maps names to JavaScript expressions evaluated in the loaded page; each
+    must return something ``JSON.stringify`` accepts, and its parsed value is in
+    ``PageVisit.values`` under its name.
+    """
     with tempfile.TemporaryDirectory(prefix="evalcore-chromium-") as profile:
         proc = subprocess.Popen([chromium, *_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -95,6 +103,12 @@ def open_page(chromium: str, page: Path, width: int = 1280, height: int = 900, t
                 s.call("Page.navigate", {"url": page.resolve().as_uri()}, session=sid)
                 s.wait_event("Page.loadEventFired", timeout=timeout_s)
                 images = json.loads(s.call("Runtime.evaluate", {"expression": _IMAGES_JS, "returnByValue": True}, session=sid)["result"]["value"])
+                values = {}
+                for key, expression in (evaluate or {}).items():
+                    result = s.call("Runtime.evaluate", {"expression": f"JSON.stringify({expression})", "returnByValue": True}, session=sid)
+                    if "exceptionDetails" in result:
+                        raise RuntimeError(f"{key}: {result['exceptionDetails'].get('exception', {}).get('description', result['exceptionDetails'])}")
+                    values[key] = json.loads(result["result"]["value"])
                 size = s.call("Page.getLayoutMetrics", session=sid)["cssContentSize"]
                 shot = s.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
                                                           "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}},
@@ -107,7 +121,7 @@ def open_page(chromium: str, page: Path, width: int = 1280, height: int = 900, t
                     s.call("Browser.close", timeout=10)
                 except Exception:  # the browser may close the socket before it answers
                     pass
-            return PageVisit(requests, images, base64.b64decode(shot["data"]), errors)
+            return PageVisit(requests, images, base64.b64decode(shot["data"]), errors, values)
         finally:
             try:
                 proc.wait(timeout=15)
