@@ -151,11 +151,12 @@ def class_codes(ref_class: np.ndarray, pred_class: np.ndarray) -> tuple[list[str
     >>> names, r.tolist(), p.tolist()
     (['a', 'b', 'c'], [1, -1, 0], [2])
     """
-    names = sorted({v for v in ref_class.tolist() if v is not None} | {v for v in pred_class.tolist() if v is not None})
+    # A class is a str; anything else (None, or the NaN a frame may turn it into) is null.
+    names = sorted({v for v in ref_class.tolist() if isinstance(v, str)} | {v for v in pred_class.tolist() if isinstance(v, str)})
     lookup = {name: k for k, name in enumerate(names)}
 
     def codes(values: np.ndarray) -> np.ndarray:
-        return np.array([-1 if v is None else lookup[v] for v in values.tolist()], dtype=np.int64)
+        return np.array([lookup[v] if isinstance(v, str) else -1 for v in values.tolist()], dtype=np.int64)
 
     return names, codes(ref_class), codes(pred_class)
 
@@ -267,7 +268,8 @@ class _Run:
         self.pred_pos = preds.index.to_numpy(np.int64)
         ref_class = np.asarray(ctx.ref_class, dtype=object) if ctx.ref_class is not None else np.full(len(self.ref_pos), None, object)
         pred_class = preds["class"].to_numpy(dtype=object) if "class" in preds.columns else np.full(len(preds), None, object)
-        self.ref_class, self.pred_class = ref_class, pred_class
+        self.ref_class = np.array([v if isinstance(v, str) else None for v in ref_class.tolist()], dtype=object)
+        self.pred_class = np.array([v if isinstance(v, str) else None for v in pred_class.tolist()], dtype=object)
         self.names, self.ref_code, self.pred_code = class_codes(ref_class, pred_class)
         K = self.K = len(self.names)
         pair_ref = index_of(self.ref_pos, pairs.ref_pos)
