@@ -463,6 +463,10 @@ class Classes(MetricFamily):
             "macro": macro,
         }
         _intervals(block, ci, undefined, "", ("overall_accuracy", "kappa"))
+        worst = worst_class(block, options.min_support)
+        block["worst_class"] = None if worst is None else {
+            "class": worst[0], "f1": worst[1]["f1"], "count_reference": worst[1]["count_reference"], "min_support": options.min_support,
+        }
         return block
 
     # -- presentation -------------------------------------------------------------------
@@ -479,10 +483,10 @@ class Classes(MetricFamily):
             parts.append(f"mAP50:95 {with_interval(macro, 'ap50_95')}")
         lines = [f"classes ({macro['n_classes']}): " + "  ".join(parts) + f";  overall accuracy {number(block['overall_accuracy'])}  "
                  f"kappa {number(block['kappa'])}"]
-        worst = worst_class(block, metrics.get("min_support"))
+        worst = block.get("worst_class")
         if worst is not None:
-            name, entry = worst
-            lines.append(f"worst class: {name} F1 {with_interval(entry, 'f1')}  PQ {number(entry['pq'])}  "
+            entry = block["per_class"][worst["class"]]
+            lines.append(f"worst class: {worst['class']} F1 {with_interval(entry, 'f1')}  PQ {number(entry['pq'])}  "
                          f"({entry['count_reference']} reference fields)")
         return lines
 
@@ -533,10 +537,13 @@ class Classes(MetricFamily):
         return lines + [""]
 
 
-def worst_class(block: Mapping[str, object], min_support: object = None) -> tuple[str, Mapping[str, object]] | None:
-    """The class of lowest F1 among those with at least ``min_support`` reference fields (ties: first name)."""
-    floor = int(min_support) if min_support is not None else 1
-    candidates = [(e["f1"], name, e) for name, e in block.get("per_class", {}).items() if e["count_reference"] >= max(floor, 1)]
+def worst_class(block: Mapping[str, object], min_support: int) -> tuple[str, Mapping[str, object]] | None:
+    """The class of lowest F1 among those with at least ``min_support`` reference fields (ties: first name).
+
+    Like the worst group (SPEC 6.3), a class with fewer reference fields is never the
+    worst; None when no class has enough.
+    """
+    candidates = [(e["f1"], name, e) for name, e in block.get("per_class", {}).items() if e["count_reference"] >= max(int(min_support), 1)]
     if not candidates:
         return None
     f1, name, entry = min(candidates, key=lambda c: (c[0], c[1]))

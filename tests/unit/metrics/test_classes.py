@@ -348,7 +348,7 @@ def test_cli_refuses_bad_class_input_with_one_line(toy_files, tmp_path, capsys, 
 def test_cli_writes_the_classes_block_and_prints_the_macro_line(toy_files, tmp_path, capsys):
     pred, ref = toy_files
     out = tmp_path / "out.json"
-    status = main(["evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "--class-column", "crop", "--pred-class-column", "kind"])
+    status = main(["evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "--class-column", "crop", "--pred-class-column", "kind", "--min-support", "1"])
     stdout, err = capsys.readouterr()
     assert status == 0, err
     metrics = json.loads(out.read_text())
