@@ -308,6 +308,7 @@ def _frame(ev: _Evaluation, reference: object) -> pd.DataFrame:
         size_codes=ev.size_codes,
         tolerance_m=ev.options.boundary_tolerance_m,
         aoi_keys=ev.sites.aois.keys if ev.sites.aois is not None else None,
+        ref_class=ev.ref.class_value[index_of(ev.ref.positions, ev.fields.index.to_numpy(np.int64))] if ev.ref.class_value is not None else None,
     )
 
 
@@ -392,7 +393,7 @@ def _tables(ev: _Evaluation, reference: object) -> EvaluationTables:
     tiles, aois = level_tables(ev.merged, ev.options, ev.sites)
     preds = prediction_table(
         ev.preds, aoi_keys=ev.sites.aois.keys if ev.sites.aois is not None else None, annotated=ev.sites.annotated is not None,
-        scored=ev.options.score_column is not None,
+        scored=ev.options.score_column is not None, classed=ev.options.class_column is not None,
     )
     geoms = ev.pred.geoms_source[index_of(ev.pred.positions, ev.preds.index.to_numpy(np.int64))]
     predictions = geopandas.GeoDataFrame(preds, geometry=geoms, crs=ev.pred.crs)

@@ -376,6 +376,7 @@ def sums_task(
             size_codes=refs.size_codes,
             tolerance_m=options.boundary_tolerance_m,
             aoi_keys=aoi_keys,
+            ref_class=layer.class_value if options.class_column is not None else None,
         )
         # The reference id as a named column users can join on (an unnamed index is __index_level_0__ in a file).
         id_name = id_column or "ref_index"
@@ -399,6 +400,7 @@ def predictions_task(
     annotated: bool,
     id_column: str | None = None,
     scored: bool = False,
+    classed: bool = False,
 ) -> dict:
     """Write the per-prediction table part of one partition's predictions (with their geometry)."""
     _inject_fault("predictions", storage.key_name(key))
@@ -408,7 +410,7 @@ def predictions_task(
     )
     if not np.array_equal(layer.positions, preds.index.to_numpy(np.int64)):
         raise PartitionMissingError(f"partition {storage.key_name(key)}: its prepared predictions differ from those resolved")
-    table = prediction_table(preds, aoi_keys=aoi_keys, annotated=annotated, scored=scored)
+    table = prediction_table(preds, aoi_keys=aoi_keys, annotated=annotated, scored=scored, classed=classed)
     id_name = id_column or "pred_index"
     table = table.drop(columns=[id_name], errors="ignore").rename_axis(id_name).reset_index()
     frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=pred_info.crs)
@@ -1055,6 +1057,7 @@ def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolve
             annotated,
             setup.predicted.id_column,
             setup.options.score_column is not None,
+            setup.options.class_column is not None,
             key=setup.task_key("predictions", *key),
             retries=2,
             priority=len(rows),

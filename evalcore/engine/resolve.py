@@ -242,6 +242,8 @@ def _prediction_sites(home: IdArray, results: PairResults, resolution: Resolutio
     ref_row = index_of(results.ref_pos, home[has])
     home_label = np.full(n, None, dtype=object)
     home_label[has] = np.asarray(results.ref_label, dtype=object)[ref_row]
+    home_class = np.full(n, None, dtype=object)
+    home_class[has] = np.asarray(results.ref_class, dtype=object)[ref_row]
     out = {
         "iou": iou,
         "best_iou": best,
@@ -251,6 +253,7 @@ def _prediction_sites(home: IdArray, results: PairResults, resolution: Resolutio
         "class": results.pred_class,
         "label": np.asarray(results.pred_label, dtype=object),
         "home_ref_label": home_label,
+        "home_ref_class": home_class,
     }
     for name, own, of_ref in (
         ("tile_epsg", results.pred_utm_epsg, results.ref_utm_epsg),

@@ -17,6 +17,7 @@ import json
 import math
 
 import geopandas
+import pandas as pd
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -354,3 +355,15 @@ def test_cli_writes_the_classes_block_and_prints_the_macro_line(toy_files, tmp_p
     metrics = json.loads(out.read_text())
     assert metrics["classes"]["confusion"]["counts"] == [[2, 1, 0], [0, 2, 1], [1, 0, 1]]
     assert "mPQ" in stdout and "worst class" in stdout
+
+
+def test_tables_get_the_class_columns():
+    pred, ref = toy_layers()
+    tables = evalcore.evaluate_tables(pred, ref, class_column="crop", iou_sweep_thresholds=None)
+    assert list(tables.fields["class"].astype(object).where(tables.fields["class"].notna(), None)) == REF_CLASSES
+    preds = tables.predictions
+    assert list(preds["class"].astype(object).where(preds["class"].notna(), None)) == PRED_CLASSES
+    # the home reference's class: P_k's home is R_k (k <= 8); P9 and P10 have none
+    assert list(preds["home_ref_class"].astype(object).where(preds["home_ref_class"].notna(), None)) == REF_CLASSES[:9] + [None, None]
+    plain = evalcore.evaluate_tables(pred, ref, iou_sweep_thresholds=None)
+    assert "class" not in plain.fields.columns and "class" not in plain.predictions.columns
