@@ -53,7 +53,7 @@ from evalcore.metrics.base import GlobalContext, MetricFamily, Option, count_rat
 from evalcore.metrics.checks import optional_text
 from evalcore.metrics.scores import AP_THRESHOLDS, coco_ap, coco_true_positives
 from evalcore.pairtable import PairTable
-from evalcore.present import Row, markdown_text, number, with_interval
+from evalcore.present import OVERALL, Row, Shown, markdown_text, number, with_interval
 from evalcore.rates import panoptic_quality
 
 __all__ = [
@@ -347,6 +347,17 @@ class Classes(MetricFamily):
             "predicted column of classes (default: the same name as --class-column; needs --class-column)",
             optional_text, annotation=str | None,
         ),
+    )
+
+    # Keys inside the classes block (dotted paths): compare pairs them overall with their
+    # replicates (global_values "replicates"); the terminal and report lines are bespoke.
+    shown = tuple(
+        Shown(f"classes.macro.{key}", label, headline=False, compared=OVERALL)
+        for key, label in (("pq", "Macro PQ over classes (mPQ)"), ("sq", "Macro SQ over classes"), ("rq", "Macro RQ over classes"),
+                           ("f1", "Macro F1 over classes"), ("precision", "Macro precision over classes"),
+                           ("recall", "Macro recall over classes"), ("iou_mean", "Macro mean IoU over classes"),
+                           ("ap50", "Macro AP50 over classes"), ("ap75", "Macro AP75 over classes"),
+                           ("ap50_95", "Macro AP50:95 over classes (COCO mAP)"))
     )
 
     def enabled(self, options: object) -> bool:

@@ -367,3 +367,21 @@ def test_tables_get_the_class_columns():
     assert list(preds["home_ref_class"].astype(object).where(preds["home_ref_class"].notna(), None)) == REF_CLASSES[:9] + [None, None]
     plain = evalcore.evaluate_tables(pred, ref, iou_sweep_thresholds=None)
     assert "class" not in plain.fields.columns and "class" not in plain.predictions.columns
+
+
+def test_compare_pairs_the_macro_keys_on_the_same_resamples():
+    pred, ref = toy_layers()
+    worse = pred.assign(crop=["a"] * len(pred))  # every prediction says "a"
+    from evalcore.compare import compare
+
+    out = compare(pred, worse, ref, class_column="crop", bootstrap=20, iou_sweep_thresholds=None)
+    for key in ("classes.macro.pq", "classes.macro.f1", "classes.macro.precision", "classes.macro.recall"):
+        assert key in out["overall"], key
+        e = out["overall"][key]
+        c = out["candidate_summary"]["classes"]["macro"][key.rsplit(".", 1)[1]]
+        i = out["incumbent_summary"]["classes"]["macro"][key.rsplit(".", 1)[1]]
+        assert e["candidate"] == c and e["incumbent"] == i and e["delta"] == pytest.approx(c - i)
+        assert e["ci"] is not None and e["ci"][0] <= e["ci"][1]
+    # by hand: the incumbent has only "a" predictions; b and c find nothing
+    assert out["overall"]["classes.macro.f1"]["candidate"] == pytest.approx((4 / 7 + 4 / 7 + 2 / 5) / 3)
+    assert "classes.macro.ap50" not in out["overall"]  # no score column
