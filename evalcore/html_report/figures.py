@@ -414,7 +414,7 @@ def class_bars(block: dict) -> Figure:
     ax.set_xlim(0, 1.02)
     ax.set_xlabel("value (class-aware matching)")
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="lower right", frameon=False, fontsize=7.5)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=7.5)
     caption = ("Per class, matching only predictions and fields of that class: panoptic quality and F1; in brackets the class's reference fields"
                + (" (bars: 95 % bootstrap intervals)." if has_ci else " (no intervals: no bootstrap)."))
     return Figure("class_bars", png(fig), caption)

@@ -385,3 +385,24 @@ def test_compare_pairs_the_macro_keys_on_the_same_resamples():
     # by hand: the incumbent has only "a" predictions; b and c find nothing
     assert out["overall"]["classes.macro.f1"]["candidate"] == pytest.approx((4 / 7 + 4 / 7 + 2 / 5) / 3)
     assert "classes.macro.ap50" not in out["overall"]  # no score column
+
+
+def test_report_html_draws_the_confusion_heatmap_and_the_class_bars(tmp_path):
+    from evalcore.html_report import build_report
+    from evalcore.writers import write_json
+
+    pred, ref = toy_layers()
+    metrics = evalcore.evaluate(pred, ref, class_column="crop", bootstrap=20, min_support=1, iou_sweep_thresholds=None)
+    write_json(tmp_path / "metrics.json", metrics)
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert '<section id="classes">' in page and 'href="#classes"' in page
+    assert 'data-figure="class_confusion"' in page and 'data-figure="class_bars"' in page
+    assert {p.stem for p in (tmp_path / "figures").glob("class_*.png")} == {"class_confusion", "class_bars"}
+    assert f'data-key="classes.macro.pq" data-value="{metrics["classes"]["macro"]["pq"]!r}"' in page
+    assert "Worst class by F1" in page and "<b>c</b>" in page  # c: F1 2/5, the lowest
+    # the report.md section and the terminal lines come from the family's declarations
+    from evalcore.metrics.classes import Classes
+
+    lines = Classes().summary_lines(metrics)
+    assert lines[0].startswith("classes (3): mPQ ") and lines[1].startswith("worst class: c F1 0.400")
+    assert any(line.startswith("| reference \\ predicted | a | b | c |") for line in Classes().report_lines(metrics))
