@@ -406,3 +406,23 @@ def test_report_html_draws_the_confusion_heatmap_and_the_class_bars(tmp_path):
     lines = Classes().summary_lines(metrics)
     assert lines[0].startswith("classes (3): mPQ ") and lines[1].startswith("worst class: c F1 0.400")
     assert any(line.startswith("| reference \\ predicted | a | b | c |") for line in Classes().report_lines(metrics))
+
+
+def test_gates_on_per_class_f1_with_min_support():
+    from evalcore.gates import check_metric_paths, evaluate_gates, parse_gates
+
+    pred, ref = toy_layers()
+    metrics = evalcore.evaluate(pred, ref, class_column="crop", bootstrap=20, iou_sweep_thresholds=None)
+    gates = parse_gates({"gates": [
+        {"id": "G-CLASS-F1", "metric": "classes.per_class.*.f1", "op": ">=", "threshold": 0.5, "min_support": 3},
+        {"id": "G-MPQ", "metric": "classes.macro.pq", "op": ">=", "threshold": 0.5, "use": "ci_lower"},
+    ]})
+    check_metric_paths(gates)  # known paths: no typo refused
+    rows = {(r["id"], r["group"]): r for r in evaluate_gates(metrics, gates)["rules"]}
+    # a: F1 4/7 >= 0.5 with 4 fields; b: 4/7 with 3 fields; c: 2 fields, below the minimum support
+    assert rows[("G-CLASS-F1", "a")]["state"] == "pass" and rows[("G-CLASS-F1", "a")]["support"] == 4
+    assert rows[("G-CLASS-F1", "b")]["state"] == "pass"
+    assert rows[("G-CLASS-F1", "c")]["state"] == "not_evaluable"
+    assert rows[("G-CLASS-F1", "c")]["reason"] == "support 2 below the minimum 3"
+    mpq = rows[("G-MPQ", None)]
+    assert mpq["observed"] == metrics["classes"]["macro"]["ci"]["pq"][0]
