@@ -191,8 +191,8 @@ def cohen_kappa(confusion: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     Examples
     --------
-    >>> [float(v) for v in cohen_kappa(np.array([[2.0, 1.0], [0.0, 3.0]]))]
-    [0.6666666666666666, 1.0]
+    >>> [float(v) for v in cohen_kappa(np.array([[2.0, 1.0], [0.0, 3.0]]))]  # p_o = 5/6, p_e = 1/2: 2/3
+    [0.6666666666666667, 1.0]
     >>> bool(cohen_kappa(np.array([[4.0]]))[1])
     False
     """
