@@ -426,3 +426,27 @@ def test_gates_on_per_class_f1_with_min_support():
     assert rows[("G-CLASS-F1", "c")]["reason"] == "support 2 below the minimum 3"
     mpq = rows[("G-MPQ", None)]
     assert mpq["observed"] == metrics["classes"]["macro"]["ci"]["pq"][0]
+
+
+@pytest.mark.parametrize(
+    ("class_column", "pred_class_column", "needle"),
+    [("nope", None, "--class-column 'nope' is not a column of the reference"),
+     ("crop", "missing", "--pred-class-column 'missing' is not a column of the predicted"),
+     ("crop", "empty", "--pred-class-column 'empty' of the predicted"),
+     ("crop", None, None)],
+)
+def test_class_columns_are_checked_up_front_for_runs_on_workers(toy_files, class_column, pred_class_column, needle):
+    """``--cluster`` and ``evalcore run`` read the layers on the workers: the headers and class columns are checked first."""
+    import argparse
+
+    from evalcore.cli.checks import check_columns_up_front
+
+    pred, ref = toy_files
+    args = argparse.Namespace(reference=str(ref), ref_layer=None, predicted=str(pred), pred_layer=None, strata_column=None,
+                              score_column=None, class_column=class_column, pred_class_column=pred_class_column)
+    if needle is None:
+        check_columns_up_front(args)
+        return
+    with pytest.raises(EvalInputError) as info:
+        check_columns_up_front(args)
+    assert needle in str(info.value) and "\n" not in str(info.value)
