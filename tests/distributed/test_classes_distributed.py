@@ -11,6 +11,7 @@ crop confused between similar crops, with some classes blanked on both sides.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import evalcore
@@ -78,8 +79,15 @@ def test_distributed_from_files_with_another_predicted_column(layers, client, tm
     options = {**{k: v for k, v in OPTIONS.items() if k != "strata"}, "pred_class_column": "crop_pred"}
     result = run_distributed(
         str(pred_path), str(ref_path), client, check_options(partition_size_m=20_000.0, **options),
-        strata="stratum", workdir=tmp_path / "work", chunk_rows=64,
+        strata="stratum", workdir=tmp_path / "work", chunk_rows=64, frame_dir=tmp_path / "fields", predictions_dir=tmp_path / "preds",
     )
-    single = evalcore.evaluate(pred_path, ref_path, partition_size_m=20_000.0, strata="stratum", **options)
-    assert result["classes"] == single["classes"]
+    tables = evalcore.evaluate_tables(pred_path, ref_path, partition_size_m=20_000.0, strata="stratum", **options)
+    assert result["classes"] == tables.summary["classes"]
     assert result["pred_class_column"] == "crop_pred"
+    # the tables' class columns, written by the workers
+    fields = pd.concat([pd.read_parquet(p) for p in sorted((tmp_path / "fields").glob("*.parquet"))]).set_index("ref_index").sort_index()
+    preds = pd.concat([pd.read_parquet(p) for p in sorted((tmp_path / "preds").glob("*.parquet"))]).set_index("pred_index").sort_index()
+    assert fields["class"].equals(tables.fields["class"].loc[fields.index])
+    for column in ("class", "home_ref_class"):
+        assert preds[column].equals(tables.predictions[column].loc[preds.index]), column
+    assert fields["class"].notna().sum() > 0.9 * len(fields) and preds["home_ref_class"].notna().any()
