@@ -4,7 +4,8 @@ merges, and how its numbers come out of the merged sums.
 A family (one module of :mod:`evalcore.metrics`) declares:
 
 * ``options``: its parameters (:class:`Option`), from which the library's
-  validation, the CLI flags and the flow parameters are generated;
+  validation, the CLI flags and the flow parameters are generated, and
+  ``check_options(values)``: its checks across options (each checked alone first);
 * ``columns(options)``: the per-reference quantity columns it sums (they merge by
   addition across partitions, strata, size classes and bootstrap replicates);
 * ``reference_columns(ctx)``: those columns for the reference fields of one partition
