@@ -23,6 +23,7 @@ from evalcore.boundary import candidate_boxes
 from evalcore.groups import strata_values
 from evalcore.layer_warnings import extent_of
 from evalcore.metrics.checks import positive
+from evalcore.metrics.classes import class_layer_columns
 from evalcore.options import EvalOptions, RunPlan, check_options, make_run_plan
 from evalcore.levels import Sites, aois_frame, prepare_sites, tiles_frame
 from evalcore.arrays import index_of
@@ -94,7 +95,7 @@ def _prepare_reference(reference: object, strata: object, size_bins: object, opt
                        study: Study | None = None):
     study = study if study is not None else prepare_study(options, options.equal_area_crs)
     ref = prepare_layer(reference, "reference", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m, sites=sites,
-                        study=study)
+                        study=study, class_column=class_layer_columns(options)[0])
     ref_strata = None
     if strata is not None:
         ref_strata = strata_values(reference, strata, ref.n_input)[ref.positions]
@@ -116,7 +117,7 @@ def _prepare_run(predicted: object, reference: object, strata: object, size_bins
     ref, plan, keys, ref_part, all_refs = reference_prepared or _prepare_reference(reference, strata, size_bins, options, sites, study)
     pred = prepare_layer(
         predicted, "predicted", equal_area_crs=options.equal_area_crs, partition_size_m=options.partition_size_m, sites=sites,
-        score_column=options.score_column, study=study,
+        score_column=options.score_column, study=study, class_column=class_layer_columns(options)[1],
     )
     # Phase 2 once over everything: per-row results do not depend on the grouping.
     results = compute_pairs(
@@ -310,6 +311,7 @@ def _frame(ev: _Evaluation, reference: object) -> pd.DataFrame:
         tolerance_m=ev.options.boundary_tolerance_m,
         aoi_keys=ev.sites.aois.keys if ev.sites.aois is not None else None,
         boundary_iou=ev.options.boundary_iou_width_m is not None,
+        ref_class=ev.ref.class_value[index_of(ev.ref.positions, ev.fields.index.to_numpy(np.int64))] if ev.ref.class_value is not None else None,
     )
 
 
@@ -395,6 +397,7 @@ def _tables(ev: _Evaluation, reference: object) -> EvaluationTables:
     preds = prediction_table(
         ev.preds, aoi_keys=ev.sites.aois.keys if ev.sites.aois is not None else None, annotated=ev.sites.annotated is not None,
         scored=ev.options.score_column is not None, boundary_iou=ev.options.boundary_iou_width_m is not None,
+        classed=ev.options.class_column is not None,
     )
     geoms = ev.pred.geoms_source[index_of(ev.pred.positions, ev.preds.index.to_numpy(np.int64))]
     predictions = geopandas.GeoDataFrame(preds, geometry=geoms, crs=ev.pred.crs)

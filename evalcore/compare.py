@@ -73,6 +73,34 @@ def _value(v: object) -> float | None:
     return v if np.isfinite(v) else None
 
 
+_MISSING = object()
+
+
+def _at(summary: dict, key: str, default: object = None) -> object:
+    """The value of a compared key: a top-level key, or a dotted path into a block (``classes.macro.f1``)."""
+    if key in summary:
+        return summary[key]
+    value: object = summary
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return default
+        value = value[part]
+    return value
+
+
+def _has(summary: dict, key: str) -> bool:
+    return _at(summary, key, _MISSING) is not _MISSING
+
+
+def _ci_at(summary: dict, key: str) -> list | None:
+    """The interval of a compared key: ``bootstrap.ci`` of a top-level key, its block's ``ci`` for a dotted one."""
+    if key in summary or "." not in key:
+        return summary.get("bootstrap", {}).get("ci", {}).get(key)
+    parent, _, leaf = key.rpartition(".")
+    block = _at(summary, parent)
+    return (block.get("ci") or {}).get(leaf) if isinstance(block, dict) else None
+
+
 PAIR_LABELS: tuple[str, str] = ("candidate", "incumbent")
 """Names of the two values in a delta entry of :func:`compare`; :func:`compare_models` uses ("model", "baseline")."""
 
@@ -192,18 +220,19 @@ def paired_deltas(
     for m in headline:
         overall[m] = _delta(summary_c.get(m), summary_i.get(m), rc.get(m), ri.get(m), labels)
     for m in overall_metrics():
-        if m not in summary_c or m not in summary_i:
+        if not (_has(summary_c, m) and _has(summary_i, m)):
             continue
-        # A sum family's replicates come from the group sums, a run-level one's (AP) from its global values.
+        vc, vi = _at(summary_c, m), _at(summary_i, m)
+        # A sum family's replicates come from the group sums, a run-level one's (AP, classes) from its global values.
         gc = mc.global_values.get("replicates", {}).get(m)
         gi = mi.global_values.get("replicates", {}).get(m)
         if gc is not None and gi is not None:
             bc = options.ap_interval == "bc" and m in ("ap50", "ap75", "ap50_95")
-            overall[m] = _delta(summary_c[m], summary_i[m], (gc, ~np.isnan(gc)), (gi, ~np.isnan(gi)), labels, bias_corrected=bc)
+            overall[m] = _delta(vc, vi, (gc, ~np.isnan(gc)), (gi, ~np.isnan(gi)), labels, bias_corrected=bc)
         elif m in rc and m in ri:
-            overall[m] = _delta(summary_c[m], summary_i[m], rc[m], ri[m], labels)
+            overall[m] = _delta(vc, vi, rc[m], ri[m], labels)
         else:
-            overall[m] = _delta(summary_c[m], summary_i[m], None, None, labels)
+            overall[m] = _delta(vc, vi, None, None, labels)
     out["overall"] = overall
     offset = 1
     for name, keys in ev_c.plan.groupings:
@@ -376,11 +405,10 @@ def compare(
 
 def _table_row(summary: dict) -> dict[str, object]:
     """One model's row: the headline (and score) metrics with their intervals, the counts, the worst groups (F1)."""
-    ci = summary.get("bootstrap", {}).get("ci", {})
     row: dict[str, object] = {k: summary.get(k) for k in ("count_predicted", "count_reference", "count_tp", "count_fp", "count_fn")}
-    for m in headline_metrics() + tuple(m for m in overall_metrics() if m in summary):
-        bounds = ci.get(m)
-        row[m] = {"value": _value(summary.get(m)), "ci": [_value(bounds[0]), _value(bounds[1])] if bounds is not None else None}
+    for m in headline_metrics() + tuple(m for m in overall_metrics() if _has(summary, m)):
+        bounds = _ci_at(summary, m)
+        row[m] = {"value": _value(_at(summary, m)), "ci": [_value(bounds[0]), _value(bounds[1])] if bounds is not None else None}
     worst: dict[str, object] = {}
     for grouping, block in (summary.get("worst") or {}).items():  # per_stratum, per_size_class
         worst[grouping] = None if block is None else block.get("f1")
@@ -401,7 +429,7 @@ def _models_result(names: list[str], sources: list[str], reference: str, baselin
         "models": dict(zip(names, sources)),
         "baseline": baseline,
         "bootstrap": _bootstrap_block(checked, n_units),
-        "metrics": list(headline_metrics()) + [m for m in overall_metrics() if m in summaries[0]],
+        "metrics": list(headline_metrics()) + [m for m in overall_metrics() if _has(summaries[0], m)],
         "table": {name: _table_row(summary) for name, summary in zip(names, summaries)},
         "deltas": {},
     }

@@ -2,7 +2,8 @@
 
 Runs ``evaluate-layers`` on an embedded Dask ``LocalCluster`` with 2 worker processes
 and Prefect in its ephemeral mode: strata, size classes, 1000 bootstrap resamples and a
-10 m boundary tolerance, the generated AOI and annotated-area layers and the scores. The
+10 m boundary tolerance, the generated AOI and annotated-area layers, the scores and the
+crop classes (``--class-column crop``: confusion matrix, kappa, per-class and macro metrics). The
 generated layers and the run directory (metrics.json, report.md, manifest.json, fields/,
 predictions/, tiles.parquet, aois.parquet, pr_curve.parquet, logs/run.log) go under ``demo-output/`` or the
 directory given as the first argument. ``EVALCORE_DEMO_N_REF`` sets the number of
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         return _failed("1/2 (generating the data)", status, why)
     print(
         "[2/2] flow evaluate-layers on a local Dask cluster (2 workers): strata, size classes, AOIs, the annotated "
-        "area, scores (AP, calibration), 1000 bootstrap resamples, 10 m boundary tolerance; the dashboard link follows",
+        "area, scores (AP, calibration), crop classes, 1000 bootstrap resamples, 10 m boundary tolerance; the dashboard link follows",
         flush=True,
     )
     status, why = run_command(
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             "--aoi-id-column", "aoi_id",
             "--annotated-area", str(data / "annotated.parquet"),
             "--score-column", "score",
+            "--class-column", "crop",
             "--workers", "2",
             "-o", str(run),
         ]

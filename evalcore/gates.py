@@ -147,7 +147,7 @@ _TOP_KEYS: frozenset[str] = frozenset((
     "area_weighted_precision", "area_weighted_recall", "aurc", "best_f1", "best_iou_mean",
     "bootstrap", "boundary_distance_mean_m", "boundary_distance_median_m", "boundary_f1",
     "boundary_precision", "boundary_recall", "boundary_sample_spacing_m",
-    "boundary_sample_spacing_max_m", "boundary_tolerance_m", "calibration",
+    "boundary_sample_spacing_max_m", "boundary_tolerance_m", "calibration", "class_column", "classes",
     "count_boundary_errors", "count_fn", "count_fn_localisation", "count_fn_missed", "count_fp",
     "count_fp_background", "count_fp_duplicate", "count_fp_localisation",
     "count_fp_outside_annotation", "count_fp_unassigned", "count_merged_reference", "count_merges",
@@ -160,7 +160,7 @@ _TOP_KEYS: frozenset[str] = frozenset((
     "iou_sweep", "iou_threshold", "leakage", "majority_fraction", "matching", "median_area_ha",
     "operating_point", "over_segmentation", "oversegmentation_mean", "per_size_class",
     "per_stratum", "pixel", "pr_curve", "precision", "precision_annotated", "precision_touching",
-    "predicted_area_ha", "recall", "reference_area_ha", "review", "risk_coverage", "score_column",
+    "pred_class_column", "predicted_area_ha", "recall", "reference_area_ha", "review", "risk_coverage", "score_column",
     "size_class_edges_ha", "strata_column", "study_area", "tiles", "under_segmentation",
     "undersegmentation_mean", "utm_epsg_codes", "warnings", "worst",
     # geometry quality (SPEC 6.11)
@@ -185,6 +185,11 @@ _INNER_KEYS: frozenset[str] = frozenset((
     "tversky", "tversky_alpha", "tversky_beta", "unit", "upper", "upper_ha", "value",
     # iou_distribution (SPEC 6.11)
     "count", "min", "q05", "q10", "q25", "median", "q75", "q90", "max",
+    # classes (SPEC 6.10)
+    "columns", "confusion", "count_matched_classified", "count_predicted_unclassified",
+    "count_reference_unclassified", "counts", "kappa", "n_classes", "n_classes_ap", "overall_accuracy",
+    "per_class", "pq", "precision_correct_class", "producers_accuracy", "recall_correct_class", "rows",
+    "rq", "sq", "users_accuracy", "worst_class", "class", "min_support",
 ))
 
 REASON_MISSING = "no metric at this path"

@@ -63,6 +63,9 @@ class PreparedLayer:
         rows repaired that SPEC 2 kept.
     equal_area_crs : pyproj.CRS
     partition_size_m : float
+    class_value : ndarray of object, optional
+        Class of each row as ``str`` (None where null; SPEC 6.10), or None without a
+        class column.
     n_outside_study_area : int
         Rows SPEC 2 kept that the study area's rule left out (:mod:`evalcore.study`).
     n_within_training_buffer : int
@@ -96,6 +99,7 @@ class PreparedLayer:
     partition_size_m: float
     n_outside_study_area: int = 0
     n_within_training_buffer: int = 0
+    class_value: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.positions)

@@ -18,7 +18,7 @@ import numpy as np
 from evalcore.bootstrap import BOOTSTRAP_UNITS, pool_id
 from evalcore.config import DEFAULT_PARTITION_SIZE_M, DEFAULT_TILE_KM
 from evalcore.groups import SizeClasses, size_classes
-from evalcore.metrics.registry import enabled_families, family_options
+from evalcore.metrics.registry import FAMILIES, enabled_families, family_options
 from evalcore.metrics.base import Option
 from evalcore.sites import layer_input
 from evalcore.metrics.checks import any_value, non_negative_int, optional_text, positive, positive_int
@@ -179,6 +179,8 @@ def check_options(**kwargs: object) -> EvalOptions:
         # A GSD that makes one tile (or its halo) too large is refused before any work.
         window_bytes(values["pixel_gsd_m"], values["tile_km"] * 1000.0, values["pixel_tolerance_px"])
     check_study_options(values)
+    for family in FAMILIES:
+        family.check_options(values)
     if values["bootstrap_unit"] == "aoi" and values["aoi"] is None:
         raise ValueError("bootstrap_unit='aoi' (--bootstrap-unit aoi) draws AOIs: give an AOI layer (--aoi PATH --aoi-id-column C).")
     return EvalOptions(values)

@@ -23,6 +23,7 @@ from evalcore.config import DEFAULT_PARTITION_SIZE_M, DEFAULT_TILE_KM
 from evalcore.crs import WGS84, to_utm, transform_xy, utm_crs, utm_epsg_of
 from evalcore.io import SOURCE_ATTR
 from evalcore.layer import PreparedLayer, empty_layer
+from evalcore.metrics.classes import class_values
 from evalcore.metrics.scores import score_values
 from evalcore.levels import Sites, locate
 from evalcore.polygons import equal_area_polygons, layer_geometries  # noqa: F401 (layer_geometries: api and the runner import it from here)
@@ -42,6 +43,7 @@ def prepare_layer(
     sites: Sites | None = None,
     score_column: str | None = None,
     study: Study | None = None,
+    class_column: str | None = None,
 ) -> PreparedLayer:
     """Prepare one polygon layer for evaluation (SPEC section 2).
 
@@ -62,6 +64,8 @@ def prepare_layer(
         row in (the annotated fraction is measured for the predicted layer only).
     score_column : str, optional
         Column of confidence scores (finite, in [0, 1]; every row is checked, dropped ones too).
+    class_column : str, optional
+        Column of classes (SPEC 6.10; compared as strings, null allowed).
     study : evalcore.study.Study, optional
         A study area (rows its rule leaves out are not kept, and counted apart from the
         dropped rows) and a training area (rows within its buffer are counted, and left
@@ -106,6 +110,10 @@ def prepare_layer(
     if score_column is not None:
 
         score = score_values(layer, score_column, where)[rows]
+    class_value = None
+    if class_column is not None:
+
+        class_value = class_values(layer, class_column, where)[rows]
     n_kept = len(rows)
     prepared = PreparedLayer(
         name=name,
@@ -133,6 +141,7 @@ def prepare_layer(
         equal_area_crs=ea_crs,
         partition_size_m=float(partition_size_m),
         n_outside_study_area=n_prepared - n_kept,
+        class_value=class_value,
     )
     if study is None or study.training is None:
         return prepared

@@ -139,6 +139,28 @@ def _refuse_geometry_column(flag: str, column: str, where: str, columns: list[st
     raise EvalInputError(f"{flag} {column!r} is the geometry column of the {where}, not an attribute; choose one of: {shown}.")
 
 
+def _class_flags(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """``(role, flag, column)`` of the class columns the run reads (SPEC 6.10)."""
+    column = getattr(args, "class_column", None)
+    if column is None:
+        return []
+    pred_column = getattr(args, "pred_class_column", None)
+    return [("reference", "--class-column", column),
+            ("predicted", "--pred-class-column" if pred_column is not None else "--class-column", pred_column or column)]
+
+
+def _check_class_column(values: object, flag: str, column: str, where: str, columns: list[str]) -> None:
+    """A class column must exist and hold at least one class (:func:`evalcore.metrics.classes.class_values`)."""
+    import pandas as pd
+
+    from evalcore.metrics.classes import check_only_nulls, class_values
+
+    if values is None:
+        shown = ", ".join(repr(c) for c in columns) or "(none)"
+        raise EvalInputError(f"{flag} {column!r} is not a column of the {where}; its columns are: {shown}.")
+    check_only_nulls(class_values(pd.DataFrame({column: values}), column, where, label=flag), column, where, label=flag)
+
+
 def check_read_columns(args: argparse.Namespace, reference: object, predicted: object = None) -> None:
     """For runs in this process, once the layers are read: the strata column and, given the predictions, the score column."""
     if args.strata_column is not None and args.strata_column == reference.geometry.name:
@@ -154,6 +176,13 @@ def check_read_columns(args: argparse.Namespace, reference: object, predicted: o
         where = describe_layer(args.predicted, args.pred_layer, "predicted")
         columns = [str(c) for c in predicted.columns if c != predicted.geometry.name]
         _check_score_column(predicted[args.score_column] if args.score_column in columns else None, args.score_column, where, columns)
+    for role, flag, column in _class_flags(args):
+        frame = reference if role == "reference" else predicted
+        if frame is None:
+            continue
+        path, name = (args.reference, args.ref_layer) if role == "reference" else (args.predicted, args.pred_layer)
+        columns = [str(c) for c in frame.columns if c != frame.geometry.name]
+        _check_class_column(frame[column] if column in columns else None, flag, column, describe_layer(path, name, role), columns)
 
 
 def check_columns_up_front(args: argparse.Namespace) -> None:
@@ -181,6 +210,12 @@ def check_columns_up_front(args: argparse.Namespace) -> None:
         if args.score_column in pred_columns:
             values = read_columns(args.predicted, [args.score_column], layer=args.pred_layer, role="predicted")[args.score_column]
         _check_score_column(values, args.score_column, where, list(pred_columns))
+    for role, flag, column in _class_flags(args):
+        path, name, columns = (
+            (args.reference, args.ref_layer, ref_columns) if role == "reference" else (args.predicted, args.pred_layer, pred_columns)
+        )
+        values = read_columns(path, [column], layer=name, role=role)[column] if column in columns else None
+        _check_class_column(values, flag, column, describe_layer(path, name, role), list(columns))
 
 
 def check_id_columns_up_front(args: argparse.Namespace) -> None:

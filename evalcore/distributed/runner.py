@@ -59,6 +59,7 @@ from evalcore.groups import strata_values
 from evalcore.writers import atomic_path, write_geoparquet, write_json, write_table
 from evalcore.options import EvalOptions, RunPlan, make_run_plan
 from evalcore.layer import PreparedLayer, empty_layer
+from evalcore.metrics.classes import class_layer_columns
 from evalcore.prepare import prepare_layer
 from evalcore.levels import Sites, aois_frame, prepare_sites, tiles_frame
 from evalcore.sites import SITE_LAYERS, LayerInput
@@ -179,8 +180,12 @@ def prepare_chunk_task(
     sites: Sites | None = None,
     score_column: str | None = None,
     study: Study | None = None,
+    class_columns: tuple[str | None, str | None] = (None, None),
 ) -> dict:
-    """Read, prepare and write one input chunk, partitioned by key; return its index entry."""
+    """Read, prepare and write one input chunk, partitioned by key; return its index entry.
+
+    ``class_columns`` are the reference's and the predictions' class columns (SPEC 6.10).
+    """
     gdf = read_chunk(source, chunk)
     strata_all = None
     if strata_column is not None and source.role == "reference":
@@ -193,6 +198,7 @@ def prepare_chunk_task(
     layer = prepare_layer(
         gdf, source.role, equal_area_crs=equal_area_crs, partition_size_m=partition_size_m, sites=sites,
         score_column=score_column if source.role == "predicted" else None, study=study,
+        class_column=class_columns[source.role == "predicted"],
     )
     local = layer.positions
     layer = replace(layer, positions=layer.positions + chunk.start)
@@ -372,6 +378,7 @@ def sums_task(
             tolerance_m=options.boundary_tolerance_m,
             aoi_keys=aoi_keys,
             boundary_iou=options.boundary_iou_width_m is not None,
+            ref_class=layer.class_value if options.class_column is not None else None,
         )
         # The reference id as a named column users can join on (an unnamed index is __index_level_0__ in a file).
         id_name = id_column or "ref_index"
@@ -396,6 +403,7 @@ def predictions_task(
     id_column: str | None = None,
     scored: bool = False,
     boundary_iou: bool = False,
+    classed: bool = False,
 ) -> dict:
     """Write the per-prediction table part of one partition's predictions (with their geometry)."""
     _inject_fault("predictions", storage.key_name(key))
@@ -405,7 +413,8 @@ def predictions_task(
     )
     if not np.array_equal(layer.positions, preds.index.to_numpy(np.int64)):
         raise PartitionMissingError(f"partition {storage.key_name(key)}: its prepared predictions differ from those resolved")
-    table = prediction_table(preds, aoi_keys=aoi_keys, annotated=annotated, scored=scored, boundary_iou=boundary_iou)
+    table = prediction_table(preds, aoi_keys=aoi_keys, annotated=annotated, scored=scored, boundary_iou=boundary_iou,
+                             classed=classed)
     id_name = id_column or "pred_index"
     table = table.drop(columns=[id_name], errors="ignore").rename_axis(id_name).reset_index()
     frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=pred_info.crs)
@@ -863,6 +872,7 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
             sites_future,
             options.score_column,
             study_future,
+            class_layer_columns(options),
             key=setup.task_key("prepare", source.role, chunk.index),
             retries=2,
             priority=chunk.weight,  # largest first, so the last task to finish is a small one
@@ -1056,6 +1066,7 @@ def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolve
             setup.predicted.id_column,
             setup.options.score_column is not None,
             setup.options.boundary_iou_width_m is not None,
+            setup.options.class_column is not None,
             key=setup.task_key("predictions", *key),
             retries=2,
             priority=len(rows),
@@ -1375,6 +1386,8 @@ def run_distributed(
             else:
                 values = strata if role == "reference" else None
                 scores = (options.score_column,) if role == "predicted" and options.score_column is not None else ()
+                klass = class_layer_columns(options)[role == "predicted"]
+                scores += (klass,) if klass is not None and klass not in scores else ()
                 sources.append(stage_layer(layer, role, work, values, chunk_rows, scores))
                 if role == "reference" and strata is not None:
                     strata_column = STAGED_STRATA_COLUMN

@@ -137,6 +137,7 @@ def write_prepared_chunk(
         "aoi": pa.array(layer.aoi[rows]),
         "annotated_fraction": pa.array(layer.annotated_fraction[rows]),
         "score": pa.array(layer.score[rows]),
+        "class": pa.array(layer.class_value[rows].tolist() if layer.class_value is not None else [None] * len(rows), type=pa.string()),
         "perimeter_m": pa.array(layer.perimeter_m[rows]),
         "ea_minx": pa.array(bounds[:, 0]),
         "ea_miny": pa.array(bounds[:, 1]),
@@ -244,6 +245,7 @@ def read_partition(
         aoi=table["aoi"].to_numpy().astype(np.int64),
         annotated_fraction=table["annotated_fraction"].to_numpy().astype(np.float64),
         score=table["score"].to_numpy().astype(np.float64),
+        class_value=np.asarray(table["class"].to_pylist(), dtype=object) if "class" in table.column_names else None,
         n_input=0,
         n_dropped=0,
         n_repaired=0,
@@ -323,6 +325,8 @@ def done_record_valid(record_path: Path, signature: str) -> bool:
 
 
 _LABEL_ARRAYS = ("pred_label_of_pair", "ref_label", "pred_label")
+_TEXT_ARRAYS = ("ref_class", "pred_class")
+"""Arrays of str or None (classes, SPEC 6.10)."""
 
 
 def write_pair_results(directory: Path, key: PartitionKey, results: object, signature: str) -> None:
@@ -334,6 +338,8 @@ def write_pair_results(directory: Path, key: PartitionKey, results: object, sign
 
     def column(array_name: str) -> pa.Array:
         values = getattr(results, array_name)
+        if array_name in _TEXT_ARRAYS:
+            return pa.array(list(values), type=pa.string())
         return _labels_array(pd.Index(values)) if array_name in _LABEL_ARRAYS else pa.array(values)
 
     pairs = pa.table(
@@ -355,7 +361,7 @@ def read_pair_results(directory: Path, key: PartitionKey, signature: str) -> obj
     tables = {part: pq.read_table(directory / f"{name}.{part}.parquet") for part in ("pairs", "refs", "preds")}
 
     def col(table: pa.Table, column: str, dtype: type | None = None) -> np.ndarray:
-        if column in _LABEL_ARRAYS:
+        if column in _LABEL_ARRAYS or column in _TEXT_ARRAYS:
             return np.asarray(table[column].to_pylist(), dtype=object)
         values = table[column].to_numpy()
         return values.astype(dtype) if dtype is not None else values

@@ -40,12 +40,12 @@ PAIR_ARRAYS: tuple[str, ...] = (
 )
 """The :class:`PairResults` arrays with a value per pair."""
 REF_ARRAYS: tuple[str, ...] = (
-    "ref_pos", "ref_within_tol_m", "ref_label", "ref_utm_epsg", "ref_tile_x", "ref_tile_y", "ref_aoi", "ref_pool",
+    "ref_pos", "ref_within_tol_m", "ref_label", "ref_utm_epsg", "ref_tile_x", "ref_tile_y", "ref_aoi", "ref_pool", "ref_class",
 )
 """The :class:`PairResults` arrays with a value per reference row."""
 PRED_ARRAYS: tuple[str, ...] = (
     "pred_pos", "pred_area_m2", "pred_perimeter_m", "pred_within_tol_m", "pred_label", "pred_utm_epsg",
-    "pred_tile_x", "pred_tile_y", "pred_aoi", "pred_annotated_fraction", "pred_score",
+    "pred_tile_x", "pred_tile_y", "pred_aoi", "pred_annotated_fraction", "pred_score", "pred_class",
 )
 """The :class:`PairResults` arrays with a value per prediction row."""
 
@@ -90,6 +90,9 @@ class PairResults:
         Bootstrap pool of each reference row.
     pred_score : ndarray of float64
         Confidence score of each prediction row (NaN: no score column).
+    ref_class, pred_class : ndarray of object
+        Class (str, None where null or without a class column) of each reference row
+        and prediction row (SPEC 6.10).
     """
 
     pairs: PairTable
@@ -119,6 +122,8 @@ class PairResults:
     pred_aoi: IdArray
     pred_annotated_fraction: F64Array
     pred_score: F64Array
+    ref_class: np.ndarray
+    pred_class: np.ndarray
 
     def restrict(self, pair_rows: IdArray, ref_rows: IdArray, pred_rows: IdArray | None = None) -> PairResults:
         """The results of some pairs, reference rows and (optionally) prediction rows."""
@@ -217,7 +222,16 @@ def compute_pairs(
         pred_aoi=pred_own.aoi,
         pred_annotated_fraction=pred_own.annotated_fraction,
         pred_score=pred_own.score,
+        ref_class=_classes(ref),
+        pred_class=_classes(pred_own),
     )
+
+
+def _classes(layer: PreparedLayer) -> np.ndarray:
+    """The layer's class of each row (all None without a class column)."""
+    if layer.class_value is None:
+        return np.full(len(layer), None, dtype=object)
+    return np.asarray(layer.class_value, dtype=object)
 
 
 def concat_pair_results(parts: list[PairResults]) -> tuple[PairResults, IdArray]:
@@ -247,7 +261,7 @@ def concat_pair_results(parts: list[PairResults]) -> tuple[PairResults, IdArray]
 
 
 def _empty_pair_results() -> PairResults:
-    objects = ("pred_label_of_pair", "ref_label", "pred_label")
+    objects = ("pred_label_of_pair", "ref_label", "pred_label", "ref_class", "pred_class")
     ints = ("ref_pos", "pred_pos", "ref_utm_epsg", "ref_tile_x", "ref_tile_y", "ref_aoi", "ref_pool", "pred_utm_epsg",
             "pred_tile_x", "pred_tile_y", "pred_aoi")
     arrays = {

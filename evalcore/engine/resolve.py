@@ -153,7 +153,10 @@ def resolve_run(
     if strata_names is not None:
         name_of_pool = {pool_id(name, True): name for name in strata_names}  # the missing-stratum pool maps to None
         ref_strata = np.array([name_of_pool.get(p) for p in results.ref_pool.tolist()], dtype=object)
-    ctx = GlobalContext(preds, pairs, results.ref_pos, home_row, options, _pred_weight_stream(draws, home_row, pred_units), ref_strata)
+    ctx = GlobalContext(
+        preds, pairs, results.ref_pos, home_row, options, _pred_weight_stream(draws, home_row, pred_units), ref_strata,
+        pair_values, results.ref_area_of_pair, results.ref_class, _pred_weight_stream(draws, home_row, pred_units, with_refs=True),
+    )
     global_values: dict = {"keys": {}, "ci": {}, "n_undefined": {}, "tables": {}, "replicates": {}}
     for family in enabled_families(options):
         for part, values in family.global_values(ctx).items():
@@ -216,8 +219,9 @@ def _unit_index(unit_keys: IdArray, keys: IdArray) -> IdArray:
     return inverse[len(unit_keys):].astype(np.int64)
 
 
-def _pred_weight_stream(draws, home_row: IdArray, pred_units: IdArray | None):
-    """A callable yielding, per replicate, every prediction's weight and the reference count."""
+def _pred_weight_stream(draws, home_row: IdArray, pred_units: IdArray | None, with_refs: bool = False):
+    """A callable yielding, per replicate, every prediction's weight and the reference count
+    (``with_refs``: every reference row's weight instead of their count)."""
     if draws is None:
         return None
 
@@ -227,7 +231,7 @@ def _pred_weight_stream(draws, home_row: IdArray, pred_units: IdArray | None):
                 pred_weights = np.where(home_row >= 0, ref_weights[np.maximum(home_row, 0)], 1.0)
             else:
                 pred_weights = draws.counts[b, pred_units]
-            yield pred_weights, float(ref_weights.sum())
+            yield pred_weights, (ref_weights if with_refs else float(ref_weights.sum()))
 
     return stream
 
@@ -261,6 +265,8 @@ def _prediction_sites(home: IdArray, results: PairResults, resolution: Resolutio
     ref_row = index_of(results.ref_pos, home[has])
     home_label = np.full(n, None, dtype=object)
     home_label[has] = np.asarray(results.ref_label, dtype=object)[ref_row]
+    home_class = np.full(n, None, dtype=object)
+    home_class[has] = np.asarray(results.ref_class, dtype=object)[ref_row]
     out = {
         "iou": iou,
         "best_iou": best,
@@ -268,8 +274,10 @@ def _prediction_sites(home: IdArray, results: PairResults, resolution: Resolutio
         "utm_epsg": results.pred_utm_epsg,
         "annotated_fraction": results.pred_annotated_fraction,
         "score": results.pred_score,
+        "class": results.pred_class,
         "label": np.asarray(results.pred_label, dtype=object),
         "home_ref_label": home_label,
+        "home_ref_class": home_class,
     }
     for name, own, of_ref in (
         ("tile_epsg", results.pred_utm_epsg, results.ref_utm_epsg),

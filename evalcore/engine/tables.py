@@ -43,8 +43,15 @@ def _aoi_column(codes: np.ndarray, aoi_keys: list[str] | None) -> pd.api.extensi
     return pd.array(keys[np.where(codes >= 0, codes, len(keys) - 1)], dtype="string")
 
 
-def prediction_table(preds: pd.DataFrame, *, aoi_keys: list[str] | None, annotated: bool, scored: bool = False,
-                     boundary_iou: bool = False) -> pd.DataFrame:
+def _class_column(values: np.ndarray) -> pd.api.extensions.ExtensionArray:
+    """Classes (str; anything else is null) as a string column (SPEC 6.10)."""
+    return pd.array([v if isinstance(v, str) else None for v in np.asarray(values, dtype=object).tolist()], dtype="string")
+
+
+def prediction_table(
+    preds: pd.DataFrame, *, aoi_keys: list[str] | None, annotated: bool, scored: bool = False,
+    boundary_iou: bool = False, classed: bool = False,
+) -> pd.DataFrame:
     """The per-prediction table (issue 13) from the resolve phase's prediction rows.
 
     Parameters
@@ -59,6 +66,9 @@ def prediction_table(preds: pd.DataFrame, *, aoi_keys: list[str] | None, annotat
         A score column was given (``score`` is written).
     boundary_iou : bool
         A boundary-IoU band width was given (``boundary_iou`` of the match is written).
+    classed : bool
+        Class columns were given (``class``, the prediction's class, and
+        ``home_ref_class``, its home reference's, are written; SPEC 6.10).
 
     Returns
     -------
@@ -89,6 +99,9 @@ def prediction_table(preds: pd.DataFrame, *, aoi_keys: list[str] | None, annotat
         out["annotated_fraction"] = preds["annotated_fraction"].to_numpy(np.float64)
     if scored:
         out["score"] = preds["score"].to_numpy(np.float64)
+    if classed:
+        out["class"] = _class_column(preds["class"].to_numpy(object))
+        out["home_ref_class"] = _class_column(preds["home_ref_class"].to_numpy(object))
     _add_code_columns(out, preds, PREDICTION_CODES)
     return out
 
@@ -115,6 +128,7 @@ def field_table(
     tolerance_m: float | None,
     aoi_keys: list[str] | None = None,
     boundary_iou: bool = False,
+    ref_class: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """The per-field table of seed 000 from the per-field columns, with each field's
     reporting tile (``tile_x``, ``tile_y`` in zone ``utm_epsg``) and AOI.
@@ -132,6 +146,8 @@ def field_table(
         Group codes of the fields (-1: none).
     boundary_iou : bool
         A boundary-IoU band width was given (``boundary_iou`` of the matched pair is written).
+    ref_class : ndarray of object, optional
+        Class of each field (SPEC 6.10; None: null), written as ``class``.
     """
     matched = fields["matched"].to_numpy(bool)
     out = pd.DataFrame(index=ref_labels)
@@ -161,6 +177,8 @@ def field_table(
     if strata_names is not None:
         names = np.array(list(strata_names) + [None], dtype=object)
         out["stratum"] = pd.array(names[strata_codes], dtype="string")
+    if ref_class is not None:
+        out["class"] = _class_column(ref_class)
     if size_keys is not None:
         keys = np.array(list(size_keys) + [None], dtype=object)
         out["size_class"] = pd.array(keys[size_codes], dtype="string")

@@ -37,6 +37,8 @@ __all__ = [
     "reliability_diagram",
     "paired_deltas",
     "iou_distribution",
+    "confusion_heatmap",
+    "class_bars",
 ]
 
 MAX_BARS = 30
@@ -59,6 +61,8 @@ FIGURES: tuple[tuple[str, str], ...] = (
     ("overlay_errors", "Overlays of a sample of each error code"),
     ("paired", "Paired comparison: deltas with their paired intervals"),
     ("iou_distribution", "Matched-IoU distribution, with boundary IoU beside it"),
+    ("class_confusion", "Confusion matrix of the matched fields' classes"),
+    ("class_bars", "PQ and F1 per class"),
 )
 """Every figure the report can draw, as (name, title); the PNG is ``figures/<name>.png``."""
 _TITLES = dict(FIGURES)
@@ -524,3 +528,66 @@ def iou_distribution(iou: np.ndarray, dist: dict, boundary_iou: np.ndarray | Non
         ax.grid(alpha=0.3)
         caption += "; right: the same pairs' boundary IoU, mean and median marked"
     return Figure("iou_distribution", png(fig), caption + ".")
+def confusion_heatmap(block: dict) -> Figure:
+    """The confusion matrix of ``classes`` in ``metrics.json``: counts, and the same normalised by row (reference class)."""
+    names = list(block.get("classes") or [])
+    counts = np.asarray((block.get("confusion") or {}).get("counts") or np.zeros((0, 0)), dtype=np.float64).reshape(len(names), len(names))
+    rows = counts.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(rows > 0, counts / np.where(rows > 0, rows, 1.0), np.nan)
+    side = 1.6 + 0.45 * max(len(names), 2)
+    fig = new_figure(2 * side + 0.6, side + 0.4)
+    label_size = 8 if len(names) <= 10 else 6
+    for ax, values, title, text in ((fig.add_subplot(1, 2, 1), counts, "matched pairs", lambda v: f"{v:.0f}"),
+                                     (fig.add_subplot(1, 2, 2), share, "share of the reference class", lambda v: f"{v:.2f}")):
+        shown = np.nan_to_num(values / values.max() if title == "matched pairs" and values.size and values.max() > 0 else values)
+        ax.imshow(shown, cmap="Blues", vmin=0.0, vmax=1.0)
+        if len(names) <= 15:  # numbers in the cells while they stay legible
+            for i in range(len(names)):
+                for j in range(len(names)):
+                    if np.isfinite(values[i, j]):
+                        ax.text(j, i, text(values[i, j]), ha="center", va="center", fontsize=label_size - 1,
+                                color="white" if shown[i, j] > 0.6 else "black")
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, rotation=45, ha="right", fontsize=label_size)
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names, fontsize=label_size)
+        ax.set_xlabel("predicted class")
+        ax.set_ylabel("reference class")
+        ax.set_title(title, fontsize=9)
+    caption = (f"The main matching's {fmt(block.get('count_matched_classified'))} matched pairs with a class on both sides, by reference class "
+               f"(rows) and predicted class (columns); right: each row divided by its total (producer's accuracy on the diagonal). "
+               f"Overall accuracy {fmt(block.get('overall_accuracy'))}, kappa {fmt(block.get('kappa'))}.")
+    return Figure("class_confusion", png(fig), caption)
+
+
+def class_bars(block: dict) -> Figure:
+    """PQ and F1 of the class-aware matching per class (``classes.per_class``), with their intervals when there are any."""
+    per = block.get("per_class") or {}
+    names = list(per)
+    fig = new_figure(6.4, 1.0 + 0.32 * max(len(names), 1))
+    ax = fig.add_subplot()
+    y = np.arange(len(names))[::-1].astype(np.float64)
+    has_ci = False
+    for offset, key, colour in ((0.18, "pq", "#4a7ab7"), (-0.18, "f1", "#1b1b1b")):
+        v = np.array([float_or_nan(per[n].get(key)) for n in names])
+        ax.barh(y + offset, np.nan_to_num(v), height=0.34, color=colour, alpha=0.8, label="PQ" if key == "pq" else "F1")
+        ci = [interval_of(per[n], key) or [None, None] for n in names]
+        lo, hi = (np.array([float_or_nan(c[k]) for c in ci]) for k in (0, 1))
+        ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(v)
+        if ok.any():
+            has_ci = True
+            ax.errorbar(v[ok], (y + offset)[ok], xerr=[np.maximum(v[ok] - lo[ok], 0), np.maximum(hi[ok] - v[ok], 0)], fmt="none",
+                        ecolor="#7a7a7a", capsize=2, lw=1)
+    macro = block.get("macro") or {}
+    if finite(macro.get("pq")) is not None:
+        ax.axvline(macro["pq"], color="#4a7ab7", ls="--", lw=1, label=f"mPQ {fmt(macro['pq'])}")
+    ax.set_yticks(y)
+    ax.set_yticklabels([f"{n} ({per[n].get('count_reference')})" for n in names], fontsize=8)
+    ax.set_xlim(0, 1.02)
+    ax.set_xlabel("value (class-aware matching)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=7.5)
+    caption = ("Per class, matching only predictions and fields of that class: panoptic quality and F1; in brackets the class's reference fields"
+               + (" (bars: 95 % bootstrap intervals)." if has_ci else " (no intervals: no bootstrap)."))
+    return Figure("class_bars", png(fig), caption)

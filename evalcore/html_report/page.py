@@ -16,7 +16,10 @@ from evalcore.html_report.figures import FIGURES
 from evalcore.html_report.loading import RunFiles, load_run
 from evalcore.html_report.markup import Figure, Page, esc
 from evalcore.html_report.overlays import PREDICTION_COLOUR, REFERENCE_COLOUR, overlays_section
-from evalcore.html_report.sections import family_sections, group_section, headline, iou_section, pixel_paired_section, review_section, scores_section, tiles_section
+from evalcore.html_report.sections import (
+    classes_section, family_sections, group_section, headline, iou_section, pixel_paired_section, review_section, scores_section,
+    tiles_section,
+)
 from evalcore.writers import atomic_path
 
 __all__ = ["build_report"]
@@ -67,6 +70,7 @@ def _render(run: RunFiles) -> tuple[str, list[Figure]]:
     group_section(run, page, "per_size_class", "Per size class", "per_size_class", "No size classes: the run was made without --size-bins.")
     tiles, worst = tiles_section(run, page)
     scores_section(run, page)
+    classes_section(run, page)
     families = family_sections(run, page)
     overlays_section(run, page, tiles, worst)
     pixel_paired_section(run, page)
@@ -75,6 +79,7 @@ def _render(run: RunFiles) -> tuple[str, list[Figure]]:
     status = (run.status or {}).get("status")
     nav = "".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in (("headline", "Headline"), ("iou-curve", "IoU curve"), ("per-stratum", "Strata"),
                                                                ("per-size-class", "Size classes"), ("tiles", "Tiles and AOIs"), ("scores", "Scores"),
+                                                               ("classes", "Classes"),
                                                                *families, ("overlays", "Overlays"), ("pixel-paired", "Pixels, paired"),
                                                                *((("review", "Review"),) if reviewed else ())))
     doc = (

@@ -3,7 +3,8 @@
 :func:`headline` (the headline numbers with their intervals, the acceptance gates, the
 errors by kind and the input and run identity), :func:`iou_section` (the IoU sweep),
 :func:`group_section` (strata, size classes), :func:`tiles_section` (reporting tiles and
-AOIs), :func:`scores_section` (precision-recall and calibration),
+AOIs), :func:`scores_section` (precision-recall and calibration), :func:`classes_section`
+(the confusion heatmap and per-class bars),
 :func:`family_sections` (a section per registered family that declares one) and
 :func:`pixel_paired_section` and :func:`review_section` (once review decisions exist). Each appends its HTML and its figures to a
 :class:`~evalcore.html_report.markup.Page`; the figures are drawn by
@@ -16,7 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from evalcore.html_report.figures import figure_html, group_bars, iou_curve, iou_distribution, paired_deltas, pr_curves, reliability_diagram, tile_map
+from evalcore.html_report.figures import (
+    class_bars, confusion_heatmap, figure_html, group_bars, iou_curve, iou_distribution, paired_deltas, pr_curves,
+    reliability_diagram, tile_map,
+)
 from evalcore.html_report.loading import RunFiles, finite, group_rows, load_tiles, read_columns, worst_tile_rows
 from evalcore.html_report.markup import Page, ci_text, esc, fmt, group_label, note, plain, prose, table, value_span, with_ci
 from evalcore.metrics.registry import FAMILIES
@@ -28,6 +32,7 @@ __all__ = [
     "group_section",
     "tiles_section",
     "scores_section",
+    "classes_section",
     "family_sections",
     "pixel_paired_section",
     "review_section",
@@ -340,6 +345,39 @@ def scores_section(run: RunFiles, page: Page) -> None:
         fig_ = reliability_diagram(cal)
         page.figures.append(fig_)
         page.parts.append(figure_html(fig_))
+    page.parts.append("</section>")
+
+
+def classes_section(run: RunFiles, page: Page) -> None:
+    """The classes (``--class-column``): the confusion heatmap, per-class PQ and F1 bars, and the per-class table."""
+    block = run.metrics.get("classes")
+    page.parts.append('<section id="classes"><h2>Classes: confusion and per-class quality</h2>')
+    if not block:
+        page.parts.append(note("No classes: the run was made without --class-column."))
+        page.parts.append("</section>")
+        return
+    for draw in (confusion_heatmap, class_bars):
+        fig_ = draw(block)
+        page.figures.append(fig_)
+        page.parts.append(figure_html(fig_))
+    macro = block.get("macro") or {}
+    page.parts.append(
+        f"<p>{fmt(macro.get('n_classes'))} classes: mPQ {with_ci('classes.macro.pq', macro.get('pq'), interval_of(macro, 'pq'))}, "
+        f"macro F1 {with_ci('classes.macro.f1', macro.get('f1'), interval_of(macro, 'f1'))}"
+        + (f", mAP50:95 {with_ci('classes.macro.ap50_95', macro.get('ap50_95'), interval_of(macro, 'ap50_95'))}" if "ap50_95" in macro else "")
+        + f"; {fmt(block.get('count_reference_unclassified'))} reference fields and {fmt(block.get('count_predicted_unclassified'))} "
+        "predictions without a class.</p>")
+    worst = block.get("worst_class")
+    if worst:
+        page.parts.append(f'<p class="worst">Worst class by F1 among classes with enough support: <b>{esc(worst.get("class"))}</b> '
+                          f'(F1 {fmt(worst.get("f1"))}, {fmt(worst.get("count_reference"))} fields).</p>')
+    per = block.get("per_class") or {}
+    rows = [[esc(name), fmt(e.get("count_reference")), fmt(e.get("count_predicted")),
+             *(fmt(e.get(k)) + ci_text(interval_of(e, k)) for k in ("precision", "recall", "f1", "pq")),
+             fmt(e.get("producers_accuracy")), fmt(e.get("users_accuracy"))] + ([fmt(e.get("ap50_95"))] if "ap50_95" in e else [])
+            for name, e in list(per.items())[:MAX_TABLE_ROWS]]
+    header = ["class", "reference", "predicted", "precision", "recall", "F1", "PQ", "producer's acc.", "user's acc."]
+    page.parts.append(table(header + (["AP50:95"] if any("ap50_95" in e for e in per.values()) else []), rows, "classes"))
     page.parts.append("</section>")
 
 

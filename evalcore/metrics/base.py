@@ -4,7 +4,8 @@ merges, and how its numbers come out of the merged sums.
 A family (one module of :mod:`evalcore.metrics`) declares:
 
 * ``options``: its parameters (:class:`Option`), from which the library's
-  validation, the CLI flags and the flow parameters are generated;
+  validation, the CLI flags and the flow parameters are generated, and
+  ``check_options(values)``: its checks across options (each checked alone first);
 * ``columns(options)``: the per-reference quantity columns it sums (they merge by
   addition across partitions, strata, size classes and bootstrap replicates);
 * ``reference_columns(ctx)``: those columns for the reference fields of one partition
@@ -233,7 +234,16 @@ class GlobalContext:
         drawn; None without a bootstrap.
     ref_strata : ndarray of object, optional
         Stratum name (str) of each reference row of ``ref_pos``, None where it is
-        missing; None for a run without strata (or a caller that does not give them).
+        missing; None for a run without strata (or a caller that does not give them).    pair_values : mapping of str to ndarray, optional
+        The global matching's per-pair values (``is_match``, ``is_eligible``, ...), in
+        the order of ``pairs``.
+    ref_area_of_pair : ndarray of float64, optional
+        Area of each pair's reference field, m².
+    ref_class : ndarray of object, optional
+        Class (str, None where null) of each reference row of ``ref_pos`` (SPEC 6.10).
+    replicate_draws : callable, optional
+        Like ``replicate_weights`` but yielding, per replicate, ``(weight of every
+        prediction, weight of every reference row of ref_pos)``; None without a bootstrap.
     """
 
     preds: pd.DataFrame
@@ -243,6 +253,10 @@ class GlobalContext:
     options: object
     replicate_weights: Callable[[], object] | None = None
     ref_strata: np.ndarray | None = None
+    pair_values: Mapping[str, np.ndarray] | None = None
+    ref_area_of_pair: F64Array | None = None
+    ref_class: np.ndarray | None = None
+    replicate_draws: Callable[[], object] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +326,9 @@ class MetricFamily:
 
     def enabled(self, options: object) -> bool:
         return True
+
+    def check_options(self, values: Mapping[str, object]) -> None:
+        """Checks across options (each checked alone first); raises ValueError naming the option."""
 
     def columns(self, options: object) -> tuple[str, ...]:
         return ()

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 
 from evalcore.metrics.area import Area
 from evalcore.metrics.base import MetricFamily, Option, Value
+from evalcore.metrics.classes import Classes
 from evalcore.metrics.detection import Detection
 from evalcore.metrics.distance import Distance
 from evalcore.metrics.incomplete import Incomplete
@@ -54,6 +55,7 @@ FAMILIES: list[MetricFamily] = [
     Taxonomy(),
     Incomplete(),
     Scores(),
+    Classes(),
 ]
 
 

@@ -49,9 +49,14 @@ Predicted layer (``EPSG:5070``, NAD83 / Conus Albers, metres)
     cells between fields, or up to 1.5 km outside a cluster), half partly cover a
     reference field (mostly a missed one). Everything except ``miss`` is shifted.
     Predictions can overlap each other slightly (dilations, shifts) but mostly do not.
-    Columns: ``pred_id`` (unique int64, a permutation of ``0..n-1``) and ``score``
+    Columns: ``pred_id`` (unique int64, a permutation of ``0..n-1``), ``score``
     (float64 in [0, 1]; Beta-distributed with a mean of 0.8 for good matches down to
-    0.2 for false positives, so it is informative but not separating).
+    0.2 for false positives, so it is informative but not separating) and ``crop``
+    (the predicted crop: its source field's crop, confused now and then with a
+    similar one, e.g. sorghum for corn in 12 % and corn for sorghum in 20 % of the
+    predictions, winter wheat and fallow both ways; a false positive gets a crop drawn
+    from the crops' shares). The crop comes from ``numpy.random.default_rng([seed,
+    3])``, a generator of its own, so the columns drawn before it did not change.
 
 Clustered errors (``error_correlation_km=L``)
     Real errors cluster in space (a hazy scene, a region the model saw little of), so

@@ -1,11 +1,11 @@
-"""Attributes of the reference layer: the ``stratum`` (county) and ``crop`` columns."""
+"""Attributes: the reference layer's ``stratum`` (county) and ``crop``, the predicted ``crop``."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from evalcore._typing import IdArray
-from evalcore.synth.constants import _COUNTIES, _CROP_P_OTHER, _CROP_P_PIVOT, _CROPS, _PIVOT
+from evalcore.synth.constants import _COUNTIES, _CROP_CONFUSION, _CROP_P_OTHER, _CROP_P_PIVOT, _CROPS, _PIVOT
 from evalcore.synth.layout import _Layout
 from evalcore.synth.shapes import _Shapes
 
@@ -32,3 +32,24 @@ def _crops(rng: np.random.Generator, ref_items: IdArray, shapes: _Shapes, n_ref:
         np.searchsorted(np.cumsum(_CROP_P_OTHER), u * sum(_CROP_P_OTHER), side="right"),
     )
     return np.array(_CROPS, dtype=object)[np.minimum(crop, len(_CROPS) - 1)]
+
+
+def _predicted_crops(rng: np.random.Generator, source_crop: np.ndarray) -> np.ndarray:
+    """Predicted crop of each prediction from its source field's crop (None: no source field).
+
+    Mostly the source's crop; with the probability of :data:`_CROP_CONFUSION` the crop it
+    is confused with. A prediction without a source field (a false positive, a bad row)
+    gets a crop drawn from the crops' shares outside pivots.
+    """
+    u = rng.random(source_crop.size)
+    other = np.array(_CROPS, dtype=object)[
+        np.minimum(np.searchsorted(np.cumsum(_CROP_P_OTHER), rng.random(source_crop.size) * sum(_CROP_P_OTHER), side="right"), len(_CROPS) - 1)
+    ]
+    out = np.empty(source_crop.size, dtype=object)
+    for k, crop in enumerate(source_crop.tolist()):
+        if crop is None:
+            out[k] = other[k]
+            continue
+        confused, p = _CROP_CONFUSION[crop]
+        out[k] = confused if u[k] < p else crop
+    return out

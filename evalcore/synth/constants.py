@@ -75,3 +75,14 @@ _COUNTIES = ("Finney", "Haskell", "Kearny", "Scott", "Texas", "Cimarron", "Baca"
 _CROPS = ("winter wheat", "corn", "soybeans", "sorghum", "cotton", "alfalfa", "fallow")
 _CROP_P_PIVOT = (0.05, 0.45, 0.20, 0.05, 0.0, 0.25, 0.0)
 _CROP_P_OTHER = (0.32, 0.18, 0.17, 0.10, 0.08, 0.03, 0.12)
+# The crop a model confuses each crop with, and how often (the predicted ``crop``):
+# summer row crops with each other, winter wheat with fallow stubble, alfalfa with wheat.
+_CROP_CONFUSION = {
+    "winter wheat": ("fallow", 0.10),
+    "corn": ("sorghum", 0.12),
+    "soybeans": ("corn", 0.08),
+    "sorghum": ("corn", 0.20),
+    "cotton": ("soybeans", 0.10),
+    "alfalfa": ("winter wheat", 0.06),
+    "fallow": ("winter wheat", 0.15),
+}

@@ -19,7 +19,7 @@ import geopandas
 import numpy as np
 import shapely
 
-from evalcore.synth.attributes import _crops, _strata
+from evalcore.synth.attributes import _crops, _predicted_crops, _strata
 from evalcore.synth.constants import (
     _BAD_CELL_HALF_M,
     _BAD_PRED,
@@ -117,8 +117,10 @@ def make_layers(
     Returns
     -------
     pred : geopandas.GeoDataFrame
-        Predictions in :data:`PRED_CRS` with columns ``pred_id`` (int64, unique) and
-        ``score`` (float64 in [0, 1]), and a RangeIndex.
+        Predictions in :data:`PRED_CRS` with columns ``pred_id`` (int64, unique),
+        ``score`` (float64 in [0, 1]) and ``crop`` (str: its source field's crop, now and
+        then a similar crop; drawn from ``numpy.random.default_rng([seed, 3])``), and a
+        RangeIndex.
     ref : geopandas.GeoDataFrame
         ``n_ref`` fields (plus bad rows) in :data:`REF_CRS` with columns ``field_id``
         (int64, unique), ``stratum`` (str, a few missing) and ``crop`` (str), and a
@@ -226,10 +228,16 @@ def make_layers(
     pred_geoms = _repair(pred_geoms, pred_kind != _PRED_BAD)
     kept = (pred_kind == _PRED_BAD) | (~shapely.is_missing(pred_geoms) & ~shapely.is_empty(pred_geoms))
     pred_order = np.flatnonzero(kept)[np.lexsort((pred_sub[kept], layout.rank[pred_item[kept]]))]
+    # The predicted crop from a generator of its own, so the layers drawn before it stayed the same.
+    crop_of_item = np.full(item_kind.size, None, dtype=object)
+    crop_of_item[ref_items] = ref["crop"].to_numpy(dtype=object)
+    crop_of_item[ref_items[ref_items >= n_ref]] = None  # bad rows are no source
+    pred_crop = _predicted_crops(np.random.default_rng([operator.index(seed), 3]), crop_of_item[pred_item[pred_order]])
     pred = geopandas.GeoDataFrame(
         {
             "pred_id": rng.permutation(pred_order.size).astype(np.int64),
             "score": _scores(rng, pred_kind[pred_order], score_decimals),
+            "crop": pred_crop,
         },
         geometry=geopandas.GeoSeries(pred_geoms[pred_order], crs=PRED_CRS),
     )

@@ -56,7 +56,8 @@ def run_dirs(tmp_path_factory: pytest.TempPathFactory, prefect_server: str) -> d
     layers = ["-p", str(data / "predicted.parquet"), "-r", str(data / "reference.parquet"), "--workers", "1"]
     commands = {
         "full": layers + ["--strata-column", "stratum", "--size-bins", "auto", "--aoi", str(data / "aoi.parquet"), "--aoi-id-column", "aoi_id",
-                          "--score-column", "score", "--bootstrap", "20", "--gates", str(gates), "-o", str(root / "full")],
+                          "--score-column", "score", "--class-column", "crop", "--bootstrap", "20", "--gates", str(gates),
+                          "-o", str(root / "full")],
         "minimal": layers + ["-o", str(root / "minimal")],
     }
     env = dict(os.environ, PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_API_URL=prefect_server)

@@ -13,7 +13,7 @@ from evalcore.errors import EvalInputError
 from evalcore.html_report import FIGURES, build_report
 
 ALWAYS = {"iou_curve", "tile_f1_map", "tile_count_ratio_map", "overlay_worst_tiles", "overlay_errors", "iou_distribution"}
-WITH_OPTIONS = ALWAYS | {"per_stratum", "per_size_class", "pr_curve", "reliability"}
+WITH_OPTIONS = ALWAYS | {"per_stratum", "per_size_class", "pr_curve", "reliability", "class_confusion", "class_bars"}
 
 
 class _Page(HTMLParser):
@@ -128,7 +128,8 @@ def test_a_run_without_optional_families_says_why(run_dirs, reports):
     page = _parse(reports["minimal"])
     assert set(page.figures) == ALWAYS
     notes = " ".join(page.notes)
-    for why in ("--score-column", "--aoi", "--strata-column", "--size-bins", "--pixel-gsd-m", "paired.json", "acceptance-gates"):
+    for why in ("--score-column", "--aoi", "--strata-column", "--size-bins", "--pixel-gsd-m", "paired.json", "acceptance-gates",
+                "--class-column"):
         assert why in notes, why
     assert "No intervals: the run had no bootstrap resamples" in reports["minimal"].read_text()
     assert {p.stem for p in (run_dirs["minimal"] / "figures").glob("*.png")} == ALWAYS

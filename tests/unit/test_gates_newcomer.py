@@ -123,6 +123,7 @@ def every_option_metrics(tmp_path_factory) -> dict:
                 "--size-bins", "auto", "--bootstrap", "3", "--aoi", str(s / "aoi.parquet"), "--aoi-id-column", "aoi_id",
                 "--score-column", "score", "--annotated-area", str(s / "annotated.parquet"), "--score-threshold", "0.5",
                 "--precision-targets", "0.9", "--boundary-tolerance-m", "2", "--pixel-gsd-m", "10", "--boundary-iou-width-m", "5",
+                "--class-column", "crop",
                 "--study-area", str(s / "aoi.parquet"), "--training-area", str(s / "annotated.parquet"),
                 "-o", str(out / "metrics.json"), "-q", timeout=600)
     assert done.returncode == 0, done.stderr

@@ -102,7 +102,7 @@ def test_crs(ref, pred):
 
 def test_columns_and_dtypes(ref, pred):
     assert list(ref.columns) == ["field_id", "stratum", "crop", "geometry"]
-    assert list(pred.columns) == ["pred_id", "score", "geometry"]
+    assert list(pred.columns) == ["pred_id", "score", "crop", "geometry"]
     assert isinstance(ref.index, pd.RangeIndex) and isinstance(pred.index, pd.RangeIndex)
     assert ref["field_id"].dtype == np.int64 and ref["field_id"].is_unique
     assert pred["pred_id"].dtype == np.int64 and pred["pred_id"].is_unique
@@ -113,6 +113,26 @@ def test_columns_and_dtypes(ref, pred):
     assert 0 < ref["stratum"].isna().sum() < 0.01 * len(ref)
     assert 3 <= ref["stratum"].nunique() <= 10
     assert ref["crop"].notna().all() and ref["crop"].nunique() >= 3
+    assert pred["crop"].notna().all() and set(pred["crop"]) <= set(ref["crop"])
+
+
+def test_predicted_crop_is_mostly_the_fields_with_the_declared_confusions(ref, pred):
+    """The matched predictions' crops: the field's in most pairs, else the crop it is declared confused with."""
+    import evalcore
+    from evalcore.synth.constants import _CROP_CONFUSION
+
+    c = evalcore.evaluate(pred, ref, class_column="crop", iou_sweep_thresholds=None)["classes"]
+    counts = np.array(c["confusion"]["counts"])
+    names = c["classes"]
+    assert 0.8 < c["overall_accuracy"] < 0.97
+    declared = sum(counts[names.index(a), names.index(b)] for a, (b, _) in _CROP_CONFUSION.items() if a in names and b in names)
+    # most confusions are declared ones; the rest are merged predictions matched to the other field
+    assert declared >= 0.85 * (counts.sum() - np.trace(counts))
+    # corn is taken for sorghum in about 12 % of its matched fields (binomial: within 5 sigma)
+    corn, sorghum = names.index("corn"), names.index("sorghum")
+    n = counts[corn].sum()
+    assert abs(counts[corn, sorghum] - 0.12 * n) < 5 * np.sqrt(0.12 * 0.88 * n)
+
 
 
 def test_ids_are_not_row_positions(ref):

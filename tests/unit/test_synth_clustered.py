@@ -88,10 +88,11 @@ def indicators() -> dict:
     ],
 )  # fmt: skip
 def test_without_the_option_the_layers_are_those_of_before(n_ref, seed, kwargs, pred_digest, ref_digest):
-    # Digests of the layers of the generator before error_correlation_km existed.
+    # Digests of the layers of the generator before error_correlation_km existed (and before
+    # the predicted crop, issue 31: drawn from a generator of its own, it is left out here).
     for extra in ({}, {"error_correlation_km": None}):
         pred, ref = make_layers(n_ref, seed, **kwargs, **extra)
-        assert digest(pred, 3) == pred_digest
+        assert digest(pred.drop(columns="crop"), 3) == pred_digest
         assert digest(ref, 7) == ref_digest
 
 
