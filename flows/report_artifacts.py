@@ -29,11 +29,14 @@ MAX_EMBED_BYTES = 1_500_000
 """A PNG above this size is named, not embedded."""
 
 FIGURE_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("metrics", "Metrics: IoU curve, groups, scores", ("iou_curve", "per_stratum", "per_size_class", "pr_curve", "reliability", "paired")),
+    ("metrics", "Metrics: IoU curve, groups, scores, quality, classes",
+     ("iou_curve", "per_stratum", "per_size_class", "pr_curve", "reliability", "paired", "iou_distribution",
+      "class_confusion", "class_bars")),
     ("maps", "Where it fails: per-tile maps", ("tile_f1_map", "tile_count_ratio_map")),
     ("overlays", "Overlays: reference (purple) and predictions (orange)", ("overlay_worst_tiles", "overlay_errors")),
 )
-"""One markdown artifact per group: (key part, heading, figure names)."""
+"""One markdown artifact per group: (key part, heading, figure names). Every figure of
+:data:`evalcore.html_report.figures.FIGURES` is in one group (tests/flows/test_report_artifact_groups.py)."""
 
 _TITLES = dict(FIGURES)
 
