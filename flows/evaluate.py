@@ -392,11 +392,9 @@ class GatesNotPassed(RuntimeError):
     def __init__(self, result: dict, metrics: dict | None = None) -> None:
         self.result = result
         self.metrics = metrics  # for the caller's summary: the run itself is complete
-        counts = result["counts"]
-        super().__init__(
-            f"acceptance gates: {result['decision']} ({counts['pass']} pass, {counts['fail']} fail, "
-            f"{counts['not_evaluable']} not evaluable); see acceptance-gates.json"
-        )
+        from evalcore.gates import counts_text
+
+        super().__init__(f"acceptance gates: {result['decision']} ({counts_text(result)}); see acceptance-gates.json")
 
 
 @task(name="html-report", retries=1, cache_policy=NO_CACHE)
@@ -479,7 +477,7 @@ def check_gates(params: EvaluateParams) -> dict:
     result["gates_file"] = {"path": str(Path(params.gates).resolve()), "sha256": sha256_path(params.gates)}
     write_json(out / "acceptance-gates.json", result)
     create_table_artifact(
-        [{k: r.get(k) for k in ("id", "group", "metric", "observed", "op", "expected", "support", "state", "reason")} for r in result["rules"]],
+        [{k: r.get(k) for k in ("id", "group", "metric", "observed", "op", "expected", "support", "state", "reason", "blocks")} for r in result["rules"]],
         key=artifact_key("evalcore-gates", params),
         description=f"Acceptance gates: {result['decision']}",
     )
