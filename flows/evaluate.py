@@ -70,7 +70,7 @@ from evalcore.distributed.reliability import peak_rss_mib, run_reliability, star
 from evalcore.errors import EvalInputError
 from evalcore.evidence import BUNDLE_FILES
 from evalcore.writers import atomic_path, write_json
-from evalcore.logs import library_level, run_log
+from evalcore.logs import PhaseProgress, library_level, run_log, terminal_line
 from evalcore.options import EvalOptions, RunPlan
 from evalcore.outputs import (
     OutputSet,
@@ -308,6 +308,8 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
             dashboard = client.dashboard_link or ""
             logger.info("Dask dashboard: %s", dashboard)
             if dashboard:
+                terminal_line(f"Dask dashboard: {dashboard}")  # the terminal's copy; Prefect's line shows from -v on
+            if dashboard:
                 create_link_artifact(
                     dashboard, link_text="Dask dashboard", key=artifact_key("evalcore-dask-dashboard", params),
                     description="Live task stream of this run",
@@ -322,6 +324,7 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
                 frame_dir=staged.directory(out / "fields"),
                 chunk_rows=params.chunk_rows,
                 log=logger.info,
+                progress=PhaseProgress(),  # the terminal's line per phase (evalcore.logs)
                 tiles_out=out / "tiles.parquet",
                 aois_out=out / "aois.parquet" if options.aoi is not None else None,
                 predictions_dir=staged.directory(out / "predictions"),

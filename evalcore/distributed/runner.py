@@ -453,8 +453,9 @@ class RunSetup:
         Per role.
     progress : callable(phase, done, total), optional
     log : callable(message), optional
-        Receives a line per phase submitted and per reuse of finished work (the flow's
-        logger); the line per partition done goes to this module's logger only.
+        Receives a line per reuse of finished work (the flow's logger); the line per
+        phase submitted (with its partition keys) and per partition done go to this
+        module's logger only.
     """
 
     predicted: LayerSource
@@ -599,9 +600,10 @@ def _gather(setup: RunSetup, phase: str, futures: dict) -> dict:
     done = 0
     if setup.progress:
         setup.progress(phase, 0, total)
-    if setup.log:
-        names = [_partition_name(k) for k in futures]
-        setup.log(f"{phase}: {total} {unit}s running: {', '.join(names[:20])}{' …' if total > 20 else ''}")
+    # The keys (up to 20, ~300 characters) only on this module's logger: the run's log
+    # file keeps them and -v shows them; the terminal's line per phase is ``progress``.
+    names = [_partition_name(k) for k in futures]
+    logger.info("%s: %d %ss running: %s%s", phase, total, unit, ", ".join(names[:20]), " …" if total > 20 else "")
     pending = list(futures.values())
     # The futures' own client's loop: as_completed would otherwise look for a default
     # client, and a caller's Client(..., set_as_default=False) is not one.
