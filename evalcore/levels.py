@@ -611,9 +611,16 @@ def tile_polygons(keys: IdArray, side_m: float, spacing_m: float = 500.0) -> Geo
 
 
 def tiles_frame(table: pd.DataFrame, tile_size_m: float) -> geopandas.GeoDataFrame:
-    """The per-tile table as a GeoDataFrame in EPSG:4326 (for ``--tiles-out``)."""
+    """The per-tile table as a GeoDataFrame in EPSG:4326 (for ``--tiles-out`` and ``tiles.parquet``).
+
+    Its first column ``tile`` is the tile's key as the summary, ``metrics.json`` and the
+    report name it (:func:`tile_key`, ``"32614_57_402"``), so that one tile is found with
+    one filter; ``epsg``, ``tile_x`` and ``tile_y`` follow.
+    """
     keys = table[["epsg", "tile_x", "tile_y"]].to_numpy(np.int64)
-    return geopandas.GeoDataFrame(table.reset_index(drop=True), geometry=tile_polygons(keys, tile_size_m), crs="EPSG:4326")
+    frame = table.reset_index(drop=True)
+    frame.insert(0, "tile", pd.array([tile_key(*k) for k in keys.tolist()], dtype="string"))
+    return geopandas.GeoDataFrame(frame, geometry=tile_polygons(keys, tile_size_m), crs="EPSG:4326")
 
 
 def aois_frame(table: pd.DataFrame, aois: AoiLayer) -> geopandas.GeoDataFrame:

@@ -221,7 +221,7 @@ def unit_entries(table: pd.DataFrame, kind: str) -> dict[str, dict]:
     null when undefined and intervals as ``ci: {rate: [lower, upper]}`` (the layout of a group)."""
     out = {}
     keys = _unit_keys(table, kind)
-    key_columns = ("aoi",) if kind == "aois" else ("epsg", "tile_x", "tile_y")
+    key_columns = ("aoi",) if kind == "aois" else ("tile", "epsg", "tile_x", "tile_y")
     for key, rec in zip(keys, table.drop(columns=[c for c in (*key_columns, "geometry") if c in table.columns]).to_dict("records")):
         entry = {}
         for k, v in rec.items():

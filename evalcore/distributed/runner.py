@@ -53,7 +53,7 @@ from evalcore.distributed.sources import LABEL_COLUMN, Chunk, LayerSource, plan_
 from evalcore.engine.pairing import compute_pairs, concat_pair_results
 from evalcore.engine.resolve import Resolved, Routing, resolve_run, route
 from evalcore.engine.sums import MergedSums, RefRows, merge_partitions, summarize_partition
-from evalcore.engine.tables import field_table, prediction_table
+from evalcore.engine.tables import field_table, output_table, prediction_table
 from evalcore.errors import EvalInputError
 from evalcore.groups import strata_values
 from evalcore.writers import atomic_path, write_geoparquet, write_json, write_table
@@ -338,6 +338,7 @@ def sums_task(
     signature: str,
     id_column: str | None = None,
     aoi_keys: list[str] | None = None,
+    pred_id_column: str | None = None,
 ) -> dict:
     """The sums phase of one partition: write its field table part and its partial sums.
 
@@ -371,9 +372,7 @@ def sums_task(
             tolerance_m=options.boundary_tolerance_m,
             aoi_keys=aoi_keys,
         )
-        # The reference id as a named column users can join on (an unnamed index is __index_level_0__ in a file).
-        id_name = id_column or "ref_index"
-        table = table.drop(columns=[id_name], errors="ignore").rename_axis(id_name).reset_index()
+        table = output_table(table, "fields", ref_id_column=id_column, pred_id_column=pred_id_column)
         frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=ref_info.crs)
         written.append(write_geoparquet(Path(frame_dir) / f"part-{storage.key_name(key)}.parquet", frame))
     path = Path(workdir) / "sums" / f"{storage.key_name(key)}.npz"
@@ -393,6 +392,7 @@ def predictions_task(
     annotated: bool,
     id_column: str | None = None,
     scored: bool = False,
+    ref_id_column: str | None = None,
 ) -> dict:
     """Write the per-prediction table part of one partition's predictions (with their geometry)."""
     _inject_fault("predictions", storage.key_name(key))
@@ -403,8 +403,7 @@ def predictions_task(
     if not np.array_equal(layer.positions, preds.index.to_numpy(np.int64)):
         raise PartitionMissingError(f"partition {storage.key_name(key)}: its prepared predictions differ from those resolved")
     table = prediction_table(preds, aoi_keys=aoi_keys, annotated=annotated, scored=scored)
-    id_name = id_column or "pred_index"
-    table = table.drop(columns=[id_name], errors="ignore").rename_axis(id_name).reset_index()
+    table = output_table(table, "predictions", ref_id_column=ref_id_column, pred_id_column=id_column)
     frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=pred_info.crs)
     path = write_geoparquet(Path(out_dir) / f"part-{storage.key_name(key)}.parquet", frame)
     return {"key": key, "n_pred": len(frame), "path": str(path)}
@@ -1010,6 +1009,7 @@ def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, 
             setup.signature,
             setup.reference.id_column,
             _aoi_keys(index),
+            setup.predicted.id_column,
             key=setup.task_key("sums", *key),
             retries=2,
             priority=index.rows(key),
@@ -1050,6 +1050,7 @@ def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolve
             annotated,
             setup.predicted.id_column,
             setup.options.score_column is not None,
+            setup.reference.id_column,
             key=setup.task_key("predictions", *key),
             retries=2,
             priority=len(rows),
