@@ -153,3 +153,16 @@ def test_closing_waits_for_a_worker_slow_to_exit(caplog):
         seconds = time.perf_counter() - started
     assert not [r for r in caplog.records if STILL_ALIVE in r.getMessage()], caplog.text
     assert seconds >= 5.5, seconds  # it did wait for the slow exit
+
+
+def test_national_run_shows_the_lines_the_tool_prints():
+    """docs/national-run.md, "Follow it": every line of its terminal examples is one the commands print now."""
+    text = (ROOT / "docs" / "national-run.md").read_text(encoding="utf-8")
+    section = text.split("## 4. Follow it", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 2, blocks
+    for block in blocks:
+        lines = block.strip().splitlines()
+        assert re.fullmatch(r"Dask dashboard: http://127\.0\.0\.1:\d+/status", lines[0]), lines
+        assert [PHASE_LINE.match(line).group(1) if PHASE_LINE.match(line) else line for line in lines[1:]][:3] == ["prepare", "pairs", "sums"], lines
+        assert all(PHASE_LINE.match(line) for line in lines[1:]), lines
