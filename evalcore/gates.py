@@ -180,7 +180,7 @@ _TOP_KEYS: frozenset[str] = frozenset((
     "undersegmentation_mean", "utm_epsg_codes", "warnings", "worst",
 ))
 _INNER_KEYS: frozenset[str] = frozenset((
-    "accuracy", "area_bias_ha", "area_km2", "bins", "brier", "buffer_m", "ci", "ci_n_undefined",
+    "accuracy", "area_bias_ha", "area_km2", "bins", "brier", "buffer_m", "ci", "ci_n_undefined", "code",
     "confidence_level", "count_aois", "count_aois_with_reference", "count_error", "count_pixels",
     "count_polygons", "count_predicted_audited", "count_predicted_within_buffer",
     "count_reference_audited", "count_reference_within_buffer", "count_tiles",
@@ -188,7 +188,7 @@ _INNER_KEYS: frozenset[str] = frozenset((
     "ece", "excluded", "fp_per_km2_reference_free", "fraction", "fraction_aois_with_fn",
     "fraction_predicted", "fraction_tiles_with_fn", "group", "gsd_m", "id_column",
     "insufficient_support", "iou", "lower", "lower_ha", "macro", "mcc", "mean_score", "met",
-    "method", "micro", "n", "n_errors", "n_undefined", "n_resamples", "n_retained", "n_units", "operating_points",
+    "message", "method", "micro", "n", "n_errors", "n_undefined", "n_resamples", "n_retained", "n_units", "operating_points",
     "overall", "p10", "p25", "p50", "p75", "p90", "partition_size_m", "per_aoi", "per_tile",
     "precision_target", "precision_targets", "quantiles", "resampling", "risk", "rule", "score",
     "score_threshold", "seed", "support", "tile_km", "tolerance_px", "training_area_km2",
