@@ -134,7 +134,7 @@ _GROUPED_KEYS = ("per_stratum", "per_size_class", "worst", "tiles", "aois")
 #: Top-level keys of the scores family (AP, calibration, score-ordered curves' summaries).
 _SCORE_KEY_PREFIXES = ("score_column", "ap", "calibration", "best_f1", "operating_point", "risk_coverage", "aurc", "precision_target")
 
-TASK = "object-level evaluation of predicted polygons against reference polygons (SPEC.md, agribound 1.0.1 keys)"
+TASK = "object-level evaluation of predicted polygons against reference polygons (docs/contract.md, agribound 1.0.1 keys)"
 
 _TIE_BREAKS: dict[str | None, str] = {
     None: "input position (reference, then prediction)",

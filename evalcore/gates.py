@@ -8,6 +8,7 @@ A gates file is YAML::
         op: ">="                       # one of >=, >, <=, < (quoted: a bare > starts a YAML block)
         threshold: 0.6
         min_support: 30                # optional: fewer reference fields -> not_evaluable
+        below_support: report          # optional: report (default) or block
         use: ci_lower                  # optional: value (default), ci_lower or ci_upper
 
 Paths
@@ -35,11 +36,11 @@ Each rule, and each group a ``*`` expands to, answers exactly one of ``pass``,
 ``fail`` and ``not_evaluable``. A ``review.*`` rule (the review statistics of
 SPEC 6.12, from the run's ``review/review.json``) is ``"unreviewed"`` while the review
 sample has no imported decisions, never ``pass``. The other reasons of
-``not_evaluable``, checked in this order: ``"no metric at this path"`` (also a ``*`` that expands to nothing),
-``"value is null"`` (a null on the way), ``"interval asked for but the run has no
-bootstrap"`` (or, with a bootstrap, ``"the run has no interval for this metric"``),
-``"support N below the minimum M"`` (``"support unknown; the minimum is M"`` when the
-metric's entry states none), ``"value is null"`` (the value, or the asked interval
+``not_evaluable``, checked in this order: ``"no metric at this path"`` (also a ``*`` that
+expands to nothing), ``"value is null"`` (a null on the way), ``"support N below the
+minimum M"`` (``"support unknown; the minimum is M"`` when the metric's entry states
+none), ``"interval asked for but the run has no bootstrap"`` (or, with a bootstrap,
+``"the run has no interval for this metric"``), ``"value is null"`` (the value, or the asked interval
 bound, null or NaN), ``"value is not a number"`` (a mapping, a text, a boolean) and
 ``"value is not finite"``. A ``*`` under ``tiles`` says that the metrics have no
 per-tile entries.
@@ -53,9 +54,20 @@ per-tile entries.
   ``count_reference``; a top-level metric's support is the run's ``count_reference``.
   It is recorded on every rule; only ``min_support`` makes it decide.
 
-The decision is ``pass`` only if every rule (every expanded group) passes, ``fail`` if
-one fails, else ``not_evaluable``; :func:`exit_status` maps it to 0, 1 and 3. A run
-gated by no rule at all is ``not_evaluable``, never a vacuous pass.
+Below the support
+-----------------
+A group (or run) with fewer reference fields than ``min_support`` is not judged: its row
+is ``not_evaluable`` with ``"support N below the minimum M"``, its value and support
+recorded. What that row does to the decision is the rule's ``below_support``:
+``report`` (the default) lists it without blocking (the row's ``blocks`` is false), so a
+stratum of 3 fields or an AOI with no field neither fails nor holds up a run whose
+well-supported groups pass; ``block`` makes it keep the decision from ``pass``, as any
+other ``not_evaluable`` row does. Every other row blocks (``blocks`` true).
+
+The decision is ``pass`` if every blocking row passes and at least one row passed,
+``fail`` if a row fails, else ``not_evaluable``; :func:`exit_status` maps it to 0, 1
+and 3. A run gated by no rule at all, or whose every row is a reported below-support
+row (nothing was judged), is ``not_evaluable``, never a vacuous pass.
 Limits
 ------
 A gates file is a short list of rules, and :func:`load_gates` refuses, in one short line
@@ -87,11 +99,13 @@ import yaml
 from evalcore.errors import EvalInputError
 
 __all__ = [
+    "BELOW_SUPPORT",
     "OPS",
     "STATES",
     "USES",
     "Gate",
     "check_metric_paths",
+    "counts_text",
     "evaluate_gates",
     "exit_status",
     "load_gates",
@@ -112,10 +126,13 @@ USES: tuple[str, ...] = ("value", "ci_lower", "ci_upper")
 STATES: tuple[str, ...] = ("pass", "fail", "not_evaluable")
 """The answers of a rule, and the decisions of a set of rules."""
 
+BELOW_SUPPORT: tuple[str, ...] = ("report", "block")
+"""What a row below a rule's ``min_support`` does to the decision (``report``: nothing)."""
+
 EXIT_STATUS: dict[str, int] = {"pass": 0, "fail": 1, "not_evaluable": 3}
 """Exit status of ``evalcore gate`` / ``evalcore run --gates`` for each decision."""
 
-_RULE_KEYS: tuple[str, ...] = ("id", "metric", "op", "threshold", "min_support", "use")
+_RULE_KEYS: tuple[str, ...] = ("id", "metric", "op", "threshold", "min_support", "below_support", "use")
 
 MAX_FILE_BYTES = 1 << 20
 """A gates file larger than this (1 MiB) is refused unread: a few dozen rules take a few kB."""
@@ -168,7 +185,7 @@ _TOP_KEYS: frozenset[str] = frozenset((
     "boundary_iou_mean", "boundary_iou_median", "boundary_iou_width_m",
 ))
 _INNER_KEYS: frozenset[str] = frozenset((
-    "accuracy", "area_bias_ha", "area_km2", "bins", "brier", "buffer_m", "ci", "ci_n_undefined",
+    "accuracy", "area_bias_ha", "area_km2", "bins", "brier", "buffer_m", "ci", "ci_n_undefined", "code",
     "confidence_level", "count_aois", "count_aois_with_reference", "count_error", "count_pixels",
     "count_polygons", "count_predicted_audited", "count_predicted_within_buffer",
     "count_reference_audited", "count_reference_within_buffer", "count_tiles",
@@ -178,7 +195,7 @@ _INNER_KEYS: frozenset[str] = frozenset((
     "ece", "excluded", "fp_per_km2_reference_free", "fraction", "fraction_aois_with_fn",
     "fraction_predicted", "fraction_tiles_with_fn", "group", "gsd_m", "id_column",
     "insufficient_support", "iou", "lower", "lower_ha", "macro", "mcc", "mean_score", "met",
-    "method", "micro", "n", "n_errors", "n_undefined", "n_resamples", "n_retained", "n_units", "operating_points",
+    "message", "method", "micro", "n", "n_errors", "n_undefined", "n_resamples", "n_retained", "n_units", "operating_points",
     "overall", "p10", "p25", "p50", "p75", "p90", "partition_size_m", "per_aoi", "per_tile",
     "precision_target", "precision_targets", "quantiles", "resampling", "risk", "rule", "score",
     "score_threshold", "seed", "support", "tile_km", "tolerance_px", "training_area_km2",
@@ -221,6 +238,9 @@ class Gate:
         Fewer reference fields than this make the rule ``not_evaluable``; ``None``: no minimum.
     use : str
         ``value``, ``ci_lower`` or ``ci_upper``.
+    below_support : str
+        ``report`` (a row below ``min_support`` is listed but does not block the
+        decision) or ``block`` (it keeps the decision from ``pass``).
     """
 
     id: str
@@ -229,6 +249,7 @@ class Gate:
     threshold: float
     min_support: int | None = None
     use: str = "value"
+    below_support: str = "report"
 
 
 # --------------------------------------------------------------------------- loading
@@ -528,7 +549,16 @@ def _parse_rule(rule: object, position: int, where: str) -> Gate:
             raise EvalInputError(f"{label}: min_support {_shown(min_support)} is not an integer >= 0.")
         min_support = int(min_support)
 
-    return Gate(id=rid.strip(), metric=metric, op=op, threshold=threshold, min_support=min_support, use=use)
+    below = rule.get("below_support", "report")
+    if below is None:
+        below = "report"
+    if not isinstance(below, str) or below.strip() not in BELOW_SUPPORT:
+        raise EvalInputError(f"{label}: below_support {_shown(below)} is not one of {', '.join(BELOW_SUPPORT)}.")
+    if min_support is None and "below_support" in rule:
+        raise EvalInputError(f"{label}: below_support is given without min_support; it says what a group below min_support does.")
+
+    return Gate(id=rid.strip(), metric=metric, op=op, threshold=threshold, min_support=min_support, use=use,
+                below_support=below.strip())
 
 
 def _number(value: object) -> float | None:
@@ -692,7 +722,8 @@ def _interval(metrics: Mapping, found: _Found) -> tuple[object, object] | None:
 # --------------------------------------------------------------------------- evaluating
 
 
-def _row(gate: Gate, group: str | None, observed: float | None, support: int | None, state: str, reason: str | None) -> dict:
+def _row(gate: Gate, group: str | None, observed: float | None, support: int | None, state: str, reason: str | None,
+         blocks: bool = True) -> dict:
     return {
         "id": gate.id,
         "metric": gate.metric,
@@ -705,6 +736,7 @@ def _row(gate: Gate, group: str | None, observed: float | None, support: int | N
         "min_support": gate.min_support,
         "state": state,
         "reason": reason,
+        "blocks": blocks,
     }
 
 
@@ -722,6 +754,16 @@ def _judge(metrics: Mapping, gate: Gate, entry: _Found | _Missing) -> dict:
         return _row(gate, entry.group, None, None, "not_evaluable", entry.reason)
     support = _support(entry.chain)
     raw: object = entry.value
+    # Support first: a group too small to judge (an AOI with no field has neither a
+    # value nor an interval) is reported as such, not as a missing interval.
+    if gate.min_support is not None and (support is None or support < gate.min_support):
+        if gate.use != "value" and (raw is None or _is_number(raw)):
+            pair = _interval(metrics, entry)
+            raw = None if pair is None else pair[0] if gate.use == "ci_lower" else pair[1]
+        if support is None:
+            return _row(gate, entry.group, _finite(raw), None, "not_evaluable", f"support unknown; the minimum is {gate.min_support}")
+        return _row(gate, entry.group, _finite(raw), support, "not_evaluable",
+                    f"support {support} below the minimum {gate.min_support}", blocks=gate.below_support == "block")
     if gate.use != "value" and (raw is None or _is_number(raw)):
         pair = _interval(metrics, entry)
         if pair is None:
@@ -729,11 +771,6 @@ def _judge(metrics: Mapping, gate: Gate, entry: _Found | _Missing) -> dict:
             return _row(gate, entry.group, None, support, "not_evaluable", reason)
         raw = pair[0] if gate.use == "ci_lower" else pair[1]
     observed = _finite(raw)
-    if gate.min_support is not None:
-        if support is None:
-            return _row(gate, entry.group, observed, None, "not_evaluable", f"support unknown; the minimum is {gate.min_support}")
-        if support < gate.min_support:
-            return _row(gate, entry.group, observed, support, "not_evaluable", f"support {support} below the minimum {gate.min_support}")
     if raw is None or (_is_number(raw) and math.isnan(float(raw))):  # type: ignore[arg-type]
         return _row(gate, entry.group, None, support, "not_evaluable", REASON_NULL)
     if not _is_number(raw):  # a mapping, a list, a text or a boolean
@@ -773,15 +810,17 @@ def evaluate_gates(
         ``*`` expands to, with ``id``, ``metric``, ``group`` (the key ``*`` expanded
         to, else None), ``observed`` (the compared number, None when there is none),
         ``value`` (the metric's own value: ``observed`` unless ``use`` takes a bound), ``use``, ``op``, ``expected`` (the threshold), ``support``, ``min_support``,
-        ``state`` and ``reason`` (why not evaluable, else None); ``evidence``
+        ``state``, ``reason`` (why not evaluable, else None) and ``blocks`` (false only
+        for a row below ``min_support`` of a rule with ``below_support: report``: listed,
+        not holding up the decision); ``evidence``
         ``{"file", "sha256"}``; ``counts`` the rows in each state. No NaN: the dict
         passes ``json.dumps(..., allow_nan=False)``.
 
     Notes
     -----
-    Pure: reads nothing and writes nothing. The decision is ``pass`` only if every row
-    passes; ``fail`` if any fails; else (some row not evaluable, or no rule at all)
-    ``not_evaluable``.
+    Pure: reads nothing and writes nothing. The decision is ``pass`` if every blocking
+    row passes and at least one row passed; ``fail`` if any fails; else (a blocking row
+    not evaluable, no rule at all, or nothing judged) ``not_evaluable``.
     """
     rows: list[dict] = []
     for gate in gates:
@@ -798,10 +837,11 @@ def evaluate_gates(
             row["value"] = _finite(entry.value) if isinstance(entry, _Found) and _is_number(entry.value) else None
             rows.append(row)
     counts = {state: sum(row["state"] == state for row in rows) for state in STATES}
-    if rows and counts["pass"] == len(rows):
-        decision = "pass"
-    elif counts["fail"]:
+    blocking = [row for row in rows if row["blocks"]]
+    if counts["fail"]:
         decision = "fail"
+    elif counts["pass"] and all(row["state"] == "pass" for row in blocking):
+        decision = "pass"
     else:
         decision = "not_evaluable"
     return {
@@ -810,6 +850,26 @@ def evaluate_gates(
         "evidence": {"file": evidence_file, "sha256": evidence_sha256},
         "counts": counts,
     }
+
+
+def counts_text(result: Mapping[str, Any]) -> str:
+    """The rows of a gates outcome in a few words, as the commands print them.
+
+    Parameters
+    ----------
+    result : mapping
+        What :func:`evaluate_gates` returns (or an ``acceptance-gates.json`` read back).
+
+    Returns
+    -------
+    str
+        ``"17 pass, 0 fail, 2 not evaluable"``, and ``", of which 2 below min_support, reported"``
+        after it when rows below a rule's ``min_support`` were reported without blocking.
+    """
+    counts = result["counts"]
+    text = f"{counts['pass']} pass, {counts['fail']} fail, {counts['not_evaluable']} not evaluable"
+    reported = sum(not row.get("blocks", True) for row in result.get("rules", ()))
+    return text + (f", of which {reported} below min_support, reported" if reported else "")
 
 
 def exit_status(result: Mapping[str, Any]) -> int:

@@ -21,7 +21,10 @@ import numpy as np
 
 from evalcore._typing import F64Array
 
-__all__ = ["LayerFacts", "extent_of", "run_warnings", "DROPPED_SHARE"]
+__all__ = ["LayerFacts", "aoi_overlap_warning", "extent_of", "run_warnings", "DROPPED_SHARE", "MAX_PAIRS_NAMED"]
+
+MAX_PAIRS_NAMED = 5
+"""The overlapping AOI pairs a warning names; it counts the rest."""
 
 DROPPED_SHARE = 0.5
 """A layer whose dropped rows are more than this share of its rows gets a warning."""
@@ -65,6 +68,35 @@ def _disjoint(a: Box, b: Box) -> bool:
 
 def _warning(code: str, message: str) -> dict[str, str]:
     return {"code": code, "message": message}
+
+
+def aoi_overlap_warning(keys: list[str], pairs: list[tuple[int, int]]) -> dict[str, str] | None:
+    """The one warning of a run whose AOIs overlap, naming the pairs; None when none do.
+
+    Parameters
+    ----------
+    keys : list of str
+        The AOIs' keys (their ids as text), in layer order.
+    pairs : list of (int, int)
+        Positions ``(i, j)``, ``i < j``, of the AOIs whose interiors meet
+        (:func:`evalcore.levels.overlapping_aois`).
+
+    Examples
+    --------
+    >>> aoi_overlap_warning(["north", "south", "west"], [(0, 1)])["message"][:66]
+    "AOIs overlap: 'north' and 'south'. A field or prediction in an ove"
+    """
+    if not pairs:
+        return None
+    named = ", ".join(f"{keys[i]!r} and {keys[j]!r}" for i, j in pairs[:MAX_PAIRS_NAMED])
+    more = f" and {len(pairs) - MAX_PAIRS_NAMED} more pair(s)" if len(pairs) > MAX_PAIRS_NAMED else ""
+    i, j = pairs[0]
+    return _warning(
+        "overlapping_aois",
+        f"AOIs overlap: {named}{more}. A field or prediction in an overlap counts in the first of them in the "
+        f"AOI layer's order only ({keys[i]!r}, not {keys[j]!r}), so the later AOI's numbers leave it out; make the "
+        "AOIs disjoint, or order the layer so that the AOI that should count an overlap comes first.",
+    )
 
 
 def run_warnings(pred: LayerFacts, ref: LayerFacts, n_ref_with_overlap: int, equal_area_crs: str) -> list[dict[str, str]]:

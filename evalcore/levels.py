@@ -62,6 +62,7 @@ __all__ = [
     "prepare_sites",
     "locate",
     "annotated_fractions",
+    "overlapping_aois",
     "UNASSIGNED_COLUMN",
     "UNIT_TABLE_ORDER",
     "UnitSums",
@@ -255,6 +256,41 @@ def first_aoi(aois: AoiLayer, points: GeomArray) -> IdArray:
     if len(edge):
         inside[edge] = shapely.within(points[point_idx[edge]], aois.geoms_ea[aoi_idx[edge]])
     return _first_of_each(point_idx[inside], aoi_idx[inside], len(points))
+
+
+def overlapping_aois(aois: AoiLayer) -> list[tuple[int, int]]:
+    """The pairs of AOIs whose interiors meet (an area in common, not only an edge).
+
+    A row in such an overlap counts in the first of them by position
+    (:func:`first_aoi`), so the later one's counts leave it out; the run says so once
+    (:func:`evalcore.layer_warnings.aoi_overlap_warning`).
+
+    Parameters
+    ----------
+    aois : AoiLayer
+
+    Returns
+    -------
+    list of (int, int)
+        ``(i, j)`` with ``i < j`` (positions in the layer), sorted by ``i`` then ``j``.
+
+    Notes
+    -----
+    Tested on the AOIs' grid pieces when they have them (a few hundred vertices each;
+    the pieces of one AOI do not overlap each other), so that AOIs of millions of
+    vertices are not intersected whole.
+    """
+    geoms, owner = (aois.pieces, aois.piece_aoi) if aois.pieces is not None else (aois.geoms_ea, np.arange(len(aois.geoms_ea)))
+    if len(geoms) < 2:
+        return []
+    a, b = shapely.STRtree(geoms).query(geoms, predicate="intersects")
+    keep = owner[a] < owner[b]
+    a, b = a[keep], b[keep]
+    if not len(a):
+        return []
+    inner = ~shapely.touches(geoms[a], geoms[b])  # sharing only an edge or a corner is no overlap
+    pairs = np.unique(np.stack([owner[a[inner]], owner[b[inner]]], axis=1).reshape(-1, 2), axis=0)
+    return [(int(i), int(j)) for i, j in pairs]
 
 
 def annotated_fractions(annotated: AnnotatedArea, geoms_ea: GeomArray, area_m2: F64Array) -> F64Array:
@@ -614,9 +650,16 @@ def tile_polygons(keys: IdArray, side_m: float, spacing_m: float = 500.0) -> Geo
 
 
 def tiles_frame(table: pd.DataFrame, tile_size_m: float) -> geopandas.GeoDataFrame:
-    """The per-tile table as a GeoDataFrame in EPSG:4326 (for ``--tiles-out``)."""
+    """The per-tile table as a GeoDataFrame in EPSG:4326 (for ``--tiles-out`` and ``tiles.parquet``).
+
+    Its first column ``tile`` is the tile's key as the summary, ``metrics.json`` and the
+    report name it (:func:`tile_key`, ``"32614_57_402"``), so that one tile is found with
+    one filter; ``epsg``, ``tile_x`` and ``tile_y`` follow.
+    """
     keys = table[["epsg", "tile_x", "tile_y"]].to_numpy(np.int64)
-    return geopandas.GeoDataFrame(table.reset_index(drop=True), geometry=tile_polygons(keys, tile_size_m), crs="EPSG:4326")
+    frame = table.reset_index(drop=True)
+    frame.insert(0, "tile", pd.array([tile_key(*k) for k in keys.tolist()], dtype="string"))
+    return geopandas.GeoDataFrame(frame, geometry=tile_polygons(keys, tile_size_m), crs="EPSG:4326")
 
 
 def aois_frame(table: pd.DataFrame, aois: AoiLayer) -> geopandas.GeoDataFrame:

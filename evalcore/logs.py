@@ -8,11 +8,19 @@ terminal:
 records from            default                     ``-v``                           ``-vv``
 ======================  ==========================  ===============================  =====================
 any logger              WARNING and above           WARNING and above                WARNING and above
-``prefect.flow_runs``   INFO (phases, dashboard)    INFO                             INFO
+``evalcore.progress``   a line per phase            a line per phase                 a line per phase
+``prefect.flow_runs``   (warnings only)             INFO (flow run, phases, keys)    INFO
 other ``prefect.*``     (warnings only)             INFO (task states, server)       INFO
 ``evalcore``, ``flows`` (warnings only)             INFO (a line per partition)      DEBUG
 Dask, Bokeh, Tornado    (warnings only)             (warnings only)                  INFO
 ======================  ==========================  ===============================  =====================
+
+The progress lines (:data:`PROGRESS`, :class:`PhaseProgress`): on a terminal, one line
+per phase redrawn in place as its partitions finish (``pairs  [#####.....] 3/8
+partitions``) and left as ``pairs  8 partitions in 2.1 s``; when standard error is not a
+terminal (a file, a pipe, CI), only that last plain line, once per phase. From ``-v`` on
+they are plain lines too, between the per-partition lines. A run's log file keeps the
+plain lines only.
 
 At the default verbosity the terminal also leaves out Prefect's exit-time "Still
 processing items" note, and, while :func:`failures_reported_once` is open (``evalcore
@@ -32,10 +40,22 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["DEBUG_ENV", "configure_logging", "debug_enabled", "failures_reported_once", "library_level", "run_log", "TerminalHandler"]
+__all__ = [
+    "DEBUG_ENV",
+    "PROGRESS",
+    "PhaseProgress",
+    "TerminalHandler",
+    "configure_logging",
+    "debug_enabled",
+    "failures_reported_once",
+    "library_level",
+    "run_log",
+    "terminal_line",
+]
 
 #: Libraries whose INFO lines are only for ``-vv``.
 LIBRARIES = ("distributed", "bokeh", "tornado")
@@ -48,6 +68,47 @@ _FILE_FORMAT = "%(asctime)s %(levelname)-7s %(name)s%(run_name)s: %(message)s"
 _TERMINAL_FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 _verbosity = 0  # set by configure_logging; read by library_level
+
+PROGRESS = "evalcore.progress"
+"""The logger of the lines a command shows at the default verbosity: a phase's progress
+(:class:`PhaseProgress`) and a few single lines (:func:`terminal_line`)."""
+
+# The ``extra`` key a progress record carries: "update" (redrawn in place on a terminal,
+# dropped elsewhere), "phase" (a phase done) or "line" (a one-off line for the terminal).
+_KIND = "evalcore_progress"
+_BAR_WIDTH = 30
+
+
+class PhaseProgress:
+    """A progress callback ``(phase, done, total)`` that logs on :data:`PROGRESS`.
+
+    ``done`` counts the finished units (input chunks for ``prepare``, partitions
+    otherwise) out of ``total``; the call with ``done == 0`` starts the phase's clock and
+    the call with ``done == total`` gives the phase's one plain line, with its wall time
+    in seconds. The terminal handler draws the updates in place on a terminal and leaves
+    them out elsewhere (module docstring).
+    """
+
+    def __init__(self) -> None:
+        self._started: dict[str, float] = {}
+        self._logger = logging.getLogger(PROGRESS)
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if done == 0 or phase not in self._started:
+            self._started[phase] = now
+        unit = "chunks" if phase == "prepare" else "partitions"
+        if done >= total:
+            self._logger.info("%-11s %d %s in %.1f s", phase, total, unit, now - self._started[phase], extra={_KIND: "phase"})
+            return
+        filled = _BAR_WIDTH * done // total if total else _BAR_WIDTH
+        self._logger.info("%-11s [%s%s] %d/%d %s", phase, "#" * filled, "." * (_BAR_WIDTH - filled), done, total, unit,
+                          extra={_KIND: "update"})
+
+
+def terminal_line(text: str) -> None:
+    """One line a command shows at the default verbosity (the Dask dashboard's address), not in a run's log file."""
+    logging.getLogger(PROGRESS).info("%s", text, extra={_KIND: "line"})
 
 
 def _under(name: str, roots: tuple[str, ...]) -> bool:
@@ -71,8 +132,10 @@ class _TerminalFilter(logging.Filter):
         name, v = record.name, self.verbosity
         if record.levelno >= logging.WARNING:
             return v >= 1 or not _is_prefect_drain_note(record)
+        if name == PROGRESS:
+            return True
         if _under(name, ("prefect.flow_runs",)):
-            return record.levelno >= logging.INFO or v >= 2
+            return v >= 2 or (v == 1 and record.levelno >= logging.INFO)
         if _under(name, ("prefect",)):
             return v >= 1 and (record.levelno >= logging.INFO or v >= 2)
         if _under(name, OWN):
@@ -115,6 +178,35 @@ class TerminalHandler(logging.StreamHandler):
         super().__init__(sys.stderr)
         self.setFormatter(_TerminalFormatter(_TERMINAL_FORMAT))
         self.addFilter(_TerminalFilter(verbosity))
+        self.verbosity = verbosity
+        self._open_line = False  # a progress line drawn in place, not yet ended
+
+    def emit(self, record: logging.LogRecord) -> None:
+        kind = getattr(record, _KIND, None)
+        if kind is None:
+            if self._open_line:  # a warning in the middle of a phase goes below its line
+                self._write("\n")
+            super().emit(record)
+            return
+        try:
+            message = record.getMessage()
+            stream = self.stream
+            in_place = self.verbosity == 0 and bool(getattr(stream, "isatty", lambda: False)())
+            if in_place and kind != "line":
+                # Carriage return and erase-line: the phase's line is redrawn where it is.
+                self._write(f"\r\x1b[K{message}" + ("\n" if kind == "phase" else ""))
+                self._open_line = kind == "update"
+            elif kind != "update":
+                self._write(("\n" if self._open_line else "") + message + "\n")
+        except Exception:  # noqa: BLE001  (logging's own rule: a handler never raises)
+            self.handleError(record)
+
+    def _write(self, text: str) -> None:
+        stream = self.stream
+        stream.write(text)  # type: ignore[attr-defined]
+        stream.flush()  # type: ignore[attr-defined]
+        if text.endswith("\n"):
+            self._open_line = False
 
     @property
     def stream(self) -> object:  # type: ignore[override]
@@ -176,9 +268,9 @@ def configure_logging(verbosity: int = 0) -> None:
     Parameters
     ----------
     verbosity : int
-        0: Prefect's flow-run lines (one per phase, the dashboard link) and warnings;
-        1 (``-v``): also evalcore's progress (a line per partition and phase) and
-        Prefect's task and server lines; 2 (``-vv``): everything at INFO, and
+        0: a progress line per phase (:class:`PhaseProgress`), the dashboard's address
+        and warnings; 1 (``-v``): also evalcore's lines per partition and phase,
+        Prefect's flow-run, task and server lines; 2 (``-vv``): everything at INFO, and
         evalcore's DEBUG lines.
     """
     global _verbosity
@@ -192,6 +284,7 @@ def configure_logging(verbosity: int = 0) -> None:
     own_level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(_verbosity, 2)]
     for name in OWN:
         logging.getLogger(name).setLevel(own_level)
+    logging.getLogger(PROGRESS).setLevel(logging.INFO)  # shown at every verbosity
     # Importing distributed sets its loggers to INFO again; local_cluster re-applies this.
     for name in LIBRARIES:
         logging.getLogger(name).setLevel(library_level())
@@ -313,6 +406,7 @@ def run_log(path: str | os.PathLike[str]) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = _RunLogHandler(path, mode="a", encoding="utf-8")
     handler.setLevel(logging.DEBUG)
+    handler.addFilter(_plain_progress_only)
     handler.setFormatter(_FileFormatter(_FILE_FORMAT))
     _open_gates()  # before adding ours, so that it is not filtered
     root = logging.getLogger()
@@ -330,6 +424,11 @@ def run_log(path: str | os.PathLike[str]) -> Iterator[Path]:
         from evalcore.writers import write_error
 
         raise write_error(path, handler.error)
+
+
+def _plain_progress_only(record: logging.LogRecord) -> bool:
+    """A run log's filter: a phase's closing line stays, its in-place updates and the terminal's own lines do not."""
+    return getattr(record, _KIND, "phase") == "phase"
 
 
 class _RunLogHandler(logging.FileHandler):

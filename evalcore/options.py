@@ -88,7 +88,7 @@ CORE_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "tile_km", DEFAULT_TILE_KM,
-        "side of the reporting tiles (per-tile metrics, SPEC 6.3) in kilometres, in each UTM zone (default 10)",
+        "side of the reporting tiles (per-tile metrics, docs/metrics.md \"Tiles and AOIs\") in kilometres, in each UTM zone (default 10)",
         positive, parse=float, annotation=float,
     ),
     Option(

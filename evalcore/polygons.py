@@ -403,7 +403,7 @@ def _check_split_size(where: str, labels: pd.Index, rows: IdArray, source: GeomA
     gib = 2.0**30
     whose = "its split" if len(over) == 1 else f"the split of the first, {_rows_text(labels, rows[over[worst:worst + 1]])},"
     raise EvalInputError(
-        f"The {where} has polygons too long to split into pieces of at most 50 m (SPEC 2.3) in "
+        f"The {where} has polygons too long to split into pieces of at most 50 m (docs/contract.md, section 2) in "
         f"{_rows_text(labels, rows[over[order]])} (CRS {crs.name!r}): {whose} would create "
         f"{_count_text(n_worst)} vertices (boundary length {length:.4g} {unit}), about "
         f"{_count_text(n_worst * SPLIT_BYTES_PER_VERTEX / gib)} GiB of memory, where at most "

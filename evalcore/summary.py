@@ -19,11 +19,11 @@ from evalcore.bootstrap import percentile_intervals
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 from evalcore.engine.sums import MergedSums
 from evalcore.metrics.registry import enabled_families, finalize_all, interval_keys
-from evalcore.levels import AoiLayer, Sites, tile_key, unit_table
+from evalcore.levels import AoiLayer, Sites, overlapping_aois, tile_key, unit_table
 from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
 from evalcore.metrics.base import GroupView
 from evalcore.options import EvalOptions, RunPlan
-from evalcore.layer_warnings import LayerFacts, run_warnings
+from evalcore.layer_warnings import LayerFacts, aoi_overlap_warning, run_warnings
 from evalcore.pixel_counts import micro_macro
 from evalcore.study import Study, study_keys
 
@@ -223,7 +223,7 @@ def unit_entries(table: pd.DataFrame, kind: str) -> dict[str, dict]:
     null when undefined and intervals as ``ci: {rate: [lower, upper]}`` (the layout of a group)."""
     out = {}
     keys = _unit_keys(table, kind)
-    key_columns = ("aoi",) if kind == "aois" else ("epsg", "tile_x", "tile_y")
+    key_columns = ("aoi",) if kind == "aois" else ("tile", "epsg", "tile_x", "tile_y")
     for key, rec in zip(keys, table.drop(columns=[c for c in (*key_columns, "geometry") if c in table.columns]).to_dict("records")):
         entry = {}
         for k, v in rec.items():
@@ -476,8 +476,13 @@ def run_summary(
     facts = [LayerFacts(role, t.n_input, t.n_dropped, t.n_kept, t.extent) for role, t in (("predicted", predicted), ("reference", reference))]
     # Without the segmentation family's column the warning about no overlap cannot fire.
     overlap = int(round(merged.sums.as_dict(0).get("n_ref_with_overlap", 1.0)))
+    warnings = run_warnings(*facts, overlap, equal_area_crs)
+    if sites is not None and sites.aois is not None:
+        aois_overlap = aoi_overlap_warning(sites.aois.keys, overlapping_aois(sites.aois))
+        if aois_overlap is not None:
+            warnings.append(aois_overlap)
     return build_summary(
         merged, plan, options, layer_counts=counts, utm_epsg_codes=sorted({int(c) for t in layers.values() for c in t.utm_epsg}),
         equal_area_crs=equal_area_crs, strata_column=strata_column, sites=sites,
-        run_keys=study_keys(study, study_counts), warnings=run_warnings(*facts, overlap, equal_area_crs),
+        run_keys=study_keys(study, study_counts), warnings=warnings,
     )

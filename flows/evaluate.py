@@ -70,7 +70,7 @@ from evalcore.distributed.reliability import peak_rss_mib, run_reliability, star
 from evalcore.errors import EvalInputError
 from evalcore.evidence import BUNDLE_FILES
 from evalcore.writers import atomic_path, write_json
-from evalcore.logs import library_level, run_log
+from evalcore.logs import PhaseProgress, library_level, run_log, terminal_line
 from evalcore.options import EvalOptions, RunPlan
 from evalcore.outputs import (
     OutputSet,
@@ -308,6 +308,8 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
             dashboard = client.dashboard_link or ""
             logger.info("Dask dashboard: %s", dashboard)
             if dashboard:
+                terminal_line(f"Dask dashboard: {dashboard}")  # the terminal's copy; Prefect's line shows from -v on
+            if dashboard:
                 create_link_artifact(
                     dashboard, link_text="Dask dashboard", key=artifact_key("evalcore-dask-dashboard", params),
                     description="Live task stream of this run",
@@ -322,6 +324,7 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
                 frame_dir=staged.directory(out / "fields"),
                 chunk_rows=params.chunk_rows,
                 log=logger.info,
+                progress=PhaseProgress(),  # the terminal's line per phase (evalcore.logs)
                 tiles_out=out / "tiles.parquet",
                 aois_out=out / "aois.parquet" if options.aoi is not None else None,
                 predictions_dir=staged.directory(out / "predictions"),
@@ -392,11 +395,9 @@ class GatesNotPassed(RuntimeError):
     def __init__(self, result: dict, metrics: dict | None = None) -> None:
         self.result = result
         self.metrics = metrics  # for the caller's summary: the run itself is complete
-        counts = result["counts"]
-        super().__init__(
-            f"acceptance gates: {result['decision']} ({counts['pass']} pass, {counts['fail']} fail, "
-            f"{counts['not_evaluable']} not evaluable); see acceptance-gates.json"
-        )
+        from evalcore.gates import counts_text
+
+        super().__init__(f"acceptance gates: {result['decision']} ({counts_text(result)}); see acceptance-gates.json")
 
 
 @task(name="html-report", retries=1, cache_policy=NO_CACHE)
@@ -479,7 +480,7 @@ def check_gates(params: EvaluateParams) -> dict:
     result["gates_file"] = {"path": str(Path(params.gates).resolve()), "sha256": sha256_path(params.gates)}
     write_json(out / "acceptance-gates.json", result)
     create_table_artifact(
-        [{k: r.get(k) for k in ("id", "group", "metric", "observed", "op", "expected", "support", "state", "reason")} for r in result["rules"]],
+        [{k: r.get(k) for k in ("id", "group", "metric", "observed", "op", "expected", "support", "state", "reason", "blocks")} for r in result["rules"]],
         key=artifact_key("evalcore-gates", params),
         description=f"Acceptance gates: {result['decision']}",
     )

@@ -15,7 +15,7 @@ import sys
 
 from evalcore.cli.parser import metric_options
 from evalcore.errors import EvalInputError
-from evalcore.logs import library_level
+from evalcore.logs import PhaseProgress, library_level
 from evalcore.outputs import OutputSet, claim_workdir
 
 __all__ = ["compare_on_cluster", "dashboard_address", "evaluate_on_cluster", "small_enough_in_process"]
@@ -43,17 +43,6 @@ def dashboard_address(args: argparse.Namespace) -> str:
             "an external scheduler's is set where it starts (dask scheduler --dashboard-address)."
         )
     return given
-
-
-def _progress_bar(phase: str, done: int, total: int) -> None:
-    """A progress bar over partitions on standard error (a line per 10 % when not a terminal)."""
-    width = 30
-    filled = width * done // total if total else width
-    text = f"{phase:<8} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} partitions"
-    if sys.stderr.isatty():
-        print("\r" + text, end="\n" if done == total else "", file=sys.stderr, flush=True)
-    elif done == total or (total and (10 * done // total) != (10 * (done - 1) // total)):
-        print(text, file=sys.stderr, flush=True)
 
 
 def small_enough_in_process(args: argparse.Namespace) -> bool:
@@ -145,7 +134,7 @@ def evaluate_on_cluster(args: argparse.Namespace, outputs: OutputSet) -> dict[st
                 frame_dir=staged["frame_out"],
                 pred_layer=args.pred_layer,
                 ref_layer=args.ref_layer,
-                progress=None if args.quiet else _progress_bar,
+                progress=None if args.quiet else PhaseProgress(),  # a line per phase (evalcore.logs)
                 ref_id_column=args.ref_id_column,
                 pred_id_column=args.pred_id_column,
                 tiles_out=staged["tiles_out"],

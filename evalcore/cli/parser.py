@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--workdir", help="work directory of a --cluster run; keep it to resume an interrupted run (default: a temporary one)")
     ev.add_argument("-o", "--output", required=True, help="metrics JSON file to write (its directory must exist)")
     ev.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
-    ev.add_argument("-v", "--verbose", action="count", default=0, help="more log lines (-v: evalcore's progress, -vv: also Dask's)")
+    ev.add_argument("-v", "--verbose", action="count", default=0, help="more log lines (-v: a line per partition, -vv: also Dask's); without it, a line per phase")
 
     rn = sub.add_parser("run", help="run the Prefect flow evaluate-layers (Dask cluster, run directory with report and manifest)")
     _add_layer_arguments(rn)
@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dashboard_argument(rn, default=None)
     rn.add_argument("--workdir", help="work directory; keep it to resume an interrupted run (default: RUN_DIR/work, removed after success)")
     rn.add_argument("-o", "--output-dir", required=True, help="run directory: metrics.json, report.md, manifest.json, fields/ (its parent must exist)")
-    rn.add_argument("-v", "--verbose", action="count", default=0, help="more log lines (-v: every partition, -vv: also Prefect's and Dask's); the run directory keeps the whole log")
+    rn.add_argument("-v", "--verbose", action="count", default=0, help="more log lines (-v: Prefect's flow-run lines, the partition keys and a line per partition, -vv: also Prefect's and Dask's INFO lines); without it, a line per phase; the run directory keeps the whole log")
     rn.add_argument(
         "--label", action="append", type=_label, default=[], metavar="KEY=VALUE",
         help="a label of the run written into evaluation-contract.json (model hash, imagery source ...); repeatable (default: none)",
@@ -284,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     vf.add_argument("--expect-sha256", metavar="SHA256", help="the SHA-256 of evidence-manifest.json you stored when the run was sealed (verify prints it): another one is a failure")
     vf.add_argument("-v", "--verbose", action="count", default=0, help="more log lines")
 
-    rv = sub.add_parser("review", help="human review of a sample of a run's objects: draw the sample and its page, import decisions (SPEC 6.12)")
+    rv = sub.add_parser("review", help="human review of a sample of a run's objects: draw the sample and its page, import decisions (docs/review.md)")
     rv_sub = rv.add_subparsers(dest="review_command", metavar="STEP", required=True, parser_class=_Parser)
     rs = rv_sub.add_parser("sample", help="draw the stratified sample: RUN_DIR/review/sample.parquet and the review page review/index.html")
     rs.add_argument("run_dir", help="a run directory (holding metrics.json, fields/ and predictions/)")

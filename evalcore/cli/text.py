@@ -35,14 +35,16 @@ def gate_lines(result: dict, *, not_passed_only: bool = False) -> list[str]:
 
     A rule on a bound of the interval (``use: ci_lower``/``ci_upper``) shows the bound
     and the metric's value beside it (``recall ci_lower 0.810 (value 0.816) >= 0.75``),
-    so the bound is never read as the value.
+    so the bound is never read as the value. A row below its rule's ``min_support``
+    that does not block the decision (``below_support: report``) shows the state
+    ``reported``.
 
     Parameters
     ----------
     result : dict
         The content of ``acceptance-gates.json`` (:func:`evalcore.gates.evaluate_gates`).
     not_passed_only : bool, default False
-        Only the rules that failed or were not evaluable.
+        Only the rules that failed or were not evaluable (reported rows included).
     """
     lines = []
     for rule in result["rules"]:
@@ -52,7 +54,8 @@ def gate_lines(result: dict, *, not_passed_only: bool = False) -> list[str]:
         compared = _gate_number(rule["observed"])
         if rule.get("use", "value") != "value":
             compared = f"{rule['use']} {compared} (value {_gate_number(rule.get('value'))})"
-        lines.append(f"{rule['state']:<14} {rule['id']}{group}: {rule['metric']} {compared} {rule['op']} {rule['expected']}"
+        state = rule["state"] if rule.get("blocks", True) else "reported"
+        lines.append(f"{state:<14} {rule['id']}{group}: {rule['metric']} {compared} {rule['op']} {rule['expected']}"
                      + (f" ({rule['reason']})" if rule.get("reason") else ""))
     return lines
 

@@ -14,6 +14,14 @@ tasks, logs and worker addresses to anyone who reaches it and has no login, so a
 machine reaches it only when the user asks (``--dashboard-address 0.0.0.0:8787`` or
 ``:8787``). The scheduler and the workers already listen on 127.0.0.1
 (``LocalCluster``'s default host).
+
+Closing: ``LocalCluster`` gives each worker process 4 s (``Nanny.close``'s default 5 s
+times 0.8) to stop before it kills it and logs ``Worker process still alive after 4.0
+seconds, killing``; on a loaded machine an idle worker that has held a run's
+partitions can take longer than that to exit (3 of 5 runs on a shared 2-core machine,
+issue 33). The cluster :func:`local_cluster` returns asks its workers to close with
+:data:`WORKER_CLOSE_SECONDS` instead, so a finished run ends without that warning, and a
+worker that really hangs is still killed.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from __future__ import annotations
 import logging
 import re
 
-__all__ = ["DASHBOARD_ADDRESS", "WORKER_SATURATION", "WARM_PRELOAD", "check_dashboard_address", "local_cluster"]
+__all__ = ["DASHBOARD_ADDRESS", "WORKER_CLOSE_SECONDS", "WORKER_SATURATION", "WARM_PRELOAD", "check_dashboard_address", "local_cluster"]
 
 DASHBOARD_ADDRESS = "127.0.0.1:0"
 """Where the embedded cluster's dashboard listens by default: loopback, a free port."""
@@ -30,6 +38,35 @@ WORKER_SATURATION = 1.0
 
 WARM_PRELOAD = "evalcore.distributed.warm"
 """The workers' preload module: the engine imported and its kernels loaded at start."""
+
+WORKER_CLOSE_SECONDS = 30.0
+"""Seconds a closing cluster gives each worker to stop before killing it (distributed's own is 5)."""
+
+_cluster_class: type | None = None
+
+
+def _patient_cluster_class() -> type:
+    """``LocalCluster`` whose close lets its workers take :data:`WORKER_CLOSE_SECONDS` to stop.
+
+    Made on first use, so that importing this module does not import distributed.
+    """
+    global _cluster_class
+    if _cluster_class is None:
+        import asyncio
+
+        from distributed import LocalCluster
+
+        class _PatientLocalCluster(LocalCluster):
+            async def _close(self) -> None:
+                # The workers first, each with the longer timeout; SpecCluster's own close
+                # then finds them closed (Nanny.close returns at once) and stops the rest.
+                workers = [w for w in list(self.workers.values()) if hasattr(w, "close")]
+                await asyncio.gather(*(w.close(timeout=WORKER_CLOSE_SECONDS, reason="evalcore-cluster-close") for w in workers),
+                                     return_exceptions=True)
+                await super()._close()
+
+        _cluster_class = _PatientLocalCluster
+    return _cluster_class
 
 
 _HOST_PORT = re.compile(r"(?P<host>|[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})")
@@ -76,7 +113,6 @@ def local_cluster(n_workers: int, **kwargs: object) -> object:
         default ``preload`` is :data:`WARM_PRELOAD` (``preload=[]``: none).
     """
     import dask
-    from distributed import LocalCluster
 
     from evalcore.logs import library_level
 
@@ -91,4 +127,4 @@ def local_cluster(n_workers: int, **kwargs: object) -> object:
         # config, which it reads from the environment the nanny spawns it with.
         config["distributed.nanny.pre-spawn-environ.DASK_LOGGING__DISTRIBUTED"] = logging.getLevelName(level).lower()
     with dask.config.set(config):
-        return LocalCluster(n_workers=n_workers, **options)
+        return _patient_cluster_class()(n_workers=n_workers, **options)

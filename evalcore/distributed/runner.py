@@ -53,7 +53,7 @@ from evalcore.distributed.sources import LABEL_COLUMN, Chunk, LayerSource, plan_
 from evalcore.engine.pairing import compute_pairs, concat_pair_results
 from evalcore.engine.resolve import Resolved, Routing, resolve_run, route
 from evalcore.engine.sums import MergedSums, RefRows, merge_partitions, summarize_partition
-from evalcore.engine.tables import field_table, prediction_table
+from evalcore.engine.tables import field_table, output_table, prediction_table
 from evalcore.errors import EvalInputError
 from evalcore.groups import strata_values
 from evalcore.writers import atomic_path, write_geoparquet, write_json, write_table
@@ -345,6 +345,7 @@ def sums_task(
     signature: str,
     id_column: str | None = None,
     aoi_keys: list[str] | None = None,
+    pred_id_column: str | None = None,
 ) -> dict:
     """The sums phase of one partition: write its field table part and its partial sums.
 
@@ -380,9 +381,7 @@ def sums_task(
             boundary_iou=options.boundary_iou_width_m is not None,
             ref_class=layer.class_value if options.class_column is not None else None,
         )
-        # The reference id as a named column users can join on (an unnamed index is __index_level_0__ in a file).
-        id_name = id_column or "ref_index"
-        table = table.drop(columns=[id_name], errors="ignore").rename_axis(id_name).reset_index()
+        table = output_table(table, "fields", ref_id_column=id_column, pred_id_column=pred_id_column)
         frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=ref_info.crs)
         written.append(write_geoparquet(Path(frame_dir) / f"part-{storage.key_name(key)}.parquet", frame))
     path = Path(workdir) / "sums" / f"{storage.key_name(key)}.npz"
@@ -404,6 +403,7 @@ def predictions_task(
     scored: bool = False,
     boundary_iou: bool = False,
     classed: bool = False,
+    ref_id_column: str | None = None,
 ) -> dict:
     """Write the per-prediction table part of one partition's predictions (with their geometry)."""
     _inject_fault("predictions", storage.key_name(key))
@@ -415,8 +415,7 @@ def predictions_task(
         raise PartitionMissingError(f"partition {storage.key_name(key)}: its prepared predictions differ from those resolved")
     table = prediction_table(preds, aoi_keys=aoi_keys, annotated=annotated, scored=scored, boundary_iou=boundary_iou,
                              classed=classed)
-    id_name = id_column or "pred_index"
-    table = table.drop(columns=[id_name], errors="ignore").rename_axis(id_name).reset_index()
+    table = output_table(table, "predictions", ref_id_column=ref_id_column, pred_id_column=id_column)
     frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=pred_info.crs)
     path = write_geoparquet(Path(out_dir) / f"part-{storage.key_name(key)}.parquet", frame)
     return {"key": key, "n_pred": len(frame), "path": str(path)}
@@ -465,8 +464,9 @@ class RunSetup:
         Per role.
     progress : callable(phase, done, total), optional
     log : callable(message), optional
-        Receives a line per phase submitted and per reuse of finished work (the flow's
-        logger); the line per partition done goes to this module's logger only.
+        Receives a line per reuse of finished work (the flow's logger); the line per
+        phase submitted (with its partition keys) and per partition done go to this
+        module's logger only.
     """
 
     predicted: LayerSource
@@ -611,9 +611,10 @@ def _gather(setup: RunSetup, phase: str, futures: dict) -> dict:
     done = 0
     if setup.progress:
         setup.progress(phase, 0, total)
-    if setup.log:
-        names = [_partition_name(k) for k in futures]
-        setup.log(f"{phase}: {total} {unit}s running: {', '.join(names[:20])}{' …' if total > 20 else ''}")
+    # The keys (up to 20, ~300 characters) only on this module's logger: the run's log
+    # file keeps them and -v shows them; the terminal's line per phase is ``progress``.
+    names = [_partition_name(k) for k in futures]
+    logger.info("%s: %d %ss running: %s%s", phase, total, unit, ", ".join(names[:20]), " …" if total > 20 else "")
     pending = list(futures.values())
     # The futures' own client's loop: as_completed would otherwise look for a default
     # client, and a caller's Client(..., set_as_default=False) is not one.
@@ -1025,6 +1026,7 @@ def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, 
             setup.signature,
             setup.reference.id_column,
             _aoi_keys(index),
+            setup.predicted.id_column,
             key=setup.task_key("sums", *key),
             retries=2,
             priority=index.rows(key),
@@ -1067,6 +1069,7 @@ def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolve
             setup.options.score_column is not None,
             setup.options.boundary_iou_width_m is not None,
             setup.options.class_column is not None,
+            setup.reference.id_column,
             key=setup.task_key("predictions", *key),
             retries=2,
             priority=len(rows),

@@ -10,7 +10,15 @@ import pandas as pd
 
 from evalcore.metrics.taxonomy import PREDICTION_CODES, REFERENCE_CODES, code_labels
 
-__all__ = ["field_table", "prediction_table"]
+__all__ = ["ID_COLUMN_NAMES", "field_table", "output_table", "prediction_table"]
+
+ID_COLUMN_NAMES: dict[str, dict[str, str]] = {
+    "fields": {"pred_index": "pred_id", "max_overlap_pred_index": "max_overlap_pred_id"},
+    "predictions": {"home_ref_index": "home_ref_id"},
+}
+"""Per table, the columns that hold the *other* layer's labels, and their names when that
+layer's labels are ids from an id column (``--pred-id-column`` for the per-field table,
+``--ref-id-column`` for the per-prediction table) rather than row positions."""
 
 
 def _labels_at(pred_labels: pd.Series, positions: np.ndarray) -> pd.api.extensions.ExtensionArray | np.ndarray:
@@ -41,6 +49,37 @@ def _label_column(values: np.ndarray) -> pd.api.extensions.ExtensionArray | np.n
 def _aoi_column(codes: np.ndarray, aoi_keys: list[str] | None) -> pd.api.extensions.ExtensionArray:
     keys = np.array(list(aoi_keys or []) + [None], dtype=object)
     return pd.array(keys[np.where(codes >= 0, codes, len(keys) - 1)], dtype="string")
+
+
+def output_table(table: pd.DataFrame, kind: str, *, ref_id_column: str | None, pred_id_column: str | None) -> pd.DataFrame:
+    """The per-field or per-prediction table as the outputs write it.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        :func:`field_table` (``kind="fields"``) or :func:`prediction_table`
+        (``kind="predictions"``), indexed by the layer's labels.
+    kind : {"fields", "predictions"}
+    ref_id_column, pred_id_column : str or None
+        The id columns the layers were read with (``--ref-id-column``,
+        ``--pred-id-column``); None: the labels are row positions.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The labels as a named first column (the id column's name, else ``ref_index`` /
+        ``pred_index``: an unnamed index would be ``__index_level_0__`` in a file), and
+        the columns of :data:`ID_COLUMN_NAMES` renamed when they hold the other layer's
+        ids (``pred_index`` -> ``pred_id`` with ``pred_id_column``), so that a column
+        named ``*_index`` always holds a row position. A new name that is already a
+        column (an id column called ``pred_id``) leaves the old one.
+    """
+    own, other = (ref_id_column, pred_id_column) if kind == "fields" else (pred_id_column, ref_id_column)
+    id_name = own or ("ref_index" if kind == "fields" else "pred_index")
+    out = table.drop(columns=[id_name], errors="ignore").rename_axis(id_name).reset_index()
+    if other:
+        out = out.rename(columns={old: new for old, new in ID_COLUMN_NAMES[kind].items() if new not in out.columns})
+    return out
 
 
 def _class_column(values: np.ndarray) -> pd.api.extensions.ExtensionArray:

@@ -147,7 +147,8 @@ def _gates_html(run: RunFiles) -> str:
         text += table(
             ["rule", "metric", "group", "observed", "expected", "support", "state", "reason"],
             [[esc(r.get("id")), esc(r.get("metric")), esc(r.get("group") or "–"), fmt(r.get("observed")),
-              f"{esc(r.get('op', ''))} {fmt(r.get('expected'))}", fmt(r.get("support")), esc(r.get("state")), esc(r.get("reason") or "")]
+              f"{esc(r.get('op', ''))} {fmt(r.get('expected'))}", fmt(r.get("support")),
+              esc(r.get("state") if r.get("blocks", True) else "reported (not blocking)"), esc(r.get("reason") or "")]
              for r in shown],
         )
     return text

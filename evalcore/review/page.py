@@ -307,7 +307,7 @@ def review_page(sample: pd.DataFrame, ref: pd.DataFrame, pred: pd.DataFrame, *, 
         f"<kbd>A</kbd> agree, <kbd>D</kbd> disagree, <kbd>S</kbd> severity, <kbd>C</kbd> comment</span></div>"
     )
     intro = (
-        f"<p>{len(sample)} items drawn with seed {seed} (SPEC 6.12): "
+        f"<p>{len(sample)} items drawn with seed {seed} (docs/review.md): "
         f'<span class="legend-ref">reference</span> and <span class="legend-pred">predicted</span> outlines; the item (and its matched '
         "prediction) filled. Decisions stay in this browser until you export them; import them with "
         "<code>evalcore review import RUN_DIR decisions-&lt;reviewer&gt;.csv</code>.</p>"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -37,6 +38,9 @@ from shapely.geometry import LineString, box
 
 from tests.common import FILLER, UTM, WGS84, X0, Y0
 from tests.common import full_disk as common_full_disk
+
+# A run's line per phase (evalcore.logs.PhaseProgress), printed before a later phase fails.
+PHASE_LINE = re.compile(r"(prepare|pairs|sums|predictions) +\d+ (chunks|partitions) in \d+\.\d s")
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.cli  # each test runs the evalcore command in a subprocess (tests/markers.py)
@@ -91,7 +95,8 @@ def files(root: Path) -> set[Path]:
 def error_line(proc: subprocess.CompletedProcess, status: int = 2) -> str:
     """The one line a failure prints (besides the run's progress lines and the dashboard link)."""
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if not line.startswith(("INFO prefect.flow_runs:", "Dask dashboard"))]
+    lines = [line for line in proc.stderr.splitlines()
+             if not line.startswith(("INFO prefect.flow_runs:", "Dask dashboard")) and not PHASE_LINE.fullmatch(line)]
     assert proc.returncode == status, proc.stderr
     assert len(lines) == 1 and lines[0].startswith("evalcore: error: "), proc.stderr
     return lines[0]

@@ -20,6 +20,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from evalcore.errors import EvalInputError
 from evalcore.gates import Gate, evaluate_gates, exit_status, load_gates, parse_gates
@@ -96,7 +97,8 @@ def test_pass_and_fail_on_a_top_level_metric():
     m = _metrics()
     row = _one(m, _gate("recall", ">=", 0.75))
     assert row == {"id": "G", "metric": "recall", "group": None, "observed": 0.8, "use": "value", "op": ">=",
-                   "expected": 0.75, "support": 200, "min_support": None, "state": "pass", "reason": None, "value": 0.8}
+                   "expected": 0.75, "support": 200, "min_support": None, "state": "pass", "reason": None, "value": 0.8,
+                   "blocks": True}
     row = _one(m, _gate("recall", ">=", 0.85))
     assert (row["state"], row["observed"], row["reason"]) == ("fail", 0.8, None)
 
@@ -124,6 +126,92 @@ def test_support_under_the_minimum_is_not_evaluable():
     assert _one(m, _gate("per_stratum.tiny.recall", ">=", 0.5, min_support=5))["state"] == "pass"
     row = _one(m, _gate("recall", ">=", 0.5, min_support=201))
     assert row["reason"] == "support 200 below the minimum 201"
+
+
+def test_below_support_is_reported_not_blocking_by_default():
+    # Hand-made: north (120 fields) passes 0.6, tiny (5 fields) is below 30.
+    m = _metrics()
+    m["per_stratum"].pop("south")
+    result = evaluate_gates(m, [_gate("per_stratum.*.recall", ">=", 0.6, min_support=30)])
+    rows = {row["group"]: row for row in result["rules"]}
+    assert list(rows) == ["north", "tiny"]
+    assert (rows["north"]["state"], rows["north"]["blocks"]) == ("pass", True)
+    # The small group is still listed, with its value, support and reason.
+    assert rows["tiny"]["state"] == "not_evaluable" and rows["tiny"]["blocks"] is False
+    assert (rows["tiny"]["observed"], rows["tiny"]["support"], rows["tiny"]["reason"]) == (0.9, 5, "support 5 below the minimum 30")
+    assert result["decision"] == "pass" and exit_status(result) == 0
+    assert result["counts"] == {"pass": 1, "fail": 0, "not_evaluable": 1}
+
+
+def test_below_support_block_keeps_the_decision_from_pass():
+    m = _metrics()
+    m["per_stratum"].pop("south")
+    gate = Gate(id="G", metric="per_stratum.*.recall", op=">=", threshold=0.6, min_support=30, below_support="block")
+    result = evaluate_gates(m, [gate])
+    rows = {row["group"]: row for row in result["rules"]}
+    assert rows["tiny"]["blocks"] is True and rows["tiny"]["reason"] == "support 5 below the minimum 30"
+    assert result["decision"] == "not_evaluable" and exit_status(result) == 3
+
+
+def test_below_support_does_not_hide_a_failure_or_other_not_evaluable_rows():
+    m = _metrics()  # south (60 fields) fails 0.6
+    result = evaluate_gates(m, [_gate("per_stratum.*.recall", ">=", 0.6, min_support=30)])
+    assert result["decision"] == "fail"
+    # A null value of a supported group still blocks.
+    m = _metrics()
+    m["per_stratum"].pop("south")
+    m["per_stratum"]["north"]["recall"] = None
+    result = evaluate_gates(m, [_gate("per_stratum.*.recall", ">=", 0.6, min_support=30)])
+    assert result["decision"] == "not_evaluable"
+    # Unknown support is not "below" it: it blocks.
+    result = evaluate_gates({"recall": 0.8}, [_gate("recall", ">=", 0.5, min_support=30)])
+    (row,) = result["rules"]
+    assert (row["reason"], row["blocks"], result["decision"]) == ("support unknown; the minimum is 30", True, "not_evaluable")
+
+
+def test_only_below_support_rows_is_not_a_vacuous_pass():
+    m = _metrics()
+    result = evaluate_gates(m, [_gate("per_stratum.tiny.recall", ">=", 0.5, min_support=30)])
+    (row,) = result["rules"]
+    assert row["blocks"] is False and row["reason"] == "support 5 below the minimum 30"
+    # Nothing was judged: not a pass, but the unit is listed.
+    assert result["decision"] == "not_evaluable"
+    # Beside a passing rule the small group no longer blocks.
+    result = evaluate_gates(m, [_gate("per_stratum.tiny.recall", ">=", 0.5, min_support=30, id="T"), _gate("recall", ">=", 0.5, id="R")])
+    assert result["decision"] == "pass" and [r["id"] for r in result["rules"]] == ["T", "R"]
+
+
+def test_below_support_with_an_interval_rule_and_an_empty_aoi():
+    # An AOI with no reference field: recall null, no interval, support 0.
+    m = _metrics()
+    m["aois"]["per_aoi"]["empty"] = {"count_reference": 0, "recall": None, "support": 0, "ci": {"recall": [None, None]}}
+    result = evaluate_gates(m, [_gate("aois.*.recall", ">=", 0.6, min_support=30, use="ci_lower")])
+    rows = {row["group"]: row for row in result["rules"]}
+    assert rows["empty"]["reason"] == "support 0 below the minimum 30" and rows["empty"]["blocks"] is False
+    assert rows["a"]["state"] == "pass" and rows["b"]["state"] == "pass"
+    assert result["decision"] == "pass"
+
+
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        ("{id: G-X, metric: recall, op: '>=', threshold: 0.5, min_support: 3, below_support: ignore}", "below_support 'ignore'"),
+        ("{id: G-X, metric: recall, op: '>=', threshold: 0.5, below_support: block}", "without min_support"),
+    ],
+)
+def test_bad_below_support_is_refused(line, needle):
+    with pytest.raises(EvalInputError) as err:
+        parse_gates({"gates": [yaml.safe_load(line)]}, source="g.yaml")
+    assert needle in str(err.value) and "'G-X'" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_below_support_parses():
+    (gate,) = parse_gates({"gates": [{"id": "G", "metric": "recall", "op": ">=", "threshold": 0.5, "min_support": 3}]}, source="g.yaml")
+    assert gate.below_support == "report"
+    (gate,) = parse_gates({"gates": [{"id": "G", "metric": "recall", "op": ">=", "threshold": 0.5, "min_support": 3,
+                                      "below_support": "block"}]}, source="g.yaml")
+    assert gate.below_support == "block"
 
 
 def test_missing_path_is_not_evaluable_not_an_error():
@@ -274,7 +362,7 @@ def test_outcome_is_json_without_nan_and_records_the_evidence():
     assert set(result) == {"decision", "rules", "evidence", "counts"}
     assert sum(result["counts"].values()) == len(result["rules"])
     for row in result["rules"]:
-        assert set(row) == {"id", "metric", "group", "observed", "use", "op", "expected", "support", "min_support", "state", "reason", "value"}
+        assert set(row) == {"id", "metric", "group", "observed", "use", "op", "expected", "support", "min_support", "state", "reason", "value", "blocks"}
         assert row["observed"] is None or math.isfinite(row["observed"])
         assert row["value"] is None or math.isfinite(row["value"])
         assert (row["reason"] is None) == (row["state"] != "not_evaluable")
@@ -438,7 +526,12 @@ def test_real_metrics_with_the_example_gates(real_metrics):
 
     assert sum(result["counts"].values()) == len(rows)
     states = {r["state"] for r in rows}
-    expected = "fail" if "fail" in states else "pass" if states == {"pass"} else "not_evaluable"
+    # With the example's min_support rules (below_support: report by default), a group
+    # below the minimum is listed but holds nothing up.
+    for r in rows:
+        assert r["blocks"] == (r["reason"] is None or "below the minimum" not in r["reason"])
+    blocking = {r["state"] for r in rows if r["blocks"]}
+    expected = "fail" if "fail" in states else "pass" if blocking == {"pass"} else "not_evaluable"
     assert result["decision"] == expected
 
 

@@ -103,7 +103,7 @@ def test_an_unquoted_comparison_says_to_quote_it(tmp_path):
 def test_the_example_names_the_files_gate_writes(tmp_path):
     text = EXAMPLE.read_text(encoding="utf-8")
     assert "acceptance-gates.vN.json" in text and "acceptance-gates.json" in text
-    assert "min_support" in text and "blocks a pass" in text and 'op: ">="' in text
+    assert "min_support" in text and "below_support: block" in text and 'op: ">="' in text
     run = _run_dir(tmp_path)
     # A run of the flow always holds acceptance-gates.json ("not_configured" without --gates).
     (run / "acceptance-gates.json").write_text('{"state": "not_configured"}', encoding="utf-8")
@@ -165,3 +165,27 @@ def test_run_with_gates_that_fail_prints_the_summary_and_the_failing_rules(tmp_p
     assert "fail           G-NEVER: recall" in stdout
     status = json.loads((out / "status.json").read_text(encoding="utf-8"))
     assert status["status"] == "failed" and status["failure"] == "gates"
+
+
+@pytest.mark.cli
+def test_an_empty_aoi_is_reported_not_blocking(tmp_path):
+    # Issue 33 item 2: an AOI with no field made the example's decision not_evaluable.
+    run = _run_dir(tmp_path)
+    metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
+    metrics["aois"] = {"count_aois": 2, "per_aoi": {
+        "big": {"count_reference": 200, "recall": 0.816, "support": 200, "ci": {"recall": [0.81, 0.83]}},
+        "empty": {"count_reference": 0, "recall": None, "support": 0, "ci": {"recall": [None, None]}}}}
+    (run / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
+    rule = "gates:\n  - {id: G-AOI, metric: aois.*.recall, op: '>=', threshold: 0.6, min_support: 30, use: ci_lower%s}\n"
+    done = _cli("gate", str(run), str(_gates(tmp_path, rule % "")))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("reported") and "G-AOI[empty]" in line and "support 0 below the minimum 30" in line for line in lines), done.stdout
+    assert any(line.startswith("pass") and "G-AOI[big]" in line for line in lines), done.stdout
+    assert "decision: pass (1 pass, 0 fail, 1 not evaluable, of which 1 below min_support, reported)" in done.stdout
+    written = json.loads((run / "acceptance-gates.json").read_text(encoding="utf-8"))
+    assert [r["blocks"] for r in written["rules"]] == [True, False]
+    # The rule can ask for the old behaviour.
+    done = _cli("gate", str(run), str(_gates(tmp_path, rule % ", below_support: block", "block.yaml")))
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "decision: not_evaluable" in done.stdout

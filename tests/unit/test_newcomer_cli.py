@@ -209,12 +209,27 @@ def test_the_per_field_table_carries_the_reference_id_and_the_prediction_ids(tmp
     out = tmp_path / "fields.parquet"
     proc = cli(
         "evaluate", "-p", str(tmp_path / "pred.gpkg"), "-r", str(tmp_path / "ref.gpkg"), "--ref-id-column", "field_id",
-        "--pred-id-column", "det", "--frame-out", str(out), "-o", str(tmp_path / "m.json"), "-q",
+        "--pred-id-column", "det", "--frame-out", str(out), "--predictions-out", str(tmp_path / "preds.parquet"),
+        "-o", str(tmp_path / "m.json"), "-q",
     )
     assert proc.returncode == 0, proc.stderr
     frame = geopandas.read_parquet(out)
     assert frame["field_id"].tolist() == ["A-1", "A-2"]
-    assert frame["pred_index"].tolist()[0] == "d9" and frame["pred_index"].isna().tolist() == [False, True]
+    # With --pred-id-column the matched prediction's column holds its id, and says so (issue 33, item 13).
+    assert frame["pred_id"].tolist()[0] == "d9" and frame["pred_id"].isna().tolist() == [False, True]
+    assert frame["max_overlap_pred_id"].tolist()[0] == "d9"
+    assert "pred_index" not in frame and "max_overlap_pred_index" not in frame
+    preds = geopandas.read_parquet(tmp_path / "preds.parquet")
+    assert preds["det"].tolist() == ["d9", "d8"]
+    assert preds["home_ref_id"].tolist()[0] == "A-1" and preds["home_ref_id"].isna().tolist() == [False, True]
+    assert "home_ref_index" not in preds and "pred_index" not in preds
+    # Without id columns the labels are row positions, under the index names.
+    proc = cli("evaluate", "-p", str(tmp_path / "pred.gpkg"), "-r", str(tmp_path / "ref.gpkg"), "--frame-out", str(tmp_path / "f2.parquet"),
+               "--predictions-out", str(tmp_path / "p2.parquet"), "-o", str(tmp_path / "m2.json"), "-q")
+    assert proc.returncode == 0, proc.stderr
+    frame, preds = geopandas.read_parquet(tmp_path / "f2.parquet"), geopandas.read_parquet(tmp_path / "p2.parquet")
+    assert frame["ref_index"].tolist() == [0, 1] and frame["pred_index"].tolist()[0] == 0 and "pred_id" not in frame
+    assert preds["pred_index"].tolist() == [0, 1] and preds["home_ref_index"].tolist()[0] == 0 and "home_ref_id" not in preds
 
 
 @pytest.mark.cli
@@ -271,20 +286,34 @@ def test_ids_on_a_cluster_equal_ids_in_process(tmp_path):
     pred.to_parquet(tmp_path / "pred.parquet")
     common = ["-p", str(tmp_path / "pred.parquet"), "-r", str(tmp_path / "ref.parquet"), "--ref-id-column", "field_id", "--pred-id-column", "det", "-q"]
     proc = cli("evaluate", *common, "--cluster", "local", "--workers", "1", "--in-process-below", "0",
-               "--frame-out", f"{tmp_path / 'parts'}/", "-o", str(tmp_path / "c.json"))
+               "--frame-out", f"{tmp_path / 'parts'}/", "--predictions-out", f"{tmp_path / 'pred-parts'}/",
+               "--tiles-out", str(tmp_path / "tiles.parquet"), "-o", str(tmp_path / "c.json"))
     assert proc.returncode == 0, proc.stderr
     assert "Dask dashboard" in proc.stderr  # the cluster ran, though the layers are tiny
     frame = geopandas.read_parquet(tmp_path / "parts").sort_values("field_id")
     assert frame["field_id"].tolist() == ["A-1", "A-2", "A-3"]
-    assert frame["pred_index"].tolist()[:2] == ["d9", "d8"] and frame["pred_index"].isna().tolist() == [False, False, True]
+    assert frame["pred_id"].tolist()[:2] == ["d9", "d8"] and frame["pred_id"].isna().tolist() == [False, False, True]
+    cluster_preds = geopandas.read_parquet(tmp_path / "pred-parts").sort_values("det")
+    assert cluster_preds["home_ref_id"].tolist() == ["A-2", "A-1"] and "home_ref_index" not in cluster_preds
+    cluster_tiles = geopandas.read_parquet(tmp_path / "tiles.parquet")
+    # The tile key column, as the summary names a tile (issue 33, item 13).
+    assert cluster_tiles["tile"].tolist() == [f"{e}_{x}_{y}" for e, x, y in zip(cluster_tiles["epsg"], cluster_tiles["tile_x"], cluster_tiles["tile_y"])]
 
     # Without --in-process-below 0, five rows are evaluated in this process, which says so,
     # into the same kind of output (a directory of parts) with the same numbers.
-    small = cli("evaluate", *common[:-1], "--cluster", "local", "--frame-out", f"{tmp_path / 'small'}/", "-o", str(tmp_path / "s.json"))
+    small = cli("evaluate", *common[:-1], "--cluster", "local", "--frame-out", f"{tmp_path / 'small'}/",
+                "--predictions-out", f"{tmp_path / 'small-preds'}/", "--tiles-out", str(tmp_path / "small-tiles.parquet"), "-o", str(tmp_path / "s.json"))
     assert small.returncode == 0, small.stderr
     assert "evaluating in this process: the layers hold 5 rows, fewer than --in-process-below 200,000" in small.stderr
     assert "Dask dashboard" not in small.stderr
     assert json.loads((tmp_path / "s.json").read_text()) == json.loads((tmp_path / "c.json").read_text())
     in_process = geopandas.read_parquet(tmp_path / "small").sort_values("field_id")
     assert in_process["field_id"].tolist() == ["A-1", "A-2", "A-3"]
-    assert in_process["pred_index"].tolist()[:2] == ["d9", "d8"]
+    assert in_process["pred_id"].tolist()[:2] == ["d9", "d8"]
+    # The same columns, the same values, in this process and on the cluster.
+    assert list(in_process.columns) == list(frame.columns)
+    small_preds = geopandas.read_parquet(tmp_path / "small-preds").sort_values("det")
+    assert list(small_preds.columns) == list(cluster_preds.columns)
+    assert small_preds.drop(columns="geometry").reset_index(drop=True).equals(cluster_preds.drop(columns="geometry").reset_index(drop=True))
+    small_tiles = geopandas.read_parquet(tmp_path / "small-tiles.parquet")
+    assert small_tiles.drop(columns="geometry").equals(cluster_tiles.drop(columns="geometry"))

@@ -30,6 +30,7 @@ __all__ = ["evaluate_command"]
 def evaluate_command(args: argparse.Namespace) -> int:
     """``evalcore evaluate``: write metrics.json and the tables asked for; print the summary unless ``-q``."""
     from evalcore.api import evaluate_tables
+    from evalcore.engine.tables import output_table
     from evalcore.io import read_layer
     from evalcore.writers import write_table
 
@@ -59,14 +60,14 @@ def evaluate_command(args: argparse.Namespace) -> int:
     # Every output is staged and renamed into place only when all are whole: a failure
     # (a full disk, say) leaves the earlier outputs as they were (evalcore.outputs).
     with OutputSet() as outputs:
-        for path, frame, flag, id_name in (
-            (args.frame_out, tables.fields, "--frame-out", args.ref_id_column or "ref_index"),
-            (args.predictions_out, tables.predictions, "--predictions-out", args.pred_id_column or "pred_index"),
+        for path, frame, flag, kind in (
+            (args.frame_out, tables.fields, "--frame-out", "fields"),
+            (args.predictions_out, tables.predictions, "--predictions-out", "predictions"),
         ):
             if path is None:
                 continue
-            # The layer's id as a named column users can join on (the index has no name in a file).
-            table = frame.drop(columns=[id_name], errors="ignore").rename_axis(id_name).reset_index()
+            # The layer's id as a named column users can join on, the other layer's ids named for what they are.
+            table = output_table(frame, kind, ref_id_column=args.ref_id_column, pred_id_column=args.pred_id_column)
             is_dir = path.endswith(("/", os.sep)) or Path(path).is_dir()
             target = outputs.directory(path, flag) / "part-0.parquet" if is_dir else outputs.file(path)
             write_table(target, table, flag)

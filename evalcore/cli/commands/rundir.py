@@ -25,7 +25,7 @@ def gate_command(args: argparse.Namespace) -> int:
     import json
 
     from evalcore.evidence import check_amendment, gate_metrics, latest_manifest, write_evidence_manifest
-    from evalcore.gates import evaluate_gates, exit_status, load_gates
+    from evalcore.gates import counts_text, evaluate_gates, exit_status, load_gates
     from evalcore.writers import write_json
     from evalcore.report import sha256_path
 
@@ -56,8 +56,7 @@ def gate_command(args: argparse.Namespace) -> int:
     if not args.quiet:
         for line in gate_lines(result):
             print(line)
-        print(f"decision: {result['decision']} ({result['counts']['pass']} pass, {result['counts']['fail']} fail, "
-              f"{result['counts']['not_evaluable']} not evaluable); wrote {target}" + (f" and {amended.name}" if amended else ""))
+        print(f"decision: {result['decision']} ({counts_text(result)}); wrote {target}" + (f" and {amended.name}" if amended else ""))
     return exit_status(result)
 
 
