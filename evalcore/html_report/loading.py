@@ -123,6 +123,22 @@ def read_columns(path: Path, wanted: tuple[str, ...]) -> Any:
         raise EvalInputError(f"{path}: cannot be read as parquet ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
 
 
+def label_column(path: Path, default: str) -> str:
+    """The name of a per-field or per-prediction table's first column: its rows' labels.
+
+    The tables start with the layer's labels (engine.tables.output_table): the id column's
+    name with ``--ref-id-column`` / ``--pred-id-column``, else ``ref_index`` /
+    ``pred_index``. ``default`` when the table has no column.
+    """
+    import pyarrow.dataset as ds
+
+    try:
+        names = ds.dataset(path, format="parquet").schema.names
+    except Exception as exc:
+        raise EvalInputError(f"{path}: cannot be read as parquet ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+    return names[0] if names else default
+
+
 def load_tiles(run: RunFiles) -> Any:
     """The tile table (``tiles.parquet``) as a GeoDataFrame, or None when the run has none.
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from evalcore.errors import EvalInputError
 from evalcore.html_report.figures import figure_html, new_figure, png, scale_bar
-from evalcore.html_report.loading import RunFiles, read_columns, read_parquet, tile_side_m
+from evalcore.html_report.loading import RunFiles, label_column, read_columns, read_parquet, tile_side_m
 from evalcore.html_report.markup import Figure, Page, esc, fmt, note, table
 
 __all__ = [
@@ -236,11 +236,20 @@ def _overlay_figure(name: str, panels: list[tuple[_Window, Any, Any, Any]], n_co
     return Figure(name, png(fig), caption)
 
 
+def _label_columns(fields_dir: Path, preds_dir: Path) -> dict[str, str]:
+    """The label column of each table (the id column's name when the run was given one)."""
+    return {
+        "fields": label_column(fields_dir, "ref_index") if _parts(fields_dir) else "ref_index",
+        "predictions": label_column(preds_dir, "pred_index") if _parts(preds_dir) else "pred_index",
+    }
+
+
 def _sample_error_windows(run: RunFiles, fields_dir: Path, preds_dir: Path, rng: np.random.Generator) -> tuple[list[_Window], list[str], dict[str, int]]:
     """The chosen objects of each error code (their tile only: the window is placed once their geometry is read)."""
+    ids = _label_columns(fields_dir, preds_dir)
     light = {
-        "fields": read_columns(fields_dir, ("ref_index", "utm_epsg", "tile_x", "tile_y", "error_code", "split")) if _parts(fields_dir) else None,
-        "predictions": read_columns(preds_dir, ("pred_index", "tile_epsg", "tile_x", "tile_y", "error_code", "merge")) if _parts(preds_dir) else None,
+        "fields": read_columns(fields_dir, (ids["fields"], "utm_epsg", "tile_x", "tile_y", "error_code", "split")) if _parts(fields_dir) else None,
+        "predictions": read_columns(preds_dir, (ids["predictions"], "tile_epsg", "tile_x", "tile_y", "error_code", "merge")) if _parts(preds_dir) else None,
     }
     chosen: list[_Window] = []
     missing: list[str] = []
@@ -259,7 +268,7 @@ def _sample_error_windows(run: RunFiles, fields_dir: Path, preds_dir: Path, rng:
             continue
         pick = np.sort(rng.choice(idx, size=min(SAMPLES_PER_CODE, len(idx)), replace=False))
         zone_col = "utm_epsg" if table == "fields" else "tile_epsg"
-        id_col = "ref_index" if table == "fields" else "pred_index"
+        id_col = ids[table]
         for i in pick:
             row = frame.iloc[int(i)]
             label = "ref" if table == "fields" else "pred"
@@ -293,8 +302,9 @@ def overlays_section(run: RunFiles, page: Page, tiles: Any, worst: list[dict]) -
         tile_windows.append(_Window(zone, (tx + 0.5) * tile_m, (ty + 0.5) * tile_m, tile_m,
                                     f"#{i + 1} tile {t['tile']}: F1 {fmt(t.get('f1'))}, {fmt(t.get('support'))} fields", tile=(tx, ty)))
     reach_f = _neighbourhood(samples + tile_windows, tile_m)
-    field_cols = ("ref_index", "utm_epsg", "tile_x", "tile_y", "error_code", "matched", "split")
-    pred_cols = ("pred_index", "tile_epsg", "tile_x", "tile_y", "error_code", "matched", "merge")
+    ids = _label_columns(fields_dir, preds_dir)
+    field_cols = (ids["fields"], "utm_epsg", "tile_x", "tile_y", "error_code", "matched", "split")
+    pred_cols = (ids["predictions"], "tile_epsg", "tile_x", "tile_y", "error_code", "matched", "merge")
     fields = _read_near(fields_dir, "utm_epsg", reach_f, field_cols)
     preds = _read_near(preds_dir, "tile_epsg", reach_f, pred_cols) if _parts(preds_dir) else None
     panels_tiles = []
@@ -304,7 +314,7 @@ def overlays_section(run: RunFiles, page: Page, tiles: Any, worst: list[dict]) -
     panels_errors = []
     for w in samples:
         source = fields if w.focus_table == "fields" else preds
-        id_col = "ref_index" if w.focus_table == "fields" else "pred_index"
+        id_col = ids[w.focus_table]
         zone_col = "utm_epsg" if w.focus_table == "fields" else "tile_epsg"
         focus = source[(source[id_col] == w.focus_index).fillna(False).to_numpy() & (source[zone_col].to_numpy() == w.zone)] if source is not None else None
         if focus is None or len(focus) == 0:

@@ -201,3 +201,22 @@ def test_pixel_metrics_and_a_paired_comparison_are_shown(run_dirs, tmp_path):
     text = (run / "report.html").read_text()
     assert "32614_58_403" in text and "regression: yes" in text
     assert not any("--pixel-gsd-m" in n or "paired.json" in n for n in page.notes)
+
+
+def test_overlays_find_the_objects_when_the_tables_are_labelled_by_ids(run_dirs, tmp_path):
+    # With --ref-id-column / --pred-id-column the tables' first column is the id column
+    # (engine.tables.output_table), not ref_index / pred_index: the overlays must follow it.
+    import geopandas
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dirs["full"], run)
+    for table, old, new in (("fields", "ref_index", "field_code"), ("predictions", "pred_index", "detection_code")):
+        for part in sorted((run / table).glob("*.parquet")):
+            frame = geopandas.read_parquet(part)
+            assert frame.columns[0] == old
+            frame.rename(columns={old: new}).to_parquet(part)
+    for stale in (run / "figures").glob("overlay_*.png"):
+        stale.unlink()
+    build_report(run)
+    assert (run / "figures" / "overlay_errors.png").is_file()
+    assert (run / "figures" / "overlay_worst_tiles.png").is_file()
