@@ -35,7 +35,8 @@ def run_once(data: Path, n_workers: int, full: bool, partition_km: float) -> dic
     from evalcore.distributed.cluster import local_cluster
 
     from evalcore.api import check_options
-    from evalcore.distributed.runner import run_phases, start_run
+    from evalcore.distributed.runner import run_phases
+    from evalcore.distributed.staging import start_run
     from evalcore.distributed.sources import LayerSource
 
     options = check_options(

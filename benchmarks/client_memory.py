@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     from distributed import Client
 
     from evalcore.distributed.cluster import local_cluster
-    from evalcore.distributed import runner
+    from evalcore.distributed import runner, staging
     from evalcore.distributed.sources import LayerSource
     from evalcore.options import check_options
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'start':<10} {'':>8} {_rss_mib()[0]:>8.0f} {_rss_mib()[1]:>9.0f}")
     try:
         with local_cluster(args.workers, memory_limit=0) as cluster, Client(cluster) as client:
-            setup = runner.start_run(
+            setup = staging.start_run(
                 LayerSource(str(data / "predicted.parquet"), None, "predicted"),
                 LayerSource(str(data / "reference.parquet"), None, "reference"),
                 options, work, strata_column="stratum", size_bins=[0, 0.5, 1, 2, 5, 10, float("inf")],

@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     from distributed import Client
 
     from evalcore.distributed.cluster import local_cluster
-    from evalcore.distributed.runner import run_phases, start_run
+    from evalcore.distributed.runner import run_phases
+    from evalcore.distributed.staging import start_run
     from evalcore.distributed.sources import LayerSource
     from evalcore.options import check_options
 

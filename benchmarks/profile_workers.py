@@ -24,7 +24,8 @@ def profile(n_workers: int, data: Path, partition_km: float) -> None:
 
     import evalcore
     from evalcore.distributed.cluster import local_cluster
-    from evalcore.distributed.runner import run_phases, start_run
+    from evalcore.distributed.runner import run_phases
+    from evalcore.distributed.staging import start_run
     from evalcore.distributed.sources import LayerSource
     from evalcore.options import check_options
 

@@ -516,11 +516,11 @@ def _evaluate_on_cluster(
         plan_phase,
         prepare_phase,
         resolve_phase,
-        start_run,
         summary_of,
         sums_phase,
     )
     from evalcore.distributed.sources import LayerSource
+    from evalcore.distributed.staging import start_run
 
     setups = [
         start_run(LayerSource(str(path), layers.get(name), "predicted"), LayerSource(str(reference), layers.get("reference"), "reference"),

@@ -48,7 +48,7 @@ __all__ = [
     "staged_path",
 ]
 
-#: What a run writes into its work directory (evalcore.distributed.runner); nothing else
+#: What a run writes into its work directory (evalcore.distributed: staging, runner, tasks); nothing else
 #: there is ever removed by evalcore.
 WORKDIR_ENTRIES = ("run.json", "input", "prepared", "pairs", "resolved", "sums")
 

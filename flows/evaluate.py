@@ -50,22 +50,17 @@ from prefect.cache_policies import NO_CACHE
 
 from evalcore.distributed.cluster import DASHBOARD_ADDRESS
 from evalcore.distributed.runner import (
-    SITE_OPTIONS,
-    PairsDone,
-    ResolvedRun,
-    RunIndex,
-    RunSetup,
-    SumsDone,
     merge_phase,
     pairs_phase,
     phase_timings,
     plan_phase,
     prepare_phase,
     resolve_phase,
-    start_run,
     sums_phase,
 )
 from evalcore.distributed.sources import LayerSource
+from evalcore.distributed.staging import SITE_OPTIONS, start_run
+from evalcore.distributed.values import PairsDone, ResolvedRun, RunIndex, RunSetup, SumsDone
 from evalcore.distributed.reliability import peak_rss_mib, run_reliability, start_recording
 from evalcore.errors import EvalInputError
 from evalcore.evidence import BUNDLE_FILES

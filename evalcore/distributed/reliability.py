@@ -6,16 +6,33 @@ workers there at the start and gone at the end (lost workers), and each worker
 process's peak resident memory (``getrusage``: the peak of the process's life, which
 for the embedded ``LocalCluster`` is the run; for a long-lived external cluster it can
 include earlier work, and the file says which).
+
+Also what a run does when something goes wrong: :class:`PartitionMissingError`, the
+failure naming a partition whose output is missing or incomplete, and the fault
+injection the reliability tests use to make a worker task fail (:data:`FAULT_ENV`,
+docs/reliability.md).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import resource
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["Recording", "start_recording", "run_reliability", "peak_rss_mib"]
+__all__ = [
+    "Recording",
+    "start_recording",
+    "run_reliability",
+    "peak_rss_mib",
+    "PartitionMissingError",
+    "FAULT_ENV",
+    "InjectedFault",
+    "inject_fault",
+]
 
 
 def peak_rss_mib() -> float:
@@ -106,3 +123,41 @@ def run_reliability(client: object, recording: Recording, timings_s: dict[str, f
             "workers_scope": "this run (embedded cluster)" if embedded else "each worker process's life (external cluster)",
         },
     }
+
+
+class PartitionMissingError(RuntimeError):
+    """A partition's output is missing or incomplete at the merge."""
+
+
+# --------------------------------------------------------------------------- fault injection
+
+FAULT_ENV = "EVALCORE_INJECT_FAULT"
+"""Test hook: JSON ``{"phase", "partition", "mode": "once"|"always", "marker"}``.
+
+When set in a worker's environment, the named phase raises in the named partition:
+once (the marker file records that it did) or every time. docs/reliability.md."""
+
+
+class InjectedFault(RuntimeError):
+    """The failure a test asked for through :data:`FAULT_ENV`."""
+
+
+def inject_fault(phase: str, partition: str) -> None:
+    """Raise :class:`InjectedFault` when :data:`FAULT_ENV` names this phase and partition.
+
+    Called by every worker task before it writes anything; a no-op when the variable
+    is not set.
+    """
+    spec_text = os.environ.get(FAULT_ENV)
+    if not spec_text:
+        return
+    spec = json.loads(spec_text)
+    if spec.get("phase") != phase or spec.get("partition") != partition:
+        return
+    if spec.get("mode") == "once":
+        marker = Path(spec["marker"])
+        try:
+            marker.touch(exist_ok=False)
+        except FileExistsError:
+            return
+    raise InjectedFault(f"injected {spec.get('mode')} fault in {phase} of partition {partition}")

@@ -3,6 +3,7 @@
 Layout under ``workdir``::
 
     prepared/<layer>/<epsg>_<tx>_<ty>/chunk-<i>.parquet   prepared rows (GeoParquet)
+    prepared/index.json                                   the run index (rows and boxes per partition)
     sums/<epsg>_<tx>_<ty>.npz                             sums phase output of a partition
     fields/<epsg>_<tx>_<ty>.parquet                       per-field table part (GeoParquet)
 
@@ -42,6 +43,8 @@ from evalcore.stats import GroupSums
 __all__ = [
     "key_name",
     "parse_key_name",
+    "index_to_json",
+    "index_from_json",
     "write_prepared_chunk",
     "read_partition",
     "partition_files",
@@ -66,6 +69,44 @@ def key_name(key: PartitionKey) -> str:
 def parse_key_name(name: str) -> PartitionKey:
     epsg, tx, ty = name.split("_")
     return int(epsg), int(tx), int(ty)
+
+
+# The index codec: the prepare phase's index of partitions, written once and read on resume.
+
+
+def index_to_json(index: dict) -> dict:
+    """The run index (``RunIndex.layers``) as JSON values, for ``prepared/index.json``.
+
+    Partition keys become their :func:`key_name`; a partition's strata counts become
+    ``[name, n]`` pairs, since a stratum name can be None, which JSON keys cannot hold.
+    """
+    out = {}
+    for role, entry in index.items():
+        e = dict(entry)
+        e["partitions"] = {
+            key_name(k): {**p, "strata": [[name, n] for name, n in p["strata"].items()]}
+            for k, p in entry["partitions"].items()
+        }
+        out[role] = e
+    return out
+
+
+def index_from_json(data: dict) -> dict:
+    """The run index read back from :func:`index_to_json`'s JSON: keys, boxes and strata as they were."""
+    out = {}
+    for role, entry in data.items():
+        e = dict(entry)
+        e["partitions"] = {
+            parse_key_name(k): {
+                **p,
+                "box": tuple(p["box"]),
+                "reach_box": tuple(p["reach_box"]),
+                "strata": {name: n for name, n in p["strata"]},
+            }
+            for k, p in entry["partitions"].items()
+        }
+        out[role] = e
+    return out
 
 
 def _geo_metadata(crs: CRS | None) -> bytes:

@@ -29,7 +29,7 @@ def warm_engine() -> None:
         import shapely
 
         import evalcore
-        import evalcore.distributed.runner  # noqa: F401  (the task functions' module)
+        import evalcore.distributed.tasks  # noqa: F401  (the task functions' module)
 
         # Two squares in UTM 13N, 10 m apart: reprojection, pairs, areas, matching and
         # boundary distances each run once, so their numba kernels are loaded.

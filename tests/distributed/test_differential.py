@@ -12,17 +12,16 @@ import pytest
 
 import evalcore
 from evalcore.api import check_options
+from evalcore.distributed.reliability import PartitionMissingError
 from evalcore.distributed.runner import (
-    PartitionMissingError,
     merge_phase,
     pairs_phase,
     plan_phase,
     prepare_phase,
     resolve_phase,
-    stage_layer,
-    start_run,
     sums_phase,
 )
+from evalcore.distributed.staging import stage_layer, start_run
 
 from .seams import seam_layers
 

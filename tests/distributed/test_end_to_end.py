@@ -136,7 +136,7 @@ def test_relative_paths_from_another_directory_reach_the_workers(dask_processes,
 
 
 def test_a_path_the_workers_cannot_see_is_named_before_any_work(local_clients):
-    from evalcore.distributed.runner import check_workers_see
+    from evalcore.distributed.staging import check_workers_see
     from evalcore.errors import EvalInputError
 
     client = local_clients.get(1)  # a real LocalCluster of 1 worker process (the session's, tests/conftest.py)

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.cluster  # each test starts an embedded LocalCluster
 def _engine_state() -> dict:
     import sys
 
-    state = {name: name in sys.modules for name in ("evalcore.engine", "evalcore.distributed.runner")}
+    state = {name: name in sys.modules for name in ("evalcore.engine", "evalcore.distributed.tasks")}
     if "evalcore._area_kernels" in sys.modules:
         from numba.core.registry import CPUDispatcher
 
@@ -28,7 +28,7 @@ def test_workers_start_with_the_engine_loaded():
 
     with local_cluster(1, memory_limit=0) as cluster, Client(cluster) as client:
         (state,) = client.run(_engine_state).values()
-    assert state["evalcore.engine"] and state["evalcore.distributed.runner"]
+    assert state["evalcore.engine"] and state["evalcore.distributed.tasks"]
     assert state["area kernels loaded"] > 0  # the warm-up evaluation ran the intersection-area kernels
 
     with local_cluster(1, memory_limit=0, preload=[]) as cluster, Client(cluster) as client:

@@ -20,22 +20,18 @@ from distributed import Client, LocalCluster
 
 import evalcore
 from evalcore.api import check_options
+from evalcore.distributed.reliability import FAULT_ENV, PartitionMissingError
 from evalcore.distributed.runner import (
-    FAULT_ENV,
-    PairsDone,
-    PartitionMissingError,
-    RunIndex,
-    RunSetup,
-    SumsDone,
     merge_phase,
     pairs_phase,
     plan_phase,
     prepare_phase,
     resolve_phase,
-    start_run,
     sums_phase,
 )
 from evalcore.distributed.sources import LayerSource
+from evalcore.distributed.staging import start_run
+from evalcore.distributed.values import PairsDone, RunIndex, RunSetup, SumsDone
 from evalcore.writers import to_jsonable
 from evalcore.synth import write_layers
 

@@ -1,0 +1,348 @@
+"""The functions a distributed run submits to the Dask workers, one per phase and partition.
+
+Plain functions run on the workers. They take paths, keys and small values, read their
+rows from the work directory (:mod:`evalcore.distributed.storage`), write their outputs
+there and return small dicts; geometries never travel through the scheduler. The client
+phases that submit them are in :mod:`evalcore.distributed.runner`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import geopandas
+import numpy as np
+import pandas as pd
+import shapely
+from pyproj import CRS
+
+from evalcore import boundary
+from evalcore.bootstrap import PartitionKey, pool_id
+from evalcore.distributed import storage
+from evalcore.distributed.reliability import PartitionMissingError, inject_fault
+from evalcore.distributed.sources import Chunk, LayerSource, read_chunk
+from evalcore.distributed.values import Box, LayerInfo, boxes_overlap
+from evalcore.engine.pairing import compute_pairs
+from evalcore.engine.sums import RefRows, summarize_partition
+from evalcore.engine.tables import field_table, output_table, prediction_table
+from evalcore.errors import EvalInputError
+from evalcore.groups import strata_values
+from evalcore.layer import PreparedLayer, empty_layer
+from evalcore.levels import Sites
+from evalcore.options import EvalOptions, RunPlan
+from evalcore.prepare import prepare_layer
+from evalcore.study import Study
+from evalcore.writers import write_geoparquet
+
+__all__ = ["prepare_chunk_task", "pairs_task", "sums_task", "predictions_task", "pixels_task"]
+
+
+def _concat_layers(layers: list[PreparedLayer]) -> PreparedLayer:
+    """Concatenate prepared rows of one layer and put them in position order."""
+    first = layers[0]
+    if len(layers) == 1:
+        return first
+    fields = {}
+    for name in first.__slots__:
+        values = [getattr(layer, name) for layer in layers]
+        if isinstance(values[0], np.ndarray):
+            fields[name] = np.concatenate(values)
+        elif isinstance(values[0], pd.Index):
+            fields[name] = values[0].append(values[1:])
+        else:
+            fields[name] = values[0]
+    joined = PreparedLayer(**fields)
+    return joined.take(np.argsort(joined.positions, kind="stable"))
+
+
+def _reach(layer: PreparedLayer, tolerance_m: float | None) -> np.ndarray:
+    """How far each row's equal-area box grows to meet every polygon within the tolerance.
+
+    The same growth :func:`evalcore.boundary.tolerance_lengths` uses to select its
+    candidates, so a halo read with it holds every candidate the partition needs.
+    """
+    if tolerance_m is None or len(layer) == 0:
+        return np.zeros(len(layer))
+    return boundary.tolerance_reach(layer, tolerance_m)
+
+
+def prepare_chunk_task(
+    source: LayerSource,
+    chunk: Chunk,
+    workdir: str,
+    equal_area_crs: str | None,
+    partition_size_m: float,
+    tolerance_m: float | None,
+    strata_column: str | None,
+    sites: Sites | None = None,
+    score_column: str | None = None,
+    study: Study | None = None,
+    class_columns: tuple[str | None, str | None] = (None, None),
+) -> dict:
+    """Read, prepare and write one input chunk, partitioned by key; return its index entry.
+
+    ``class_columns`` are the reference's and the predictions' class columns (SPEC 6.10).
+    """
+    gdf = read_chunk(source, chunk)
+    strata_all = None
+    if strata_column is not None and source.role == "reference":
+        if strata_column not in gdf.columns:
+            columns = ", ".join(repr(c) for c in gdf.columns if c != gdf.geometry.name)
+            raise EvalInputError(
+                f"The strata column {strata_column!r} is not in the {source.describe()}; its columns are: {columns}."
+            )
+        strata_all = strata_values(gdf, strata_column, len(gdf))
+    layer = prepare_layer(
+        gdf, source.role, equal_area_crs=equal_area_crs, partition_size_m=partition_size_m, sites=sites,
+        score_column=score_column if source.role == "predicted" else None, study=study,
+        class_column=class_columns[source.role == "predicted"],
+    )
+    local = layer.positions
+    layer = replace(layer, positions=layer.positions + chunk.start)
+    strata = strata_all[local] if strata_all is not None else None
+    reach = _reach(layer, tolerance_m)
+    boxes = boundary.candidate_boxes(layer)
+    keys = np.stack([layer.utm_epsg, layer.partition_x, layer.partition_y], axis=1) if len(layer) else np.empty((0, 3), np.int64)
+    inject_fault("prepare", f"{source.role}-{chunk.index}")
+    partitions = {}
+    files = []
+    unique_keys, key_of_row = np.unique(keys, axis=0, return_inverse=True)
+    rows_by_key = np.argsort(key_of_row.ravel(), kind="stable")  # each key's rows together, in row order
+    starts = np.searchsorted(key_of_row.ravel()[rows_by_key], np.arange(len(unique_keys) + 1))
+    for k, key_row in enumerate(unique_keys):
+        key = tuple(int(v) for v in key_row)
+        rows = rows_by_key[starts[k] : starts[k + 1]]
+        files.append(str(storage.write_prepared_chunk(Path(workdir) / "prepared" / source.role / storage.key_name(key), layer, rows, reach, strata, boxes)))
+        b = boxes[rows]
+        r = reach[rows]
+        pools: dict[str | None, int] = {}
+        if strata is not None:
+            for value in strata[rows].tolist():
+                pools[value] = pools.get(value, 0) + 1
+        partitions[key] = {
+            "n": len(rows),
+            "box": (float(b[:, 0].min()), float(b[:, 1].min()), float(b[:, 2].max()), float(b[:, 3].max())),
+            "reach_box": (
+                float((b[:, 0] - r).min()),
+                float((b[:, 1] - r).min()),
+                float((b[:, 2] + r).max()),
+                float((b[:, 3] + r).max()),
+            ),
+            "strata": pools,
+        }
+    return {
+        "role": source.role,
+        "chunk": chunk.index,
+        "n_input": layer.n_input,
+        "n_kept": len(layer),
+        "n_dropped": layer.n_dropped,
+        "n_repaired": layer.n_repaired,
+        "n_outside_study_area": layer.n_outside_study_area,
+        "n_within_training_buffer": layer.n_within_training_buffer,
+        "crs": layer.crs.to_wkt() if layer.crs is not None else None,
+        "area_min_m2": float(layer.area_m2.min()) if len(layer) else None,
+        "area_max_m2": float(layer.area_m2.max()) if len(layer) else None,
+        "utm_epsg": sorted({int(c) for c in layer.utm_epsg}),
+        "partitions": partitions,
+        "checksums": {f: storage.file_sha256(Path(f)) for f in files},  # the files written, hashed here in parallel
+    }
+
+
+def _read(
+    workdir: str, role: str, key: PartitionKey, info: LayerInfo, ea_crs: CRS, partition_size_m: float,
+    window: Box | None = None, geometries: tuple[str, ...] = storage.GEOMETRY_COLUMNS,
+) -> PreparedLayer:
+    layer, _, _ = storage.read_partition(
+        Path(workdir), role, key, crs=info.crs, equal_area_crs=ea_crs, partition_size_m=partition_size_m,
+        window=window, grow_by_reach=window is not None, geometries=geometries,
+    )
+    return layer
+
+
+def pairs_task(
+    workdir: str,
+    key: PartitionKey,
+    ref_info: LayerInfo,
+    pred_info: LayerInfo,
+    pred_neighbours: list[PartitionKey],
+    ref_neighbours: list[PartitionKey],
+    options: EvalOptions,
+    ea_crs_text: str,
+    signature: str,
+    stratified: bool = False,
+) -> dict:
+    """The pairs phase of one partition: its own rows plus the halo read from storage.
+
+    The results are written to ``workdir/pairs`` with a done record (the resolve phase
+    reads them from there, and a rerun reuses them); the task returns their row counts.
+    """
+    inject_fault("pairs", storage.key_name(key))
+    ea_crs = CRS.from_user_input(ea_crs_text)
+    tile = options.partition_size_m
+    tol = options.boundary_tolerance_m
+    has_ref, has_pred = key in ref_info.partitions, key in pred_info.partitions
+    # The source geometry serves only to reproject a row into another zone than its own
+    # (and, with a tolerance, to bound its candidates): without a tolerance, only rows of
+    # partitions in another zone need it, and decoding it for the others is wasted.
+    everything = storage.GEOMETRY_COLUMNS
+    lean = ("geom_ea", "geom_utm") if tol is None else everything
+
+    def geometries(j: PartitionKey) -> tuple[str, ...]:
+        return lean if j[0] == key[0] else everything
+
+    ref_pools = None
+    if has_ref:
+        ref_own, ref_strata, _ = storage.read_partition(
+            Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=tile, geometries=lean,
+        )
+        ref_pools = np.array([pool_id(name, stratified) for name in ref_strata.tolist()], dtype=np.int64)
+    else:
+        ref_own = empty_layer("reference", crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=tile)
+    pred_own = _read(workdir, "predicted", key, pred_info, ea_crs, tile, geometries=lean) if has_pred else empty_layer("predicted", crs=pred_info.crs, equal_area_crs=ea_crs, partition_size_m=tile)
+    # The halo: rows of neighbouring partitions whose grown boxes reach this partition's
+    # grown boxes (their union, the partition's reach box, was recorded when preparing).
+    pred_near = [pred_own]
+    if has_ref:
+        ref_window = ref_info.partitions[key]["reach_box"]
+        pred_near += [_read(workdir, "predicted", j, pred_info, ea_crs, tile, ref_window, geometries(j)) for j in pred_neighbours]
+    ref_near = [ref_own]
+    if has_pred and tol is not None:
+        pred_window = pred_info.partitions[key]["reach_box"]
+        ref_near += [_read(workdir, "reference", j, ref_info, ea_crs, tile, pred_window, geometries(j)) for j in ref_neighbours]
+    results = compute_pairs(
+        ref_own,
+        _concat_layers(pred_near),
+        pred_own=pred_own,
+        ref_near=_concat_layers(ref_near),
+        iou_threshold=options.iou_threshold,
+        boundary_tolerance_m=tol,
+        boundary_sample_spacing_m=options.boundary_sample_spacing_m,
+        boundary_iou_width_m=options.boundary_iou_width_m,
+        ref_pools=ref_pools,
+    )
+    storage.write_pair_results(Path(workdir) / "pairs", key, results, signature)
+    return {"key": key, "n_pairs": len(results.pairs), "n_ref": len(results.ref_pos), "n_pred": len(results.pred_pos)}
+
+
+def sums_task(
+    workdir: str,
+    key: PartitionKey,
+    ref_info: LayerInfo,
+    resolved_path: str,
+    plan: RunPlan,
+    options: EvalOptions,
+    ea_crs_text: str,
+    frame_dir: str | None,
+    signature: str,
+    id_column: str | None = None,
+    aoi_keys: list[str] | None = None,
+    pred_id_column: str | None = None,
+) -> dict:
+    """The sums phase of one partition: write its field table part and its partial sums.
+
+    Reads the partition's own pairs phase output and what the resolve phase decided for
+    it (per-pair values in the same (reference, prediction) order, the predictions'
+    contributions and the bootstrap draws, :func:`storage.write_sums_input`) from the
+    work directory.
+    """
+    inject_fault("sums", storage.key_name(key))
+    ea_crs = CRS.from_user_input(ea_crs_text)
+    pair_values, contributions, draws = storage.read_sums_input(Path(resolved_path))
+    results = storage.read_pair_results(Path(workdir) / "pairs", key, signature)
+    if results is None:
+        raise PartitionMissingError(f"partition {storage.key_name(key)}: its pairs output is missing or does not match its checksums")
+    layer, strata, _ = storage.read_partition(
+        Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=options.partition_size_m,
+        geometries=("geometry",) if frame_dir is not None else (),
+    )
+    refs = RefRows.of_layer(layer, strata, plan)
+    summary, fields = summarize_partition(key, refs, results, pair_values, contributions, options, plan, draws)
+    written = []
+    if frame_dir is not None:
+        table = field_table(
+            fields,
+            layer.labels,
+            results.pred_labels(),
+            strata_names=plan.strata_names,
+            strata_codes=refs.strata_codes,
+            size_keys=plan.sizes.keys if plan.sizes is not None else None,
+            size_codes=refs.size_codes,
+            tolerance_m=options.boundary_tolerance_m,
+            aoi_keys=aoi_keys,
+            boundary_iou=options.boundary_iou_width_m is not None,
+            ref_class=layer.class_value if options.class_column is not None else None,
+        )
+        table = output_table(table, "fields", ref_id_column=id_column, pred_id_column=pred_id_column)
+        frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=ref_info.crs)
+        written.append(write_geoparquet(Path(frame_dir) / f"part-{storage.key_name(key)}.parquet", frame))
+    path = Path(workdir) / "sums" / f"{storage.key_name(key)}.npz"
+    written.append(storage.write_summary(path, storage.summary_to_arrays(summary)))
+    storage.write_done_record(path.with_suffix(".done.json"), signature, written, base=Path("/"))
+    return {"key": key, "n_ref": summary.n_ref, "n_pred": summary.n_pred, "path": str(path)}
+
+
+def predictions_task(
+    workdir: str,
+    key: PartitionKey,
+    pred_info: LayerInfo,
+    preds: pd.DataFrame,
+    out_dir: str,
+    ea_crs_text: str,
+    aoi_keys: list[str] | None,
+    annotated: bool,
+    id_column: str | None = None,
+    scored: bool = False,
+    boundary_iou: bool = False,
+    classed: bool = False,
+    ref_id_column: str | None = None,
+) -> dict:
+    """Write the per-prediction table part of one partition's predictions (with their geometry)."""
+    inject_fault("predictions", storage.key_name(key))
+    layer, _, _ = storage.read_partition(
+        Path(workdir), "predicted", key, crs=pred_info.crs, equal_area_crs=CRS.from_user_input(ea_crs_text),
+        partition_size_m=1.0, geometries=("geometry",),
+    )
+    if not np.array_equal(layer.positions, preds.index.to_numpy(np.int64)):
+        raise PartitionMissingError(f"partition {storage.key_name(key)}: its prepared predictions differ from those resolved")
+    table = prediction_table(preds, aoi_keys=aoi_keys, annotated=annotated, scored=scored, boundary_iou=boundary_iou,
+                             classed=classed)
+    table = output_table(table, "predictions", ref_id_column=ref_id_column, pred_id_column=id_column)
+    frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=pred_info.crs)
+    path = write_geoparquet(Path(out_dir) / f"part-{storage.key_name(key)}.parquet", frame)
+    return {"key": key, "n_pred": len(frame), "path": str(path)}
+
+
+def pixels_task(
+    workdir: str, tiles: np.ndarray, ref_info: LayerInfo, pred_info: LayerInfo, options: EvalOptions, ea_crs_text: str,
+    annotated: object = None,
+) -> dict:
+    """Pixel counts of some nearby reporting tiles: the polygons that reach them, read by window from every partition."""
+    from evalcore.crs import transform_xy, utm_crs
+    from evalcore.pixels import count_tiles, tile_region
+
+    inject_fault("pixels", "_".join(map(str, tiles[0].tolist())) if len(tiles) else "none")
+    ea_crs = CRS.from_user_input(ea_crs_text)
+    side = float(options.tile_km) * 1000.0
+    xs, ys = [], []
+    for epsg, x, y in tiles.tolist():
+        region = shapely.segmentize(tile_region(epsg, x, y, side, options.pixel_gsd_m, options.pixel_tolerance_px), side / 8)
+        coords = shapely.get_coordinates(region)
+        ex, ey = transform_xy(coords[:, 0], coords[:, 1], utm_crs(epsg), ea_crs)
+        xs += [ex.min(), ex.max()]
+        ys += [ey.min(), ey.max()]
+    margin = side / 8  # the region's edges were sampled every side / 8: their bulge in the equal-area CRS is far smaller
+    window = (min(xs) - margin, min(ys) - margin, max(xs) + margin, max(ys) + margin)
+    geoms = {}
+    for role, info in (("reference", ref_info), ("predicted", pred_info)):
+        parts = []
+        for key, p in info.partitions.items():
+            if boxes_overlap(p["box"], window):
+                layer, _, _ = storage.read_partition(
+                    Path(workdir), role, key, crs=info.crs, equal_area_crs=ea_crs, partition_size_m=options.partition_size_m,
+                    window=window, geometries=("geometry",),
+                )
+                parts.append(layer.geoms_source)
+        geoms[role] = np.concatenate(parts) if parts else np.empty(0, dtype=object)
+    counts = count_tiles(tiles, geoms["reference"], ref_info.crs, geoms["predicted"], pred_info.crs, options, annotated)
+    return {key: value for key, value in counts.items()}
