@@ -62,19 +62,21 @@ DEFAULT_PART_ROWS: int = 200_000
 _ROW_GROUP = 65_536  # as write_layers: bbox reads skip row groups
 
 
-def block_sizes(n_ref: int) -> list[int]:
-    """Fields of each block of a streamed layer of ``n_ref`` fields: ``ceil(n_ref / FIELDS_PER_CLUSTER)`` near-equal blocks.
+def block_sizes(n_ref: int, block_fields: int = FIELDS_PER_CLUSTER, stream_above: int = STREAM_ABOVE) -> list[int]:
+    """Fields of each block of a streamed layer of ``n_ref`` fields: ``ceil(n_ref / block_fields)`` near-equal blocks.
 
-    The first ``n_ref % n_blocks`` blocks have one field more. Up to :data:`STREAM_ABOVE`
-    fields the layer is one block.
+    The first ``n_ref % n_blocks`` blocks have one field more. Up to ``stream_above``
+    fields the layer is one block. ``block_fields`` and ``stream_above`` are part of the
+    layer's definition (the ``synth`` command keeps the defaults; tests make small blocks).
 
     >>> block_sizes(200_000), block_sizes(200_001)[:2], len(block_sizes(10_000_000))
     ([200000], [40001, 40000], 200)
     """
     n_ref = _check_count("n_ref", n_ref, minimum=0)
-    if n_ref <= STREAM_ABOVE:
+    block_fields = _check_count("block_fields", block_fields, minimum=1)
+    if n_ref <= stream_above:
         return [n_ref]
-    n_blocks = math.ceil(n_ref / FIELDS_PER_CLUSTER)
+    n_blocks = math.ceil(n_ref / block_fields)
     base, extra = divmod(n_ref, n_blocks)
     return [base + (b < extra) for b in range(n_blocks)]
 
@@ -86,6 +88,8 @@ def iter_blocks(
     bad_rows: bool = True,
     score_decimals: int | None = None,
     error_correlation_km: float | None = None,
+    block_fields: int = FIELDS_PER_CLUSTER,
+    stream_above: int = STREAM_ABOVE,
 ) -> Iterator[tuple[geopandas.GeoDataFrame, geopandas.GeoDataFrame]]:
     """Yield (predicted, reference) blocks whose concatenation is the layers of ``n_ref`` fields.
 
@@ -101,6 +105,8 @@ def iter_blocks(
         Non-negative seed; the same ``(n_ref, seed, options)`` always gives the same blocks.
     bad_rows, score_decimals, error_correlation_km
         As in :func:`make_layers`.
+    block_fields, stream_above : int
+        See :func:`block_sizes`.
 
     Yields
     ------
@@ -108,7 +114,7 @@ def iter_blocks(
         One block of each layer, with the columns of :func:`make_layers` and a
         RangeIndex from 0; ids continue from the previous block's.
     """
-    sizes = block_sizes(n_ref)
+    sizes = block_sizes(n_ref, block_fields, stream_above)
     if len(sizes) == 1:
         yield make_layers(n_ref, seed, bad_rows=bad_rows, score_decimals=score_decimals,
                           error_correlation_km=error_correlation_km)  # fmt: skip
