@@ -307,6 +307,6 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--score-decimals", type=int, help="round the predictions' scores to this many decimals, as detectors often do (default: not rounded)")
     sy.add_argument("--part-rows", type=int, metavar="N",
                     help="write predicted.parquet/ and reference.parquet/ as directories of GeoParquet parts of N rows, made block by block "
-                    "in bounded memory (the default above 200,000 fields, with N = 200,000); the same fields whatever N")
+                    "in bounded memory (the default above 200,000 fields, with N = 200,000; N >= 1,000); the same fields whatever N")
     return parser
 

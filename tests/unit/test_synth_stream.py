@@ -138,7 +138,8 @@ def test_evaluate_reads_a_directory_of_parts_as_the_layer(written: Path) -> None
     ("argv", "flag"),
     [
         (["--part-rows", "0"], "--part-rows"),
-        (["--part-rows", "100", "--format", "gpkg"], "--format"),
+        (["--part-rows", "999"], "--part-rows"),
+        (["--part-rows", "1000", "--format", "gpkg"], "--format"),
         (["--seed", "-1"], "--seed"),
     ],
 )

@@ -10,7 +10,10 @@ from evalcore.cli.checks import check_output_dir
 from evalcore.errors import EvalInputError
 from evalcore.outputs import OutputSet, check_new_directory
 
-__all__ = ["synth_command"]
+__all__ = ["MIN_PART_ROWS", "synth_command"]
+
+#: The smallest ``--part-rows``.
+MIN_PART_ROWS = 1_000
 
 
 def synth_command(args: argparse.Namespace) -> int:
@@ -35,8 +38,10 @@ def synth_command(args: argparse.Namespace) -> int:
     check_new_directory(args.out, "--out", force=args.force)
     if args.score_decimals is not None and args.score_decimals < 0:
         raise EvalInputError(f"--score-decimals must be 0 or more, but got {args.score_decimals}.")
-    if args.part_rows is not None and args.part_rows <= 0:
-        raise EvalInputError(f"--part-rows must be positive, but got {args.part_rows}.")
+    # Parts must agree on column types for the readers (evalcore.io.check_parquet_parts): a
+    # tiny part of only bad rows could hold a column of nulls only, of another type.
+    if args.part_rows is not None and args.part_rows < MIN_PART_ROWS:
+        raise EvalInputError(f"--part-rows must be at least {MIN_PART_ROWS:,}, but got {args.part_rows}.")
     streamed = args.part_rows is not None or args.n_ref > STREAM_ABOVE
     if streamed and args.format != "parquet":
         raise EvalInputError(
