@@ -25,7 +25,8 @@ How a streamed layer differs from :func:`make_layers` at the same size
     * The bad rows (with ``bad_rows=True``) are in block 0.
     * The site layers are laid over the clusters found block by block
       (:func:`block_sites`), which are the clusters :func:`make_site_layers` would
-      find over the whole layers (blocks are more than 80 km apart), possibly in
+      find over the whole layers (slots are 143 km apart, far more than the 5 km that
+      joins two clusters), possibly in
       another order.
 
 :class:`PartWriter` cuts the stream of rows into ``part-00000.parquet``,
