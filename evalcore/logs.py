@@ -89,15 +89,16 @@ class PhaseProgress:
     them out elsewhere (module docstring).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, unit: str | None = None) -> None:
         self._started: dict[str, float] = {}
         self._logger = logging.getLogger(PROGRESS)
+        self._unit = unit  # what ``done`` counts in every phase (``evalcore synth``: blocks); None: as above
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         now = time.perf_counter()
         if done == 0 or phase not in self._started:
             self._started[phase] = now
-        unit = "chunks" if phase == "prepare" else "partitions"
+        unit = self._unit or ("chunks" if phase == "prepare" else "partitions")
         if done >= total:
             self._logger.info("%-11s %d %s in %.1f s", phase, total, unit, now - self._started[phase], extra={_KIND: "phase"})
             return

@@ -305,5 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--force", action="store_true", help="write into a non-empty --out, replacing the layer files synth writes (other files are left alone)")
     sy.add_argument("--format", choices=("parquet", "gpkg"), default="parquet", help="file format (default parquet)")
     sy.add_argument("--score-decimals", type=int, help="round the predictions' scores to this many decimals, as detectors often do (default: not rounded)")
+    sy.add_argument("--part-rows", type=int, metavar="N",
+                    help="write predicted.parquet/ and reference.parquet/ as directories of GeoParquet parts of N rows, made block by block "
+                    "in bounded memory (the default above 200,000 fields, with N = 200,000; N >= 1,000); the same fields whatever N")
     return parser
 

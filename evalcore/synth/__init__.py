@@ -130,8 +130,11 @@ Modules, one per section (the package re-exports the public names)
     :mod:`~evalcore.synth.geometry` (geometries, repairs, reprojection),
     :mod:`~evalcore.synth.attributes` (``stratum``, ``crop``),
     :mod:`~evalcore.synth.predictions` (outcomes, merges, predicted geometries, scores),
-    :mod:`~evalcore.synth.sites` (AOIs and the annotated area) and
-    :mod:`~evalcore.synth.layers` (the public functions, which call the others in order).
+    :mod:`~evalcore.synth.sites` (AOIs and the annotated area),
+    :mod:`~evalcore.synth.layers` (the public functions, which call the others in order)
+    and :mod:`~evalcore.synth.stream` (layers above 200,000 fields made one cluster at
+    a time from seeds of their own and written as GeoParquet parts, in bounded memory:
+    ``evalcore synth --part-rows``).
 """
 
 from __future__ import annotations

@@ -14,11 +14,13 @@ import os
 import pathlib
 import time
 import uuid
+from collections.abc import Callable
 
 import geopandas
 import numpy as np
 import shapely
 
+from evalcore._typing import F64Array
 from evalcore.synth.attributes import _crops, _predicted_crops, _strata
 from evalcore.synth.constants import (
     _BAD_CELL_HALF_M,
@@ -69,6 +71,7 @@ from evalcore.synth.sites import (
     _empty_aois,
     _find_sites,
     _make_hubs,
+    _Sites,
     _sector_aois,
 )
 
@@ -140,6 +143,31 @@ def make_layers(
     if n_clusters is None:
         n_clusters = max(4, math.ceil(n_ref / FIELDS_PER_CLUSTER))
     n_clusters = _check_count("n_clusters", n_clusters, minimum=1)
+    return _build_layers(
+        n_ref, seed, lambda k: [operator.index(seed), k], n_clusters=n_clusters, bad_rows=bad_rows,
+        score_decimals=score_decimals, correlation_m=correlation_m,
+    )
+
+
+def _build_layers(
+    n_ref: int,
+    seed: object,
+    sub_seed: Callable[[int], object],
+    *,
+    n_clusters: int,
+    bad_rows: bool,
+    score_decimals: int | None,
+    correlation_m: float | None,
+    slots: tuple[F64Array, F64Array] | None = None,
+) -> tuple[geopandas.GeoDataFrame, geopandas.GeoDataFrame]:
+    """The body of :func:`make_layers`, with its generators' seeds and the clusters' slots given.
+
+    ``seed`` seeds the main generator and ``sub_seed(k)`` the generator of its own of
+    section ``k`` (2: clustered errors, 3: predicted crops); :func:`make_layers` passes
+    ``seed`` and ``[seed, k]``, a block of :func:`evalcore.synth.stream.iter_blocks`
+    its spawned seeds. ``slots`` (lon, lat of each cluster, degrees) puts the clusters
+    there instead of drawing lattice slots (a block is one cluster of a larger layer).
+    """
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
 
@@ -181,14 +209,14 @@ def make_layers(
 
     # 3. Placement in cluster-local coordinates (metres), then clusters on the map.
     layout = _place_items(rng, item_kind, item_cluster, bbox, fp_host, n_clusters)
-    clusters = _place_clusters(rng, layout, item_cluster, field_shapes.part_gap_m, n_clusters)
+    clusters = _place_clusters(rng, layout, item_cluster, field_shapes.part_gap_m, n_clusters, slots=slots)
 
     # 3b. Clustered errors: outcomes redrawn from a random field over the fields'
     # places, and the partial false positives moved onto the new missed fields. Only
     # a generator of its own is used, so the reference layer stays the same.
     error_weight = None
     if correlation_m is not None:
-        err_rng = np.random.default_rng([operator.index(seed), 2])
+        err_rng = np.random.default_rng(sub_seed(2))
         centre_x = layout.tx[:n_ref] + (bbox[:n_ref, 0] + bbox[:n_ref, 2]) / 2
         centre_y = layout.ty[:n_ref] + (bbox[:n_ref, 1] + bbox[:n_ref, 3]) / 2
         field = _random_field(err_rng, centre_x, centre_y, field_cluster, n_clusters, correlation_m)
@@ -232,7 +260,7 @@ def make_layers(
     crop_of_item = np.full(item_kind.size, None, dtype=object)
     crop_of_item[ref_items] = ref["crop"].to_numpy(dtype=object)
     crop_of_item[ref_items[ref_items >= n_ref]] = None  # bad rows are no source
-    pred_crop = _predicted_crops(np.random.default_rng([operator.index(seed), 3]), crop_of_item[pred_item[pred_order]])
+    pred_crop = _predicted_crops(np.random.default_rng(sub_seed(3)), crop_of_item[pred_item[pred_order]])
     pred = geopandas.GeoDataFrame(
         {
             "pred_id": rng.permutation(pred_order.size).astype(np.int64),
@@ -245,9 +273,9 @@ def make_layers(
     if logger.isEnabledFor(logging.DEBUG):
         counts = np.bincount(outcome, minlength=len(_OUTCOME_NAMES))
         logger.debug(
-            "make_layers(n_ref=%d, seed=%r, error_correlation_km=%r): %d reference rows, %d predicted rows, "
+            "make_layers(n_ref=%d, seed=%r, error_correlation_m=%r): %d reference rows, %d predicted rows, "
             "%d clusters, outcomes %s, %d false positives, %.2f s",
-            n_ref, seed, error_correlation_km, len(ref), len(pred), n_clusters,
+            n_ref, seed, correlation_m, len(ref), len(pred), n_clusters,
             dict(zip(_OUTCOME_NAMES, counts.tolist())), n_fp, time.perf_counter() - started,
         )  # fmt: skip
     return pred, ref
@@ -291,8 +319,12 @@ def make_site_layers(
     >>> 8 <= len(aoi) <= 20, str(aoi.crs), str(annotated.crs)
     (True, 'EPSG:4326', 'EPSG:4326')
     """
+    return _site_layers(_find_sites(reference, predicted), seed)
+
+
+def _site_layers(sites: _Sites, seed: int) -> tuple[geopandas.GeoDataFrame, geopandas.GeoDataFrame]:
+    """The body of :func:`make_site_layers`, from the clusters already found (a streamed layer finds them block by block)."""
     rng = np.random.default_rng([operator.index(seed), 1])
-    sites = _find_sites(reference, predicted)
     n_main = int(rng.integers(_AOI_SECTORS[0], _AOI_SECTORS[1] + 1))
     n_empty = int(rng.integers(_AOI_EMPTY[0], _AOI_EMPTY[1] + 1))
     hubs = _make_hubs(sites, n_main)

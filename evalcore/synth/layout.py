@@ -207,6 +207,8 @@ def _place_clusters(
     item_cluster: IdArray,
     part_gap_m: F64Array,
     n_clusters: int,
+    *,
+    slots: tuple[F64Array, F64Array] | None = None,
 ) -> _Clusters:
     """Put each cluster on a slot of a lon/lat lattice, anchored on a single-part field.
 
@@ -216,10 +218,20 @@ def _place_clusters(
     zone 14); the other slots in the region come in random order, then the rest by
     distance. The single-part field nearest the centre of the cluster is put exactly
     on the slot, so a cluster on a zone boundary has a field that crosses it.
+
+    ``slots`` (lon, lat of each cluster, degrees, from :func:`_lattice_slots` at scale
+    1) are used instead of drawn ones; the clusters must then fit the scale-1 lattice,
+    which a cluster of :data:`~evalcore.synth.FIELDS_PER_CLUSTER` fields does by far
+    (about 60 km across against 143 km).
     """
     max_extent_km = (float(layout.extent.max(initial=0.0)) + 2 * (_OUTSIDE_MAX_M + 1_000.0)) / 1_000.0
     scale = max(1, math.ceil((max_extent_km + 10.0) / _MIN_SLOT_SPACING_KM))
-    lon, lat = _lattice_slots(rng, n_clusters, scale)
+    if slots is None:
+        lon, lat = _lattice_slots(rng, n_clusters, scale)
+    elif scale == 1 and len(slots[0]) == n_clusters:
+        lon, lat = np.asarray(slots[0], dtype=float), np.asarray(slots[1], dtype=float)
+    else:  # a caller's bug, not bad input: streamed blocks are far smaller than a slot
+        raise AssertionError(f"{n_clusters} clusters of {max_extent_km:.0f} km do not fit {len(slots[0])} slots of the scale-1 lattice")
     epsg = 32600 + np.floor((lon + 180.0) / 6.0).astype(np.int64) + 1
     anchor_x, anchor_y = layout.extent[:, 0] / 2, layout.extent[:, 1] / 2
     utm_x, utm_y, rotation = np.zeros(n_clusters), np.zeros(n_clusters), np.zeros(n_clusters)
