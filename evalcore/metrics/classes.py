@@ -48,13 +48,15 @@ import pandas as pd
 from evalcore.arrays import index_of
 from evalcore.bootstrap import percentile_intervals
 from evalcore.errors import EvalInputError
-from evalcore.matching import match_many_to_one, match_one_to_one
+from evalcore.matching import match
 from evalcore.metrics.base import GlobalContext, MetricFamily, Option, count_rates, ratio
 from evalcore.metrics.checks import optional_text
 from evalcore.metrics.scores import AP_THRESHOLDS, coco_ap, coco_true_positives
 from evalcore.pairtable import PairTable
 from evalcore.present import OVERALL, Row, Shown, markdown_text, number, with_interval
+from evalcore.exact import value_of
 from evalcore.rates import panoptic_quality
+from evalcore.stats import exact_group_sums
 
 __all__ = [
     "Classes",
@@ -178,9 +180,8 @@ def class_matching(pairs: PairTable, same_class: np.ndarray, iou_threshold: floa
     """
     keep = np.flatnonzero(same_class)
     sub = PairTable(pairs.ref_pos[keep], pairs.pred_pos[keep], pairs.inter_m2[keep], pairs.iou[keep])
-    match = match_one_to_one if matching == "one_to_one" else match_many_to_one
     out = np.zeros(len(pairs), dtype=bool)
-    out[keep] = match(sub, iou_threshold)
+    out[keep] = match(sub, iou_threshold, matching)  # the run's matcher, max_weight included
     return out
 
 
@@ -257,6 +258,10 @@ def _none(value: float) -> float | None:
     return None if value is None or not np.isfinite(value) else float(value)
 
 
+def _exact_per_class(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Sums of ``values`` per code in ``range(n)``, exact whatever the order (evalcore.exact)."""
+    return value_of(exact_group_sums(np.asarray(values, dtype=np.float64)[:, None], [np.asarray(codes, dtype=np.int64)], n))[:, 0]
+
 class _Run:
     """One run's classes, rows and both matchings, with the weighted tallies of any replicate."""
 
@@ -306,7 +311,9 @@ class _Run:
         return {
             "n_ref": per_class(self.ref_code[r], rw[r]),
             "tp": per_class(self.ref_code[r], (rw * self.ref_tp)[r]),
-            "iou": per_class(self.ref_code[r], (rw * self.ref_iou)[r]),
+            # Summed exactly, as evaluate sums a layer's IoU (evalcore.exact): a class's
+            # iou_mean equals evaluate's on the class's subsets to the last bit.
+            "iou": _exact_per_class(self.ref_code[r], (rw * self.ref_iou)[r], K),
             "n_pred": per_class(self.pred_code[p], pw[p]),
             "pred_matched": per_class(self.pred_code[p], (pw * self.pred_matched)[p]),
             "confusion": np.bincount(self.entry_cell, weights=rw[self.entry_ref_row], minlength=K * K)[: K * K].reshape(K, K),
@@ -314,7 +321,7 @@ class _Run:
 
     def confusion_area_ha(self) -> np.ndarray:
         K = self.K
-        return np.bincount(self.entry_cell, weights=self.entry_area_ha, minlength=K * K)[: K * K].reshape(K, K)
+        return _exact_per_class(self.entry_cell, self.entry_area_ha, K * K).reshape(K, K)
 
     def class_ap(self, score: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
         """Per class with reference fields: (prediction rows in score order, their TP flags per

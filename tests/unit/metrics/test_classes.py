@@ -180,7 +180,7 @@ def class_layers(draw):
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(layers=class_layers(), matching=st.sampled_from(["one_to_one", "many_to_one"]), threshold=st.sampled_from([0.3, 0.5, 0.7]))
+@given(layers=class_layers(), matching=st.sampled_from(["one_to_one", "many_to_one", "max_weight"]), threshold=st.sampled_from([0.3, 0.5, 0.7]))
 def test_per_class_keys_equal_evaluate_on_the_subsets(layers, matching, threshold):
     pred, ref = layers
     if len(pred) == 0:
