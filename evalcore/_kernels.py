@@ -420,9 +420,11 @@ def _sample_distances_into(
     chunk bounds them all, and the segment nearest to ``s`` is at most ``U`` away from
     ``s``: its box is at most ``U`` away from the chunk's box. Only those segments (found
     block by block) are candidates, and the minimum over them is the exact minimum.
-    Along near-parallel boundaries ``U`` is about the distance itself, so a chunk has
-    usually one candidate, which is then the nearest segment without any comparison.
-    ``prune=False`` computes every sample against every segment (the reference).
+    The distances to ``e0`` are taken first with GEOS's formula (they give ``U``) and
+    kept for the samples whose nearest segment is ``e0``. Along near-parallel boundaries
+    ``U`` is about the distance itself, so a chunk usually has one candidate, ``e0``,
+    and needs nothing more. ``prune=False`` computes every sample against every
+    segment (the reference).
 
     The nearest segment is found on cheap squared distances (first one in segment
     order on ties); the distance returned is then GEOS's distance to that segment.
@@ -450,18 +452,21 @@ def _sample_distances_into(
     k0 = 0
     while k0 < n - 1:
         k1 = min(k0 + chunk, n - 1)
-        # The chunk's box and U^2 = max |s - e0|^2 on the cheap squared distances.
+        # Every sample's distance to e0 (its exact distance if e0 is its nearest segment),
+        # their maximum U and the chunk's box.
         nax = ax[near]
         nay = ay[near]
+        nbx = bx[near]
+        nby = by[near]
         nex = ex[near]
         ney = ey[near]
         nl2 = l2[near]
-        nil2 = il2[near]
+        nsl = sl[near]
         cminx = sx[k0 + 1]
         cminy = sy[k0 + 1]
         cmaxx = cminx
         cmaxy = cminy
-        u2 = 0.0
+        u = 0.0
         for k in range(k0 + 1, k1 + 1):
             xk = sx[k]
             yk = sy[k]
@@ -469,32 +474,31 @@ def _sample_distances_into(
             cminy = min(cminy, yk)
             cmaxx = max(cmaxx, xk)
             cmaxy = max(cmaxy, yk)
-            u2 = max(u2, _point_segment_d2(xk, yk, nax, nay, nex, ney, nl2, nil2))
-        # Slack: the squared distances' rounding is relative to the distance and to the
-        # lengths involved (the segment's, the chunk's, the coordinates'), never to zero,
-        # so a sample lying on the other boundary (U = 0) keeps its touching segments.
-        bound = np.sqrt(u2) * (1.0 + _SLACK) + _SLACK * (
-            (cmaxx - cminx) + (cmaxy - cminy) + sl[near] + abs(cminx) + abs(cminy) + 1e-300
+            dk = _segment_distance(xk, yk, nax, nay, nbx, nby, nex, ney, nl2, nsl)
+            dist[k] = dk
+            u = max(u, dk)
+        # Slack: rounding is relative to the distance and to the lengths involved (the
+        # segment's, the chunk's, the coordinates'), never to zero alone, so a sample
+        # lying on the other boundary (U = 0) keeps its touching segments.
+        bound = u * (1.0 + _SLACK) + _SLACK * (
+            (cmaxx - cminx) + (cmaxy - cminy) + nsl + abs(cminx) + abs(cminy) + 1e-300
         )
         bound2 = bound * bound
         n_cand = 0
-        for u in range(n_super):
-            i = n_blocks + u
+        for w in range(n_super):
+            i = n_blocks + w
             if _box_gap2(cminx, cminy, cmaxx, cmaxy, kminx[i], kminy[i], kmaxx[i], kmaxy[i]) > bound2:
                 continue
-            for b in range(u * _SUPER, min((u + 1) * _SUPER, n_blocks)):
+            for b in range(w * _SUPER, min((w + 1) * _SUPER, n_blocks)):
                 if _box_gap2(cminx, cminy, cmaxx, cmaxy, kminx[b], kminy[b], kmaxx[b], kmaxy[b]) > bound2:
                     continue
                 for s in range(b * _BLOCK, min((b + 1) * _BLOCK, m)):
-                    if _box_gap2(cminx, cminy, cmaxx, cmaxy, sminx[s], sminy[s], smaxx[s], smaxy[s]) <= bound2:
-                        cand[n_cand] = s
-                        n_cand += 1
-        if n_cand == 1:
-            # One candidate (e0 itself: it is within U of every sample) is every sample's nearest.
-            near = cand[0]
-            for k in range(k0 + 1, k1 + 1):
-                dist[k] = _segment_distance(sx[k], sy[k], ax[near], ay[near], bx[near], by[near], ex[near], ey[near], l2[near], sl[near])
-        else:
+                    gx = max(max(sminx[s] - cmaxx, cminx - smaxx[s]), 0.0)
+                    gy = max(max(sminy[s] - cmaxy, cminy - smaxy[s]), 0.0)
+                    cand[n_cand] = s
+                    n_cand += gx * gx + gy * gy <= bound2
+        if n_cand > 1 or cand[0] != near:
+            e0 = near
             for k in range(k0 + 1, k1 + 1):
                 xk = sx[k]
                 yk = sy[k]
@@ -506,7 +510,8 @@ def _sample_distances_into(
                     if d2 < best2:
                         best2 = d2
                         best = s
-                dist[k] = _segment_distance(xk, yk, ax[best], ay[best], bx[best], by[best], ex[best], ey[best], l2[best], sl[best])
+                if best != e0:
+                    dist[k] = _segment_distance(xk, yk, ax[best], ay[best], bx[best], by[best], ex[best], ey[best], l2[best], sl[best])
                 near = best
         k0 = k1
 
