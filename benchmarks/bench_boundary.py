@@ -214,7 +214,8 @@ def compare_previous(ref_geoms, pred_geoms, runs: int) -> None:
     x, y, ring_off, geom_off = _flatten(geoms)
     a = np.arange(n, dtype=np.int64)
     perimeter = shapely.length(geoms)
-    print(f"{'kernel CPU time, s':34s} {'previous':>9s} {'current':>9s} {'ratio':>6s}  identical  (median of {runs} runs)")
+    header = f"{'kernel CPU time, s':34s} {'previous':>9s} {'current':>9s} {'ratio':>6s}  identical"
+    print(f"{header}  (median of {runs} runs)")
     for spacing in (1.0, None):
         step = boundary_spacing(perimeter, spacing)
         args = (x, y, ring_off, geom_off, step, a, a + n, 16, True)
@@ -241,7 +242,9 @@ def main(argv=None) -> None:
     parser.add_argument("--baseline-n", type=int, default=2_000, help="pairs/rows the baseline is timed on")
     parser.add_argument("--tolerance", type=float, default=10.0, help="tolerance, metres")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--compare-previous", action="store_true", help="time only the current against the previous distance kernel")
+    parser.add_argument(
+        "--compare-previous", action="store_true", help="time only the current against the previous distance kernel"
+    )
     parser.add_argument("--runs", type=int, default=7, help="runs of each kernel with --compare-previous (default 7)")
     args = parser.parse_args(argv)
 

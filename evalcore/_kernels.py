@@ -18,7 +18,7 @@ results depend on the compiler), and no ``parallel`` (results must be bit-for-bi
 deterministic; parallelism comes from Dask). See ``docs/boundary.md`` for the
 algorithms and their error bounds.
 
-The module stays whole at about 1,040 lines: numba kernels only, all reading the one
+The module stays whole at about 1,100 lines: numba kernels only, all reading the one
 flat geometry layout above and sharing its ring and segment helpers (the ring
 densification is also :mod:`evalcore.crs`'s), compiled, cached and loaded together.
 """
@@ -442,7 +442,9 @@ def _sample_distances_into(
                 if d2 < best2:
                     best2 = d2
                     best = s
-            dist[k] = _segment_distance(xk, yk, ax[best], ay[best], bx[best], by[best], ex[best], ey[best], l2[best], sl[best])
+            dist[k] = _segment_distance(
+                xk, yk, ax[best], ay[best], bx[best], by[best], ex[best], ey[best], l2[best], sl[best]
+            )
         return
     n_super = (n_blocks + _SUPER - 1) // _SUPER
     near = _nearest_full(sx[0], sy[0], m, n_blocks, ax, ay, ex, ey, l2, il2, kminx, kminy, kmaxx, kmaxy)
@@ -511,7 +513,9 @@ def _sample_distances_into(
                         best2 = d2
                         best = s
                 if best != e0:
-                    dist[k] = _segment_distance(xk, yk, ax[best], ay[best], bx[best], by[best], ex[best], ey[best], l2[best], sl[best])
+                    dist[k] = _segment_distance(
+                        xk, yk, ax[best], ay[best], bx[best], by[best], ex[best], ey[best], l2[best], sl[best]
+                    )
                 near = best
         k0 = k1
 

@@ -79,7 +79,9 @@ def pairs(draw):
             pred = shapely.affinity.translate(ref, *rng.normal(0.0, radius / 8, 2))
         else:
             shift = rng.normal(0.0, radius / 6, 2)
-            pred = _shape(rng, X0 + shift[0], Y0 + shift[1], radius * rng.uniform(0.8, 1.2), draw(st.integers(0, 2)), draw(st.integers(3, 60)))
+            kind_p = draw(st.integers(0, 2))
+            n_p = draw(st.integers(3, 60))
+            pred = _shape(rng, X0 + shift[0], Y0 + shift[1], radius * rng.uniform(0.8, 1.2), kind_p, n_p)
         refs.append(ref)
         preds.append(pred)
     spacing = draw(st.sampled_from([None, 0.1, 1.0, 2.7, 25.0]))
