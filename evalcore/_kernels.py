@@ -499,6 +499,12 @@ def _sample_distances_into(
                     gy = max(max(sminy[s] - cmaxy, cminy - smaxy[s]), 0.0)
                     cand[n_cand] = s
                     n_cand += gx * gx + gy * gy <= bound2
+        if n_cand == 0:
+            # Cannot happen (e0 is within the bound, whose slack covers rounding); should an
+            # unforeseen rounding case drop every candidate, it costs time, not a wrong number.
+            for s in range(m):
+                cand[s] = s
+            n_cand = m
         if n_cand > 1 or cand[0] != near:
             e0 = near
             for k in range(k0 + 1, k1 + 1):
