@@ -49,7 +49,9 @@ def _point_segment_distance(px: float, py: float, ax: float, ay: float, bx: floa
     """Euclidean distance from point P to segment [A, B] (GEOS ``Distance::pointToSegment``).
 
     The same operations in the same order as GEOS, so it agrees with
-    ``shapely.distance`` to the last bits.
+    ``shapely.distance`` to the last bits. The distance kernel uses
+    :func:`_segment_distance`, the same formula with the segment's numbers stored once;
+    this plain form is the reference (the previous kernel in benchmarks/ and tests use it).
     """
     if ax == bx and ay == by:
         dx = px - ax
@@ -76,7 +78,7 @@ def _point_segment_d2(px: float, py: float, ax: float, ay: float, ex: float, ey:
     """Squared distance from P to the segment from A along E (``len2 = |E|^2``, ``inv_len2 = 1/len2``).
 
     Cheap (no division, no square root): used to find the nearest segment, whose
-    distance is then taken with :func:`_point_segment_distance`.
+    distance is then taken with :func:`_segment_distance` (GEOS's formula).
     """
     dx = px - ax
     dy = py - ay
