@@ -23,6 +23,12 @@ Steps (each compiled by a warm-up call before it is timed):
 
 The baseline is timed on the first ``--baseline-n`` pairs (rows) and scaled linearly
 to the full size; the output says so. Nothing here is part of the library.
+
+``--compare-previous`` times only the distance kernel, the current one against the
+frozen previous one (:mod:`benchmarks.boundary_previous`, before issue 29), in this one
+process: CPU time (``time.process_time``, the machine is shared) of each kernel call,
+interleaved, ``--runs`` times at Δ = 1 m and at Δ = None, the median and the ratio; it
+also checks that both return the same numbers, bit for bit.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import geopandas
 import numpy as np
 import shapely
 
+from benchmarks.boundary_previous import _pair_distances_previous
 from evalcore import _kernels
 from evalcore.boundary import (
     _flatten,
@@ -200,12 +207,45 @@ def rel_diff(a, b) -> float:
     return float(np.nanmax(d)) if d.size else 0.0
 
 
+def compare_previous(ref_geoms, pred_geoms, runs: int) -> None:
+    """CPU time of the current and the previous distance kernel on the same pairs, interleaved."""
+    n = len(ref_geoms)
+    geoms = np.concatenate([ref_geoms, pred_geoms])
+    x, y, ring_off, geom_off = _flatten(geoms)
+    a = np.arange(n, dtype=np.int64)
+    perimeter = shapely.length(geoms)
+    header = f"{'kernel CPU time, s':34s} {'previous':>9s} {'current':>9s} {'ratio':>6s}  identical"
+    print(f"{header}  (median of {runs} runs)")
+    for spacing in (1.0, None):
+        step = boundary_spacing(perimeter, spacing)
+        args = (x, y, ring_off, geom_off, step, a, a + n, 16, True)
+        _pair_distances_previous(*args[:5], a[:2], a[:2] + n, 16, True)  # compile or load from cache
+        _kernels._pair_distances(*args[:5], a[:2], a[:2] + n, 16, True)
+        times: dict[str, list[float]] = {"previous": [], "current": []}
+        results = {}
+        for _ in range(runs):
+            for name, kernel in (("previous", _pair_distances_previous), ("current", _kernels._pair_distances)):
+                t0 = time.process_time()
+                results[name] = kernel(*args)
+                times[name].append(time.process_time() - t0)
+        same = all(np.array_equal(p, c) for p, c in zip(results["previous"], results["current"]))
+        old = float(np.median(times["previous"]))
+        new = float(np.median(times["current"]))
+        n_samples = float(np.sum(perimeter / step))
+        label = f"distances Δ={'1 m' if spacing else 'None'} (~{n_samples / 1e6:.0f}M samples)"
+        print(f"{label:34s} {old:9.3f} {new:9.3f} {old / new:6.2f}  {same}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=50_000, help="matched pairs (default 50000)")
     parser.add_argument("--baseline-n", type=int, default=2_000, help="pairs/rows the baseline is timed on")
     parser.add_argument("--tolerance", type=float, default=10.0, help="tolerance, metres")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--compare-previous", action="store_true", help="time only the current against the previous distance kernel"
+    )
+    parser.add_argument("--runs", type=int, default=7, help="runs of each kernel with --compare-previous (default 7)")
     args = parser.parse_args(argv)
 
     t_data, (ref, pred, i_ref, i_pred, source) = timed(make_data, args.n, args.seed)
@@ -217,6 +257,9 @@ def main(argv=None) -> None:
     t_proj, pred_in_ref_zone = timed(to_utm, pred.geoms_source[i_pred], pred.crs, ref.utm_epsg[i_ref])
     n_foreign = int(np.count_nonzero(pred.utm_epsg[i_pred] != ref.utm_epsg[i_ref]))
     ref_geoms = ref.geoms_utm[i_ref]
+    if args.compare_previous:
+        compare_previous(ref_geoms, pred_in_ref_zone, args.runs)
+        return
     n_coords = shapely.get_num_coordinates(np.concatenate([ref_geoms, pred_in_ref_zone]))
     print(
         f"vertices per boundary: mean {n_coords.mean():.1f}, max {n_coords.max()}; "

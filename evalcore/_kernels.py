@@ -18,7 +18,7 @@ results depend on the compiler), and no ``parallel`` (results must be bit-for-bi
 deterministic; parallelism comes from Dask). See ``docs/boundary.md`` for the
 algorithms and their error bounds.
 
-The module stays whole at about 1,040 lines: numba kernels only, all reading the one
+The module stays whole at about 1,100 lines: numba kernels only, all reading the one
 flat geometry layout above and sharing its ring and segment helpers (the ring
 densification is also :mod:`evalcore.crs`'s), compiled, cached and loaded together.
 """
@@ -49,7 +49,9 @@ def _point_segment_distance(px: float, py: float, ax: float, ay: float, bx: floa
     """Euclidean distance from point P to segment [A, B] (GEOS ``Distance::pointToSegment``).
 
     The same operations in the same order as GEOS, so it agrees with
-    ``shapely.distance`` to the last bits.
+    ``shapely.distance`` to the last bits. The distance kernel uses
+    :func:`_segment_distance`, the same formula with the segment's numbers stored once;
+    this plain form is the reference (the previous kernel in benchmarks/ and tests use it).
     """
     if ax == bx and ay == by:
         dx = px - ax
@@ -76,7 +78,7 @@ def _point_segment_d2(px: float, py: float, ax: float, ay: float, ex: float, ey:
     """Squared distance from P to the segment from A along E (``len2 = |E|^2``, ``inv_len2 = 1/len2``).
 
     Cheap (no division, no square root): used to find the nearest segment, whose
-    distance is then taken with :func:`_point_segment_distance`.
+    distance is then taken with :func:`_segment_distance` (GEOS's formula).
     """
     dx = px - ax
     dy = py - ay
@@ -250,11 +252,14 @@ def _trapezoid_weights(sx, sy, n: int, weight) -> None:
 
 
 @njit(cache=True, nogil=True)
-def _load_segments(x, y, ring_off, r0: int, r1: int, ax, ay, bx, by, ex, ey, l2, il2, sminx, sminy, smaxx, smaxy) -> int:
+def _load_segments(
+    x, y, ring_off, r0: int, r1: int, ax, ay, bx, by, ex, ey, l2, il2, sl, sminx, sminy, smaxx, smaxy
+) -> int:
     """Copy the segments of rings ``r0:r1`` into flat arrays with their boxes; returns the count.
 
-    ``ex, ey`` is B - A, ``l2`` its squared length and ``il2`` the inverse (0 for a
-    zero-length segment).
+    ``ex, ey`` is B - A, ``l2`` its squared length, ``il2`` the inverse (0 for a
+    zero-length segment) and ``sl`` its length ``sqrt(l2)`` (the same number as GEOS's
+    ``sqrt(len2)``: the same operations, and the square root is correctly rounded).
     """
     m = 0
     for r in range(r0, r1):
@@ -274,6 +279,7 @@ def _load_segments(x, y, ring_off, r0: int, r1: int, ax, ay, bx, by, ex, ey, l2,
             q = dx * dx + dy * dy
             l2[m] = q
             il2[m] = 1.0 / q if q > 0.0 else 0.0
+            sl[m] = np.sqrt(q)
             sminx[m] = min(x0, x1)
             sminy[m] = min(y0, y1)
             smaxx[m] = max(x0, x1)
@@ -332,8 +338,33 @@ def _build_blocks(m: int, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy
 
 
 @njit(cache=True, nogil=True)
-def _nearest_full(px, py, m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, kminx, kminy, kmaxx, kmaxy) -> float:
-    """Distance from P to the nearest of ``m`` segments, skipping blocks farther than the best so far."""
+def _segment_distance(
+    px: float, py: float, ax: float, ay: float, bx: float, by: float, ex: float, ey: float, len2: float, length: float
+) -> float:
+    """:func:`_point_segment_distance` from P to [A, B], given ``E = B - A``, ``len2 = |E|^2`` and ``length = |E|``.
+
+    The same operations in the same order as GEOS (``ex, ey, len2, length`` are exactly
+    the numbers GEOS computes on the fly, see :func:`_load_segments`), so the result is
+    the same number; only the segment's square root is not taken again for every sample.
+    """
+    dx = px - ax
+    dy = py - ay
+    if ax == bx and ay == by:
+        return np.sqrt(dx * dx + dy * dy)
+    r = (dx * ex + dy * ey) / len2
+    if r <= 0.0:
+        return np.sqrt(dx * dx + dy * dy)
+    if r >= 1.0:
+        fx = px - bx
+        fy = py - by
+        return np.sqrt(fx * fx + fy * fy)
+    q = ((ay - py) * ex - (ax - px) * ey) / len2
+    return abs(q) * length
+
+
+@njit(cache=True, nogil=True)
+def _nearest_full(px, py, m, n_blocks, ax, ay, ex, ey, l2, il2, kminx, kminy, kmaxx, kmaxy) -> int:
+    """The nearest of ``m`` segments to P on squared distances (first in order on ties), skipping far blocks."""
     best2 = _INF
     best = -1
     n_super = (n_blocks + _SUPER - 1) // _SUPER
@@ -351,7 +382,7 @@ def _nearest_full(px, py, m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, kminx, k
                 if d2 < best2:
                     best2 = d2
                     best = s
-    return _point_segment_distance(px, py, ax[best], ay[best], bx[best], by[best])
+    return best
 
 
 @njit(cache=True, nogil=True)
@@ -370,6 +401,7 @@ def _sample_distances_into(
     ey,
     l2,
     il2,
+    sl,
     sminx,
     sminy,
     smaxx,
@@ -384,13 +416,17 @@ def _sample_distances_into(
 ) -> None:
     """Exact distance of each of ``n`` consecutive samples to the nearest of ``m`` segments.
 
-    Pruning (``prune=True``): samples are taken in chunks of ``chunk`` consecutive ones.
-    The distance ``d`` to a closed set is 1-Lipschitz, so every sample ``s`` of a chunk
-    starting at the already measured sample ``s0`` has ``d(s) <= U = d(s0) + max|s - s0|``.
-    The segment nearest to ``s`` is at most ``U`` away from ``s``, hence its box is at most
-    ``U`` away from the chunk's box: only those segments (found block by block) are
-    candidates, and the minimum over them is the exact minimum. ``prune=False`` computes
-    every sample against every segment (for measurements).
+    Pruning (``prune=True``): samples are taken in chunks of ``chunk`` consecutive ones,
+    after the already measured sample ``s0`` whose nearest segment is ``e0``. Every
+    sample ``s`` of the chunk has ``d(s) <= |s - e0|``, so ``U = max |s - e0|`` over the
+    chunk bounds them all, and the segment nearest to ``s`` is at most ``U`` away from
+    ``s``: its box is at most ``U`` away from the chunk's box. Only those segments (found
+    block by block) are candidates, and the minimum over them is the exact minimum.
+    The distances to ``e0`` are taken first with GEOS's formula (they give ``U``) and
+    kept for the samples whose nearest segment is ``e0``. Along near-parallel boundaries
+    ``U`` is about the distance itself, so a chunk usually has one candidate, ``e0``,
+    and needs nothing more. ``prune=False`` computes every sample against every
+    segment (the reference).
 
     The nearest segment is found on cheap squared distances (first one in segment
     order on ties); the distance returned is then GEOS's distance to that segment.
@@ -408,20 +444,33 @@ def _sample_distances_into(
                 if d2 < best2:
                     best2 = d2
                     best = s
-            dist[k] = _point_segment_distance(xk, yk, ax[best], ay[best], bx[best], by[best])
+            dist[k] = _segment_distance(
+                xk, yk, ax[best], ay[best], bx[best], by[best], ex[best], ey[best], l2[best], sl[best]
+            )
         return
     n_super = (n_blocks + _SUPER - 1) // _SUPER
-    dist[0] = _nearest_full(sx[0], sy[0], m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, kminx, kminy, kmaxx, kmaxy)
+    near = _nearest_full(sx[0], sy[0], m, n_blocks, ax, ay, ex, ey, l2, il2, kminx, kminy, kmaxx, kmaxy)
+    dist[0] = _segment_distance(
+        sx[0], sy[0], ax[near], ay[near], bx[near], by[near], ex[near], ey[near], l2[near], sl[near]
+    )
     k0 = 0
     while k0 < n - 1:
         k1 = min(k0 + chunk, n - 1)
-        x0 = sx[k0]
-        y0 = sy[k0]
-        cminx = x0
-        cminy = y0
-        cmaxx = x0
-        cmaxy = y0
-        reach2 = 0.0
+        # Every sample's distance to e0 (its exact distance if e0 is its nearest segment),
+        # their maximum U and the chunk's box.
+        nax = ax[near]
+        nay = ay[near]
+        nbx = bx[near]
+        nby = by[near]
+        nex = ex[near]
+        ney = ey[near]
+        nl2 = l2[near]
+        nsl = sl[near]
+        cminx = sx[k0 + 1]
+        cminy = sy[k0 + 1]
+        cmaxx = cminx
+        cmaxy = cminy
+        u = 0.0
         for k in range(k0 + 1, k1 + 1):
             xk = sx[k]
             yk = sy[k]
@@ -429,37 +478,53 @@ def _sample_distances_into(
             cminy = min(cminy, yk)
             cmaxx = max(cmaxx, xk)
             cmaxy = max(cmaxy, yk)
-            dx = xk - x0
-            dy = yk - y0
-            reach2 = max(reach2, dx * dx + dy * dy)
-        bound = (dist[k0] + np.sqrt(reach2)) * (1.0 + _SLACK) + _SLACK * (
-            abs(cmaxx - cminx) + abs(cmaxy - cminy) + 1e-300
+            dk = _segment_distance(xk, yk, nax, nay, nbx, nby, nex, ney, nl2, nsl)
+            dist[k] = dk
+            u = max(u, dk)
+        # Slack: rounding is relative to the distance and to the lengths involved (the
+        # segment's, the chunk's, the coordinates'), never to zero alone, so a sample
+        # lying on the other boundary (U = 0) keeps its touching segments.
+        bound = u * (1.0 + _SLACK) + _SLACK * (
+            (cmaxx - cminx) + (cmaxy - cminy) + nsl + abs(cminx) + abs(cminy) + 1e-300
         )
         bound2 = bound * bound
         n_cand = 0
-        for u in range(n_super):
-            i = n_blocks + u
+        for w in range(n_super):
+            i = n_blocks + w
             if _box_gap2(cminx, cminy, cmaxx, cmaxy, kminx[i], kminy[i], kmaxx[i], kmaxy[i]) > bound2:
                 continue
-            for b in range(u * _SUPER, min((u + 1) * _SUPER, n_blocks)):
+            for b in range(w * _SUPER, min((w + 1) * _SUPER, n_blocks)):
                 if _box_gap2(cminx, cminy, cmaxx, cmaxy, kminx[b], kminy[b], kmaxx[b], kmaxy[b]) > bound2:
                     continue
                 for s in range(b * _BLOCK, min((b + 1) * _BLOCK, m)):
-                    if _box_gap2(cminx, cminy, cmaxx, cmaxy, sminx[s], sminy[s], smaxx[s], smaxy[s]) <= bound2:
-                        cand[n_cand] = s
-                        n_cand += 1
-        for k in range(k0 + 1, k1 + 1):
-            xk = sx[k]
-            yk = sy[k]
-            best2 = _INF
-            best = cand[0]
-            for i in range(n_cand):
-                s = cand[i]
-                d2 = _point_segment_d2(xk, yk, ax[s], ay[s], ex[s], ey[s], l2[s], il2[s])
-                if d2 < best2:
-                    best2 = d2
-                    best = s
-            dist[k] = _point_segment_distance(xk, yk, ax[best], ay[best], bx[best], by[best])
+                    gx = max(max(sminx[s] - cmaxx, cminx - smaxx[s]), 0.0)
+                    gy = max(max(sminy[s] - cmaxy, cminy - smaxy[s]), 0.0)
+                    cand[n_cand] = s
+                    n_cand += gx * gx + gy * gy <= bound2
+        if n_cand == 0:
+            # Cannot happen (e0 is within the bound, whose slack covers rounding); should an
+            # unforeseen rounding case drop every candidate, it costs time, not a wrong number.
+            for s in range(m):
+                cand[s] = s
+            n_cand = m
+        if n_cand > 1 or cand[0] != near:
+            e0 = near
+            for k in range(k0 + 1, k1 + 1):
+                xk = sx[k]
+                yk = sy[k]
+                best2 = _INF
+                best = cand[0]
+                for i in range(n_cand):
+                    s = cand[i]
+                    d2 = _point_segment_d2(xk, yk, ax[s], ay[s], ex[s], ey[s], l2[s], il2[s])
+                    if d2 < best2:
+                        best2 = d2
+                        best = s
+                if best != e0:
+                    dist[k] = _segment_distance(
+                        xk, yk, ax[best], ay[best], bx[best], by[best], ex[best], ey[best], l2[best], sl[best]
+                    )
+                near = best
         k0 = k1
 
 
@@ -540,6 +605,7 @@ def _pair_distances(x, y, ring_off, geom_off, spacing, geom_a, geom_b, chunk: in
     ey = np.empty(cap_segments, dtype=np.float64)
     l2 = np.empty(cap_segments, dtype=np.float64)
     il2 = np.empty(cap_segments, dtype=np.float64)
+    sl = np.empty(cap_segments, dtype=np.float64)
     sminx = np.empty(cap_segments, dtype=np.float64)
     sminy = np.empty(cap_segments, dtype=np.float64)
     smaxx = np.empty(cap_segments, dtype=np.float64)
@@ -555,7 +621,7 @@ def _pair_distances(x, y, ring_off, geom_off, spacing, geom_a, geom_b, chunk: in
             g_from = geom_a[p] if side == 0 else geom_b[p]
             g_to = geom_b[p] if side == 0 else geom_a[p]
             m = _load_segments(
-                x, y, ring_off, geom_off[g_to], geom_off[g_to + 1], ax, ay, bx, by, ex, ey, l2, il2, sminx, sminy, smaxx, smaxy
+                x, y, ring_off, geom_off[g_to], geom_off[g_to + 1], ax, ay, bx, by, ex, ey, l2, il2, sl, sminx, sminy, smaxx, smaxy
             )
             n_blocks = _build_blocks(m, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy)
             integral = 0.0
@@ -563,7 +629,7 @@ def _pair_distances(x, y, ring_off, geom_off, spacing, geom_a, geom_b, chunk: in
             for r in range(geom_off[g_from], geom_off[g_from + 1]):
                 n = _fill_ring_samples(x, y, ring_off[r], ring_off[r + 1], spacing[g_from], sx, sy)
                 _sample_distances_into(
-                    sx, sy, n, dist, m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, sminx, sminy, smaxx, smaxy,
+                    sx, sy, n, dist, m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, sl, sminx, sminy, smaxx, smaxy,
                     kminx, kminy, kmaxx, kmaxy, cand, chunk, prune,
                 )  # fmt: skip
                 _trapezoid_weights(sx, sy, n, weight)
@@ -617,6 +683,7 @@ def _directed_sample_distances(x, y, ring_off, geom_off, spacing, g_from: int, g
     ey = np.empty(cap_segments, dtype=np.float64)
     l2 = np.empty(cap_segments, dtype=np.float64)
     il2 = np.empty(cap_segments, dtype=np.float64)
+    sl = np.empty(cap_segments, dtype=np.float64)
     sminx = np.empty(cap_segments, dtype=np.float64)
     sminy = np.empty(cap_segments, dtype=np.float64)
     smaxx = np.empty(cap_segments, dtype=np.float64)
@@ -626,13 +693,13 @@ def _directed_sample_distances(x, y, ring_off, geom_off, spacing, g_from: int, g
     kmaxx = np.empty(cap_blocks, dtype=np.float64)
     kmaxy = np.empty(cap_blocks, dtype=np.float64)
     cand = np.empty(cap_segments, dtype=np.int64)
-    m = _load_segments(x, y, ring_off, geom_off[g_to], geom_off[g_to + 1], ax, ay, bx, by, ex, ey, l2, il2, sminx, sminy, smaxx, smaxy)
+    m = _load_segments(x, y, ring_off, geom_off[g_to], geom_off[g_to + 1], ax, ay, bx, by, ex, ey, l2, il2, sl, sminx, sminy, smaxx, smaxy)
     n_blocks = _build_blocks(m, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy)
     t = 0
     for r in range(geom_off[g_from], geom_off[g_from + 1]):
         n = _fill_ring_samples(x, y, ring_off[r], ring_off[r + 1], spacing[g_from], sx, sy)
         _sample_distances_into(
-            sx, sy, n, dist, m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, sminx, sminy, smaxx, smaxy,
+            sx, sy, n, dist, m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, sl, sminx, sminy, smaxx, smaxy,
             kminx, kminy, kmaxx, kmaxy, cand, chunk, prune,
         )  # fmt: skip
         _trapezoid_weights(sx, sy, n, weight)
