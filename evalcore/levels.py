@@ -311,8 +311,16 @@ def first_aoi(aois: AoiLayer, points: GeomArray) -> IdArray:
     ``contains``.
     """
     if aois.cells is not None and len(points):
-        pieces, owner = aois.cells.pieces_in(cells_of_bounds(shapely.total_bounds(points), aois.cells.cell_m))
-        aois = replace(aois, pieces=pieces, piece_aoi=owner, cells=None)
+        # A point strictly inside a whole cell that no other AOI's piece shares is answered
+        # by the cell index; the others are tested against the pieces of their extent.
+        cell_m = aois.cells.cell_m
+        cx, cy, strict = _strict_cells(shapely.get_coordinates(points), cell_m)
+        out = np.where(strict, aois.cells.sole_owner(cx, cy), -1)
+        rest = np.flatnonzero(out < 0)
+        if len(rest):
+            pieces, owner = aois.cells.pieces_in(cells_of_bounds(shapely.total_bounds(points[rest]), cell_m))
+            out[rest] = first_aoi(replace(aois, pieces=pieces, piece_aoi=owner, cells=None), points[rest])
+        return out
     if aois.pieces is None:
         return _first_containing(aois.geoms_ea, points)
     out = np.full(len(points), -1, dtype=np.int64)
@@ -328,6 +336,17 @@ def first_aoi(aois: AoiLayer, points: GeomArray) -> IdArray:
     if len(edge):
         inside[edge] = shapely.within(points[point_idx[edge]], aois.geoms_ea[aoi_idx[edge]])
     return _first_of_each(point_idx[inside], aoi_idx[inside], len(points))
+
+
+def _strict_cells(xy: F64Array, cell_m: float) -> tuple[IdArray, IdArray, np.ndarray]:
+    """Each point's grid cell, and whether it lies strictly inside it (not on a grid line).
+
+    The cell's edges are computed as :func:`evalcore.sites.cell_boxes` builds the squares.
+    """
+    cx = np.floor(xy[:, 0] / cell_m).astype(np.int64)
+    cy = np.floor(xy[:, 1] / cell_m).astype(np.int64)
+    strict = (cx * cell_m < xy[:, 0]) & (xy[:, 0] < (cx + 1) * cell_m) & (cy * cell_m < xy[:, 1]) & (xy[:, 1] < (cy + 1) * cell_m)
+    return cx, cy, strict
 
 
 def overlapping_aois(aois: AoiLayer) -> list[tuple[int, int]]:
@@ -383,7 +402,20 @@ def annotated_fractions(annotated: AnnotatedArea, geoms_ea: GeomArray, area_m2: 
     if len(geoms_ea) == 0:
         return out
     if annotated.cells is not None:
-        pieces, _ = annotated.cells.pieces_in(cells_of_bounds(shapely.total_bounds(geoms_ea), annotated.cells.cell_m))
+        # A polygon strictly inside a whole cell is wholly annotated (its only piece holds
+        # it: area / area, 1 exactly): the cell index answers it, without geometry.
+        cell_m = annotated.cells.cell_m
+        bounds = shapely.bounds(geoms_ea)
+        cx, cy, low = _strict_cells(bounds[:, :2], cell_m)
+        hx, hy, high = _strict_cells(bounds[:, 2:], cell_m)
+        inner = low & high & (cx == hx) & (cy == hy) & (area_m2 > 0)
+        inner[inner] = annotated.cells.sole_owner(cx[inner], cy[inner]) >= 0
+        out[inner] = 1.0
+        rest = np.flatnonzero(~inner)
+        if len(rest):
+            out[rest] = annotated_fractions(replace(annotated, cells=None, pieces=annotated.cells.pieces_in(
+                cells_of_bounds(shapely.total_bounds(geoms_ea[rest]), cell_m))[0]), geoms_ea[rest], area_m2[rest])
+        return out
     else:
         pieces = annotated.pieces if annotated.pieces is not None else grid_pieces(annotated.geoms_ea)
     if len(pieces) == 0:

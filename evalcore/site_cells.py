@@ -120,6 +120,34 @@ class CellPieces:
         order = np.lexsort((xs, ys, owners))
         return np.asarray(pieces[order], dtype=object).reshape(-1), owners[order]
 
+    def sole_owner(self, cx: IdArray, cy: IdArray) -> IdArray:
+        """For each cell ``(cx, cy)``: its owner when it is a whole cell of one owner and no other piece lies there; else -1.
+
+        A point strictly inside such a cell is inside that owner's polygon and no other's
+        (every piece lies in its own closed cell): the cell index answers it without geometry.
+        """
+        out = np.full(len(cx), -1, dtype=np.int64)
+        if not len(cx) or not len(self.whole):
+            return out
+        x0, x1, y0, y1 = int(cx.min()), int(cx.max()) + 1, int(cy.min()), int(cy.max()) + 1
+        w = self.whole.copy()
+        w[:, 0], w[:, 1] = np.maximum(w[:, 0], x0), np.minimum(w[:, 1], x1)
+        w[:, 2], w[:, 3] = np.maximum(w[:, 2], y0), np.minimum(w[:, 3], y1)
+        w = w[(w[:, 0] < w[:, 1]) & (w[:, 2] < w[:, 3])]
+        wx, wy, which = whole_cells(w[:, :4])
+        width = x1 - x0
+        key = (wy - y0) * width + (wx - x0)
+        cells, first, counts = np.unique(key, return_index=True, return_counts=True)
+        inside = (self.x >= x0) & (self.x < x1) & (self.y >= y0) & (self.y < y1)
+        clipped = (self.y[inside] - y0) * width + (self.x[inside] - x0)
+        sole = (counts == 1) & ~np.isin(cells, clipped)
+        cells, owners = cells[sole], w[which[first[sole]], 4]
+        query = (cy - y0) * width + (cx - x0)
+        at = np.minimum(np.searchsorted(cells, query), max(len(cells) - 1, 0))
+        found = (len(cells) > 0) & (cells[at] == query) if len(cells) else np.zeros(len(query), dtype=bool)
+        out[found] = owners[at[found]]
+        return out
+
     def without_geometry(self, directory: str | os.PathLike) -> CellPieces:
         """The same layer with its boundary pieces written to ``directory`` (see :func:`write_cell_pieces`)."""
         return write_cell_pieces(self, directory)

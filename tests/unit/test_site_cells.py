@@ -190,3 +190,22 @@ def test_an_empty_layer_has_no_pieces(tmp_path):
     cells = write_cell_pieces(cut_layer([np.empty(0, dtype=object)], CELL), tmp_path / "e")
     pieces, owner = cells.pieces_in()
     assert len(pieces) == 0 and len(owner) == 0 and isinstance(cells, CellPieces)
+
+
+def test_whole_cells_answer_without_geometry(tmp_path):
+    # Rows strictly inside whole cells are answered by the cell index: with every block of
+    # boundary pieces removed, they still get their AOI and a fraction of 1.
+    geoms = np.asarray([box(-50, -50, 10_050, 10_050), box(5_000, 5_000, 20_000, 20_000)], dtype=object)
+    aois = _aoi_layer(geoms, cells=write_cell_pieces(cut_layer([np.asarray([g], dtype=object) for g in geoms], CELL), tmp_path / "a"))
+    annotated = AnnotatedArea(geoms, "annotated (test)", cells=write_cell_pieces(cut_layer([geoms], CELL), tmp_path / "b"))
+    for block in tmp_path.glob("*/block_*.npz"):
+        block.unlink()
+    points = shapely.points([[150.5, 220.25], [4_999.0, 120.0], [12_000.5, 15_000.5]])
+    np.testing.assert_array_equal(first_aoi(aois, points), [0, 0, 1])
+    fields = np.asarray([box(310, 320, 390, 399), box(12_001, 15_001, 12_099, 15_099)], dtype=object)
+    assert annotated_fractions(annotated, fields, shapely.area(fields)).tolist() == [1.0, 1.0]
+    # A cell both AOIs hold whole is decided on its squares: the first AOI by position.
+    assert first_aoi(aois, shapely.points([[7_000.5, 7_000.5]])).tolist() == [0]
+    # Near the first AOI's edge the boundary pieces are needed, and they are gone.
+    with pytest.raises(FileNotFoundError):
+        first_aoi(aois, shapely.points([[10_000.5, 300.5]]))
