@@ -34,8 +34,8 @@ a unit, each short.
 
 from __future__ import annotations
 
-import warnings
 import os
+import warnings
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -314,9 +314,13 @@ def first_aoi(aois: AoiLayer, points: GeomArray) -> IdArray:
         # A point strictly inside a whole cell that no other AOI's piece shares is answered
         # by the cell index; the others are tested against the pieces of their extent.
         cell_m = aois.cells.cell_m
-        cx, cy, strict = _strict_cells(shapely.get_coordinates(points), cell_m)
-        out = np.where(strict, aois.cells.sole_owner(cx, cy), -1)
-        rest = np.flatnonzero(out < 0)
+        present = ~shapely.is_empty(points)  # an empty point is in no AOI
+        xy = np.full((len(points), 2), np.nan)
+        xy[present] = shapely.get_coordinates(points[present])
+        cx, cy, strict = _strict_cells(xy, cell_m)
+        out = np.full(len(points), -1, dtype=np.int64)
+        out[strict] = aois.cells.sole_owner(cx[strict], cy[strict])
+        rest = np.flatnonzero((out < 0) & present)
         if len(rest):
             pieces, owner = aois.cells.pieces_in(cells_of_bounds(shapely.total_bounds(points[rest]), cell_m))
             out[rest] = first_aoi(replace(aois, pieces=pieces, piece_aoi=owner, cells=None), points[rest])
@@ -339,13 +343,15 @@ def first_aoi(aois: AoiLayer, points: GeomArray) -> IdArray:
 
 
 def _strict_cells(xy: F64Array, cell_m: float) -> tuple[IdArray, IdArray, np.ndarray]:
-    """Each point's grid cell, and whether it lies strictly inside it (not on a grid line).
-
-    The cell's edges are computed as :func:`evalcore.sites.cell_boxes` builds the squares.
+    """Each point's grid cell, and whether it lies strictly inside it (not on a grid line;
+    a NaN coordinate, an empty point's, is inside no cell). The cell's edges are computed
+    as :func:`evalcore.sites.cell_boxes` builds the squares.
     """
-    cx = np.floor(xy[:, 0] / cell_m).astype(np.int64)
-    cy = np.floor(xy[:, 1] / cell_m).astype(np.int64)
-    strict = (cx * cell_m < xy[:, 0]) & (xy[:, 0] < (cx + 1) * cell_m) & (cy * cell_m < xy[:, 1]) & (xy[:, 1] < (cy + 1) * cell_m)
+    finite = np.isfinite(xy).all(axis=1)
+    with np.errstate(invalid="ignore"):
+        cx = np.where(finite, np.floor(xy[:, 0] / cell_m), 0).astype(np.int64)
+        cy = np.where(finite, np.floor(xy[:, 1] / cell_m), 0).astype(np.int64)
+    strict = finite & (cx * cell_m < xy[:, 0]) & (xy[:, 0] < (cx + 1) * cell_m) & (cy * cell_m < xy[:, 1]) & (xy[:, 1] < (cy + 1) * cell_m)
     return cx, cy, strict
 
 
@@ -411,13 +417,12 @@ def annotated_fractions(annotated: AnnotatedArea, geoms_ea: GeomArray, area_m2: 
         inner = low & high & (cx == hx) & (cy == hy) & (area_m2 > 0)
         inner[inner] = annotated.cells.sole_owner(cx[inner], cy[inner]) >= 0
         out[inner] = 1.0
-        rest = np.flatnonzero(~inner)
+        rest = np.flatnonzero(~inner & ~shapely.is_empty(geoms_ea))  # an empty polygon has no annotated area
         if len(rest):
             out[rest] = annotated_fractions(replace(annotated, cells=None, pieces=annotated.cells.pieces_in(
                 cells_of_bounds(shapely.total_bounds(geoms_ea[rest]), cell_m))[0]), geoms_ea[rest], area_m2[rest])
         return out
-    else:
-        pieces = annotated.pieces if annotated.pieces is not None else grid_pieces(annotated.geoms_ea)
+    pieces = annotated.pieces if annotated.pieces is not None else grid_pieces(annotated.geoms_ea)
     if len(pieces) == 0:
         return out
     tree = shapely.STRtree(pieces)

@@ -204,6 +204,11 @@ def test_whole_cells_answer_without_geometry(tmp_path):
     np.testing.assert_array_equal(first_aoi(aois, points), [0, 0, 1])
     fields = np.asarray([box(310, 320, 390, 399), box(12_001, 15_001, 12_099, 15_099)], dtype=object)
     assert annotated_fractions(annotated, fields, shapely.area(fields)).tolist() == [1.0, 1.0]
+    # Empty rows: in no AOI, no annotated area, as the whole layer says.
+    empty = np.asarray([shapely.from_wkt("POINT EMPTY")], dtype=object)
+    assert first_aoi(aois, empty).tolist() == first_aoi(_aoi_layer(geoms, *_whole_pieces(geoms)), empty).tolist() == [-1]
+    nothing = np.asarray([shapely.from_wkt("POLYGON EMPTY")], dtype=object)
+    assert annotated_fractions(annotated, nothing, np.zeros(1)).tolist() == [0.0]
     # A cell both AOIs hold whole is decided on its squares: the first AOI by position.
     assert first_aoi(aois, shapely.points([[7_000.5, 7_000.5]])).tolist() == [0]
     # Near the first AOI's edge the boundary pieces are needed, and they are gone.
