@@ -18,6 +18,8 @@ blocks that range meets and building squares only for its whole cells: the same
 geometries, in the same order (owner, then row-major cells) as the whole layer's pieces,
 so a lookup made on them gives the same answer, to the bit, for rows inside the range
 (the lookups' sums run in piece order; see :func:`evalcore.levels.annotated_fractions`).
+:meth:`CellPieces.sole_owner` answers without any geometry for a row strictly inside a
+whole cell that no other piece shares.
 """
 
 from __future__ import annotations
