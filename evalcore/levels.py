@@ -34,8 +34,10 @@ a unit, each short.
 
 from __future__ import annotations
 
+import os
 import warnings
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 
 import geopandas
 import numpy as np
@@ -47,6 +49,7 @@ from evalcore._typing import F64Array, GeomArray, IdArray
 from evalcore.bootstrap import replicate_group_sums
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 from evalcore.crs import WGS84, transform_xy, utm_crs
+from evalcore.site_cells import CellPieces, cells_of_bounds, cut_layer
 from evalcore.sites import ANNOTATED_AREA, AOI, grid_pieces, prepare_site_layer
 from evalcore.errors import EvalInputError, IncompatibleStatsError
 from evalcore.exact import N_DIGITS, value_of
@@ -132,6 +135,14 @@ class AoiLayer:
     crs : pyproj.CRS
     source : str
         What the layer is, for messages (``AOI layer file 'aoi.gpkg'``).
+    pieces, piece_aoi : ndarray, optional
+        Every AOI's grid pieces (:func:`evalcore.sites.grid_pieces`, concatenated in AOI
+        order) and the AOI of each; None when ``cells`` holds them.
+    cells : CellPieces, optional
+        The pieces as a cell index and a store of boundary pieces
+        (:mod:`evalcore.site_cells`): lookups read the pieces of their rows' extent only.
+    overlaps : tuple of (int, int), optional
+        :func:`overlapping_aois`, found when the pieces were cut (with ``cells``).
     """
 
     id_column: str
@@ -143,6 +154,8 @@ class AoiLayer:
     source: str
     pieces: GeomArray | None = None
     piece_aoi: IdArray | None = None
+    cells: CellPieces | None = None
+    overlaps: tuple[tuple[int, int], ...] | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -152,13 +165,17 @@ class AoiLayer:
 
 @dataclass(frozen=True, slots=True)
 class AnnotatedArea:
-    """The prepared annotated-area polygons (SPEC 6.4), in the equal-area CRS."""
+    """The prepared annotated-area polygons (SPEC 6.4), in the equal-area CRS.
+
+    ``pieces`` are the union's grid pieces; or ``cells`` holds them (:mod:`evalcore.site_cells`).
+    """
 
     geoms_ea: GeomArray
     source: str
     geoms_source: GeomArray | None = None
     crs: CRS | None = None
     pieces: GeomArray | None = None
+    cells: CellPieces | None = None
 
     __reduce__ = _reduce_site_layer
 
@@ -180,11 +197,20 @@ class Sites:
     annotated: AnnotatedArea | None = None
 
 
-def prepare_sites(options: object, equal_area_crs: object = None) -> Sites:
+def prepare_sites(options: object, equal_area_crs: object = None, store: str | os.PathLike | None = None) -> Sites:
     """The site layers of a run from its options (``tile_km``, ``aoi``, ``annotated_area``).
 
     Each layer is read, checked and prepared by :func:`evalcore.sites.prepare_site_layer`,
     then cut into grid pieces (:func:`evalcore.sites.grid_pieces`) for lookups.
+
+    Parameters
+    ----------
+    options : EvalOptions
+    equal_area_crs : CRS-like, optional
+    store : path, optional
+        A directory (the distributed run's ``workdir/sites``): the pieces are then kept as
+        a cell index with the boundary pieces written there (:mod:`evalcore.site_cells`),
+        not held whole, and each lookup reads the pieces of its rows' extent.
 
     Raises
     ------
@@ -195,6 +221,8 @@ def prepare_sites(options: object, equal_area_crs: object = None) -> Sites:
     """
     tile = float(options.tile_km) * 1000.0
     aois = annotated = None
+    if store is not None:
+        return _stored_sites(options, equal_area_crs, Path(store), tile)
     layer = prepare_site_layer(options, AOI, equal_area_crs)
     if layer is not None:
         pieces, piece_aoi = [], []
@@ -209,6 +237,47 @@ def prepare_sites(options: object, equal_area_crs: object = None) -> Sites:
     if layer is not None:
         annotated = AnnotatedArea(layer.geoms_ea, layer.source, layer.geoms_source, layer.crs, grid_pieces(layer.geoms_ea))
     return Sites(tile, aois, annotated)
+
+
+def _stored_sites(options: object, equal_area_crs: object, store: Path, tile: float) -> Sites:
+    """:func:`prepare_sites` with the pieces as cell indexes and boundary pieces in ``store``."""
+    aois = annotated = None
+    layer = prepare_site_layer(options, AOI, equal_area_crs)
+    if layer is not None:
+        cells = cut_layer([np.asarray([g], dtype=object) for g in layer.geoms_ea])
+        overlaps = _cell_overlaps(cells)
+        aois = AoiLayer(layer.id_column, layer.ids, layer.keys, layer.geoms_source, layer.geoms_ea, layer.crs, layer.source,
+                        None, None, cells.without_geometry(store / "aoi"), overlaps)
+    layer = prepare_site_layer(options, ANNOTATED_AREA, equal_area_crs)
+    if layer is not None:
+        cells = cut_layer([layer.geoms_ea])
+        annotated = AnnotatedArea(layer.geoms_ea, layer.source, layer.geoms_source, layer.crs, None, cells.without_geometry(store / "annotated"))
+    return Sites(tile, aois, annotated)
+
+
+_OVERLAP_BLOCK = 64
+"""Cells per side of the blocks the AOI overlaps are found in (pieces of different cells never overlap)."""
+
+
+def _cell_overlaps(cells: CellPieces) -> tuple[tuple[int, int], ...]:
+    """:func:`overlapping_aois` from a cell index, block of cells by block, only where two AOIs share a cell.
+
+    Two pieces of different cells share at most an edge, so the overlaps are the union
+    of each block's; blocks where one AOI holds every cell are skipped.
+    """
+    x0, x1, y0, y1 = cells.bounds_cells()
+    found: set[tuple[int, int]] = set()
+    w = cells.whole
+    for by in range(y0, y1, _OVERLAP_BLOCK):
+        for bx in range(x0, x1, _OVERLAP_BLOCK):
+            box = (bx, min(bx + _OVERLAP_BLOCK, x1), by, min(by + _OVERLAP_BLOCK, y1))
+            in_box = (cells.x >= box[0]) & (cells.x < box[1]) & (cells.y >= box[2]) & (cells.y < box[3])
+            meets = (w[:, 0] < box[1]) & (w[:, 1] > box[0]) & (w[:, 2] < box[3]) & (w[:, 3] > box[2])
+            if len(np.unique(np.concatenate([cells.owner[in_box], w[meets, 4]]))) < 2:
+                continue
+            pieces, owner = cells.pieces_in(box)
+            found.update(_overlap_pairs(pieces, owner))
+    return tuple(sorted(found))
 
 
 def _first_containing(geoms: GeomArray, points: GeomArray) -> IdArray:
@@ -241,6 +310,21 @@ def first_aoi(aois: AoiLayer, points: GeomArray) -> IdArray:
     edge (a grid line) is decided against its whole AOI, so the answer is the AOI's
     ``contains``.
     """
+    if aois.cells is not None and len(points):
+        # A point strictly inside a whole cell that no other AOI's piece shares is answered
+        # by the cell index; the others are tested against the pieces of their extent.
+        cell_m = aois.cells.cell_m
+        present = ~shapely.is_empty(points)  # an empty point is in no AOI
+        xy = np.full((len(points), 2), np.nan)
+        xy[present] = shapely.get_coordinates(points[present])
+        cx, cy, strict = _strict_cells(xy, cell_m)
+        out = np.full(len(points), -1, dtype=np.int64)
+        out[strict] = aois.cells.sole_owner(cx[strict], cy[strict])
+        rest = np.flatnonzero((out < 0) & present)
+        if len(rest):
+            pieces, owner = aois.cells.pieces_in(cells_of_bounds(shapely.total_bounds(points[rest]), cell_m))
+            out[rest] = first_aoi(replace(aois, pieces=pieces, piece_aoi=owner, cells=None), points[rest])
+        return out
     if aois.pieces is None:
         return _first_containing(aois.geoms_ea, points)
     out = np.full(len(points), -1, dtype=np.int64)
@@ -256,6 +340,19 @@ def first_aoi(aois: AoiLayer, points: GeomArray) -> IdArray:
     if len(edge):
         inside[edge] = shapely.within(points[point_idx[edge]], aois.geoms_ea[aoi_idx[edge]])
     return _first_of_each(point_idx[inside], aoi_idx[inside], len(points))
+
+
+def _strict_cells(xy: F64Array, cell_m: float) -> tuple[IdArray, IdArray, np.ndarray]:
+    """Each point's grid cell, and whether it lies strictly inside it (not on a grid line;
+    a NaN coordinate, an empty point's, is inside no cell). The cell's edges are computed
+    as :func:`evalcore.sites.cell_boxes` builds the squares.
+    """
+    finite = np.isfinite(xy).all(axis=1)
+    with np.errstate(invalid="ignore"):
+        cx = np.where(finite, np.floor(xy[:, 0] / cell_m), 0).astype(np.int64)
+        cy = np.where(finite, np.floor(xy[:, 1] / cell_m), 0).astype(np.int64)
+    strict = finite & (cx * cell_m < xy[:, 0]) & (xy[:, 0] < (cx + 1) * cell_m) & (cy * cell_m < xy[:, 1]) & (xy[:, 1] < (cy + 1) * cell_m)
+    return cx, cy, strict
 
 
 def overlapping_aois(aois: AoiLayer) -> list[tuple[int, int]]:
@@ -280,7 +377,14 @@ def overlapping_aois(aois: AoiLayer) -> list[tuple[int, int]]:
     the pieces of one AOI do not overlap each other), so that AOIs of millions of
     vertices are not intersected whole.
     """
+    if aois.overlaps is not None:
+        return list(aois.overlaps)
     geoms, owner = (aois.pieces, aois.piece_aoi) if aois.pieces is not None else (aois.geoms_ea, np.arange(len(aois.geoms_ea)))
+    return _overlap_pairs(geoms, owner)
+
+
+def _overlap_pairs(geoms: GeomArray, owner: IdArray) -> list[tuple[int, int]]:
+    """The pairs of owners (``i < j``, sorted) of two polygons whose interiors meet."""
     if len(geoms) < 2:
         return []
     a, b = shapely.STRtree(geoms).query(geoms, predicate="intersects")
@@ -294,15 +398,39 @@ def overlapping_aois(aois: AoiLayer) -> list[tuple[int, int]]:
 
 
 def annotated_fractions(annotated: AnnotatedArea, geoms_ea: GeomArray, area_m2: F64Array) -> F64Array:
-    """Share of each polygon's area inside the union of the annotated polygons (equal-area CRS)."""
+    """Share of each polygon's area inside the union of the annotated polygons (equal-area CRS).
+
+    A polygon's pieces are summed in piece order (row-major cells), not in the order the
+    tree finds them, so that the answer is the same from the pieces of any extent holding
+    the polygon (:mod:`evalcore.site_cells`).
+    """
     out = np.zeros(len(geoms_ea))
+    if len(geoms_ea) == 0:
+        return out
+    if annotated.cells is not None:
+        # A polygon strictly inside a whole cell is wholly annotated (its only piece holds
+        # it: area / area, 1 exactly): the cell index answers it, without geometry.
+        cell_m = annotated.cells.cell_m
+        bounds = shapely.bounds(geoms_ea)
+        cx, cy, low = _strict_cells(bounds[:, :2], cell_m)
+        hx, hy, high = _strict_cells(bounds[:, 2:], cell_m)
+        inner = low & high & (cx == hx) & (cy == hy) & (area_m2 > 0)
+        inner[inner] = annotated.cells.sole_owner(cx[inner], cy[inner]) >= 0
+        out[inner] = 1.0
+        rest = np.flatnonzero(~inner & ~shapely.is_empty(geoms_ea))  # an empty polygon has no annotated area
+        if len(rest):
+            out[rest] = annotated_fractions(replace(annotated, cells=None, pieces=annotated.cells.pieces_in(
+                cells_of_bounds(shapely.total_bounds(geoms_ea[rest]), cell_m))[0]), geoms_ea[rest], area_m2[rest])
+        return out
     pieces = annotated.pieces if annotated.pieces is not None else grid_pieces(annotated.geoms_ea)
-    if len(pieces) == 0 or len(geoms_ea) == 0:
+    if len(pieces) == 0:
         return out
     tree = shapely.STRtree(pieces)
     row, cand = tree.query(geoms_ea, predicate="intersects")
     if not len(row):
         return out
+    order = np.lexsort((cand, row))
+    row, cand = row[order], cand[order]
     inside = np.zeros(len(geoms_ea))
     within = shapely.within(geoms_ea[row], pieces[cand])
     inside_area = np.where(within, area_m2[row], 0.0)

@@ -36,7 +36,7 @@ import pandas as pd
 import shapely
 from pyproj import CRS
 
-from evalcore._typing import GeomArray
+from evalcore._typing import GeomArray, IdArray
 from evalcore.errors import EvalInputError
 from evalcore.polygons import equal_area_polygons
 
@@ -57,6 +57,9 @@ __all__ = [
     "prepare_site_layer",
     "check_site_layers",
     "GRID_CELL_M",
+    "grid_cells",
+    "whole_cells",
+    "cell_boxes",
     "grid_pieces",
 ]
 
@@ -355,20 +358,28 @@ instead of a polygon hundreds of kilometres long (the pieces partition the union
 areas and memberships are the same)."""
 
 
-def grid_pieces(geoms_ea: GeomArray, cell_m: float = GRID_CELL_M) -> GeomArray:
-    """The union of some polygons cut into grid cells of ``cell_m`` (non-overlapping pieces):
-    the annotated area's, or one AOI's.
+def grid_cells(geoms_ea: GeomArray, cell_m: float = GRID_CELL_M) -> tuple[IdArray, IdArray, GeomArray, IdArray]:
+    """The union of some polygons on the grid of ``cell_m``: the cells its boundary crosses
+    with their clipped pieces, and the ranges of cells wholly inside it (no geometry).
 
-    Cells inside the union are whole squares; the cells its boundary crosses are clipped.
     The clipping bisects the cells' range and clips the union to each half before going
     down (the geometry shrinks at every level), so the union's boundary is read about
     log(cells) times instead of once per boundary cell: at national extent (a million
-    cells, millions of vertices) preparing the site layers took 24.0 s, now 7.8 s. The pieces are in row-major
-    cell order (y, then x), whatever the recursion.
+    cells, millions of vertices) preparing the site layers took 24.0 s, now 7.8 s.
+
+    Returns
+    -------
+    cell_x, cell_y : ndarray of int64, shape (n,)
+        The clipped cells (cell indices: ``x * cell_m`` is the cell's west edge, metres).
+    pieces : ndarray of shapely geometries, shape (n,)
+        The union clipped to each of them, in the order found.
+    whole : ndarray of int64, shape (m, 4)
+        ``x0, x1, y0, y1`` (ends exclusive): ranges of cells wholly inside the union,
+        disjoint from each other and from the clipped cells.
     """
     geoms = np.asarray([g for g in geoms_ea if g is not None and not g.is_empty], dtype=object)
     if len(geoms) == 0:
-        return np.empty(0, dtype=object)
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, dtype=object), np.empty((0, 4), np.int64)
     union = shapely.union_all(geoms)
     minx, miny, maxx, maxy = union.bounds
     ix0, iy0 = int(np.floor(minx / cell_m)), int(np.floor(miny / cell_m))
@@ -406,13 +417,38 @@ def grid_pieces(geoms_ea: GeomArray, cell_m: float = GRID_CELL_M) -> GeomArray:
                 cut(sub, a0, a1, b0, b1)
 
     cut(union, ix0, max(ix1, ix0 + 1), iy0, max(iy1, iy0 + 1))
-    cell_x = [np.array([x for _, x, _ in found], dtype=np.int64)]
-    cell_y = [np.array([y for y, _, _ in found], dtype=np.int64)]
-    pieces = [np.asarray([piece for _, _, piece in found], dtype=object).reshape(-1)]
-    for x0, x1, y0, y1 in whole:
-        gx, gy = np.meshgrid(np.arange(x0, x1, dtype=np.int64), np.arange(y0, y1, dtype=np.int64))
-        cell_x.append(gx.ravel())
-        cell_y.append(gy.ravel())
-        pieces.append(shapely.box(gx.ravel() * cell_m, gy.ravel() * cell_m, (gx.ravel() + 1) * cell_m, (gy.ravel() + 1) * cell_m))
-    xs, ys = np.concatenate(cell_x), np.concatenate(cell_y)
-    return np.asarray(np.concatenate(pieces)[np.lexsort((xs, ys))], dtype=object)
+    return (
+        np.array([x for _, x, _ in found], dtype=np.int64),
+        np.array([y for y, _, _ in found], dtype=np.int64),
+        np.asarray([piece for _, _, piece in found], dtype=object).reshape(-1),
+        np.array(whole, dtype=np.int64).reshape(-1, 4),
+    )
+
+
+def whole_cells(whole: IdArray) -> tuple[IdArray, IdArray, IdArray]:
+    """The cells of ranges ``x0, x1, y0, y1`` (:func:`grid_cells`): ``(x, y, range)`` per cell, range by range, row-major in each."""
+    sizes = (whole[:, 1] - whole[:, 0]) * (whole[:, 3] - whole[:, 2])
+    which = np.repeat(np.arange(len(whole), dtype=np.int64), sizes)
+    k = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    width = (whole[:, 1] - whole[:, 0])[which]
+    return whole[which, 0] + k % width, whole[which, 2] + k // width, which
+
+
+def cell_boxes(x: IdArray, y: IdArray, cell_m: float = GRID_CELL_M) -> GeomArray:
+    """The squares of some grid cells (the pieces of whole cells), built as :func:`grid_pieces` builds them."""
+    return np.asarray(shapely.box(x * cell_m, y * cell_m, (x + 1) * cell_m, (y + 1) * cell_m), dtype=object).reshape(-1)
+
+
+def grid_pieces(geoms_ea: GeomArray, cell_m: float = GRID_CELL_M) -> GeomArray:
+    """The union of some polygons cut into grid cells of ``cell_m`` (non-overlapping pieces):
+    the annotated area's, or one AOI's.
+
+    Cells inside the union are whole squares; the cells its boundary crosses are clipped
+    (:func:`grid_cells`). The pieces are in row-major cell order (y, then x), whatever the
+    recursion.
+    """
+    cx, cy, clipped, whole = grid_cells(geoms_ea, cell_m)
+    wx, wy, _ = whole_cells(whole)
+    xs, ys = np.concatenate([cx, wx]), np.concatenate([cy, wy])
+    pieces = np.concatenate([clipped, cell_boxes(wx, wy, cell_m)])
+    return np.asarray(pieces[np.lexsort((xs, ys))], dtype=object)

@@ -169,8 +169,9 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
     )
     index_path = setup.workdir / "prepared" / "index.json"
     record = setup.workdir / "prepared" / "done.json"
-    # The site layers are small next to the layers: prepared here once, sent to every worker.
-    sites = prepare_sites(setup.options, setup.options.equal_area_crs)
+    # The site layers are prepared here once; their grid pieces are a cell index sent to every
+    # worker and boundary pieces written to the work directory, read by extent (evalcore.site_cells).
+    sites = prepare_sites(setup.options, setup.options.equal_area_crs, setup.workdir / "sites")
     study = prepare_study(setup.options, setup.options.equal_area_crs)
     if storage.done_record_valid(record, setup.signature) and index_path.exists():
         if setup.log:
