@@ -92,7 +92,7 @@ class CellPieces:
         bx, by = self.x[rows] // BLOCK_CELLS, self.y[rows] // BLOCK_CELLS
         at = {int(r): i for i, r in enumerate(rows)}
         for block in np.unique(np.stack([bx, by], axis=1), axis=0):
-            with np.load(Path(self.directory) / f"block_{int(block[0])}_{int(block[1])}.npz") as data:
+            with np.load(Path(self.directory) / f"block_{int(block[0])}_{int(block[1])}.npz", allow_pickle=False) as data:
                 ids, offsets, wkb = data["rows"], data["offsets"], data["wkb"]
             wanted = np.flatnonzero(np.isin(ids, rows))
             blobs = [wkb[offsets[i] : offsets[i + 1]].tobytes() for i in wanted]
