@@ -45,32 +45,41 @@ _SLACK = 1e-9
 
 
 @njit(cache=True, nogil=True)
-def _point_segment_distance(px: float, py: float, ax: float, ay: float, bx: float, by: float) -> float:
-    """Euclidean distance from point P to segment [A, B] (GEOS ``Distance::pointToSegment``).
+def _segment_distance(
+    px: float, py: float, ax: float, ay: float, bx: float, by: float, ex: float, ey: float, len2: float, length: float
+) -> float:
+    """Euclidean distance from P to [A, B], given ``E = B - A``, ``len2 = |E|^2`` and ``length = |E|``.
 
-    The same operations in the same order as GEOS, so it agrees with
-    ``shapely.distance`` to the last bits. The distance kernel uses
-    :func:`_segment_distance`, the same formula with the segment's numbers stored once;
-    this plain form is the reference (the previous kernel in benchmarks/ and tests use it).
+    GEOS's ``Distance::pointToSegment``: the same operations in the same order
+    (``ex, ey, len2, length`` are exactly the numbers GEOS computes on the fly, see
+    :func:`_load_segments`), so it agrees with ``shapely.distance`` to the last bits;
+    the kernel stores the segment's numbers once instead of per sample.
     """
+    dx = px - ax
+    dy = py - ay
     if ax == bx and ay == by:
-        dx = px - ax
-        dy = py - ay
         return np.sqrt(dx * dx + dy * dy)
+    r = (dx * ex + dy * ey) / len2
+    if r <= 0.0:
+        return np.sqrt(dx * dx + dy * dy)
+    if r >= 1.0:
+        fx = px - bx
+        fy = py - by
+        return np.sqrt(fx * fx + fy * fy)
+    q = ((ay - py) * ex - (ax - px) * ey) / len2
+    return abs(q) * length
+
+
+@njit(cache=True, nogil=True)
+def _point_segment_distance(px: float, py: float, ax: float, ay: float, bx: float, by: float) -> float:
+    """:func:`_segment_distance` from point P to segment [A, B], computing the segment's numbers.
+
+    The previous kernel in benchmarks/ uses this form.
+    """
     ex = bx - ax
     ey = by - ay
     len2 = ex * ex + ey * ey
-    r = ((px - ax) * ex + (py - ay) * ey) / len2
-    if r <= 0.0:
-        dx = px - ax
-        dy = py - ay
-        return np.sqrt(dx * dx + dy * dy)
-    if r >= 1.0:
-        dx = px - bx
-        dy = py - by
-        return np.sqrt(dx * dx + dy * dy)
-    s = ((ay - py) * ex - (ax - px) * ey) / len2
-    return abs(s) * np.sqrt(len2)
+    return _segment_distance(px, py, ax, ay, bx, by, ex, ey, len2, np.sqrt(len2))
 
 
 @njit(cache=True, nogil=True)
@@ -335,31 +344,6 @@ def _build_blocks(m: int, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy
         kmaxx[n_blocks + u] = mxx
         kmaxy[n_blocks + u] = mxy
     return n_blocks
-
-
-@njit(cache=True, nogil=True)
-def _segment_distance(
-    px: float, py: float, ax: float, ay: float, bx: float, by: float, ex: float, ey: float, len2: float, length: float
-) -> float:
-    """:func:`_point_segment_distance` from P to [A, B], given ``E = B - A``, ``len2 = |E|^2`` and ``length = |E|``.
-
-    The same operations in the same order as GEOS (``ex, ey, len2, length`` are exactly
-    the numbers GEOS computes on the fly, see :func:`_load_segments`), so the result is
-    the same number; only the segment's square root is not taken again for every sample.
-    """
-    dx = px - ax
-    dy = py - ay
-    if ax == bx and ay == by:
-        return np.sqrt(dx * dx + dy * dy)
-    r = (dx * ex + dy * ey) / len2
-    if r <= 0.0:
-        return np.sqrt(dx * dx + dy * dy)
-    if r >= 1.0:
-        fx = px - bx
-        fy = py - by
-        return np.sqrt(fx * fx + fy * fy)
-    q = ((ay - py) * ex - (ax - px) * ey) / len2
-    return abs(q) * length
 
 
 @njit(cache=True, nogil=True)
