@@ -25,6 +25,7 @@ from evalcore._kernels import (
     _max_ring_samples,
     _max_segments,
     _n_boxes,
+    _nearest_full,
     _point_segment_d2,
     _point_segment_distance,
     _trapezoid_weights,
@@ -67,23 +68,7 @@ def _load_segments_previous(x, y, ring_off, r0: int, r1: int, ax, ay, bx, by, ex
 @njit(cache=True, nogil=True)
 def _nearest_full_previous(px, py, m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, kminx, kminy, kmaxx, kmaxy) -> float:
     """Distance from P to the nearest of ``m`` segments, skipping blocks farther than the best so far."""
-    best2 = _INF
-    best = -1
-    n_super = (n_blocks + _SUPER - 1) // _SUPER
-    for u in range(n_super):
-        i = n_blocks + u
-        if best >= 0 and _box_gap2(px, py, px, py, kminx[i], kminy[i], kmaxx[i], kmaxy[i]) > best2 * (1.0 + _SLACK):
-            continue
-        for b in range(u * _SUPER, min((u + 1) * _SUPER, n_blocks)):
-            if best >= 0 and _box_gap2(px, py, px, py, kminx[b], kminy[b], kmaxx[b], kmaxy[b]) > best2 * (
-                1.0 + _SLACK
-            ):
-                continue
-            for s in range(b * _BLOCK, min((b + 1) * _BLOCK, m)):
-                d2 = _point_segment_d2(px, py, ax[s], ay[s], ex[s], ey[s], l2[s], il2[s])
-                if d2 < best2:
-                    best2 = d2
-                    best = s
+    best = _nearest_full(px, py, m, n_blocks, ax, ay, ex, ey, l2, il2, kminx, kminy, kmaxx, kmaxy)
     return _point_segment_distance(px, py, ax[best], ay[best], bx[best], by[best])
 
 
