@@ -196,22 +196,29 @@ class PartWriter:
         self._pending.append(block)
         self._pending_rows += len(block)
         self.rows += len(block)
-        while self._pending_rows >= self.part_rows:
-            self._flush(self.part_rows)
+        if self._pending_rows < self.part_rows:
+            return
+        # Every full part is a slice of the rows waiting, concatenated once; only the
+        # rest is kept (not copied again per part written).
+        frame = self._pending[0] if len(self._pending) == 1 else pd.concat(self._pending, ignore_index=True)
+        start = 0
+        while len(frame) - start >= self.part_rows:
+            self._write(frame.iloc[start : start + self.part_rows])
+            start += self.part_rows
+        self._pending = [frame.iloc[start:]] if start < len(frame) else []
+        self._pending_rows = len(frame) - start
 
     def close(self) -> int:
         """Write the last part (the rest, or an empty part if nothing was written); return the number of parts."""
-        if self._pending_rows or (self.parts == 0 and self._template is not None):
-            self._flush(self._pending_rows)
+        if self._pending_rows:
+            self._write(self._pending[0] if len(self._pending) == 1 else pd.concat(self._pending, ignore_index=True))
+        elif self.parts == 0 and self._template is not None:
+            self._write(self._template)
+        self._pending = []
+        self._pending_rows = 0
         return self.parts
 
-    def _flush(self, n: int) -> None:
-        pending = self._pending or [self._template]
-        frame = pending[0] if len(pending) == 1 else pd.concat(pending, ignore_index=True)
-        head = frame.iloc[:n].reset_index(drop=True)
-        rest = frame.iloc[n:].reset_index(drop=True)
+    def _write(self, frame: geopandas.GeoDataFrame) -> None:
         path = self.directory / f"part-{self.parts:0{self.digits}d}.parquet"
-        head.to_parquet(path, index=False, write_covering_bbox=True, row_group_size=_ROW_GROUP)
+        frame.reset_index(drop=True).to_parquet(path, index=False, write_covering_bbox=True, row_group_size=_ROW_GROUP)
         self.parts += 1
-        self._pending = [rest] if len(rest) else []
-        self._pending_rows = len(rest)
