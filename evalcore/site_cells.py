@@ -109,11 +109,7 @@ class CellPieces:
         """
         x0, x1, y0, y1 = cells if cells is not None else self.bounds_cells()
         keep = (self.x >= x0) & (self.x < x1) & (self.y >= y0) & (self.y < y1)
-        w = self.whole
-        clipped = w.copy()
-        clipped[:, 0], clipped[:, 1] = np.maximum(w[:, 0], x0), np.minimum(w[:, 1], x1)
-        clipped[:, 2], clipped[:, 3] = np.maximum(w[:, 2], y0), np.minimum(w[:, 3], y1)
-        clipped = clipped[(clipped[:, 0] < clipped[:, 1]) & (clipped[:, 2] < clipped[:, 3])]
+        clipped = _clip_ranges(self.whole, x0, x1, y0, y1)
         wx, wy, which = whole_cells(clipped[:, :4])
         xs = np.concatenate([self.x[keep], wx])
         ys = np.concatenate([self.y[keep], wy])
@@ -132,10 +128,7 @@ class CellPieces:
         if not len(cx) or not len(self.whole):
             return out
         x0, x1, y0, y1 = int(cx.min()), int(cx.max()) + 1, int(cy.min()), int(cy.max()) + 1
-        w = self.whole.copy()
-        w[:, 0], w[:, 1] = np.maximum(w[:, 0], x0), np.minimum(w[:, 1], x1)
-        w[:, 2], w[:, 3] = np.maximum(w[:, 2], y0), np.minimum(w[:, 3], y1)
-        w = w[(w[:, 0] < w[:, 1]) & (w[:, 2] < w[:, 3])]
+        w = _clip_ranges(self.whole, x0, x1, y0, y1)
         wx, wy, which = whole_cells(w[:, :4])
         width = x1 - x0
         key = (wy - y0) * width + (wx - x0)
@@ -145,14 +138,23 @@ class CellPieces:
         sole = (counts == 1) & ~np.isin(cells, clipped)
         cells, owners = cells[sole], w[which[first[sole]], 4]
         query = (cy - y0) * width + (cx - x0)
-        at = np.minimum(np.searchsorted(cells, query), max(len(cells) - 1, 0))
-        found = (len(cells) > 0) & (cells[at] == query) if len(cells) else np.zeros(len(query), dtype=bool)
-        out[found] = owners[at[found]]
+        if len(cells):
+            at = np.minimum(np.searchsorted(cells, query), len(cells) - 1)
+            found = cells[at] == query
+            out[found] = owners[at[found]]
         return out
 
     def without_geometry(self, directory: str | os.PathLike) -> CellPieces:
         """The same layer with its boundary pieces written to ``directory`` (see :func:`write_cell_pieces`)."""
         return write_cell_pieces(self, directory)
+
+
+def _clip_ranges(whole: IdArray, x0: int, x1: int, y0: int, y1: int) -> IdArray:
+    """The ranges ``whole`` (rows ``x0, x1, y0, y1, owner``) cut to the cells ``x0:x1, y0:y1``; empty ones dropped."""
+    w = whole.copy()
+    w[:, 0], w[:, 1] = np.maximum(whole[:, 0], x0), np.minimum(whole[:, 1], x1)
+    w[:, 2], w[:, 3] = np.maximum(whole[:, 2], y0), np.minimum(whole[:, 3], y1)
+    return w[(w[:, 0] < w[:, 1]) & (w[:, 2] < w[:, 3])]
 
 
 def cut_layer(geoms_by_owner: Sequence[GeomArray], cell_m: float = GRID_CELL_M) -> CellPieces:
