@@ -725,10 +725,15 @@ def unit_table(sums: UnitSums, kind: str, *, families: tuple, options: object, m
 # --------------------------------------------------------------------------- tile squares
 
 
-def _squares(keys: IdArray, side_m: float) -> GeomArray:
+def _square_bounds(keys: IdArray, side_m: float) -> F64Array:
+    """Each tile's square as ``xmin, ymin, xmax, ymax`` in its zone's metres, shape (n, 4)."""
     x0 = keys[:, 1].astype(np.float64) * side_m
     y0 = keys[:, 2].astype(np.float64) * side_m
-    return shapely.box(x0, y0, x0 + side_m, y0 + side_m)
+    return np.column_stack([x0, y0, x0 + side_m, y0 + side_m])
+
+
+def _squares(keys: IdArray, side_m: float) -> GeomArray:
+    return shapely.box(*_square_bounds(keys, side_m).T)
 
 
 def _clipped_squares(keys: IdArray, side_m: float) -> GeomArray:
@@ -756,9 +761,7 @@ def tile_band_area_km2(keys: IdArray, side_m: float) -> F64Array:
     out = np.empty(len(keys))
     for epsg in np.unique(keys[:, 0]) if len(keys) else []:
         rows = np.flatnonzero(keys[:, 0] == epsg)
-        x0 = keys[rows, 1].astype(np.float64) * side_m
-        y0 = keys[rows, 2].astype(np.float64) * side_m
-        out[rows] = band_area_m2(int(epsg), np.column_stack([x0, y0, x0 + side_m, y0 + side_m])) / 1e6
+        out[rows] = band_area_m2(int(epsg), _square_bounds(keys[rows], side_m)) / 1e6
     return out
 
 

@@ -225,19 +225,10 @@ def _equator_northing(epsg: int) -> float:
 
 
 def band_area_m2(epsg: int, rects: F64Array) -> F64Array:
-    """Planar area (zone metres, m²) of each rectangle inside the zone's band.
-
-    Parameters
-    ----------
-    epsg : int
-    rects : ndarray of float64, shape (n, 4)
-        ``xmin, ymin, xmax, ymax`` in the zone's metres.
-
-    Returns
-    -------
-    ndarray of float64, shape (n,)
-        Rectangles far inside the band have their whole area, far outside 0; those near
-        an edge the integral of their width between the band's meridians (module notes).
+    """Planar area (zone metres, m²) of each rectangle (as in :func:`band_position`)
+    inside the zone's band, shape (n,): rectangles far inside the band have their whole
+    area, far outside 0; those near an edge the integral of their width between the
+    band's meridians (module notes).
     """
     rects = np.asarray(rects, dtype=np.float64).reshape(-1, 4)
     full = (rects[:, 2] - rects[:, 0]) * (rects[:, 3] - rects[:, 1])

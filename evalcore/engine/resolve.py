@@ -100,8 +100,9 @@ def resolve_run(
     pairs = results.pairs
     resolution = resolve(pairs, options.iou_threshold, options.matching, base_threshold(options))
     pair_values = {"is_match": resolution.is_match, "is_eligible": resolution.is_eligible, "base_match": resolution.base_match}
+    ref_strata_codes = None if strata_names is None else _ref_stratum_codes(results.ref_pool, strata_names)
     pair_ctx = PairContext(pairs, results.ref_area_of_pair, results.pred_area_of_pair, resolution.base_match, options,
-                           _pair_ref_groups(results, strata_names, sizes))
+                           _pair_ref_groups(results, ref_strata_codes, sizes))
     for family in enabled_families(options):
         pair_values.update(family.pair_values(pair_ctx))
 
@@ -150,9 +151,8 @@ def resolve_run(
         # Group 0 of every replicate: the homeless predictions, each weighed by its unit's draws.
         unassigned_replicates = replicate_group_sums(weights, homeless_rows, np.full((len(homeless), 0), -1, np.int64), 1).groups[0]
     ref_strata = None
-    if strata_names is not None:
-        name_of_pool = {pool_id(name, True): name for name in strata_names}  # the missing-stratum pool maps to None
-        ref_strata = np.array([name_of_pool.get(p) for p in results.ref_pool.tolist()], dtype=object)
+    if ref_strata_codes is not None:
+        ref_strata = np.array(list(strata_names) + [None], dtype=object)[ref_strata_codes]  # the missing stratum: None
     ctx = GlobalContext(
         preds, pairs, results.ref_pos, home_row, options, _pred_weight_stream(draws, home_row, pred_units), ref_strata,
         pair_values, results.ref_area_of_pair, results.ref_class, _pred_weight_stream(draws, home_row, pred_units, with_refs=True),
@@ -165,16 +165,21 @@ def resolve_run(
                     contributions.columns, unassigned_replicates)
 
 
-def _pair_ref_groups(results: PairResults, strata_names: list[str] | None, sizes: SizeClasses | None) -> dict[str, IdArray]:
+def _ref_stratum_codes(ref_pool: IdArray, strata_names: list[str]) -> IdArray:
+    """Each reference row's stratum (its index in ``strata_names``; -1: the missing
+    stratum) from its bootstrap pool, which names it."""
+    code_of_pool = {pool_id(name, True): k for k, name in enumerate(strata_names)}  # the missing pool: -1
+    return np.array([code_of_pool.get(p, -1) for p in ref_pool.tolist()], dtype=np.int64)
+
+
+def _pair_ref_groups(results: PairResults, ref_strata_codes: IdArray | None, sizes: SizeClasses | None) -> dict[str, IdArray]:
     """Each pair's reference code in the run's groupings (-1: in none), as the partitions
-    code their rows (:meth:`RunPlan.group_codes`): the stratum from the field's bootstrap
-    pool, which names it, the size class from the same equal-area area."""
+    code their rows (:meth:`RunPlan.group_codes`): the stratum of the field
+    (:func:`_ref_stratum_codes`), the size class from the same equal-area area."""
     out: dict[str, IdArray] = {}
     pairs = results.pairs
-    if strata_names is not None:
-        code_of_pool = {pool_id(name, True): k for k, name in enumerate(strata_names)}  # the missing pool: -1
-        ref_codes = np.array([code_of_pool.get(p, -1) for p in results.ref_pool.tolist()], dtype=np.int64)
-        out["per_stratum"] = ref_codes[index_of(results.ref_pos, pairs.ref_pos)] if len(pairs) else np.empty(0, np.int64)
+    if ref_strata_codes is not None:
+        out["per_stratum"] = ref_strata_codes[index_of(results.ref_pos, pairs.ref_pos)] if len(pairs) else np.empty(0, np.int64)
     if sizes is not None:
         out["per_size_class"] = sizes.codes(results.ref_area_of_pair / 1e4) if len(pairs) else np.empty(0, np.int64)
     return out

@@ -234,7 +234,8 @@ class GlobalContext:
         drawn; None without a bootstrap.
     ref_strata : ndarray of object, optional
         Stratum name (str) of each reference row of ``ref_pos``, None where it is
-        missing; None for a run without strata (or a caller that does not give them).    pair_values : mapping of str to ndarray, optional
+        missing; None for a run without strata (or a caller that does not give them).
+    pair_values : mapping of str to ndarray, optional
         The global matching's per-pair values (``is_match``, ``is_eligible``, ...), in
         the order of ``pairs``.
     ref_area_of_pair : ndarray of float64, optional

@@ -91,11 +91,11 @@ class Topology(MetricFamily):
         held = pairs.inter_m2 > f * ctx.pred_area_m2
         n_ref = int(pairs.ref_pos.max()) + 1 if len(pairs) else 0
         split_held = held & (np.bincount(pairs.ref_pos[held], minlength=n_ref) >= 2)[pairs.ref_pos] if len(pairs) else held
+        overall = _first_per_group(pairs.pred_pos, pairs.ref_pos, np.zeros(len(pairs), np.int64), split_held)
         for grouping, column in _CREDIT.items():
-            codes = np.zeros(len(pairs), np.int64) if grouping is None else ctx.ref_groups.get(grouping)
-            if codes is None:  # the run has no such grouping: its column is never read
-                codes = np.zeros(len(pairs), np.int64)
-            out[column] = _first_per_group(pairs.pred_pos, pairs.ref_pos, codes, split_held)
+            codes = ctx.ref_groups.get(grouping)
+            # Overall, or a grouping the run does not have (its column is never read): one group.
+            out[column] = overall if codes is None else _first_per_group(pairs.pred_pos, pairs.ref_pos, codes, split_held)
         return out
 
     def reference_columns(self, ctx: RefContext) -> dict[str, np.ndarray]:
@@ -145,6 +145,6 @@ class Topology(MetricFamily):
             "count_merges": g.count("merges"),
             "count_merged_reference": g.count("merged_reference"),
             "count_splits": g.count("splits"),
-            "count_split_predictions": g.count(_CREDIT[g.grouping if g.grouping in _CREDIT else None]),
+            "count_split_predictions": g.count(_CREDIT.get(g.grouping, _CREDIT[None])),
             "count_ratio": g.point("count_ratio", NULL),
         }
