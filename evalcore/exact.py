@@ -75,21 +75,17 @@ def digits(values: F64Array) -> F64Array:
             f"a summed value of magnitude {float(magnitude[too_large].max()):.6g} is beyond the exact sums' "
             f"range (below 2**72 = {MAX_MAGNITUDE:.3g})"
         )
-    out = np.zeros(v.shape + (N_DIGITS,))
-    # Whole numbers below 2**24 (the counts, most columns) are their own digit of units.
-    whole = (magnitude < 2.0**DIGIT_BITS) & (np.floor(magnitude) == magnitude)
-    out[..., ONES_DIGIT] = np.where(whole, magnitude, 0.0)
-    rest = np.where(whole, 0.0, magnitude)
-    if not whole.all():
-        d = np.empty_like(rest)
-        for k in range(N_DIGITS - 1, -1, -1):
-            # Multiplication by a power of two is exact, and ``rest - d * unit`` only
-            # clears bits of ``rest``: every step is exact.
-            np.multiply(rest, 1.0 / _UNITS[k], out=d)
-            np.floor(d, out=d)
-            out[..., k] += d
-            d *= _UNITS[k]
-            rest -= d
+    out = np.empty(v.shape + (N_DIGITS,))
+    rest = magnitude.copy()
+    d = np.empty_like(rest)
+    for k in range(N_DIGITS - 1, -1, -1):
+        # Multiplication by a power of two is exact, and ``rest - d * unit`` only
+        # clears bits of ``rest``: every step is exact.
+        np.multiply(rest, 1.0 / _UNITS[k], out=d)
+        np.floor(d, out=d)
+        out[..., k] = d
+        d *= _UNITS[k]
+        rest -= d
     return np.where(np.signbit(v)[..., None], -out, out)
 
 
