@@ -24,12 +24,13 @@ import numpy as np
 import pandas as pd
 import shapely
 
+from evalcore.html_report.figures import scale_length
 from evalcore.html_report.markup import esc, fmt
 from evalcore.html_report.overlays import OBJECT_WINDOW_MIN_M, PREDICTION_COLOUR, REFERENCE_COLOUR
 from evalcore.review.decisions import DECISION_COLUMNS
 from evalcore.review.sample import REVIEW_CODES, SEVERITIES
 
-__all__ = ["review_page", "scale_length", "sample_fingerprint", "DRAW_SIZE_PX"]
+__all__ = ["review_page", "sample_fingerprint", "DRAW_SIZE_PX"]
 
 DRAW_SIZE_PX = 300
 """Side of each card's drawing on the page, in CSS pixels."""
@@ -37,19 +38,6 @@ MAX_NEIGHBOURS = 200
 """Per layer and card: beyond this, only the nearest polygons are drawn."""
 _M_PER_DEG_LAT = 110_540.0
 _M_PER_DEG_LON = 111_320.0
-
-
-def scale_length(span_m: float) -> float:
-    """A 1-2-5 length about a quarter of ``span_m`` (the report's scale bar rule).
-
-    Examples
-    --------
-    >>> scale_length(300.0), scale_length(4000.0)
-    (50.0, 1000.0)
-    """
-    target = span_m / 4
-    step = 10 ** math.floor(math.log10(target))
-    return float(max(s * step for s in (1, 2, 5) if s * step <= target))
 
 
 def sample_fingerprint(sample: pd.DataFrame) -> str:
