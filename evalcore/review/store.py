@@ -180,16 +180,21 @@ def _all_decisions(sample_dir: Path, automatic: dict[str, str], replacing: set[s
 
 
 def _statistics(run_dir: Path, sample_dir: Path, sample: pd.DataFrame, decisions: pd.DataFrame, adjudication: pd.DataFrame | None,
-                files: dict[str, Path]) -> dict:
+                files: dict[str, Path], new_files: list[tuple[Path, str]]) -> dict:
+    """The content of ``review.json``, with the hashes of the files about to be written taken from their text."""
+    import hashlib
+
     from evalcore.report import sha256_path
 
     stats = review_statistics(sample, decisions, adjudication)
+    pending = {p: hashlib.sha256(text.encode("utf-8")).hexdigest() for p, text in new_files}
     return {
         "schema_version": SCHEMA_VERSION,
         "sample": {"file": _rel(run_dir, sample_dir / "sample.parquet"), "sha256": sha256_path(sample_dir / "sample.parquet"),
                    "seed": int(sample["sample_seed"].iloc[0]), "size": int(sample["sample_size"].iloc[0]), "n_items": int(len(sample)),
                    "cells": {c: {"size": int(g["cell_size"].iloc[0]), "drawn": int(len(g))} for c, g in sample.groupby("cell", sort=True)}},
-        "files": [{"file": _rel(run_dir, p), "sha256": sha256_path(p), "role": role} for role, p in sorted(files.items())],
+        "files": [{"file": _rel(run_dir, p), "sha256": pending[p] if p in pending else sha256_path(p), "role": role}
+                  for role, p in sorted(files.items())],
         **stats,
     }
 
@@ -233,22 +238,8 @@ def import_decisions(run_dir: str | Path, paths: list[str | Path]) -> ImportResu
     adjudication = _adjudication(sample_dir, automatic)
     files = {f"decisions {r}": p for r, p in stored_decisions(sample_dir).items() if r not in reviewers}
     files.update({f"decisions {r}": p for r, (p, _) in zip(reviewers, new_files)})
-    review = _statistics_after(run_dir, sample_dir, sample, decisions, adjudication, files, new_files)
+    review = _statistics(run_dir, sample_dir, sample, decisions, adjudication, files, new_files)
     return _write_review(run_dir, sample_dir, review, new_files, f"review decisions: {', '.join(reviewers)}")
-
-
-def _statistics_after(run_dir: Path, sample_dir: Path, sample: pd.DataFrame, decisions: pd.DataFrame, adjudication: pd.DataFrame | None,
-                      files: dict[str, Path], new_files: list[tuple[Path, str]]) -> dict:
-    """The statistics, with the hashes of the files about to be written taken from their text."""
-    import hashlib
-
-    from evalcore.report import sha256_path
-
-    stats = _statistics(run_dir, sample_dir, sample, decisions, adjudication, {})
-    pending = {p: hashlib.sha256(text.encode("utf-8")).hexdigest() for p, text in new_files}
-    stats["files"] = [{"file": _rel(run_dir, p), "sha256": pending[p] if p in pending else sha256_path(p), "role": role}
-                      for role, p in sorted(files.items())]
-    return stats
 
 
 def import_adjudication(run_dir: str | Path, path: str | Path) -> ImportResult:
@@ -265,7 +256,7 @@ def import_adjudication(run_dir: str | Path, path: str | Path) -> ImportResult:
     text = adjudication_csv(adjudication)
     files = {f"decisions {r}": p for r, p in stored_decisions(sample_dir).items()}
     files["adjudication"] = target
-    review = _statistics_after(run_dir, sample_dir, sample, decisions, adjudication, files, [(target, text)])
+    review = _statistics(run_dir, sample_dir, sample, decisions, adjudication, files, [(target, text)])
     return _write_review(run_dir, sample_dir, review, [(target, text)], f"review adjudication: {target.name}")
 
 
