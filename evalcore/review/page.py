@@ -28,6 +28,7 @@ from evalcore.html_report.figures import scale_length
 from evalcore.html_report.markup import esc, fmt
 from evalcore.html_report.overlays import OBJECT_WINDOW_MIN_M, PREDICTION_COLOUR, REFERENCE_COLOUR
 from evalcore.review.decisions import DECISION_COLUMNS
+from evalcore.review.layout import REVIEWER_PATTERN
 from evalcore.review.sample import REVIEW_CODES, SEVERITIES
 
 __all__ = ["review_page", "sample_fingerprint", "DRAW_SIZE_PX"]
@@ -246,7 +247,7 @@ _JS = r"""
   }
   document.getElementById('export').addEventListener('click', () => {
     const name = reviewer.value.trim();
-    if (!/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/.test(name)) {
+    if (!new RegExp('^(?:' + meta.reviewer_pattern + ')$').test(name)) {
       document.getElementById('export-note').textContent = 'type your name first (letters, digits, _ and -)'; reviewer.focus(); return;
     }
     localStorage.setItem('evalcore-reviewer', name);
@@ -284,7 +285,7 @@ def review_page(sample: pd.DataFrame, ref: pd.DataFrame, pred: pd.DataFrame, *, 
     pred_tree = shapely.STRtree(pred.geometry.to_numpy())
     cards = [_card(i, row, _drawing(row, ref, pred, ref_tree, pred_tree), has_score, has_class) for i, (_, row) in enumerate(sample.iterrows())]
     meta = {"fingerprint": sample_fingerprint(sample), "codes": list(REVIEW_CODES), "severities": list(SEVERITIES), "columns": list(DECISION_COLUMNS),
-            "n_items": int(len(sample))}
+            "reviewer_pattern": REVIEWER_PATTERN, "n_items": int(len(sample))}
     seed = int(sample["sample_seed"].iloc[0]) if len(sample) else None
     head = (
         f'<div id="bar"><h1>Review: {esc(title)}</h1>'
