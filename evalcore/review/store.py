@@ -4,7 +4,8 @@ adjudications, each written whole and sealed into the evidence (SPEC 6.12).
 Every write adds new files only (:mod:`evalcore.review.layout` names them), so a sealed
 run directory gets an evidence amendment (:func:`evalcore.evidence.write_evidence_manifest`)
 hashing exactly those files; a run directory without a manifest gets none. Every check
-comes before the first write: a refused import leaves the run directory as it was.
+comes before the first write: a refused import leaves the run directory as it was, and the
+files of one step are staged and put in place together (:class:`evalcore.outputs.OutputSet`).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import numpy as np
 import pandas as pd
 
 from evalcore.errors import EvalInputError
+from evalcore.outputs import OutputSet
 from evalcore.evidence import check_amendment, latest_manifest, write_evidence_manifest
 from evalcore.review.decisions import adjudication_csv, decisions_csv, read_adjudication, read_decisions
 from evalcore.review.layout import REVIEW_DIR, REVIEWER_PATTERN, current_file, current_sample_dir, next_file, sample_dirs
 from evalcore.review.page import review_page
 from evalcore.review.sample import draw_sample, load_objects, review_cells
 from evalcore.review.statistics import review_statistics
-from evalcore.writers import atomic_path, write_json
+from evalcore.writers import atomic_path, write_geoparquet, write_json
 
 __all__ = ["SampleResult", "ImportResult", "make_sample", "import_decisions", "import_adjudication", "read_sample", "stored_decisions", "review_json_path"]
 
@@ -156,11 +158,10 @@ def make_sample(run_dir: str | Path, size: int, seed: int = 0, *, force: bool = 
         frame[column] = frame[column].astype(str)
     html = review_page(frame, ref, pred, title=run_dir.resolve().name, facts=facts)
 
-    def write_parquet(tmp: Path) -> None:
-        frame.to_parquet(tmp, index=False)
-
-    atomic_path(added[0], write_parquet)
-    atomic_path(added[1], lambda tmp: tmp.write_text(html, encoding="utf-8"))
+    with OutputSet() as outputs:  # both files or neither: a sample without its page would count as drawn
+        write_geoparquet(outputs.file(added[0]), frame)
+        atomic_path(outputs.file(added[1]), lambda tmp: tmp.write_text(html, encoding="utf-8"))
+        outputs.commit()
     manifest = _seal(run_dir, added, f"review sample: {_rel(run_dir, target)}/")
     return SampleResult(target, True, len(frame), int(frame["cell"].nunique()), manifest)
 
@@ -204,9 +205,11 @@ def _write_review(run_dir: Path, sample_dir: Path, review: dict, new_files: list
     added = [p for p, _ in new_files] + [target]
     if latest_manifest(run_dir) is not None:
         check_amendment(run_dir, [_rel(run_dir, p) for p in added])
-    for path, text in new_files:
-        atomic_path(path, lambda tmp, text=text: tmp.write_text(text, encoding="utf-8"))
-    write_json(target, review)
+    with OutputSet() as outputs:  # the decisions and their statistics together, or nothing
+        for path, text in new_files:
+            atomic_path(outputs.file(path), lambda tmp, text=text: tmp.write_text(text, encoding="utf-8"))
+        write_json(outputs.file(target), review)
+        outputs.commit()
     return ImportResult(added, review, _seal(run_dir, added, reason))
 
 
