@@ -29,6 +29,7 @@ __all__ = [
     "figure_html",
     "fitted_range",
     "colour_scale",
+    "scale_length",
     "scale_bar",
     "iou_curve",
     "group_bars",
@@ -115,6 +116,19 @@ def new_figure(width_in: float, height_in: float) -> Any:
     return MplFigure(figsize=(width_in, height_in), layout="constrained")
 
 
+def scale_length(span_m: float) -> float:
+    """A 1-2-5 length about a quarter of ``span_m``: the length of a scale bar.
+
+    Examples
+    --------
+    >>> scale_length(300.0), scale_length(4000.0)
+    (50.0, 1000.0)
+    """
+    target = span_m / 4
+    step = 10 ** math.floor(math.log10(target))
+    return float(max(s * step for s in (1, 2, 5) if s * step <= target))
+
+
 def scale_bar(ax: Any) -> None:
     """A scale bar of a 1-2-5 length about a quarter of the axis width (axis units are metres)."""
     from mpl_toolkits.axes_grid1.anchored_artists import AnchoredSizeBar
@@ -123,9 +137,7 @@ def scale_bar(ax: Any) -> None:
     span = abs(x1 - x0)
     if not span > 0:
         return
-    target = span / 4
-    step = 10 ** math.floor(math.log10(target))
-    size = max(s * step for s in (1, 2, 5) if s * step <= target)
+    size = scale_length(span)
     label = f"{size / 1000:g} km" if size >= 1000 else f"{size:g} m"
     ax.add_artist(AnchoredSizeBar(ax.transData, size, label, "lower left", pad=0.3, borderpad=0.4, sep=2, frameon=True, size_vertical=span / 150,
                                   fontproperties={"size": 7}))

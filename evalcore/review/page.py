@@ -24,12 +24,14 @@ import numpy as np
 import pandas as pd
 import shapely
 
+from evalcore.html_report.figures import scale_length
 from evalcore.html_report.markup import esc, fmt
 from evalcore.html_report.overlays import OBJECT_WINDOW_MIN_M, PREDICTION_COLOUR, REFERENCE_COLOUR
 from evalcore.review.decisions import DECISION_COLUMNS
+from evalcore.review.layout import REVIEWER_PATTERN
 from evalcore.review.sample import REVIEW_CODES, SEVERITIES
 
-__all__ = ["review_page", "scale_length", "sample_fingerprint", "DRAW_SIZE_PX"]
+__all__ = ["review_page", "sample_fingerprint", "DRAW_SIZE_PX"]
 
 DRAW_SIZE_PX = 300
 """Side of each card's drawing on the page, in CSS pixels."""
@@ -37,19 +39,6 @@ MAX_NEIGHBOURS = 200
 """Per layer and card: beyond this, only the nearest polygons are drawn."""
 _M_PER_DEG_LAT = 110_540.0
 _M_PER_DEG_LON = 111_320.0
-
-
-def scale_length(span_m: float) -> float:
-    """A 1-2-5 length about a quarter of ``span_m`` (the report's scale bar rule).
-
-    Examples
-    --------
-    >>> scale_length(300.0), scale_length(4000.0)
-    (50.0, 1000.0)
-    """
-    target = span_m / 4
-    step = 10 ** math.floor(math.log10(target))
-    return float(max(s * step for s in (1, 2, 5) if s * step <= target))
 
 
 def sample_fingerprint(sample: pd.DataFrame) -> str:
@@ -72,8 +61,14 @@ def _path(geom: object, x0: float, y0: float, kx: float, side: float) -> str:
     return "".join(parts)
 
 
-def _drawing(item: pd.Series, ref: pd.DataFrame, pred: pd.DataFrame, ref_tree: shapely.STRtree, pred_tree: shapely.STRtree) -> str:
-    """The SVG of one item over its neighbourhood."""
+def _layer(frame: pd.DataFrame, colour: str, kind: str) -> tuple[np.ndarray, np.ndarray, shapely.STRtree, str, str]:
+    """A layer as every card draws it: its ids, geometries, tree, colour and kind (built once per page)."""
+    geoms = frame.geometry.to_numpy()
+    return frame["object_id"].to_numpy(), geoms, shapely.STRtree(geoms), colour, kind
+
+
+def _drawing(item: pd.Series, layers: list[tuple[np.ndarray, np.ndarray, shapely.STRtree, str, str]]) -> str:
+    """The SVG of one item over its neighbourhood (the layers of :func:`_layer`)."""
     geom = item.geometry
     if geom is None or geom.is_empty:
         return '<p class="absent">no geometry</p>'
@@ -87,23 +82,23 @@ def _drawing(item: pd.Series, ref: pd.DataFrame, pred: pd.DataFrame, ref_tree: s
     window = shapely.box(x0, y0, cx + side / 2 / kx, cy + side / 2 / _M_PER_DEG_LAT)
     own_id = item["object_id"]
     counterpart = item.get("counterpart_id", "")
-    layers = []
-    for frame, tree, colour, layer_kind in ((ref, ref_tree, REFERENCE_COLOUR, "reference"), (pred, pred_tree, PREDICTION_COLOUR, "prediction")):
+    drawn = []
+    for all_ids, all_geoms, tree, colour, layer_kind in layers:
         near = tree.query(window, predicate="intersects")
         if len(near) > MAX_NEIGHBOURS:
-            dist = shapely.distance(frame.geometry.to_numpy()[near], shapely.centroid(geom))
+            dist = shapely.distance(all_geoms[near], shapely.centroid(geom))
             near = near[np.argsort(dist, kind="stable")[:MAX_NEIGHBOURS]]
         near = np.sort(near)
-        ids = frame["object_id"].to_numpy()[near]
-        geoms = frame.geometry.to_numpy()[near]
+        ids = all_ids[near]
+        geoms = all_geoms[near]
         focus = (ids == own_id) if item["kind"] == layer_kind else (ids == counterpart) if counterpart and layer_kind == "prediction" else np.zeros(len(ids), bool)
         plain = "".join(_path(g, x0, y0, kx, side) for g in geoms[~focus])
         bold = "".join(_path(g, x0, y0, kx, side) for g in geoms[focus])
         width = side / DRAW_SIZE_PX
         if plain:
-            layers.append(f'<path d="{plain}" fill="none" stroke="{colour}" stroke-width="{width:.2f}" opacity="0.75"/>')
+            drawn.append(f'<path d="{plain}" fill="none" stroke="{colour}" stroke-width="{width:.2f}" opacity="0.75"/>')
         if bold:
-            layers.append(f'<path class="focus-{layer_kind}" d="{bold}" fill="{colour}" fill-opacity="0.12" stroke="{colour}" stroke-width="{3 * width:.2f}"/>')
+            drawn.append(f'<path class="focus-{layer_kind}" d="{bold}" fill="{colour}" fill-opacity="0.12" stroke="{colour}" stroke-width="{3 * width:.2f}"/>')
     bar = scale_length(side)
     label = f"{bar / 1000:g} km" if bar >= 1000 else f"{bar:g} m"
     pad, fs = side * 0.03, side * 0.045
@@ -111,7 +106,7 @@ def _drawing(item: pd.Series, ref: pd.DataFrame, pred: pd.DataFrame, ref_tree: s
              f'<rect x="{2 * pad:.1f}" y="{side - 1.6 * pad:.1f}" width="{bar:.1f}" height="{side / 120:.2f}" fill="#111"/>'
              f'<text x="{2 * pad:.1f}" y="{side - 2 * pad:.1f}" font-size="{fs:.1f}" fill="#111">{label}</text>')
     return (f'<svg class="draw" viewBox="0 0 {side:.1f} {side:.1f}" width="{DRAW_SIZE_PX}" height="{DRAW_SIZE_PX}" '
-            f'role="img" aria-label="item {esc(own_id)} and its neighbours">{"".join(layers)}{scale}</svg>')
+            f'role="img" aria-label="item {esc(own_id)} and its neighbours">{"".join(drawn)}{scale}</svg>')
 
 
 def _card(i: int, item: pd.Series, drawing: str, has_score: bool, has_class: bool) -> str:
@@ -258,7 +253,7 @@ _JS = r"""
   }
   document.getElementById('export').addEventListener('click', () => {
     const name = reviewer.value.trim();
-    if (!/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/.test(name)) {
+    if (!new RegExp('^(?:' + meta.reviewer_pattern + ')$').test(name)) {
       document.getElementById('export-note').textContent = 'type your name first (letters, digits, _ and -)'; reviewer.focus(); return;
     }
     localStorage.setItem('evalcore-reviewer', name);
@@ -292,11 +287,10 @@ def review_page(sample: pd.DataFrame, ref: pd.DataFrame, pred: pd.DataFrame, *, 
     """
     has_score = "score" in sample.columns
     has_class = "class" in sample.columns
-    ref_tree = shapely.STRtree(ref.geometry.to_numpy())
-    pred_tree = shapely.STRtree(pred.geometry.to_numpy())
-    cards = [_card(i, row, _drawing(row, ref, pred, ref_tree, pred_tree), has_score, has_class) for i, (_, row) in enumerate(sample.iterrows())]
+    layers = [_layer(ref, REFERENCE_COLOUR, "reference"), _layer(pred, PREDICTION_COLOUR, "prediction")]
+    cards = [_card(i, row, _drawing(row, layers), has_score, has_class) for i, (_, row) in enumerate(sample.iterrows())]
     meta = {"fingerprint": sample_fingerprint(sample), "codes": list(REVIEW_CODES), "severities": list(SEVERITIES), "columns": list(DECISION_COLUMNS),
-            "n_items": int(len(sample))}
+            "reviewer_pattern": REVIEWER_PATTERN, "n_items": int(len(sample))}
     seed = int(sample["sample_seed"].iloc[0]) if len(sample) else None
     head = (
         f'<div id="bar"><h1>Review: {esc(title)}</h1>'

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from evalcore.errors import EvalInputError
+from evalcore.metrics.taxonomy import PREDICTION_CODES, REFERENCE_CODES
 
 __all__ = [
     "REVIEW_CODES",
@@ -31,12 +32,11 @@ __all__ = [
     "draw_sample",
 ]
 
-REVIEW_CODES: tuple[str, ...] = (
-    "TP", "M-FN-MISSED", "M-FN-LOCALISATION", "M-FP-BACKGROUND", "M-FP-DUPLICATE", "M-FP-LOCALISATION", "L-REFERENCE-WRONG",
-)
-"""The codes a reviewer may give: the taxonomy's primary codes (SPEC 6.8) in the report's
-order, and ``L-REFERENCE-WRONG`` for an item whose reference is wrong. A digit key 1-7
-picks them in this order on the review page."""
+REVIEW_CODES: tuple[str, ...] = (*REFERENCE_CODES, *PREDICTION_CODES[1:], "L-REFERENCE-WRONG")
+"""The codes a reviewer may give: the taxonomy's primary codes (SPEC 6.8;
+:data:`~evalcore.metrics.taxonomy.REFERENCE_CODES`, then the prediction codes but ``TP``),
+and ``L-REFERENCE-WRONG`` for an item whose reference is wrong. A digit key 1-7 picks
+them in this order on the review page."""
 
 SEVERITIES: tuple[str, ...] = ("minor", "major", "critical")
 """Severities of an error, mildest first; empty means no error."""

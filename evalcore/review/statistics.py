@@ -94,7 +94,7 @@ def fleiss_kappa(counts: np.ndarray) -> float:
     Examples
     --------
     >>> round(fleiss_kappa(np.array([[3, 0], [0, 3], [2, 1]])), 4)
-    0.5556
+    0.55
     """
     counts = np.asarray(counts, dtype=float)
     if counts.ndim != 2 or counts.shape[0] == 0:

@@ -4,7 +4,8 @@ adjudications, each written whole and sealed into the evidence (SPEC 6.12).
 Every write adds new files only (:mod:`evalcore.review.layout` names them), so a sealed
 run directory gets an evidence amendment (:func:`evalcore.evidence.write_evidence_manifest`)
 hashing exactly those files; a run directory without a manifest gets none. Every check
-comes before the first write: a refused import leaves the run directory as it was.
+comes before the first write: a refused import leaves the run directory as it was, and the
+files of one step are staged and put in place together (:class:`evalcore.outputs.OutputSet`).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import numpy as np
 import pandas as pd
 
 from evalcore.errors import EvalInputError
+from evalcore.outputs import OutputSet
 from evalcore.evidence import check_amendment, latest_manifest, write_evidence_manifest
 from evalcore.review.decisions import adjudication_csv, decisions_csv, read_adjudication, read_decisions
 from evalcore.review.layout import REVIEW_DIR, REVIEWER_PATTERN, current_file, current_sample_dir, next_file, sample_dirs
 from evalcore.review.page import review_page
 from evalcore.review.sample import draw_sample, load_objects, review_cells
 from evalcore.review.statistics import review_statistics
-from evalcore.writers import atomic_path, write_json
+from evalcore.writers import atomic_path, write_geoparquet, write_json
 
 __all__ = ["SampleResult", "ImportResult", "make_sample", "import_decisions", "import_adjudication", "read_sample", "stored_decisions", "review_json_path"]
 
@@ -156,11 +158,10 @@ def make_sample(run_dir: str | Path, size: int, seed: int = 0, *, force: bool = 
         frame[column] = frame[column].astype(str)
     html = review_page(frame, ref, pred, title=run_dir.resolve().name, facts=facts)
 
-    def write_parquet(tmp: Path) -> None:
-        frame.to_parquet(tmp, index=False)
-
-    atomic_path(added[0], write_parquet)
-    atomic_path(added[1], lambda tmp: tmp.write_text(html, encoding="utf-8"))
+    with OutputSet() as outputs:  # both files or neither: a sample without its page would count as drawn
+        write_geoparquet(outputs.file(added[0]), frame)
+        atomic_path(outputs.file(added[1]), lambda tmp: tmp.write_text(html, encoding="utf-8"))
+        outputs.commit()
     manifest = _seal(run_dir, added, f"review sample: {_rel(run_dir, target)}/")
     return SampleResult(target, True, len(frame), int(frame["cell"].nunique()), manifest)
 
@@ -180,16 +181,21 @@ def _all_decisions(sample_dir: Path, automatic: dict[str, str], replacing: set[s
 
 
 def _statistics(run_dir: Path, sample_dir: Path, sample: pd.DataFrame, decisions: pd.DataFrame, adjudication: pd.DataFrame | None,
-                files: dict[str, Path]) -> dict:
+                files: dict[str, Path], new_files: list[tuple[Path, str]]) -> dict:
+    """The content of ``review.json``, with the hashes of the files about to be written taken from their text."""
+    import hashlib
+
     from evalcore.report import sha256_path
 
     stats = review_statistics(sample, decisions, adjudication)
+    pending = {p: hashlib.sha256(text.encode("utf-8")).hexdigest() for p, text in new_files}
     return {
         "schema_version": SCHEMA_VERSION,
         "sample": {"file": _rel(run_dir, sample_dir / "sample.parquet"), "sha256": sha256_path(sample_dir / "sample.parquet"),
                    "seed": int(sample["sample_seed"].iloc[0]), "size": int(sample["sample_size"].iloc[0]), "n_items": int(len(sample)),
                    "cells": {c: {"size": int(g["cell_size"].iloc[0]), "drawn": int(len(g))} for c, g in sample.groupby("cell", sort=True)}},
-        "files": [{"file": _rel(run_dir, p), "sha256": sha256_path(p), "role": role} for role, p in sorted(files.items())],
+        "files": [{"file": _rel(run_dir, p), "sha256": pending[p] if p in pending else sha256_path(p), "role": role}
+                  for role, p in sorted(files.items())],
         **stats,
     }
 
@@ -199,9 +205,11 @@ def _write_review(run_dir: Path, sample_dir: Path, review: dict, new_files: list
     added = [p for p, _ in new_files] + [target]
     if latest_manifest(run_dir) is not None:
         check_amendment(run_dir, [_rel(run_dir, p) for p in added])
-    for path, text in new_files:
-        atomic_path(path, lambda tmp, text=text: tmp.write_text(text, encoding="utf-8"))
-    write_json(target, review)
+    with OutputSet() as outputs:  # the decisions and their statistics together, or nothing
+        for path, text in new_files:
+            atomic_path(outputs.file(path), lambda tmp, text=text: tmp.write_text(text, encoding="utf-8"))
+        write_json(outputs.file(target), review)
+        outputs.commit()
     return ImportResult(added, review, _seal(run_dir, added, reason))
 
 
@@ -233,22 +241,8 @@ def import_decisions(run_dir: str | Path, paths: list[str | Path]) -> ImportResu
     adjudication = _adjudication(sample_dir, automatic)
     files = {f"decisions {r}": p for r, p in stored_decisions(sample_dir).items() if r not in reviewers}
     files.update({f"decisions {r}": p for r, (p, _) in zip(reviewers, new_files)})
-    review = _statistics_after(run_dir, sample_dir, sample, decisions, adjudication, files, new_files)
+    review = _statistics(run_dir, sample_dir, sample, decisions, adjudication, files, new_files)
     return _write_review(run_dir, sample_dir, review, new_files, f"review decisions: {', '.join(reviewers)}")
-
-
-def _statistics_after(run_dir: Path, sample_dir: Path, sample: pd.DataFrame, decisions: pd.DataFrame, adjudication: pd.DataFrame | None,
-                      files: dict[str, Path], new_files: list[tuple[Path, str]]) -> dict:
-    """The statistics, with the hashes of the files about to be written taken from their text."""
-    import hashlib
-
-    from evalcore.report import sha256_path
-
-    stats = _statistics(run_dir, sample_dir, sample, decisions, adjudication, {})
-    pending = {p: hashlib.sha256(text.encode("utf-8")).hexdigest() for p, text in new_files}
-    stats["files"] = [{"file": _rel(run_dir, p), "sha256": pending[p] if p in pending else sha256_path(p), "role": role}
-                      for role, p in sorted(files.items())]
-    return stats
 
 
 def import_adjudication(run_dir: str | Path, path: str | Path) -> ImportResult:
@@ -265,7 +259,7 @@ def import_adjudication(run_dir: str | Path, path: str | Path) -> ImportResult:
     text = adjudication_csv(adjudication)
     files = {f"decisions {r}": p for r, p in stored_decisions(sample_dir).items()}
     files["adjudication"] = target
-    review = _statistics_after(run_dir, sample_dir, sample, decisions, adjudication, files, [(target, text)])
+    review = _statistics(run_dir, sample_dir, sample, decisions, adjudication, files, [(target, text)])
     return _write_review(run_dir, sample_dir, review, [(target, text)], f"review adjudication: {target.name}")
 
 

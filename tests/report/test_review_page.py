@@ -48,6 +48,11 @@ def test_review_page_offline_keyboard_mouse_reload_export_import(chromium, tmp_p
         assert b.js("document.querySelector('#item-1 select').value") == "major"
         assert b.js("document.querySelector('#item-2 textarea').value") == "boundary, not a field"
         b.click("#reviewer")
+        b.type_text("al.ice")  # not a reviewer name (REVIEWER_PATTERN): no export
+        b.click("#export")
+        assert b.js("document.getElementById('export-note').textContent").startswith("type your name first")
+        b.js("document.getElementById('reviewer').value = ''")
+        b.click("#reviewer")
         b.type_text("alice")
         b.click("#export")
         exported = b.wait_download("decisions-alice.csv")

@@ -24,16 +24,9 @@ def _ask(question: str) -> bool:
     return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
-def _share(block: dict, key: str) -> str:
-    value = block.get(key)
-    lo, hi = block.get("ci", {}).get(key, (None, None))
-    if value is None or value != value:
-        return "–"
-    return f"{value:.3f} [{lo:.3f}, {hi:.3f}]" if lo is not None else f"{value:.3f}"
-
-
 def review_command(args: argparse.Namespace) -> int:
     """Run ``evalcore review sample`` or ``evalcore review import``."""
+    from evalcore.present import number, with_interval
     from evalcore.review.store import import_adjudication, import_decisions, make_sample
 
     if args.review_command == "sample":
@@ -53,10 +46,13 @@ def review_command(args: argparse.Namespace) -> int:
         result = import_decisions(args.run_dir, args.decisions)
     review = result.review
     agreement = review["agreement"]
-    kappa = agreement.get("kappa")
-    print(f"completion {review['reviewed']}/{review['drawn']}; confirmed share {_share(review, 'confirmed_share')}; "
-          f"critical {_share(review, 'critical_share')}; major or worse {_share(review, 'major_or_worse_share')}; "
-          f"{agreement['kappa_method']} kappa {'–' if kappa is None or kappa != kappa else f'{kappa:.3f}'}; "
+
+    def share(key: str) -> str:
+        return with_interval(review, key, 3, "–", defined_only=True)
+
+    print(f"completion {review['reviewed']}/{review['drawn']}; confirmed share {share('confirmed_share')}; "
+          f"critical {share('critical_share')}; major or worse {share('major_or_worse_share')}; "
+          f"{agreement['kappa_method']} kappa {number(agreement.get('kappa'), 3, '–')}; "
           f"{review['n_disagreements']} disagreements")
     sealed = f"; sealed by {result.manifest.name}" if result.manifest else ""
     print(f"wrote {', '.join(str(p) for p in result.files)}{sealed}")

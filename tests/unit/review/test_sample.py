@@ -41,8 +41,14 @@ def test_inclusion_probabilities_sum_to_the_sample_size(sizes, n):
     total = sum(sizes)
     assert sum(taken.values()) == min(n, total)
     assert all(0 <= taken[c] <= named[c] for c in named)
-    # Every object's inclusion probability is taken / size; summed over all objects that is the sample size.
-    assert sum(taken[c] / s * s for c, s in named.items() if s) == pytest.approx(min(n, total))
+    # Every object's inclusion probability, as draw_sample records it, summed over all
+    # objects (its cell's probability times the cell's size) is the number of items drawn.
+    objects = pd.DataFrame({"kind": "reference", "position": np.arange(total)})
+    cells = np.repeat(list(named), sizes)
+    drawn = draw_sample(objects, cells, n, seed=0)
+    assert len(drawn) == min(n, total)
+    per_cell = drawn.groupby("cell")[["inclusion_probability", "cell_size"]].first()
+    assert (per_cell["inclusion_probability"] * per_cell["cell_size"]).sum() == pytest.approx(min(n, total))
     # Equal shares: two cells that can both give more differ by at most one item.
     open_cells = [taken[c] for c in named if taken[c] < named[c]]
     assert not open_cells or max(open_cells) - min(open_cells) <= 1

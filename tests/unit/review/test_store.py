@@ -135,6 +135,29 @@ def test_every_bad_row_refused_by_file_and_line_and_nothing_imported(sampled, ki
     assert _snapshot(run) == before
 
 
+def test_a_failed_write_leaves_the_run_directory_as_it_was(tmp_path, sampled, monkeypatch):
+    import evalcore.review.store as store
+
+    def full_disk(path, obj):
+        raise OSError(28, "No space left on device")
+
+    run, sample = sampled
+    auto = dict(zip(sample["item_id"], sample["code"]))
+    item = next(iter(auto))
+    decisions = _file(run.parent / "decisions-alice.csv", [_row(item, auto[item], auto=auto[item])])
+    before = _snapshot(run)
+    monkeypatch.setattr(store, "write_json", full_disk)  # review.json, written after the decisions file
+    with pytest.raises(OSError):
+        import_decisions(run, [decisions])
+    assert _snapshot(run) == before  # no decisions file without its statistics
+    fresh = write_review_run(tmp_path / "fresh")
+    before = _snapshot(fresh)
+    monkeypatch.setattr(store, "atomic_path", lambda path, write: full_disk(path, None))  # index.html, after sample.parquet
+    with pytest.raises(OSError):
+        make_sample(fresh, 5, seed=1)
+    assert _snapshot(fresh) == before  # no sample without its page
+
+
 def test_bad_header_and_empty_file(sampled):
     run, _ = sampled
     header = run.parent / "decisions-x.csv"
