@@ -21,13 +21,18 @@ __all__ = ["write_review_run"]
 
 
 def write_review_run(root: Path, n_ref: int = 60, *, strata: bool = True, scores: bool = True, class_column: str | None = None,
-                     seal: bool = True, seed: int = 0) -> Path:
+                     ids: bool = False, seal: bool = True, seed: int = 0) -> Path:
     """Write a run directory under ``root`` and return it.
 
     Reference field i is TP (i % 5 in 0, 1, 2), M-FN-LOCALISATION (3) or M-FN-MISSED (4);
     a TP field has a matched prediction, a localisation one an unmatched prediction
     (M-FP-LOCALISATION) beside it, and every tenth field a background prediction
     (M-FP-BACKGROUND) to the east of the grid.
+
+    The tables are named as a run writes them (engine.tables): both layers' classes in
+    ``class`` (``class_column`` is only the input column metrics.json names), and with
+    ``ids`` the labels are ids (``F<i>``, ``P<k>``) under the id columns ``field_id`` /
+    ``detection_id``, the other layer's labels in ``pred_id`` / ``home_ref_id``.
     """
     rng = np.random.default_rng(seed)
     run = root / "run"
@@ -63,7 +68,7 @@ def write_review_run(root: Path, n_ref: int = 60, *, strata: bool = True, scores
     if strata:
         fields["stratum"] = pd.array([None if i % 7 == 6 else ("north" if i % 2 else "south") for i in range(n_ref)], dtype="string")
     if class_column:
-        fields[class_column] = pd.array(["wheat" if i % 3 else "maize" for i in range(n_ref)], dtype="string")
+        fields["class"] = pd.array(["wheat" if i % 3 else "maize" for i in range(n_ref)], dtype="string")
     preds = geopandas.GeoDataFrame({
         "pred_index": pd.array(pred_index, dtype="Int64"),
         "home_ref_index": pd.array([home for _, home, _, _ in pred_rows], dtype="Int64"),
@@ -76,7 +81,15 @@ def write_review_run(root: Path, n_ref: int = 60, *, strata: bool = True, scores
     if scores:
         preds["score"] = np.round(rng.uniform(0, 1, len(preds)), 3)
     if class_column:
-        preds[class_column] = pd.array(["wheat" if k % 4 else "maize" for k in range(len(preds))], dtype="string")
+        preds["class"] = pd.array(["wheat" if k % 4 else "maize" for k in range(len(preds))], dtype="string")
+    if ids:
+        def _ids(values: pd.Series, prefix: str) -> pd.Series:
+            return pd.Series([None if pd.isna(v) else f"{prefix}{int(v)}" for v in values], dtype="string")
+
+        fields = fields.assign(ref_index=_ids(fields["ref_index"], "F"), pred_index=_ids(fields["pred_index"], "P")).rename(
+            columns={"ref_index": "field_id", "pred_index": "pred_id"})
+        preds = preds.assign(pred_index=_ids(preds["pred_index"], "P"), home_ref_index=_ids(preds["home_ref_index"], "F")).rename(
+            columns={"pred_index": "detection_id", "home_ref_index": "home_ref_id"})
     fields.to_parquet(run / "fields" / "part-0.parquet", index=False)
     preds.to_parquet(run / "predictions" / "part-0.parquet", index=False)
     metrics = {"count_reference": n_ref, "count_predicted": len(preds), "f1": 0.5,

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from evalcore.engine.tables import ID_COLUMN_NAMES
 from evalcore.errors import EvalInputError
 from evalcore.metrics.taxonomy import PREDICTION_CODES, REFERENCE_CODES
 
@@ -101,11 +102,16 @@ def load_objects(run_dir: str | Path) -> tuple[pd.DataFrame, dict, pd.DataFrame,
         raise EvalInputError(f"{root}: a review sample needs the run's per-field and per-prediction tables (fields/ and predictions/), and one is missing")
     fields = read_parquet(fields_path)
     preds = read_parquet(preds_path)
-    for table, path, needed in ((fields, fields_path, ("ref_index", "matched", "error_code")),
-                                (preds, preds_path, ("pred_index", "matched", "error_code"))):
+    # The tables start with their labels: row positions (ref_index, pred_index), or ids
+    # under the id column's name, the other layer's labels then in *_id columns
+    # (engine.tables.output_table).
+    for table, path, needed in ((fields, fields_path, ("matched", "error_code")), (preds, preds_path, ("matched", "error_code"))):
         missing = [c for c in needed if c not in table.columns]
-        if missing:
-            raise EvalInputError(f"{path}: no column {missing[0]!r}; the run directory was not written by this evalcore")
+        if missing or len(table.columns) == 0:
+            raise EvalInputError(f"{path}: no column {(missing or ['labels'])[0]!r}; the run directory was not written by this evalcore")
+    ref_label, pred_label = fields.columns[0], preds.columns[0]
+    counterpart = _first_present(fields, "pred_index", ID_COLUMN_NAMES["fields"]["pred_index"])
+    home = _first_present(preds, "home_ref_index", ID_COLUMN_NAMES["predictions"]["home_ref_index"])
 
     strata_column = metrics.get("strata_column") if isinstance(metrics.get("strata_column"), str) else None
     if strata_column is not None and strata_column not in fields.columns:
@@ -113,26 +119,30 @@ def load_objects(run_dir: str | Path) -> tuple[pd.DataFrame, dict, pd.DataFrame,
     score_column = metrics.get("score_column") if isinstance(metrics.get("score_column"), str) else None
     if score_column is not None and score_column not in preds.columns:
         score_column = "score" if "score" in preds.columns else None
+    # The run's tables write both layers' classes as ``class`` (engine.tables), whatever
+    # the input columns were called; metrics.json names the input columns.
     class_column = metrics.get("class_column") if isinstance(metrics.get("class_column"), str) else None
-    if class_column is not None and class_column not in fields.columns and class_column not in preds.columns:
+    ref_class = "class" if "class" in fields.columns else class_column
+    pred_class = "class" if "class" in preds.columns else (
+        metrics.get("pred_class_column") if isinstance(metrics.get("pred_class_column"), str) else class_column)
+    if class_column is not None and ref_class not in fields.columns and pred_class not in preds.columns:
         class_column = None
-    pred_class_column = metrics.get("pred_class_column") if isinstance(metrics.get("pred_class_column"), str) else class_column
 
-    ref_ids = _id_text(fields["ref_index"])
-    pred_ids = _id_text(preds["pred_index"])
+    ref_ids = _id_text(fields[ref_label])
+    pred_ids = _id_text(preds[pred_label])
     pred_matched = preds["matched"].to_numpy(bool)
+    unmatched = preds.loc[~pred_matched]
 
     ref = pd.DataFrame({
         "kind": "reference",
-        "position": fields["ref_index"].astype("int64").to_numpy(),
+        "position": _positions(fields[ref_label], ref_label == "ref_index"),
         "object_id": ref_ids.to_numpy(),
-        "counterpart_id": np.where(fields["matched"].to_numpy(bool), _id_text(fields["pred_index"]).to_numpy() if "pred_index" in fields else "", ""),
+        "counterpart_id": np.where(fields["matched"].to_numpy(bool), _id_text(fields[counterpart]).to_numpy() if counterpart else "", ""),
         "code": fields["error_code"].astype(str).to_numpy(),
     })
-    unmatched = preds.loc[~pred_matched]
     pred = pd.DataFrame({
         "kind": "prediction",
-        "position": unmatched["pred_index"].astype("int64").to_numpy(),
+        "position": _positions(unmatched[pred_label], pred_label == "pred_index"),
         "object_id": pred_ids[~pred_matched].to_numpy(),
         "counterpart_id": "",
         "code": unmatched["error_code"].astype(str).to_numpy(),
@@ -143,7 +153,7 @@ def load_objects(run_dir: str | Path) -> tuple[pd.DataFrame, dict, pd.DataFrame,
         ref_strata = fields[strata_column].astype("string")
         ref["stratum"] = ref_strata.fillna(NO_STRATUM).to_numpy()
         by_ref = dict(zip(ref_ids, ref_strata.fillna(NO_STRATUM)))
-        homes = _id_text(unmatched["home_ref_index"]) if "home_ref_index" in unmatched else pd.Series([""] * len(unmatched))
+        homes = _id_text(unmatched[home]) if home else pd.Series([""] * len(unmatched))
         pred["stratum"] = [by_ref.get(h, NO_STRATUM) if h else NO_STRATUM for h in homes]
     if score_column is not None:
         scores = preds[score_column].astype("float64")
@@ -155,8 +165,8 @@ def load_objects(run_dir: str | Path) -> tuple[pd.DataFrame, dict, pd.DataFrame,
             facts["score_q10"] = float(np.quantile(finite, LOW_QUANTILE))
             facts["score_q90"] = float(np.quantile(finite, HIGH_QUANTILE))
     if class_column is not None:
-        ref["class"] = fields[class_column].astype("string").to_numpy() if class_column in fields else pd.NA
-        pc = pred_class_column if pred_class_column in preds.columns else None
+        ref["class"] = fields[ref_class].astype("string").to_numpy() if ref_class in fields else pd.NA
+        pc = pred_class if pred_class in preds.columns else None
         pred["class"] = unmatched[pc].astype("string").to_numpy() if pc else pd.NA
         # A matched field is reviewed with its prediction: the reviewer sees both classes.
         class_by_pred = dict(zip(pred_ids, preds[pc].astype("string"))) if pc else {}
@@ -175,6 +185,18 @@ def load_objects(run_dir: str | Path) -> tuple[pd.DataFrame, dict, pd.DataFrame,
     ref_layer = geopandas.GeoDataFrame({"object_id": ref_ids.to_numpy()}, geometry=np.asarray(ref_geom), crs=4326)
     pred_layer = geopandas.GeoDataFrame({"object_id": pred_ids.to_numpy()}, geometry=np.asarray(all_preds), crs=4326)
     return objects, facts, ref_layer, pred_layer
+
+
+def _first_present(table: pd.DataFrame, *names: str) -> str | None:
+    return next((c for c in names if c in table.columns), None)
+
+
+def _positions(labels: pd.Series, are_positions: bool) -> pd.api.extensions.ExtensionArray:
+    """Input row positions from a table's labels: the labels themselves when they are
+    positions, else unknown (a run with an id column writes ids, not positions)."""
+    if are_positions:
+        return pd.array(labels.astype("int64").to_numpy(), dtype="Int64")
+    return pd.array([pd.NA] * len(labels), dtype="Int64")
 
 
 def review_cells(code: np.ndarray, *, kind: np.ndarray, stratum: np.ndarray | None = None,

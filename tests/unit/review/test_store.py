@@ -72,6 +72,20 @@ def test_class_shown_when_the_run_has_a_class_column(tmp_path):
     assert f"(prediction: {matched['counterpart_class'].iloc[0]})" in page
 
 
+def test_a_run_labelled_by_ids_is_sampled_by_its_ids(tmp_path):
+    # With --ref-id-column / --pred-id-column the tables' labels are ids (engine.tables.output_table).
+    run = write_review_run(tmp_path, ids=True, class_column="crop")
+    make_sample(run, 15, seed=2)
+    sample = geopandas.read_parquet(run / "review" / "sample.parquet")
+    assert len(sample) == 15 and sample["position"].isna().all()  # ids, not row positions
+    refs, preds = sample[sample["kind"] == "reference"], sample[sample["kind"] == "prediction"]
+    assert len(refs) and refs["object_id"].str.fullmatch(r"F\d+").all()
+    assert len(preds) and preds["object_id"].str.fullmatch(r"P\d+").all()
+    matched = refs[refs["counterpart_id"] != ""]
+    assert len(matched) and matched["counterpart_id"].str.fullmatch(r"P\d+").all()
+    assert sample["stratum"].notna().all() and sample["class"].notna().any()
+
+
 def test_import_writes_statistics_and_amends_the_evidence(sampled):
     run, sample = sampled
     auto = dict(zip(sample["item_id"], sample["code"]))
