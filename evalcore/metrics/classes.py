@@ -391,7 +391,8 @@ class Classes(MetricFamily):
         scored = getattr(options, "score_column", None) is not None
         score = ctx.preds["score"].to_numpy(np.float64) if scored else None
         ap_parts = run.class_ap(score) if scored else []
-        point = class_rates(run.tallies())
+        tallies = run.tallies()
+        point = class_rates(tallies)
         ap_point = self._ap(ap_parts, run, None, None) if scored else {}
 
         ci: dict[str, list[float]] = {}
@@ -408,7 +409,7 @@ class Classes(MetricFamily):
             stacked = {k: np.stack(v) for k, v in reps.items()}
             ci, undefined = percentile_intervals({k: (v, ~np.isnan(v)) for k, v in _flatten(stacked, run.names).items()})
             replicates = {f"classes.{k}": v for k, v in stacked.items() if k.startswith("macro.")}
-        block = self._block(run, point, ap_point, ci, undefined, options)
+        block = self._block(run, tallies, point, ap_point, ci, undefined, options)
         return {"keys": {"classes": block}, "replicates": replicates}
 
     @staticmethod
@@ -433,9 +434,8 @@ class Classes(MetricFamily):
         return out
 
     @staticmethod
-    def _block(run: _Run, point: dict, ap_point: dict, ci: dict, undefined: dict, options: object) -> dict[str, object]:
-        K, names = run.K, run.names
-        t = run.tallies()
+    def _block(run: _Run, t: dict, point: dict, ap_point: dict, ci: dict, undefined: dict, options: object) -> dict[str, object]:
+        names = run.names
         confusion = t["confusion"]
         per_class: dict[str, dict[str, object]] = {}
         for k, name in enumerate(names):
