@@ -127,11 +127,10 @@ class PairResults:
 
     def restrict(self, pair_rows: IdArray, ref_rows: IdArray, pred_rows: IdArray | None = None) -> PairResults:
         """The results of some pairs, reference rows and (optionally) prediction rows."""
-        p = self.pairs
         preds = slice(None) if pred_rows is None else pred_rows
         rows = {**dict.fromkeys(PAIR_ARRAYS, pair_rows), **dict.fromkeys(REF_ARRAYS, ref_rows), **dict.fromkeys(PRED_ARRAYS, preds)}
         return PairResults(
-            pairs=PairTable(p.ref_pos[pair_rows], p.pred_pos[pair_rows], p.inter_m2[pair_rows], p.iou[pair_rows]),
+            pairs=self.pairs.take(pair_rows),
             **{name: getattr(self, name)[r] for name, r in rows.items()},
         )
 

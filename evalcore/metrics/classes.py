@@ -179,9 +179,8 @@ def class_matching(pairs: PairTable, same_class: np.ndarray, iou_threshold: floa
         Per pair, accepted by the class-aware matching (False for every other pair).
     """
     keep = np.flatnonzero(same_class)
-    sub = PairTable(pairs.ref_pos[keep], pairs.pred_pos[keep], pairs.inter_m2[keep], pairs.iou[keep])
     out = np.zeros(len(pairs), dtype=bool)
-    out[keep] = match(sub, iou_threshold, matching)  # the run's matcher, max_weight included
+    out[keep] = match(pairs.take(keep), iou_threshold, matching)  # the run's matcher, max_weight included
     return out
 
 
@@ -334,9 +333,7 @@ class _Run:
                 continue
             rows = np.flatnonzero(self.pred_code == k)
             keep = np.flatnonzero(self.same & (self.ref_code[self.pair_ref] == k))
-            p = self.pairs
-            sub = PairTable(p.ref_pos[keep], p.pred_pos[keep], p.inter_m2[keep], p.iou[keep])
-            order, tp = coco_true_positives(score[rows], self.pred_pos[rows], self.ref_pos[refs], sub)
+            order, tp = coco_true_positives(score[rows], self.pred_pos[rows], self.ref_pos[refs], self.pairs.take(keep))
             out.append((rows[order], tp, refs))
         return out
 
