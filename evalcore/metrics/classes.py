@@ -136,8 +136,12 @@ def class_layer_columns(options: object) -> tuple[str | None, str | None]:
 
 
 def check_only_nulls(values: np.ndarray, column: str, where: str, *, label: str = "class column") -> None:
-    """Refuse a class column whose every row is null (nothing to evaluate by class)."""
-    if len(values) and all(v is None for v in values):
+    """Refuse a class column whose every row is null (nothing to evaluate by class).
+
+    A class is a str; anything else (None, or the NaN a frame may turn it into) is null,
+    as in :func:`class_codes`.
+    """
+    if len(values) and not any(isinstance(v, str) for v in values):
         raise EvalInputError(
             f"{label} {column!r} of the {where} holds only nulls ({len(values)} rows): give a column with classes, "
             "or run without classes."
@@ -272,8 +276,7 @@ class _Run:
         self.pred_pos = preds.index.to_numpy(np.int64)
         ref_class = np.asarray(ctx.ref_class, dtype=object) if ctx.ref_class is not None else np.full(len(self.ref_pos), None, object)
         pred_class = preds["class"].to_numpy(dtype=object) if "class" in preds.columns else np.full(len(preds), None, object)
-        self.ref_class = np.array([v if isinstance(v, str) else None for v in ref_class.tolist()], dtype=object)
-        self.pred_class = np.array([v if isinstance(v, str) else None for v in pred_class.tolist()], dtype=object)
+        self.ref_class, self.pred_class = ref_class, pred_class
         self.names, self.ref_code, self.pred_code = class_codes(ref_class, pred_class)
         K = self.K = len(self.names)
         pair_ref = index_of(self.ref_pos, pairs.ref_pos)
