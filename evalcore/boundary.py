@@ -14,8 +14,8 @@ matched_pair_distances
     reference field's UTM zone.
 pair_boundary_iou
     Boundary IoU (Cheng et al. 2021) of geometry pairs in one metric CRS.
-matched_pair_boundary_iou
-    The same for rows of two prepared layers, in the reference field's UTM zone.
+pairs_in_reference_zone
+    The geometries of pairs of rows of two prepared layers, in the reference field's UTM zone.
 boundary_within_tolerance
     Exact boundary length of each geometry within a tolerance of other boundaries.
 tolerance_lengths
@@ -47,7 +47,7 @@ __all__ = [
     "matched_pair_distances",
     "inner_band",
     "pair_boundary_iou",
-    "matched_pair_boundary_iou",
+    "pairs_in_reference_zone",
     "boundary_within_tolerance",
     "tolerance_lengths",
     "tolerance_reach",
@@ -270,11 +270,16 @@ def matched_pair_distances(
     if len(i_ref) == 0:
         empty = np.empty(0, dtype=np.float64)
         return empty, empty.copy(), empty.copy()
-    return pair_boundary_distances(*_in_reference_zone(ref, pred, i_ref, i_pred), spacing_m)
+    return pair_boundary_distances(*pairs_in_reference_zone(ref, pred, i_ref, i_pred), spacing_m)
 
 
-def _in_reference_zone(ref: PreparedLayer, pred: PreparedLayer, i_ref: IdArray, i_pred: IdArray) -> tuple[GeomArray, GeomArray]:
-    """The pairs' geometries in each reference field's home UTM zone (SPEC section 2.4)."""
+def pairs_in_reference_zone(ref: PreparedLayer, pred: PreparedLayer, i_ref: IdArray, i_pred: IdArray) -> tuple[GeomArray, GeomArray]:
+    """The pairs' geometries in each reference field's home UTM zone (SPEC section 2.4).
+
+    ``ref.geoms_utm[i_ref]`` and ``pred.geoms_source[i_pred]`` reprojected into
+    ``ref.utm_epsg[i_ref]``: what :func:`matched_pair_distances` measures, and what the
+    pairs phase hands to both :func:`pair_boundary_distances` and :func:`pair_boundary_iou`.
+    """
     ref_geoms = ref.geoms_utm[i_ref]
     zone = ref.utm_epsg[i_ref]
     # A prediction whose home zone is the reference's is already there: pred.geoms_utm
@@ -364,38 +369,6 @@ def pair_boundary_iou(ref_geoms: GeomArray, pred_geoms: GeomArray, width_m: floa
     with np.errstate(divide="ignore", invalid="ignore"):
         iou = np.where(union > 0.0, inter / np.where(union > 0.0, union, 1.0), np.nan)
     return np.clip(iou, 0.0, 1.0)
-
-
-def matched_pair_boundary_iou(
-    ref: PreparedLayer, pred: PreparedLayer, i_ref: IdArray, i_pred: IdArray, width_m: float
-) -> F64Array:
-    """Boundary IoU of pairs given as rows of two prepared layers, in the reference field's UTM zone.
-
-    The geometries are those of :func:`matched_pair_distances` (the repaired source
-    geometry reprojected without the 50 m split, SPEC 2.4).
-
-    Parameters
-    ----------
-    ref, pred : PreparedLayer
-    i_ref, i_pred : int64 (n,)
-        Local row indices of the pairs.
-    width_m : float
-        Band width, metres.
-
-    Returns
-    -------
-    ndarray of float64, shape (n,)
-        As in :func:`pair_boundary_iou`.
-    """
-    i_ref = np.asarray(i_ref, dtype=np.int64)
-    i_pred = np.asarray(i_pred, dtype=np.int64)
-    if i_ref.shape != i_pred.shape or i_ref.ndim != 1:
-        raise ValueError(
-            f"`i_ref` and `i_pred` must be 1-D and of the same length, but got shapes {i_ref.shape} and {i_pred.shape}."
-        )
-    if len(i_ref) == 0:
-        return np.empty(0, dtype=np.float64)
-    return pair_boundary_iou(*_in_reference_zone(ref, pred, i_ref, i_pred), width_m)
 
 
 # ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from evalcore.groups import SizeClasses, size_classes
 from evalcore.metrics.registry import FAMILIES, enabled_families, family_options
 from evalcore.metrics.base import Option
 from evalcore.sites import layer_input
-from evalcore.metrics.checks import any_value, non_negative_int, optional_text, positive, positive_int
+from evalcore.metrics.checks import any_value, choice, non_negative_int, optional_text, positive, positive_int
 from evalcore.pixels import PIXEL_OPTIONS, window_bytes
 from evalcore.study import STUDY_OPTIONS, check_study_options
 
@@ -70,7 +70,7 @@ CORE_OPTIONS: tuple[Option, ...] = (
         "bootstrap_unit", "field",
         "what a resample draws: field (reference fields within strata), tile (reporting tiles, a block bootstrap) "
         "or aoi (AOIs) (default field)",
-        lambda name, value: _choice(name, value, BOOTSTRAP_UNITS), annotation=str, choices=BOOTSTRAP_UNITS,
+        lambda name, value: choice(name, value, BOOTSTRAP_UNITS), annotation=str, choices=BOOTSTRAP_UNITS,
     ),
     Option(
         "equal_area_crs", None, "equal-area CRS for areas and IoU, metres (default EPSG:6933)",
@@ -101,12 +101,6 @@ CORE_OPTIONS: tuple[Option, ...] = (
 
 RENAMED_OPTIONS: dict[str, str] = {"tile_size_m": "partition_size_m"}
 """Options of earlier versions under their new name (accepted with a DeprecationWarning)."""
-
-
-def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, but got {value!r}.")
-    return str(value)
 
 
 def all_options() -> tuple[Option, ...]:

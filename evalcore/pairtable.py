@@ -38,6 +38,10 @@ class PairTable:
     def __len__(self) -> int:
         return len(self.ref_pos)
 
+    def take(self, rows: IdArray) -> PairTable:
+        """The pairs at ``rows`` (indices or a boolean mask), in that order."""
+        return PairTable(self.ref_pos[rows], self.pred_pos[rows], self.inter_m2[rows], self.iou[rows])
+
     @staticmethod
     def empty() -> PairTable:
         return PairTable(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), np.empty(0))

@@ -127,11 +127,10 @@ class PairResults:
 
     def restrict(self, pair_rows: IdArray, ref_rows: IdArray, pred_rows: IdArray | None = None) -> PairResults:
         """The results of some pairs, reference rows and (optionally) prediction rows."""
-        p = self.pairs
         preds = slice(None) if pred_rows is None else pred_rows
         rows = {**dict.fromkeys(PAIR_ARRAYS, pair_rows), **dict.fromkeys(REF_ARRAYS, ref_rows), **dict.fromkeys(PRED_ARRAYS, preds)}
         return PairResults(
-            pairs=PairTable(p.ref_pos[pair_rows], p.pred_pos[pair_rows], p.inter_m2[pair_rows], p.iou[pair_rows]),
+            pairs=self.pairs.take(pair_rows),
             **{name: getattr(self, name)[r] for name, r in rows.items()},
         )
 
@@ -182,12 +181,13 @@ def compute_pairs(
     mean = np.full(n, np.nan)
     spacing = np.full(n, np.nan)
     ok = np.flatnonzero(eligible_pairs(pairs, iou_threshold))
-    if len(ok):
-        h, m, s = boundary.matched_pair_distances(ref, pred_near, i_ref[ok], i_pred[ok], boundary_sample_spacing_m)
-        hausdorff[ok], mean[ok], spacing[ok] = h, m, s
     band_iou = np.full(n, np.nan)
-    if boundary_iou_width_m is not None and len(ok):
-        band_iou[ok] = boundary.matched_pair_boundary_iou(ref, pred_near, i_ref[ok], i_pred[ok], boundary_iou_width_m)
+    if len(ok):
+        # The pairs' geometries in the reference's zone, once for the distances and boundary IoU.
+        ref_geoms, pred_geoms = boundary.pairs_in_reference_zone(ref, pred_near, i_ref[ok], i_pred[ok])
+        hausdorff[ok], mean[ok], spacing[ok] = boundary.pair_boundary_distances(ref_geoms, pred_geoms, boundary_sample_spacing_m)
+        if boundary_iou_width_m is not None:
+            band_iou[ok] = boundary.pair_boundary_iou(ref_geoms, pred_geoms, boundary_iou_width_m)
     if boundary_tolerance_m is None:
         ref_within = np.full(len(ref), np.nan)
         pred_within = np.full(len(pred_own), np.nan)

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from numbers import Integral, Real
 
-__all__ = ["unit_interval", "open_unit_interval", "positive", "positive_or_none", "non_negative_int", "positive_int", "thresholds", "any_value", "optional_text", "fraction"]
+__all__ = ["unit_interval", "open_unit_interval", "positive", "positive_or_none", "non_negative_int", "positive_int", "thresholds", "any_value", "optional_text", "fraction", "choice"]
 
 
 def _is_real(value: object) -> bool:
@@ -88,3 +88,10 @@ def fraction(name: str, value: object) -> float:
     if not _is_real(value) or not (0.0 <= float(value) < 1.0):
         raise ValueError(f"{name} must be in [0, 1), but got {value!r}.")
     return float(value)
+
+
+def choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    """One of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, but got {value!r}.")
+    return str(value)

@@ -136,8 +136,12 @@ def class_layer_columns(options: object) -> tuple[str | None, str | None]:
 
 
 def check_only_nulls(values: np.ndarray, column: str, where: str, *, label: str = "class column") -> None:
-    """Refuse a class column whose every row is null (nothing to evaluate by class)."""
-    if len(values) and all(v is None for v in values):
+    """Refuse a class column whose every row is null (nothing to evaluate by class).
+
+    A class is a str; anything else (None, or the NaN a frame may turn it into) is null,
+    as in :func:`class_codes`.
+    """
+    if len(values) and not any(isinstance(v, str) for v in values):
         raise EvalInputError(
             f"{label} {column!r} of the {where} holds only nulls ({len(values)} rows): give a column with classes, "
             "or run without classes."
@@ -179,9 +183,8 @@ def class_matching(pairs: PairTable, same_class: np.ndarray, iou_threshold: floa
         Per pair, accepted by the class-aware matching (False for every other pair).
     """
     keep = np.flatnonzero(same_class)
-    sub = PairTable(pairs.ref_pos[keep], pairs.pred_pos[keep], pairs.inter_m2[keep], pairs.iou[keep])
     out = np.zeros(len(pairs), dtype=bool)
-    out[keep] = match(sub, iou_threshold, matching)  # the run's matcher, max_weight included
+    out[keep] = match(pairs.take(keep), iou_threshold, matching)  # the run's matcher, max_weight included
     return out
 
 
@@ -273,8 +276,7 @@ class _Run:
         self.pred_pos = preds.index.to_numpy(np.int64)
         ref_class = np.asarray(ctx.ref_class, dtype=object) if ctx.ref_class is not None else np.full(len(self.ref_pos), None, object)
         pred_class = preds["class"].to_numpy(dtype=object) if "class" in preds.columns else np.full(len(preds), None, object)
-        self.ref_class = np.array([v if isinstance(v, str) else None for v in ref_class.tolist()], dtype=object)
-        self.pred_class = np.array([v if isinstance(v, str) else None for v in pred_class.tolist()], dtype=object)
+        self.ref_class, self.pred_class = ref_class, pred_class
         self.names, self.ref_code, self.pred_code = class_codes(ref_class, pred_class)
         K = self.K = len(self.names)
         pair_ref = index_of(self.ref_pos, pairs.ref_pos)
@@ -334,9 +336,7 @@ class _Run:
                 continue
             rows = np.flatnonzero(self.pred_code == k)
             keep = np.flatnonzero(self.same & (self.ref_code[self.pair_ref] == k))
-            p = self.pairs
-            sub = PairTable(p.ref_pos[keep], p.pred_pos[keep], p.inter_m2[keep], p.iou[keep])
-            order, tp = coco_true_positives(score[rows], self.pred_pos[rows], self.ref_pos[refs], sub)
+            order, tp = coco_true_positives(score[rows], self.pred_pos[rows], self.ref_pos[refs], self.pairs.take(keep))
             out.append((rows[order], tp, refs))
         return out
 
@@ -391,7 +391,8 @@ class Classes(MetricFamily):
         scored = getattr(options, "score_column", None) is not None
         score = ctx.preds["score"].to_numpy(np.float64) if scored else None
         ap_parts = run.class_ap(score) if scored else []
-        point = class_rates(run.tallies())
+        tallies = run.tallies()
+        point = class_rates(tallies)
         ap_point = self._ap(ap_parts, run, None, None) if scored else {}
 
         ci: dict[str, list[float]] = {}
@@ -408,7 +409,7 @@ class Classes(MetricFamily):
             stacked = {k: np.stack(v) for k, v in reps.items()}
             ci, undefined = percentile_intervals({k: (v, ~np.isnan(v)) for k, v in _flatten(stacked, run.names).items()})
             replicates = {f"classes.{k}": v for k, v in stacked.items() if k.startswith("macro.")}
-        block = self._block(run, point, ap_point, ci, undefined, options)
+        block = self._block(run, tallies, point, ap_point, ci, undefined, options)
         return {"keys": {"classes": block}, "replicates": replicates}
 
     @staticmethod
@@ -433,9 +434,8 @@ class Classes(MetricFamily):
         return out
 
     @staticmethod
-    def _block(run: _Run, point: dict, ap_point: dict, ci: dict, undefined: dict, options: object) -> dict[str, object]:
-        K, names = run.K, run.names
-        t = run.tallies()
+    def _block(run: _Run, t: dict, point: dict, ap_point: dict, ci: dict, undefined: dict, options: object) -> dict[str, object]:
+        names = run.names
         confusion = t["confusion"]
         per_class: dict[str, dict[str, object]] = {}
         for k, name in enumerate(names):

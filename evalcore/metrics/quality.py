@@ -10,8 +10,8 @@ the gathered per-field values, as the section 4 medians are: they are order
 statistics, not sums, so they get no interval.
 
 The pairs' boundary IoU is computed in the pairs phase (:func:`evalcore.boundary.
-matched_pair_boundary_iou`, for every pair at or above the threshold, like the boundary
-distances) and read here from the per-field column ``boundary_iou``.
+pair_boundary_iou`, for every pair at or above the threshold, on the geometries of the
+boundary distances) and read here from the per-field column ``boundary_iou``.
 """
 
 from __future__ import annotations

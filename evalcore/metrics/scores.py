@@ -54,7 +54,7 @@ from evalcore.bootstrap import bias_corrected_intervals, percentile_intervals, r
 from evalcore.config import IOU_MATCH_RTOL, IOU_SWEEP_THRESHOLDS
 from evalcore.errors import EvalInputError
 from evalcore.metrics.base import NULL, GlobalContext, GroupView, MetricFamily, Option, PredContext, ratio
-from evalcore.metrics.checks import optional_text, positive_int
+from evalcore.metrics.checks import choice, optional_text, positive_int
 from evalcore.present import LOWER, OVERALL, Row, Shown, interval_text, markdown_text, number, row_text, with_interval
 
 __all__ = [
@@ -85,12 +85,6 @@ def _score_or_none(name: str, value: object) -> float | None:
 
 AP_INTERVALS = ("percentile", "bc")
 """Interval methods of the AP keys: the run's percentile interval, or the bias-corrected one (:func:`~evalcore.bootstrap.bias_corrected_intervals`)."""
-
-
-def _ap_interval(name: str, value: object) -> str:
-    if value not in AP_INTERVALS:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, AP_INTERVALS))}, but got {value!r}.")
-    return str(value)
 
 
 def _parse_score(text: str) -> float | None:
@@ -394,7 +388,7 @@ class Scores(MetricFamily):
             "ap_interval", "percentile",
             "interval of AP50, AP75 and AP50:95 with --bootstrap: percentile (default, as every rate) or bc, bias-corrected "
             "for AP's step function, with the point's place in its bootstrap distribution (docs/intervals.md)",
-            _ap_interval, annotation=str, choices=AP_INTERVALS,
+            lambda name, value: choice(name, value, AP_INTERVALS), annotation=str, choices=AP_INTERVALS,
         ),
     )
     shown = (

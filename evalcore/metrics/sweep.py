@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from evalcore.arrays import index_of
 from evalcore.config import IOU_SWEEP_THRESHOLDS
 from evalcore.matching import eligible, match_max_weight
 from evalcore.metrics.base import RATE, GroupView, MetricFamily, Option, PairContext, PredContext, RefContext, count_rates, ratio
@@ -123,7 +124,7 @@ class Sweep(MetricFamily):
             positions = ctx.preds.index.to_numpy(np.int64)
             for t in ctx.options.iou_sweep_thresholds:
                 matched = np.zeros(len(positions), dtype=bool)
-                matched[np.searchsorted(positions, ctx.pairs.pred_pos[ctx.pair_values[_match_key(t)]])] = True
+                matched[index_of(positions, ctx.pairs.pred_pos[ctx.pair_values[_match_key(t)]])] = True
                 at_overlap[f"sweep_n_pred@{_name(t)}"] = (~matched).astype(np.float64)
             return {"overlap": at_overlap}
         base_iou = ctx.preds["base_home_iou"].to_numpy(np.float64)

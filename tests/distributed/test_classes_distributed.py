@@ -17,8 +17,9 @@ import pytest
 import evalcore
 from evalcore.synth import make_layers
 
+from .per_workers import WORKERS, cluster_run, single_process_runs
+
 OPTIONS = {"class_column": "crop", "score_column": "score", "bootstrap": 20, "strata": "stratum"}
-PARTITION_FOR_WORKERS = {1: 5_000.0, 2: 20_000.0, 3: 50_000.0}
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +37,10 @@ def layers():
 @pytest.fixture(scope="module")
 def expected(layers):
     predicted, reference = layers
-    return {p: evalcore.evaluate(predicted, reference, partition_size_m=p, **OPTIONS) for p in PARTITION_FOR_WORKERS.values()}
+    return single_process_runs(predicted, reference, OPTIONS)
 
 
-@pytest.fixture(scope="module", params=sorted(PARTITION_FOR_WORKERS), ids=lambda n: f"{n}workers")
+@pytest.fixture(scope="module", params=WORKERS, ids=lambda n: f"{n}workers")
 def client(request, local_clients):
     return local_clients.get(request.param)
 
@@ -57,9 +58,7 @@ def test_the_data_exercises_the_class_keys(expected):
 
 def test_distributed_classes_equal_single_process(layers, expected, client, tmp_path):
     predicted, reference = layers
-    n_workers = len(client.scheduler_info()["workers"])
-    partition = PARTITION_FOR_WORKERS[n_workers]
-    result = evalcore.evaluate(predicted, reference, partition_size_m=partition, client=client, workdir=tmp_path / "work", **OPTIONS)
+    result, partition = cluster_run(client, predicted, reference, OPTIONS, tmp_path / "work")
     single = expected[partition]
     assert result["classes"] == single["classes"]  # computed centrally from the same pairs and draws: to the bit
     assert (result["class_column"], result["pred_class_column"]) == ("crop", "crop")

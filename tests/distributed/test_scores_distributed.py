@@ -19,12 +19,12 @@ import evalcore
 from evalcore.synth import make_layers
 from tests.common import assert_metrics_equal
 
+from .per_workers import PARTITION_FOR_WORKERS, WORKERS, cluster_run, single_process_runs
+
 OPTIONS = {
     "score_column": "score", "score_threshold": 0.55, "calibration_bins": 8, "bootstrap": 20, "precision_targets": [0.8, 0.9],
     "strata": "stratum", "size_bins": "auto",
 }
-# workers -> partition side (m): each run compared with the single process at that side
-PARTITION_FOR_WORKERS = {1: 5_000.0, 2: 20_000.0, 3: 50_000.0}
 SCORE_KEYS = (
     "ap50", "ap75", "ap50_95", "ap_per_threshold", "ap_iou_thresholds", "pr_curve", "best_f1", "operating_point", "calibration",
     "aurc", "risk_coverage",
@@ -41,10 +41,10 @@ def layers():
 @pytest.fixture(scope="module")
 def expected(layers):
     predicted, reference = layers
-    return {p: evalcore.evaluate(predicted, reference, partition_size_m=p, **OPTIONS) for p in PARTITION_FOR_WORKERS.values()}
+    return single_process_runs(predicted, reference, OPTIONS)
 
 
-@pytest.fixture(scope="module", params=sorted(PARTITION_FOR_WORKERS), ids=lambda n: f"{n}workers")
+@pytest.fixture(scope="module", params=WORKERS, ids=lambda n: f"{n}workers")
 def client(request, local_clients):
     """A real LocalCluster of 1, 2 or 3 worker processes (the session's, tests/conftest.py)."""
     return local_clients.get(request.param)
@@ -73,9 +73,7 @@ def test_the_data_exercises_the_score_keys(layers, expected):
 
 def test_distributed_scores_equal_single_process(layers, expected, client, tmp_path):
     predicted, reference = layers
-    n_workers = len(client.scheduler_info()["workers"])
-    partition = PARTITION_FOR_WORKERS[n_workers]
-    result = evalcore.evaluate(predicted, reference, partition_size_m=partition, client=client, workdir=tmp_path / "work", **OPTIONS)
+    result, partition = cluster_run(client, predicted, reference, OPTIONS, tmp_path / "work")
     single = expected[partition]
     for key in SCORE_KEYS:
         assert key in result, key

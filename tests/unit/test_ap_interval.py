@@ -102,6 +102,14 @@ def test_the_option_in_a_run_keeps_the_point_and_the_default():
         assert bc[key] == default[key]
         assert block["percentile"][key] == default["bootstrap"]["ci"][key]  # the percentile bounds kept
         assert 0.0 <= block["point_quantile"][key] <= 1.0
+        # bootstrap.ci holds the bias-corrected bounds: with the point above (below) the
+        # resamples' median, both levels and so both bounds move up (down) from the percentile ones.
+        ci, pc, q = bc["bootstrap"]["ci"][key], block["percentile"][key], block["point_quantile"][key]
+        if q > 0.5:
+            assert ci[0] >= pc[0] and ci[1] >= pc[1], (key, q, ci, pc)
+        elif q < 0.5:
+            assert ci[0] <= pc[0] and ci[1] <= pc[1], (key, q, ci, pc)
+    assert any(bc["bootstrap"]["ci"][k] != block["percentile"][k] for k in ("ap50", "ap75", "ap50_95"))
     # Every other interval is the default run's.
     others = {k: v for k, v in default["bootstrap"]["ci"].items() if k not in ("ap50", "ap75", "ap50_95")}
     assert others == {k: bc["bootstrap"]["ci"][k] for k in others}
