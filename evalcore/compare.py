@@ -42,6 +42,7 @@ from evalcore.bootstrap import bias_corrected_intervals, percentile_intervals
 from evalcore.levels import tile_key
 from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
 from evalcore.metrics.registry import FAMILIES, finalize_all
+from evalcore.metrics.scores import AP_KEYS
 from evalcore.options import EvalOptions, check_options
 from evalcore.present import GROUPS, OVERALL, better_of, compared_keys, is_worse
 
@@ -227,7 +228,7 @@ def paired_deltas(
         gc = mc.global_values.get("replicates", {}).get(m)
         gi = mi.global_values.get("replicates", {}).get(m)
         if gc is not None and gi is not None:
-            bc = options.ap_interval == "bc" and m in ("ap50", "ap75", "ap50_95")
+            bc = options.ap_interval == "bc" and m in AP_KEYS
             overall[m] = _delta(vc, vi, (gc, ~np.isnan(gc)), (gi, ~np.isnan(gi)), labels, bias_corrected=bc)
         elif m in rc and m in ri:
             overall[m] = _delta(vc, vi, rc[m], ri[m], labels)

@@ -51,7 +51,7 @@ from evalcore.errors import EvalInputError
 from evalcore.matching import match
 from evalcore.metrics.base import GlobalContext, MetricFamily, Option, count_rates, ratio
 from evalcore.metrics.checks import optional_text
-from evalcore.metrics.scores import AP_THRESHOLDS, coco_ap, coco_true_positives
+from evalcore.metrics.scores import AP_KEYS, AP_THRESHOLDS, coco_ap, coco_true_positives
 from evalcore.pairtable import PairTable
 from evalcore.present import OVERALL, Row, Shown, markdown_text, number, with_interval
 from evalcore.exact import value_of
@@ -75,7 +75,6 @@ CLASS_KEYS: tuple[str, ...] = ("precision", "recall", "f1", "iou_mean", "pq", "s
 CLASSIFICATION_KEYS: tuple[str, ...] = ("producers_accuracy", "users_accuracy", "recall_correct_class", "precision_correct_class")
 """Per-class rates of the classification of the matched fields."""
 COUNT_KEYS: tuple[str, ...] = ("count_tp", "count_fp", "count_fn", "count_predicted", "count_reference")
-AP_KEYS: tuple[str, ...] = ("ap50", "ap75", "ap50_95")
 MACRO_KEYS: tuple[str, ...] = CLASS_KEYS + AP_KEYS
 _EVALUATE_RATES = ("precision", "recall", "f1", "iou_mean")
 """The keys that equal ``evaluate`` on the class subsets: section 4's 0.0 when undefined."""

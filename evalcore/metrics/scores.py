@@ -59,11 +59,14 @@ from evalcore.present import LOWER, OVERALL, Row, Shown, interval_text, markdown
 
 __all__ = [
     "Scores", "score_values", "calibration_bin", "coco_true_positives", "coco_ap", "pr_curve", "risk_coverage", "aurc",
-    "operating_points",
+    "operating_points", "AP_KEYS",
 ]
 
 AP_THRESHOLDS: tuple[float, ...] = IOU_SWEEP_THRESHOLDS
 """The ten IoU thresholds of AP (SPEC 6: the decimals 0.50 ... 0.95)."""
+
+AP_KEYS: tuple[str, ...] = ("ap50", "ap75", "ap50_95")
+"""The AP keys: at IoU 0.5, at 0.75, and averaged over :data:`AP_THRESHOLDS`."""
 
 REC_THRS = np.linspace(0.0, 1.0, 101)
 """COCO's 101 recall points (as pycocotools builds them)."""
@@ -484,9 +487,9 @@ class Scores(MetricFamily):
                 "steps across resamples and its bootstrap distribution is skewed, not centred on the point (docs/intervals.md, "
                 "\"AP intervals\"). "
                 + ("These are bias-corrected (`--ap-interval bc`); the point's quantile among its resamples: "
-                   + ", ".join(f"{k} {number((bc.get('point_quantile') or {}).get(k), 2)}" for k in ("ap50", "ap75", "ap50_95"))
+                   + ", ".join(f"{k} {number((bc.get('point_quantile') or {}).get(k), 2)}" for k in AP_KEYS)
                    + "; percentile intervals: " + ", ".join(f"{k}{interval_text((bc.get('percentile') or {}).get(k), missing='–')}"
-                                                           for k in ("ap50", "ap75", "ap50_95")) + "."
+                                                           for k in AP_KEYS) + "."
                    if bc.get("method") == "bc" else "`--ap-interval bc` gives the bias-corrected interval."),
                 "",
             ]
@@ -610,7 +613,7 @@ class Scores(MetricFamily):
         ci, n_undefined, replicates = {}, {}, {}
         if ctx.replicate_weights is not None and n_ref == 0:
             # Undefined in every resample, like any rate without a denominator.
-            ci = {k: [float("nan"), float("nan")] for k in ("ap50", "ap75", "ap50_95")}
+            ci = {k: [float("nan"), float("nan")] for k in AP_KEYS}
             n_undefined = dict.fromkeys(ci, options.bootstrap)
         ap_values, aurc_values = [], []
         if ctx.replicate_weights is not None and n_ref == 0 and options.bootstrap_unit == "field":
