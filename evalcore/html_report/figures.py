@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from evalcore.html_report.loading import finite, float_or_nan, tile_side_m
-from evalcore.html_report.markup import Figure, esc, fmt, group_label
+from evalcore.html_report.markup import Figure, Page, esc, fmt, group_label
 from evalcore.present import interval_of
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "new_figure",
     "png",
     "figure_html",
+    "place",
     "fitted_range",
     "colour_scale",
     "scale_bar",
@@ -84,6 +85,12 @@ def figure_html(fig: Figure) -> str:
         f'<figure data-figure="{esc(fig.name)}"{attrs}><img src="data:image/png;base64,{data}" alt="{esc(title)}">'
         f"<figcaption>{esc(fig.caption)}</figcaption></figure>"
     )
+
+
+def place(page: Page, fig: Figure) -> None:
+    """Put a drawn figure on the page: its ``<figure>`` element among the parts, the figure among those written to ``figures/``."""
+    page.figures.append(fig)
+    page.parts.append(figure_html(fig))
 
 
 def _attr(value: object) -> str:

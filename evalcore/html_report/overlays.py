@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from evalcore.errors import EvalInputError
-from evalcore.html_report.figures import figure_html, new_figure, png, scale_bar
+from evalcore.html_report.figures import new_figure, place, png, scale_bar
 from evalcore.html_report.loading import RunFiles, label_column, read_columns, read_parquet, tile_side_m
 from evalcore.html_report.markup import Figure, Page, esc, fmt, note, table
 
@@ -325,19 +325,15 @@ def overlays_section(run: RunFiles, page: Page, tiles: Any, worst: list[dict]) -
         w.side_m = max(OBJECT_WINDOW_MIN_M, 3 * max(x1 - x0, y1 - y0))
         panels_errors.append((w, _in_window(fields, w, "utm_epsg"), _in_window(preds, w, "tile_epsg"), focus))
     if panels_tiles:
-        fig_ = _overlay_figure("overlay_worst_tiles", panels_tiles, min(4, len(panels_tiles)),
-                               f"The worst tiles by F1 (numbers as on the map): a {fmt(min(TILE_WINDOW_M, tile_m) / 1000, 1)} km window of each, centred on its errors, in the tile's UTM zone.")
-        page.figures.append(fig_)
-        page.parts.append(figure_html(fig_))
+        place(page, _overlay_figure("overlay_worst_tiles", panels_tiles, min(4, len(panels_tiles)),
+                                    f"The worst tiles by F1 (numbers as on the map): a {fmt(min(TILE_WINDOW_M, tile_m) / 1000, 1)} km window of each, centred on its errors, in the tile's UTM zone."))
     else:
         page.parts.append(note("No worst-tile overlays: no tile has enough support, or the run has no tile table."))
     if panels_errors:
-        fig_ = _overlay_figure("overlay_errors", panels_errors, 4,
-                               f"Up to {SAMPLES_PER_CODE} objects of each error code, drawn at random (seed {SAMPLE_SEED}) from all objects with that code; "
-                               "each window is three times the object's extent (at least "
-                               f"{OBJECT_WINDOW_MIN_M:g} m), in the object's UTM zone.")
-        page.figures.append(fig_)
-        page.parts.append(figure_html(fig_))
+        place(page, _overlay_figure("overlay_errors", panels_errors, 4,
+                                    f"Up to {SAMPLES_PER_CODE} objects of each error code, drawn at random (seed {SAMPLE_SEED}) from all objects with that code; "
+                                    "each window is three times the object's extent (at least "
+                                    f"{OBJECT_WINDOW_MIN_M:g} m), in the object's UTM zone."))
         page.parts.append(table(["code", "what it is", "objects"], [[esc(c), esc(meaning), fmt(counts[c])] for c, _, _, meaning in ERROR_SAMPLES if c in counts], "codes"))
     if missing:
         page.parts.append(note("No sample for: " + "; ".join(missing) + "."))
