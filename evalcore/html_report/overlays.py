@@ -244,9 +244,10 @@ def _label_columns(fields_dir: Path, preds_dir: Path) -> dict[str, str]:
     }
 
 
-def _sample_error_windows(run: RunFiles, fields_dir: Path, preds_dir: Path, rng: np.random.Generator) -> tuple[list[_Window], list[str], dict[str, int]]:
-    """The chosen objects of each error code (their tile only: the window is placed once their geometry is read)."""
-    ids = _label_columns(fields_dir, preds_dir)
+def _sample_error_windows(run: RunFiles, fields_dir: Path, preds_dir: Path, ids: dict[str, str],
+                          rng: np.random.Generator) -> tuple[list[_Window], list[str], dict[str, int]]:
+    """The chosen objects of each error code (their tile only: the window is placed once their geometry is read);
+    ``ids``: each table's label column (:func:`_label_columns`)."""
     light = {
         "fields": read_columns(fields_dir, (ids["fields"], "utm_epsg", "tile_x", "tile_y", "error_code", "split")) if _parts(fields_dir) else None,
         "predictions": read_columns(preds_dir, (ids["predictions"], "tile_epsg", "tile_x", "tile_y", "error_code", "merge")) if _parts(preds_dir) else None,
@@ -292,7 +293,8 @@ def overlays_section(run: RunFiles, page: Page, tiles: Any, worst: list[dict]) -
         return
     tile_m = tile_side_m(run.metrics)
     rng = np.random.default_rng(SAMPLE_SEED)
-    samples, missing, counts = _sample_error_windows(run, fields_dir, preds_dir, rng)
+    ids = _label_columns(fields_dir, preds_dir)
+    samples, missing, counts = _sample_error_windows(run, fields_dir, preds_dir, ids, rng)
     # Windows of the samples: first their tiles (centre of the tile), replaced by the object once read.
     for w in samples:
         w.cx, w.cy, w.side_m = (w.cx + 0.5) * tile_m, (w.cy + 0.5) * tile_m, tile_m
@@ -302,7 +304,6 @@ def overlays_section(run: RunFiles, page: Page, tiles: Any, worst: list[dict]) -
         tile_windows.append(_Window(zone, (tx + 0.5) * tile_m, (ty + 0.5) * tile_m, tile_m,
                                     f"#{i + 1} tile {t['tile']}: F1 {fmt(t.get('f1'))}, {fmt(t.get('support'))} fields", tile=(tx, ty)))
     reach_f = _neighbourhood(samples + tile_windows, tile_m)
-    ids = _label_columns(fields_dir, preds_dir)
     field_cols = (ids["fields"], "utm_epsg", "tile_x", "tile_y", "error_code", "matched", "split")
     pred_cols = (ids["predictions"], "tile_epsg", "tile_x", "tile_y", "error_code", "matched", "merge")
     fields = _read_near(fields_dir, "utm_epsg", reach_f, field_cols)
