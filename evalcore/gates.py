@@ -754,23 +754,22 @@ def _judge(metrics: Mapping, gate: Gate, entry: _Found | _Missing) -> dict:
         return _row(gate, entry.group, None, None, "not_evaluable", entry.reason)
     support = _support(entry.chain)
     raw: object = entry.value
+    no_interval = False
+    if gate.use != "value" and (raw is None or _is_number(raw)):
+        pair = _interval(metrics, entry)
+        no_interval = pair is None
+        raw = None if pair is None else pair[0] if gate.use == "ci_lower" else pair[1]
+    observed = _finite(raw)
     # Support first: a group too small to judge (an AOI with no field has neither a
     # value nor an interval) is reported as such, not as a missing interval.
     if gate.min_support is not None and (support is None or support < gate.min_support):
-        if gate.use != "value" and (raw is None or _is_number(raw)):
-            pair = _interval(metrics, entry)
-            raw = None if pair is None else pair[0] if gate.use == "ci_lower" else pair[1]
         if support is None:
-            return _row(gate, entry.group, _finite(raw), None, "not_evaluable", f"support unknown; the minimum is {gate.min_support}")
-        return _row(gate, entry.group, _finite(raw), support, "not_evaluable",
+            return _row(gate, entry.group, observed, None, "not_evaluable", f"support unknown; the minimum is {gate.min_support}")
+        return _row(gate, entry.group, observed, support, "not_evaluable",
                     f"support {support} below the minimum {gate.min_support}", blocks=gate.below_support == "block")
-    if gate.use != "value" and (raw is None or _is_number(raw)):
-        pair = _interval(metrics, entry)
-        if pair is None:
-            reason = REASON_NO_INTERVAL if _has_bootstrap(metrics) else REASON_NO_BOOTSTRAP
-            return _row(gate, entry.group, None, support, "not_evaluable", reason)
-        raw = pair[0] if gate.use == "ci_lower" else pair[1]
-    observed = _finite(raw)
+    if no_interval:
+        reason = REASON_NO_INTERVAL if _has_bootstrap(metrics) else REASON_NO_BOOTSTRAP
+        return _row(gate, entry.group, None, support, "not_evaluable", reason)
     if raw is None or (_is_number(raw) and math.isnan(float(raw))):  # type: ignore[arg-type]
         return _row(gate, entry.group, None, support, "not_evaluable", REASON_NULL)
     if not _is_number(raw):  # a mapping, a list, a text or a boolean

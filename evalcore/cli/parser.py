@@ -144,24 +144,23 @@ def _add_layer_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size-bins", type=_size_bins, help="field-size classes: 'auto' or edges in hectares, e.g. 0,0.5,1,2,5,10,inf (default: none)")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
+def _whole_number(minimum: int) -> Callable[[str], int]:
+    """An argument type: a whole number of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {value}")
+        return value
+
+    return parse
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+_positive_int = _whole_number(1)
+_seed = _whole_number(0)
 
 
 def _named_layer(text: str) -> tuple[str, str]:

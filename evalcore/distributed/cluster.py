@@ -26,6 +26,7 @@ worker that really hangs is still killed.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 
@@ -42,31 +43,26 @@ WARM_PRELOAD = "evalcore.distributed.warm"
 WORKER_CLOSE_SECONDS = 30.0
 """Seconds a closing cluster gives each worker to stop before killing it (distributed's own is 5)."""
 
-_cluster_class: type | None = None
-
-
+@functools.cache
 def _patient_cluster_class() -> type:
     """``LocalCluster`` whose close lets its workers take :data:`WORKER_CLOSE_SECONDS` to stop.
 
     Made on first use, so that importing this module does not import distributed.
     """
-    global _cluster_class
-    if _cluster_class is None:
-        import asyncio
+    import asyncio
 
-        from distributed import LocalCluster
+    from distributed import LocalCluster
 
-        class _PatientLocalCluster(LocalCluster):
-            async def _close(self) -> None:
-                # The workers first, each with the longer timeout; SpecCluster's own close
-                # then finds them closed (Nanny.close returns at once) and stops the rest.
-                workers = [w for w in list(self.workers.values()) if hasattr(w, "close")]
-                await asyncio.gather(*(w.close(timeout=WORKER_CLOSE_SECONDS, reason="evalcore-cluster-close") for w in workers),
-                                     return_exceptions=True)
-                await super()._close()
+    class _PatientLocalCluster(LocalCluster):
+        async def _close(self) -> None:
+            # The workers first, each with the longer timeout; SpecCluster's own close
+            # then finds them closed (Nanny.close returns at once) and stops the rest.
+            workers = [w for w in list(self.workers.values()) if hasattr(w, "close")]
+            await asyncio.gather(*(w.close(timeout=WORKER_CLOSE_SECONDS, reason="evalcore-cluster-close") for w in workers),
+                                 return_exceptions=True)
+            await super()._close()
 
-        _cluster_class = _PatientLocalCluster
-    return _cluster_class
+    return _PatientLocalCluster
 
 
 _HOST_PORT = re.compile(r"(?P<host>|[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})")

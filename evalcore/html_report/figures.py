@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from evalcore.html_report.loading import finite, float_or_nan, tile_side_m
-from evalcore.html_report.markup import Figure, esc, fmt, group_label
+from evalcore.html_report.markup import Figure, Page, esc, fmt, group_label
 from evalcore.present import interval_of
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "new_figure",
     "png",
     "figure_html",
+    "place",
     "fitted_range",
     "colour_scale",
     "scale_length",
@@ -85,6 +86,12 @@ def figure_html(fig: Figure) -> str:
         f'<figure data-figure="{esc(fig.name)}"{attrs}><img src="data:image/png;base64,{data}" alt="{esc(title)}">'
         f"<figcaption>{esc(fig.caption)}</figcaption></figure>"
     )
+
+
+def place(page: Page, fig: Figure) -> None:
+    """Put a drawn figure on the page: its ``<figure>`` element among the parts, the figure among those written to ``figures/``."""
+    page.figures.append(fig)
+    page.parts.append(figure_html(fig))
 
 
 def _attr(value: object) -> str:
@@ -493,6 +500,15 @@ _QUANTILE_MARKS = (("min", ":"), ("q05", "--"), ("q10", "--"), ("q25", "-."), ("
 """The ``iou_distribution`` keys marked on the histogram, with their line styles (symmetric about the median)."""
 
 
+def _mark_values(ax: Any, values: dict, marks: tuple[tuple[str, str], ...]) -> None:
+    """A labelled vertical line at each finite ``values[key]`` of ``marks`` ((key, line style) pairs)."""
+    for key, style in marks:
+        v = finite(values.get(key))
+        if v is not None:
+            ax.axvline(v, color="#1b1b1b", ls=style, lw=1.0)
+            ax.annotate(key, (v, 1.0), xycoords=("data", "axes fraction"), fontsize=6, rotation=90, ha="right", va="top")
+
+
 def iou_distribution(iou: np.ndarray, dist: dict, boundary_iou: np.ndarray | None = None, boundary: dict | None = None) -> Figure:
     """Histogram of the matched pairs' IoU with the quantiles of ``iou_distribution`` marked; beside it,
     with ``boundary_iou`` values, the histogram of the pairs' boundary IoU with its mean and median.
@@ -515,11 +531,7 @@ def iou_distribution(iou: np.ndarray, dist: dict, boundary_iou: np.ndarray | Non
     ax = axes[0]
     values = np.asarray(iou, dtype=np.float64)
     ax.hist(values[np.isfinite(values)], bins=bins, color="#1f77b4", alpha=0.75)
-    for key, style in _QUANTILE_MARKS:
-        v = finite(dist.get(key))
-        if v is not None:
-            ax.axvline(v, color="#1b1b1b", ls=style, lw=1.0)
-            ax.annotate(key, (v, 1.0), xycoords=("data", "axes fraction"), fontsize=6, rotation=90, ha="right", va="top")
+    _mark_values(ax, dist, _QUANTILE_MARKS)
     ax.set_xlabel("IoU of the matched pair")
     ax.set_ylabel("matched pairs")
     ax.set_xlim(0, 1.0)
@@ -530,11 +542,7 @@ def iou_distribution(iou: np.ndarray, dist: dict, boundary_iou: np.ndarray | Non
         b = np.asarray(boundary_iou, dtype=np.float64)
         ax.hist(b[np.isfinite(b)], bins=bins, color="#ff7f0e", alpha=0.75)
         info = boundary or {}
-        for key, style in (("mean", "--"), ("median", "-")):
-            v = finite(info.get(key))
-            if v is not None:
-                ax.axvline(v, color="#1b1b1b", ls=style, lw=1.0)
-                ax.annotate(key, (v, 1.0), xycoords=("data", "axes fraction"), fontsize=6, rotation=90, ha="right", va="top")
+        _mark_values(ax, info, (("mean", "--"), ("median", "-")))
         ax.set_xlabel(f"boundary IoU (band {fmt(info.get('width_m'), 1)} m)")
         ax.set_xlim(0, 1.0)
         ax.grid(alpha=0.3)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from evalcore.errors import EvalInputError
-from evalcore.html_report.figures import figure_html, new_figure, png, scale_bar
+from evalcore.html_report.figures import new_figure, place, png, scale_bar
 from evalcore.html_report.loading import RunFiles, label_column, read_columns, read_parquet, tile_side_m
 from evalcore.html_report.markup import Figure, Page, esc, fmt, note, table
 
@@ -244,9 +244,10 @@ def _label_columns(fields_dir: Path, preds_dir: Path) -> dict[str, str]:
     }
 
 
-def _sample_error_windows(run: RunFiles, fields_dir: Path, preds_dir: Path, rng: np.random.Generator) -> tuple[list[_Window], list[str], dict[str, int]]:
-    """The chosen objects of each error code (their tile only: the window is placed once their geometry is read)."""
-    ids = _label_columns(fields_dir, preds_dir)
+def _sample_error_windows(run: RunFiles, fields_dir: Path, preds_dir: Path, ids: dict[str, str],
+                          rng: np.random.Generator) -> tuple[list[_Window], list[str], dict[str, int]]:
+    """The chosen objects of each error code (their tile only: the window is placed once their geometry is read);
+    ``ids``: each table's label column (:func:`_label_columns`)."""
     light = {
         "fields": read_columns(fields_dir, (ids["fields"], "utm_epsg", "tile_x", "tile_y", "error_code", "split")) if _parts(fields_dir) else None,
         "predictions": read_columns(preds_dir, (ids["predictions"], "tile_epsg", "tile_x", "tile_y", "error_code", "merge")) if _parts(preds_dir) else None,
@@ -292,7 +293,8 @@ def overlays_section(run: RunFiles, page: Page, tiles: Any, worst: list[dict]) -
         return
     tile_m = tile_side_m(run.metrics)
     rng = np.random.default_rng(SAMPLE_SEED)
-    samples, missing, counts = _sample_error_windows(run, fields_dir, preds_dir, rng)
+    ids = _label_columns(fields_dir, preds_dir)
+    samples, missing, counts = _sample_error_windows(run, fields_dir, preds_dir, ids, rng)
     # Windows of the samples: first their tiles (centre of the tile), replaced by the object once read.
     for w in samples:
         w.cx, w.cy, w.side_m = (w.cx + 0.5) * tile_m, (w.cy + 0.5) * tile_m, tile_m
@@ -302,7 +304,6 @@ def overlays_section(run: RunFiles, page: Page, tiles: Any, worst: list[dict]) -
         tile_windows.append(_Window(zone, (tx + 0.5) * tile_m, (ty + 0.5) * tile_m, tile_m,
                                     f"#{i + 1} tile {t['tile']}: F1 {fmt(t.get('f1'))}, {fmt(t.get('support'))} fields", tile=(tx, ty)))
     reach_f = _neighbourhood(samples + tile_windows, tile_m)
-    ids = _label_columns(fields_dir, preds_dir)
     field_cols = (ids["fields"], "utm_epsg", "tile_x", "tile_y", "error_code", "matched", "split")
     pred_cols = (ids["predictions"], "tile_epsg", "tile_x", "tile_y", "error_code", "matched", "merge")
     fields = _read_near(fields_dir, "utm_epsg", reach_f, field_cols)
@@ -325,19 +326,15 @@ def overlays_section(run: RunFiles, page: Page, tiles: Any, worst: list[dict]) -
         w.side_m = max(OBJECT_WINDOW_MIN_M, 3 * max(x1 - x0, y1 - y0))
         panels_errors.append((w, _in_window(fields, w, "utm_epsg"), _in_window(preds, w, "tile_epsg"), focus))
     if panels_tiles:
-        fig_ = _overlay_figure("overlay_worst_tiles", panels_tiles, min(4, len(panels_tiles)),
-                               f"The worst tiles by F1 (numbers as on the map): a {fmt(min(TILE_WINDOW_M, tile_m) / 1000, 1)} km window of each, centred on its errors, in the tile's UTM zone.")
-        page.figures.append(fig_)
-        page.parts.append(figure_html(fig_))
+        place(page, _overlay_figure("overlay_worst_tiles", panels_tiles, min(4, len(panels_tiles)),
+                                    f"The worst tiles by F1 (numbers as on the map): a {fmt(min(TILE_WINDOW_M, tile_m) / 1000, 1)} km window of each, centred on its errors, in the tile's UTM zone."))
     else:
         page.parts.append(note("No worst-tile overlays: no tile has enough support, or the run has no tile table."))
     if panels_errors:
-        fig_ = _overlay_figure("overlay_errors", panels_errors, 4,
-                               f"Up to {SAMPLES_PER_CODE} objects of each error code, drawn at random (seed {SAMPLE_SEED}) from all objects with that code; "
-                               "each window is three times the object's extent (at least "
-                               f"{OBJECT_WINDOW_MIN_M:g} m), in the object's UTM zone.")
-        page.figures.append(fig_)
-        page.parts.append(figure_html(fig_))
+        place(page, _overlay_figure("overlay_errors", panels_errors, 4,
+                                    f"Up to {SAMPLES_PER_CODE} objects of each error code, drawn at random (seed {SAMPLE_SEED}) from all objects with that code; "
+                                    "each window is three times the object's extent (at least "
+                                    f"{OBJECT_WINDOW_MIN_M:g} m), in the object's UTM zone."))
         page.parts.append(table(["code", "what it is", "objects"], [[esc(c), esc(meaning), fmt(counts[c])] for c, _, _, meaning in ERROR_SAMPLES if c in counts], "codes"))
     if missing:
         page.parts.append(note("No sample for: " + "; ".join(missing) + "."))

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from evalcore.html_report.figures import (
-    class_bars, confusion_heatmap, figure_html, group_bars, iou_curve, iou_distribution, paired_deltas, pr_curves,
+    class_bars, confusion_heatmap, figure_html, group_bars, iou_curve, iou_distribution, paired_deltas, place, pr_curves,
     reliability_diagram, tile_map,
 )
 from evalcore.html_report.loading import RunFiles, finite, group_rows, load_tiles, read_columns, worst_tile_rows
@@ -236,9 +236,7 @@ def iou_section(run: RunFiles, page: Page) -> None:
         page.parts.append(note("No IoU sweep: the run was made with --iou-sweep-thresholds none."))
         page.parts.append("</section>")
         return
-    fig_ = iou_curve(sweep)
-    page.figures.append(fig_)
-    page.parts.append(figure_html(fig_))
+    place(page, iou_curve(sweep))
     rows = [[f"{fmt(e.get('iou_threshold'), 2)}", fmt(e.get("precision")) + ci_text(interval_of(e, "precision")),
              fmt(e.get("recall")) + ci_text(interval_of(e, "recall")), fmt(e.get("f1")) + ci_text(interval_of(e, "f1")),
              fmt(e.get("count_tp")), fmt(e.get("count_fp")), fmt(e.get("count_fn"))] for e in sweep]
@@ -259,9 +257,7 @@ def group_section(run: RunFiles, page: Page, grouping: str, title: str, name: st
         page.parts.append("</section>")
         return
     worst = ((run.metrics.get("worst") or {}).get(grouping) or {}).get("f1")
-    fig_ = group_bars(rows, grouping, worst, title, name)
-    page.figures.append(fig_)
-    page.parts.append(figure_html(fig_))
+    place(page, group_bars(rows, grouping, worst, title, name))
     if worst:
         page.parts.append(f'<p class="worst">Worst by F1 among groups with enough support: <b>{esc(group_label(worst.get("group"), grouping))}</b> '
                           f'(F1 {value_span(f"worst.{grouping}.f1", worst.get("value"))}, {fmt(worst.get("support"))} fields).</p>')
@@ -299,9 +295,7 @@ def tiles_section(run: RunFiles, page: Page) -> tuple[Any, list[dict]]:
         worst = worst_tile_rows(tiles)
         for column, name in (("f1", "tile_f1_map"), ("count_ratio", "tile_count_ratio_map")):
             if column in tiles and np.isfinite(tiles[column].to_numpy(dtype=float)).any():
-                fig_ = tile_map(tiles, run.metrics, column, name, worst)
-                page.figures.append(fig_)
-                page.parts.append(figure_html(fig_))
+                place(page, tile_map(tiles, run.metrics, column, name, worst))
         if worst:
             page.parts.append("<h3>Worst tiles</h3>" + table(
                 ["#", "tile (EPSG_x_y)", "support", "precision", "recall", "F1", "count ratio", "FP", "FN"],
@@ -338,14 +332,10 @@ def scores_section(run: RunFiles, page: Page) -> None:
         page.parts.append("</section>")
         return
     if m.get("pr_curve"):
-        fig_ = pr_curves(m)
-        page.figures.append(fig_)
-        page.parts.append(figure_html(fig_))
+        place(page, pr_curves(m))
     cal = m.get("calibration") or {}
     if cal.get("bins"):
-        fig_ = reliability_diagram(cal)
-        page.figures.append(fig_)
-        page.parts.append(figure_html(fig_))
+        place(page, reliability_diagram(cal))
     page.parts.append("</section>")
 
 
@@ -358,9 +348,7 @@ def classes_section(run: RunFiles, page: Page) -> None:
         page.parts.append("</section>")
         return
     for draw in (confusion_heatmap, class_bars):
-        fig_ = draw(block)
-        page.figures.append(fig_)
-        page.parts.append(figure_html(fig_))
+        place(page, draw(block))
     macro = block.get("macro") or {}
     page.parts.append(
         f"<p>{fmt(macro.get('n_classes'))} classes: mPQ {with_ci('classes.macro.pq', macro.get('pq'), interval_of(macro, 'pq'))}, "
@@ -412,9 +400,7 @@ def pixel_paired_section(run: RunFiles, page: Page) -> None:
         overall = paired.get("overall") or {}
         names = [k for k, e in overall.items() if isinstance(e, dict)]
         if names:
-            fig_ = paired_deltas(paired, names)
-            page.figures.append(fig_)
-            page.parts.append(figure_html(fig_))
+            place(page, paired_deltas(paired, names))
             page.parts.append(table(["metric", "candidate", "incumbent", "delta [95 % paired interval]"],
                                     [[esc(k), fmt(overall[k].get("candidate")), fmt(overall[k].get("incumbent")),
                                       fmt(overall[k].get("delta")) + ci_text(overall[k].get("ci"))] for k in names]))
