@@ -35,11 +35,24 @@ import shapely
 from evalcore._typing import GeomArray, IdArray
 from evalcore.sites import GRID_CELL_M, cell_boxes, grid_cells, whole_cells
 
-__all__ = ["BLOCK_CELLS", "CellPieces", "cut_layer", "write_cell_pieces", "cells_of_bounds"]
+__all__ = [
+    "BLOCK_CELLS",
+    "CellPieces",
+    "cut_layer",
+    "write_cell_pieces",
+    "cells_of_bounds",
+    "cell_ranges",
+    "block_groups",
+    "NearUnion",
+    "near_union",
+]
 
 BLOCK_CELLS = 16
 """Side of a block of boundary pieces in the store, in cells (32 km with 2 km cells):
 a prepare chunk or a partition reads the few blocks its rows' extent meets."""
+
+_MAX_STATE_CELLS = 1 << 24
+"""Largest grid of cells :meth:`CellPieces.range_state` lays out at once (16 MiB of int8)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +157,49 @@ class CellPieces:
             out[found] = owners[at[found]]
         return out
 
+    def range_state(self, x0: IdArray, x1: IdArray, y0: IdArray, y1: IdArray) -> np.ndarray:
+        """For each range of cells ``x0:x1, y0:y1`` (ends exclusive): 1 when every cell is a whole
+        cell, 0 when no piece lies in any of them, -1 otherwise; answered from the index alone.
+
+        Meant for a one-owner layer (the study area, the training area), whose whole
+        ranges and boundary cells are disjoint. Ranges spanning more than
+        :data:`_MAX_STATE_CELLS` cells together get -1 (their rows are tested on pieces).
+
+        Parameters
+        ----------
+        x0, x1, y0, y1 : ndarray of int64, shape (n,)
+            Cell indices (``x * cell_m`` is the cell's west edge, metres).
+
+        Returns
+        -------
+        ndarray of int8, shape (n,)
+        """
+        out = np.full(len(x0), -1, dtype=np.int8)
+        if not len(x0):
+            return out
+        gx0, gx1, gy0, gy1 = int(x0.min()), int(x1.max()), int(y0.min()), int(y1.max())
+        width, height = gx1 - gx0, gy1 - gy0
+        if width * height > _MAX_STATE_CELLS:
+            return out
+        # 0: nothing, 1: a whole cell, 2: a boundary cell; then counts over each range by
+        # summed-area tables.
+        grid = np.zeros((height, width), dtype=np.int8)
+        for a, b, c, d, _ in _clip_ranges(self.whole, gx0, gx1, gy0, gy1):
+            grid[c - gy0 : d - gy0, a - gx0 : b - gx0] = 1
+        inside = (self.x >= gx0) & (self.x < gx1) & (self.y >= gy0) & (self.y < gy1)
+        grid[self.y[inside] - gy0, self.x[inside] - gx0] = 2
+
+        def counts(mask: np.ndarray) -> IdArray:
+            table = np.zeros((height + 1, width + 1), dtype=np.int64)
+            table[1:, 1:] = mask.cumsum(axis=0).cumsum(axis=1)
+            a, b, c, d = x0 - gx0, x1 - gx0, y0 - gy0, y1 - gy0
+            return table[d, b] - table[c, b] - table[d, a] + table[c, a]
+
+        size = (x1 - x0) * (y1 - y0)
+        out[counts(grid == 1) == size] = 1
+        out[counts(grid == 0) == size] = 0
+        return out
+
     def without_geometry(self, directory: str | os.PathLike) -> CellPieces:
         """The same layer with its boundary pieces written to ``directory`` (see :func:`write_cell_pieces`)."""
         return write_cell_pieces(self, directory)
@@ -222,3 +278,177 @@ def cells_of_bounds(bounds: Sequence[float], cell_m: float) -> tuple[int, int, i
     minx, miny, maxx, maxy = (float(v) for v in bounds)
     return (int(np.floor(minx / cell_m)) - 1, int(np.floor(maxx / cell_m)) + 2,
             int(np.floor(miny / cell_m)) - 1, int(np.floor(maxy / cell_m)) + 2)
+
+
+def cell_ranges(bounds: np.ndarray, cell_m: float, ring: int = 1) -> tuple[IdArray, IdArray, IdArray, IdArray]:
+    """``x0, x1, y0, y1`` (ends exclusive) per row: the cells its box ``minx, miny, maxx, maxy`` meets, and ``ring`` more on each side.
+
+    With a ring of one cell, a range of whole cells holds the box with at least a cell
+    of the polygon around it, and a range of empty cells has no piece within a cell of
+    it (a piece's vertex a rounding error past its cell's edge included).
+    """
+    b = np.asarray(bounds, dtype=np.float64).reshape(-1, 4)
+    return (np.floor(b[:, 0] / cell_m).astype(np.int64) - ring, np.floor(b[:, 2] / cell_m).astype(np.int64) + 1 + ring,
+            np.floor(b[:, 1] / cell_m).astype(np.int64) - ring, np.floor(b[:, 3] / cell_m).astype(np.int64) + 1 + ring)
+
+
+def block_groups(bounds: np.ndarray, block_m: float) -> list[IdArray]:
+    """Rows grouped by the block of side ``block_m`` holding their box's south-west corner (input order in each).
+
+    Each group is looked up with the pieces of its own extent, so that a chunk whose rows
+    lie all over a country never holds the pieces of the whole country at once.
+    """
+    b = np.asarray(bounds, dtype=np.float64).reshape(-1, 4)
+    if not len(b):
+        return []
+    key = np.stack([np.floor(b[:, 0] / block_m), np.floor(b[:, 1] / block_m)], axis=1)
+    _, inverse = np.unique(key, axis=0, return_inverse=True)
+    inverse = np.asarray(inverse).ravel()
+    order = np.argsort(inverse, kind="stable")
+    return np.split(order, np.flatnonzero(np.diff(inverse[order])) + 1)
+
+
+# --------------------------------------------------------------------------- a polygon's contains, by block
+
+NEAR_MARGIN_BLOCKS = 0.5
+"""How far a block's neighbourhood (:class:`NearUnion`) reaches past the block, in blocks
+(16 km with 32 km blocks): a row whose box starts in the block is answered from it when
+the row reaches no further than that (less the segments clipping made)."""
+
+_NEAR_EPS_M = 1.0
+"""Margin around a row's box, metres, when checking that no segment clipping made comes
+near it: the clipped segments lie within nanometres of the polygon's own."""
+
+
+@dataclass(frozen=True, slots=True)
+class NearUnion:
+    """A polygon (a study area's union) for ``contains``, held whole or as one neighbourhood per block.
+
+    The neighbourhood of a block is the polygon clipped to the block grown by
+    :data:`NEAR_MARGIN_BLOCKS`. A row's answer from it is the whole polygon's to the bit
+    when every segment of the polygon near the row is one of its own, not one the clipping
+    cut or added: those lie on the clipping rectangle's edges. Within the rectangle and
+    away from them the two polygons have the same segments, and ``contains`` only looks at
+    the segments near the row and at which side of them the row lies. Rows that come near
+    a clipped segment (a polygon with edges longer than the margin, a row tens of
+    kilometres long) are answered by the whole polygon, read from the store.
+
+    Attributes
+    ----------
+    block_m : float
+        Side of the blocks, metres.
+    margin_m : float
+        How far each neighbourhood reaches past its block, metres.
+    union : shapely geometry or None
+        The whole polygon, when held in memory.
+    directory : str or None
+        Where ``union.wkb`` and ``near_<bx>_<by>.wkb`` are.
+    blocks : ndarray of int64, shape (m, 2)
+        The blocks with a neighbourhood in the store (sorted rows ``bx, by``).
+    """
+
+    block_m: float
+    margin_m: float
+    union: shapely.Geometry | None = None
+    directory: str | None = None
+    blocks: IdArray | None = None
+
+    def contains(self, geoms: GeomArray) -> np.ndarray:
+        """``shapely.contains(union, geoms)``, reading only the neighbourhoods of the rows' blocks."""
+        geoms = np.asarray(geoms, dtype=object)
+        if self.union is not None:
+            shapely.prepare(self.union)
+            return np.asarray(shapely.contains(self.union, geoms), dtype=bool).reshape(-1)
+        out = np.zeros(len(geoms), dtype=bool)
+        if not len(geoms):
+            return out
+        bounds = shapely.bounds(geoms)
+        whole: list[IdArray] = []
+        stored = {(int(bx), int(by)) for bx, by in self.blocks}
+        for rows in block_groups(bounds, self.block_m):
+            bx, by = (int(v) for v in np.floor(bounds[rows[0], :2] / self.block_m))
+            if (bx, by) not in stored:
+                whole.append(rows)
+                continue
+            near = shapely.from_wkb((Path(self.directory) / f"near_{bx}_{by}.wkb").read_bytes())
+            rect = _near_rect(bx, bx + 1, by, by + 1, self.block_m, self.margin_m)
+            safe = _away_from_cuts(near, rect, bounds[rows])
+            if safe.any():
+                shapely.prepare(near)
+                out[rows[safe]] = shapely.contains(near, geoms[rows[safe]])
+            whole.append(rows[~safe])
+        rest = np.concatenate(whole) if whole else np.empty(0, np.int64)
+        if len(rest):
+            union = shapely.from_wkb((Path(self.directory) / "union.wkb").read_bytes())
+            shapely.prepare(union)
+            out[rest] = shapely.contains(union, geoms[rest])
+        return out
+
+
+def _near_rect(bx0: int, bx1: int, by0: int, by1: int, block_m: float, margin_m: float) -> tuple[float, float, float, float]:
+    """The rectangle of the blocks ``bx0:bx1, by0:by1`` grown by ``margin_m`` (computed alike at every level of the cut)."""
+    return (bx0 * block_m - margin_m, by0 * block_m - margin_m, bx1 * block_m + margin_m, by1 * block_m + margin_m)
+
+
+def _away_from_cuts(near: shapely.Geometry, rect: tuple[float, float, float, float], bounds: np.ndarray) -> np.ndarray:
+    """Which boxes (rows ``minx, miny, maxx, maxy``), grown by :data:`_NEAR_EPS_M`, lie inside ``rect`` and meet
+    no segment of ``near`` with an end on the rectangle's edges (the segments the clipping cut or added)."""
+    grown = bounds + np.array([-_NEAR_EPS_M, -_NEAR_EPS_M, _NEAR_EPS_M, _NEAR_EPS_M])
+    safe = (grown[:, 0] > rect[0]) & (grown[:, 1] > rect[1]) & (grown[:, 2] < rect[2]) & (grown[:, 3] < rect[3])
+    if near.is_empty or not safe.any():
+        return safe
+    rings = shapely.get_rings(shapely.get_parts(near))
+    xy, ring = shapely.get_coordinates(rings, return_index=True)
+    on_edge = (xy[:, 0] == rect[0]) | (xy[:, 0] == rect[2]) | (xy[:, 1] == rect[1]) | (xy[:, 1] == rect[3])
+    same_ring = ring[1:] == ring[:-1]
+    cut = same_ring & (on_edge[1:] | on_edge[:-1])
+    if not cut.any():
+        return safe
+    a, b = xy[:-1][cut], xy[1:][cut]
+    boxes = shapely.box(np.minimum(a[:, 0], b[:, 0]), np.minimum(a[:, 1], b[:, 1]), np.maximum(a[:, 0], b[:, 0]), np.maximum(a[:, 1], b[:, 1]))
+    rows = np.flatnonzero(safe)
+    hit, _ = shapely.STRtree(boxes).query(shapely.box(*grown[rows].T), predicate="intersects")
+    safe[rows[hit]] = False
+    return safe
+
+
+def near_union(union: shapely.Geometry, cells: CellPieces, directory: str | os.PathLike | None = None) -> NearUnion:
+    """``union`` for :meth:`NearUnion.contains`: held whole (``directory`` None), or written to ``directory``
+    as itself and one neighbourhood per block within a block of a boundary cell of ``cells``.
+
+    The neighbourhoods are cut by bisection (the rectangle of a range of blocks, grown by
+    the margin, clipped from its parent's part), so the polygon is read about log(blocks)
+    times instead of once per block.
+    """
+    block_m = cells.cell_m * BLOCK_CELLS
+    margin_m = block_m * NEAR_MARGIN_BLOCKS
+    if directory is None:
+        return NearUnion(block_m, margin_m, union)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for old in directory.glob("near_*.wkb"):  # a previous run's neighbourhoods
+        old.unlink()
+    (directory / "union.wkb").write_bytes(shapely.to_wkb(union))
+    own = np.unique(np.stack([cells.x // BLOCK_CELLS, cells.y // BLOCK_CELLS], axis=1).reshape(-1, 2), axis=0)
+    steps = np.array([(dx, dy) for dy in (-1, 0, 1) for dx in (-1, 0, 1)], dtype=np.int64)
+    wanted = np.unique((own[:, None, :] + steps[None, :, :]).reshape(-1, 2), axis=0) if len(own) else np.empty((0, 2), np.int64)
+
+    def cut(part: shapely.Geometry, bx0: int, bx1: int, by0: int, by1: int, blocks: IdArray) -> None:
+        part = shapely.clip_by_rect(part, *_near_rect(bx0, bx1, by0, by1, block_m, margin_m))
+        if bx1 - bx0 == 1 and by1 - by0 == 1:
+            (directory / f"near_{bx0}_{by0}.wkb").write_bytes(shapely.to_wkb(part))
+            return
+        if bx1 - bx0 >= by1 - by0:
+            mid = (bx0 + bx1) // 2
+            halves = ((bx0, mid, by0, by1), (mid, bx1, by0, by1))
+        else:
+            mid = (by0 + by1) // 2
+            halves = ((bx0, bx1, by0, mid), (bx0, bx1, mid, by1))
+        for a0, a1, b0, b1 in halves:
+            inside = blocks[(blocks[:, 0] >= a0) & (blocks[:, 0] < a1) & (blocks[:, 1] >= b0) & (blocks[:, 1] < b1)]
+            if len(inside):
+                cut(part, a0, a1, b0, b1, inside)
+
+    if len(wanted):
+        cut(union, int(wanted[:, 0].min()), int(wanted[:, 0].max()) + 1, int(wanted[:, 1].min()), int(wanted[:, 1].max()) + 1, wanted)
+    return NearUnion(block_m, margin_m, None, str(directory), wanted)

@@ -43,8 +43,10 @@ This module owns the options (:data:`STUDY_OPTIONS`), the prepared layers
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from numbers import Real
+from pathlib import Path
 
 import numpy as np
 import shapely
@@ -53,7 +55,8 @@ from pyproj import CRS
 from evalcore._typing import BoolArray, F64Array, GeomArray, IdArray
 from evalcore.config import DEFAULT_EQUAL_AREA_CRS, EDGE_SPLIT_M
 from evalcore.crs import equal_area_crs_from, max_scale, reproject_polygons, utm_crs
-from evalcore.sites import STUDY_AREA, TRAINING_AREA, grid_pieces, layer_input, prepare_site_layer
+from evalcore.site_cells import BLOCK_CELLS, CellPieces, NearUnion, block_groups, cell_ranges, cells_of_bounds, cut_layer, near_union
+from evalcore.sites import STUDY_AREA, TRAINING_AREA, layer_input, prepare_site_layer
 from evalcore.metrics.base import Option
 from evalcore.metrics.checks import optional_text
 
@@ -182,24 +185,32 @@ class StudyArea:
     ----------
     rule : str
         One of :data:`STUDY_RULES`.
-    union_ea : shapely geometry
-        The union of the prepared polygons, equal-area CRS.
-    pieces : ndarray of shapely geometries
-        ``union_ea`` cut into grid cells (:func:`evalcore.sites.grid_pieces`).
+    union_ea : shapely geometry or None
+        The union of the prepared polygons, equal-area CRS; None when ``near`` answers for it.
+    pieces : ndarray of shapely geometries or None
+        ``union_ea`` cut into grid cells (:func:`evalcore.sites.grid_pieces`); None when
+        ``cells`` holds them.
     area_km2 : float
-        Area of ``union_ea`` (overlaps counted once), km².
+        Area of the union (overlaps counted once), km².
     n_polygons : int
         Rows of the layer.
     source : str
         What the layer is, for messages.
+    cells : CellPieces, optional
+        The pieces as a cell index (whole and empty cells answered without geometry) and
+        boundary pieces, in memory or in the work directory (:mod:`evalcore.site_cells`).
+    near : NearUnion, optional
+        The union for the rows the pieces leave undecided, whole or by block.
     """
 
     rule: str
-    union_ea: shapely.Geometry
-    pieces: GeomArray
+    union_ea: shapely.Geometry | None
+    pieces: GeomArray | None
     area_km2: float
     n_polygons: int
     source: str
+    cells: CellPieces | None = None
+    near: NearUnion | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,8 +219,9 @@ class TrainingArea:
 
     Attributes
     ----------
-    pieces : ndarray of shapely geometries
-        The union of the prepared polygons cut into grid cells, equal-area CRS.
+    pieces : ndarray of shapely geometries or None
+        The union of the prepared polygons cut into grid cells, equal-area CRS; None when
+        ``cells`` holds them.
     buffer_m : float
         The audit distance, metres (in each row's UTM zone).
     exclude : bool
@@ -218,15 +230,18 @@ class TrainingArea:
     n_polygons : int
     equal_area_crs : pyproj.CRS
     source : str
+    cells : CellPieces, optional
+        The pieces as a cell index and boundary pieces (:mod:`evalcore.site_cells`).
     """
 
-    pieces: GeomArray
+    pieces: GeomArray | None
     buffer_m: float
     exclude: bool
     area_km2: float
     n_polygons: int
     equal_area_crs: CRS
     source: str
+    cells: CellPieces | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,8 +256,12 @@ class Study:
         return self.study_area is not None or self.training is not None
 
 
-def prepare_study(options: object, equal_area_crs: object = None) -> Study:
+def prepare_study(options: object, equal_area_crs: object = None, store: str | os.PathLike | None = None) -> Study:
     """The study area and training area of a run from its options, prepared (SPEC 2).
+
+    Each is cut into grid cells and kept as a cell index with its boundary pieces
+    (:mod:`evalcore.site_cells`), and the study area's union for the rows its pieces
+    leave undecided (:class:`evalcore.site_cells.NearUnion`).
 
     Parameters
     ----------
@@ -250,6 +269,10 @@ def prepare_study(options: object, equal_area_crs: object = None) -> Study:
         ``study_area``, ``study_area_layer``, ``study_area_rule``, ``training_area``,
         ``training_area_layer``, ``leakage_buffer_m``, ``exclude_training_area``.
     equal_area_crs : CRS-like, optional
+    store : path, optional
+        A directory (the distributed run's ``workdir/sites``): the boundary pieces and
+        the union are then written there (``study/``, ``training/``) and each lookup
+        reads those of its rows' extent; None: held in memory.
 
     Raises
     ------
@@ -261,14 +284,23 @@ def prepare_study(options: object, equal_area_crs: object = None) -> Study:
     layer = prepare_site_layer(options, STUDY_AREA, equal_area_crs)
     if layer is not None:
         union = shapely.union_all(layer.geoms_ea)
-        study_area = StudyArea(options.study_area_rule, union, grid_pieces(layer.geoms_ea), float(shapely.area(union)) / 1e6,
-                               layer.n_input, layer.source)
+        cells = cut_layer([layer.geoms_ea])
+        if store is not None:
+            near = near_union(union, cells, Path(store) / "study")
+            cells = cells.without_geometry(Path(store) / "study")
+        else:
+            near = near_union(union, cells)
+        study_area = StudyArea(options.study_area_rule, None, None, float(shapely.area(union)) / 1e6, layer.n_input, layer.source,
+                               cells, near)
     layer = prepare_site_layer(options, TRAINING_AREA, equal_area_crs)
     if layer is not None:
         ea_crs = equal_area_crs_from(equal_area_crs if equal_area_crs is not None else DEFAULT_EQUAL_AREA_CRS)
         area = float(shapely.area(shapely.union_all(layer.geoms_ea))) / 1e6
-        training = TrainingArea(grid_pieces(layer.geoms_ea), float(options.leakage_buffer_m), bool(options.exclude_training_area), area,
-                                layer.n_input, ea_crs, layer.source)
+        cells = cut_layer([layer.geoms_ea])
+        if store is not None:
+            cells = cells.without_geometry(Path(store) / "training")
+        training = TrainingArea(None, float(options.leakage_buffer_m), bool(options.exclude_training_area), area,
+                                layer.n_input, ea_crs, layer.source, cells)
     return Study(study_area, training)
 
 
@@ -284,9 +316,14 @@ def _any_per_row(row_idx: IdArray, n: int) -> BoolArray:
 def study_area_mask(study_area: StudyArea, geoms_ea: GeomArray) -> BoolArray:
     """Which rows the study area keeps (its rule), from their equal-area geometries.
 
-    Each row is tested against the study area's grid pieces first (a few hundred
-    vertices each); only what they cannot decide goes to the whole union: a row inside
-    no single piece for ``within``, a centroid on a piece's edge for ``centroid``.
+    With a cell index (:attr:`StudyArea.cells`), a row whose cells and a ring of one cell
+    around them are all whole cells is kept and one whose cells and ring hold no piece is
+    left out, without geometry (for ``centroid``, the cells of its centroid); the others
+    are decided on the pieces of their extent, read block by block. Each row is tested
+    against the grid pieces (a few hundred vertices each); only what they cannot decide
+    goes to the union (:class:`evalcore.site_cells.NearUnion`: the neighbourhood of the
+    row's block): a row inside no single piece for ``within``, a centroid on a piece's
+    edge for ``centroid``. The answer is the same, to the bit, whichever way a row goes.
 
     Parameters
     ----------
@@ -313,6 +350,8 @@ def study_area_mask(study_area: StudyArea, geoms_ea: GeomArray) -> BoolArray:
     """
     geoms_ea = np.asarray(geoms_ea, dtype=object)
     n = len(geoms_ea)
+    if study_area.cells is not None:
+        return _mask_by_cells(study_area, geoms_ea)
     if n == 0 or len(study_area.pieces) == 0:
         return np.zeros(n, dtype=bool)
     tree = shapely.STRtree(study_area.pieces)
@@ -325,8 +364,7 @@ def study_area_mask(study_area: StudyArea, geoms_ea: GeomArray) -> BoolArray:
         touching = _any_per_row(tree.query(geoms_ea, predicate="intersects")[0], n)
         undecided = np.flatnonzero(touching & ~inside)  # across a grid line, or across the outline
         if len(undecided):
-            shapely.prepare(study_area.union_ea)
-            inside[undecided] = shapely.contains(study_area.union_ea, geoms_ea[undecided])
+            inside[undecided] = _union_contains(study_area, geoms_ea[undecided])
         return inside
     if rule == "centroid":
         points = shapely.centroid(geoms_ea)
@@ -334,10 +372,53 @@ def study_area_mask(study_area: StudyArea, geoms_ea: GeomArray) -> BoolArray:
         touching = _any_per_row(tree.query(points, predicate="intersects")[0], n)
         edge = np.flatnonzero(touching & ~inside)  # on a piece's edge: a grid line or the outline
         if len(edge):
-            shapely.prepare(study_area.union_ea)
-            inside[edge] = shapely.contains(study_area.union_ea, points[edge])
+            inside[edge] = _union_contains(study_area, points[edge])
         return inside
     raise ValueError(f"study_area_rule must be one of {', '.join(map(repr, STUDY_RULES))}, but got {rule!r}.")
+
+
+def _union_contains(study_area: StudyArea, geoms: GeomArray) -> BoolArray:
+    """``contains(union, geoms)``: from :attr:`StudyArea.near` when the union is not held."""
+    if study_area.union_ea is None:
+        return study_area.near.contains(geoms)
+    shapely.prepare(study_area.union_ea)
+    return np.asarray(shapely.contains(study_area.union_ea, geoms), dtype=bool)
+
+
+def _states(cells: CellPieces, bounds: F64Array, todo: np.ndarray) -> np.ndarray:
+    """:meth:`CellPieces.range_state` of the rows ``todo`` marks (boxes ``bounds`` with a ring of one cell), block by block; -1 elsewhere."""
+    state = np.full(len(bounds), -1, dtype=np.int8)
+    rows = np.flatnonzero(todo)
+    for group in block_groups(bounds[rows], cells.cell_m * BLOCK_CELLS):
+        state[rows[group]] = cells.range_state(*cell_ranges(bounds[rows[group]], cells.cell_m))
+    return state
+
+
+def _by_extent(cells: CellPieces, bounds: F64Array, rows: IdArray) -> list[tuple[IdArray, GeomArray]]:
+    """The rows ``rows`` in groups by block, each with the pieces of its boxes' extent (``bounds`` rows)."""
+    out = []
+    for group in block_groups(bounds[rows], cells.cell_m * BLOCK_CELLS):
+        sel = rows[group]
+        b = bounds[sel]
+        extent = (b[:, 0].min(), b[:, 1].min(), b[:, 2].max(), b[:, 3].max())
+        out.append((sel, cells.pieces_in(cells_of_bounds(extent, cells.cell_m))[0]))
+    return out
+
+
+def _mask_by_cells(study_area: StudyArea, geoms_ea: GeomArray) -> BoolArray:
+    """:func:`study_area_mask` from a cell index: whole and empty surroundings without geometry, the rest by extent."""
+    n = len(geoms_ea)
+    out = np.zeros(n, dtype=bool)
+    if n == 0:
+        return out
+    tested = shapely.centroid(geoms_ea) if study_area.rule == "centroid" else geoms_ea
+    bounds = shapely.bounds(tested)
+    finite = np.isfinite(bounds).all(axis=1)  # an empty row is in no study area, as its pieces say
+    state = _states(study_area.cells, bounds, finite)
+    out[state == 1] = True
+    for rows, pieces in _by_extent(study_area.cells, bounds, np.flatnonzero(finite & (state < 0))):
+        out[rows] = study_area_mask(replace(study_area, pieces=pieces, cells=None), geoms_ea[rows])
+    return out
 
 
 def within_training_buffer(
@@ -352,6 +433,13 @@ def within_training_buffer(
     by twice the buffer times the CRS's largest local scale, plus 2 % of the row's size
     and 1 m, so the selection never misses a piece the zone's distance would reach; the
     answer for a row depends only on the row and the pieces.
+
+    With a cell index (:attr:`TrainingArea.cells`), a row whose grown box's cells (and a
+    ring of one cell) hold no piece selects none and is not within; a row whose cells and
+    ring are all whole cells lies inside the training area, a cell or more from its
+    outline, and is within (its distance to the piece it overlaps is 0 up to the
+    reprojections' sub-millimetre differences, below :data:`TOUCH_TOLERANCE_M`); the
+    others are decided on the pieces of their grown boxes' extent, block by block.
 
     Parameters
     ----------
@@ -368,14 +456,24 @@ def within_training_buffer(
     """
     n = len(geoms_ea)
     out = np.zeros(n, dtype=bool)
-    if n == 0 or len(training.pieces) == 0:
+    if n == 0:
         return out
-    scale = max_scale(training.equal_area_crs, np.asarray(lon, np.float64), np.asarray(lat, np.float64))
-    b = shapely.bounds(geoms_ea)
-    size = np.hypot(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1])
+    boxes = _selection_boxes(training, geoms_ea, lon, lat)
+    if training.cells is not None:
+        geoms_ea, geoms_utm = np.asarray(geoms_ea, dtype=object), np.asarray(geoms_utm, dtype=object)
+        utm_epsg, lon, lat = np.asarray(utm_epsg), np.asarray(lon, np.float64), np.asarray(lat, np.float64)
+        grown = shapely.bounds(boxes)
+        finite = np.isfinite(grown).all(axis=1)
+        near = _states(training.cells, grown, finite)
+        inside = _states(training.cells, shapely.bounds(geoms_ea), finite & (near != 0))
+        out[inside == 1] = True
+        for rows, pieces in _by_extent(training.cells, grown, np.flatnonzero(finite & (near != 0) & (inside != 1))):
+            out[rows] = within_training_buffer(replace(training, pieces=pieces, cells=None), geoms_ea[rows], geoms_utm[rows],
+                                               utm_epsg[rows], lon[rows], lat[rows])
+        return out
+    if len(training.pieces) == 0:
+        return out
     distance = max(training.buffer_m, TOUCH_TOLERANCE_M)
-    grow = _SCALE_SAFETY * scale * distance + _SIZE_MARGIN * size + _MARGIN_M
-    boxes = shapely.box(b[:, 0] - grow, b[:, 1] - grow, b[:, 2] + grow, b[:, 3] + grow)
     row, piece = shapely.STRtree(training.pieces).query(boxes)
     if len(row) == 0:
         return out
@@ -388,6 +486,16 @@ def within_training_buffer(
         hit[sel] = shapely.dwithin(geoms_utm[row[sel]], in_zone[np.asarray(inverse).ravel()], distance)
     out[row[hit]] = True
     return out
+
+
+def _selection_boxes(training: TrainingArea, geoms_ea: GeomArray, lon: F64Array, lat: F64Array) -> GeomArray:
+    """Each row's box grown by twice the buffer times the equal-area CRS's largest local scale, plus 2 % of its size and 1 m."""
+    scale = max_scale(training.equal_area_crs, np.asarray(lon, np.float64), np.asarray(lat, np.float64))
+    b = shapely.bounds(geoms_ea)
+    size = np.hypot(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1])
+    distance = max(training.buffer_m, TOUCH_TOLERANCE_M)
+    grow = _SCALE_SAFETY * scale * distance + _SIZE_MARGIN * size + _MARGIN_M
+    return shapely.box(b[:, 0] - grow, b[:, 1] - grow, b[:, 2] + grow, b[:, 3] + grow)
 
 
 # --------------------------------------------------------------------------- summary

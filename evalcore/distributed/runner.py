@@ -169,10 +169,11 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
     )
     index_path = setup.workdir / "prepared" / "index.json"
     record = setup.workdir / "prepared" / "done.json"
-    # The site layers are prepared here once; their grid pieces are a cell index sent to every
-    # worker and boundary pieces written to the work directory, read by extent (evalcore.site_cells).
+    # The site layers, study area and training area are prepared here once; their grid pieces
+    # are a cell index sent to every worker and boundary pieces (and the study area's union, by
+    # block) written to the work directory, read by extent (evalcore.site_cells).
     sites = prepare_sites(setup.options, setup.options.equal_area_crs, setup.workdir / "sites")
-    study = prepare_study(setup.options, setup.options.equal_area_crs)
+    study = prepare_study(setup.options, setup.options.equal_area_crs, setup.workdir / "sites")
     if storage.done_record_valid(record, setup.signature) and index_path.exists():
         if setup.log:
             setup.log("prepare: reusing the prepared partitions of the interrupted run (checksums verified)")
