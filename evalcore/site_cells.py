@@ -51,8 +51,9 @@ BLOCK_CELLS = 16
 """Side of a block of boundary pieces in the store, in cells (32 km with 2 km cells):
 a prepare chunk or a partition reads the few blocks its rows' extent meets."""
 
-_MAX_STATE_CELLS = 1 << 24
-"""Largest grid of cells :meth:`CellPieces.range_state` lays out at once (16 MiB of int8)."""
+_MAX_STATE_CELLS = 1 << 22
+"""Largest grid of cells :meth:`CellPieces.range_state` lays out at once (4 Mi cells: its
+summed-area tables take 32 MiB each; a block's rows need a few hundred cells)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,12 @@ empty, non-polygonal or of zero area stay in ``count_*_dropped``; the study area
 rule then leaves out ``count_*_outside_study_area``, and the leakage audit counts the
 rows the study area kept.
 
+Both layers are kept as a cell index with their boundary pieces
+(:mod:`evalcore.site_cells`; in a distributed run the pieces, and the study area's union
+by block, are files in the work directory read by the chunks that need them): a row in
+whole or empty surroundings is answered without geometry, the others from the pieces of
+their extent, with the same answer, to the bit, as from every piece held.
+
 This module owns the options (:data:`STUDY_OPTIONS`), the prepared layers
 (:func:`prepare_study`), the predicates (:func:`study_area_mask`,
 :func:`within_training_buffer`) and the summary keys (:func:`study_keys`).
