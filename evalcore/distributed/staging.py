@@ -58,7 +58,7 @@ def _signature_of_run(
             input_sha256[name] = sha256_path(value)
     payload = {
         "inputs": {
-            s.role: {"path": str(Path(s.path).resolve()), "layer": s.layer, "id_column": s.id_column, "sha256": input_sha256[s.role]}
+            s.role: {"path": s.path if "://" in s.path else str(Path(s.path).resolve()), "layer": s.layer, "id_column": s.id_column, "sha256": input_sha256[s.role]}
             for s in (reference, predicted)
         },
         "options": {k: (str(v) if k == "equal_area_crs" and v is not None else v) for k, v in options.as_dict().items()},
