@@ -28,11 +28,16 @@ half-written.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import shutil
+import tempfile
 import uuid
+from collections.abc import Iterator
 from functools import lru_cache
+from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 from evalcore.errors import EvalInputError
@@ -56,6 +61,7 @@ __all__ = [
     "put_file",
     "remove",
     "check_writable",
+    "run_directory",
     "store_error",
     "scrub",
 ]
@@ -468,3 +474,55 @@ def check_writable(url: str, option: str) -> None:
         fs.rm_file(path)
     except Exception:  # written but not deletable: the output will be written all the same
         pass
+
+
+# --------------------------------------------------------------------------- run directories
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def run_directory(path: str, *, write: bool = False) -> Iterator[Path]:
+    """A run directory as a local directory: a local path as it is; a URL's objects fetched into a
+    temporary copy that is removed afterwards.
+
+    With ``write``, the files the block added or changed are put back, each in one put,
+    when the block ends without an error (a failure sends nothing).
+
+    Raises
+    ------
+    EvalInputError
+        When the prefix cannot be read, or holds nothing.
+    """
+    url = check_url(path, "RUN_DIR") if is_url(path) else path
+    if not is_url(url):
+        yield Path(url)
+        return
+    fs, inner = filesystem(url)
+    local = Path(tempfile.mkdtemp(prefix="evalcore-run-"))
+    try:
+        names = list_files(url)
+        if not names:
+            raise EvalInputError(f"{url!r} is not a run directory: the store holds nothing under it.")
+        for rel in names:
+            target = local / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fs.get_file(f"{inner}/{rel}", str(target))
+            except Exception as exc:
+                raise store_error(join(url, rel), exc) from None
+        before = {rel: _file_sha256(local / rel) for rel in names}
+        yield local
+        if write:
+            for found in sorted(q for q in local.rglob("*") if q.is_file()):
+                rel = found.relative_to(local).as_posix()
+                if before.get(rel) != _file_sha256(found):
+                    put_file(found, join(url, rel))
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
