@@ -24,6 +24,9 @@ class S3Store:
     key_id: str
     secret: str
     bucket: str
+    reader_key_id: str = ""
+    reader_secret: str = ""
+    """A second user, allowed only to read (``s3:GetObject``, ``s3:ListBucket``)."""
 
     def env(self, **changes: str) -> dict[str, str]:
         """The environment of an evalcore subprocess that uses the store (nothing but the standard variables)."""
@@ -73,11 +76,16 @@ def s3_store() -> S3Store:
     policy = iam.create_policy(PolicyName="s3-all", PolicyDocument=json.dumps(
         {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
     iam.attach_user_policy(UserName="evalcore", PolicyArn=policy["Policy"]["Arn"])
+    iam.create_user(UserName="reader")
+    reader = iam.create_access_key(UserName="reader")["AccessKey"]
+    read_only = iam.create_policy(PolicyName="s3-read", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"], "Resource": "*"}]}))
+    iam.attach_user_policy(UserName="reader", PolicyArn=read_only["Policy"]["Arn"])
     boto3.client("s3", **admin).create_bucket(Bucket=BUCKET)
     before = moto.settings.INITIAL_NO_AUTH_ACTION_COUNT
     moto.settings.INITIAL_NO_AUTH_ACTION_COUNT = 0  # from now on every request must be signed by a known key
     try:
-        yield S3Store(endpoint, key["AccessKeyId"], key["SecretAccessKey"], BUCKET)
+        yield S3Store(endpoint, key["AccessKeyId"], key["SecretAccessKey"], BUCKET, reader["AccessKeyId"], reader["SecretAccessKey"])
     finally:
         moto.settings.INITIAL_NO_AUTH_ACTION_COUNT = before
         server.stop()
