@@ -123,6 +123,30 @@ def test_evaluate_with_every_input_and_output_on_the_store_equals_the_local_run(
                                                         "predictions/part-0.parquet", "pr.parquet"))
 
 
+def test_compare_reads_models_from_the_store_and_writes_its_output_there(tmp_path: Path, layers: Path, s3_store) -> None:
+    args = ["compare", "-p", "A=" + s3_store.url("in", "predicted.parquet"), "-p", "B=" + s3_store.url("in", "predicted.parquet"),
+            "-r", s3_store.url("in", "reference.gpkg"), "--bootstrap", "20", "-q", "-o", s3_store.url("out-compare", "delta.json")]
+    result = _evalcore(args, s3_store.env(), tmp_path / "tmp")
+    assert result.returncode == 0, result.stderr[-3000:]
+    local = _evalcore(["compare", "-p", f"A={layers / 'predicted.parquet'}", "-p", f"B={layers / 'predicted.parquet'}",
+                       "-r", str(layers / "reference.gpkg"), "--bootstrap", "20", "-q", "-o", str(tmp_path / "delta.json")], s3_store.env(), tmp_path / "tmp2")
+    assert local.returncode == 0, local.stderr[-3000:]
+    remote = json.loads(s3_store.fs().cat_file(f"{s3_store.bucket}/out-compare/delta.json"))
+    expected = json.loads((tmp_path / "delta.json").read_text())
+    for named in ("reference", "models"):  # where the layers were read from: their paths, which differ
+        remote.pop(named), expected.pop(named)
+    assert remote == expected
+
+
+def test_an_output_that_is_an_input_is_refused_by_normalised_url(tmp_path: Path, layers: Path, s3_store) -> None:
+    before = s3_store.listing()
+    result = _evalcore(["evaluate", "-p", s3_store.url("in", "predicted.parquet"), "-r", s3_store.url("in", "reference.gpkg"), "-q",
+                        "-o", s3_store.url("out", "m.json"), "--frame-out", "s3a://" + s3_store.bucket + "//in/predicted.parquet"],
+                       s3_store.env(), tmp_path / "tmp")
+    _one_line_error(result, "--frame-out", "input layer of -p/--predicted")
+    assert s3_store.listing() == before
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -248,6 +272,18 @@ def test_run_with_layers_on_the_store_equals_the_local_run_and_writes_no_secret(
     verified = _evalcore(["verify", s3_store.url("runs", "a")], s3_store.env(), tmp_path / "tmp-verify")
     assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
     assert "intact" in verified.stdout and "inputs rechecked" in verified.stdout
+    # gate and report on a run directory in the store: what they add is put back, whole.
+    gated = _evalcore(["gate", s3_store.url("runs", "a"), str(ROOT / "deploy" / "gates.example.yaml")], s3_store.env(), tmp_path / "tmp-gate")
+    assert gated.returncode in (0, 1, 3), gated.stderr[-3000:]
+    assert f"wrote {s3_store.url('runs', 'a', 'acceptance-gates.v2.json')}" in gated.stdout
+    again = _evalcore(["verify", s3_store.url("runs", "a")], s3_store.env(), tmp_path / "tmp-verify")
+    assert again.returncode == 0 and "intact" in again.stdout, again.stdout[-3000:]  # the amendment is sealed too
+    before = fs.info(f"{s3_store.bucket}/runs/a/report.html")["ETag"]
+    reported = _evalcore(["report", s3_store.url("runs", "a")], s3_store.env(), tmp_path / "tmp-report")
+    assert reported.returncode == 0 and s3_store.url("runs", "a", "report.html") in reported.stdout, reported.stderr[-3000:]
+    assert fs.cat_file(f"{s3_store.bucket}/runs/a/report.html").startswith(b"<!") and before
+    for scratch in ("tmp-verify", "tmp-gate", "tmp-report"):
+        assert list((tmp_path / scratch).iterdir()) == []  # the fetched copies are gone
     fs.pipe_file(f"{s3_store.bucket}/runs/a/metrics.json", b"{}")  # tampered on the store
     tampered = _evalcore(["verify", s3_store.url("runs", "a")], s3_store.env(), tmp_path / "tmp-verify")
     assert tampered.returncode == 1 and "changed: metrics.json" in tampered.stdout
