@@ -317,7 +317,7 @@ def check_not_inputs(inputs: dict[str, str], outputs: dict[str, str | None], dir
                 raise EvalInputError(f"{opt} {path!r} is the input layer of {in_opt}; writing it would destroy the input. Choose another path.")
             if opt in directories and target in source.parents:
                 raise EvalInputError(f"{opt} {path!r} holds the input layer of {in_opt} ({str(source)!r}); choose a directory of its own.")
-            if _is_directory(source) and source in target.parents:
+            if source in target.parents and _is_directory(source):
                 raise EvalInputError(f"{opt} {path!r} is inside the input directory of {in_opt} ({str(source)!r}); choose a path outside it.")
         if target in seen:
             raise EvalInputError(f"{opt} {path!r} is also {seen[target]}; give each output its own path.")
