@@ -47,6 +47,8 @@ __all__ = [
     "is_url",
     "check_url",
     "normalise",
+    "check_input_urls",
+    "check_local_only",
     "join",
     "parent",
     "name",
@@ -182,6 +184,24 @@ def parent(url: str) -> str:
 def name(url: str) -> str:
     """The last part of a URL's key (``s3://b/x/y.json`` → ``y.json``)."""
     return url.rstrip("/").rpartition("/")[2]
+
+
+def check_input_urls(inputs: dict[str, object]) -> None:
+    """Refuse, naming the flag, an input URL evalcore cannot use or that carries a credential (:func:`check_url`)."""
+    for option, path in inputs.items():
+        if isinstance(path, str) and is_url(path):
+            check_url(path, option)
+
+
+def check_local_only(paths: dict[str, str | None]) -> None:
+    """Refuse a store URL where evalcore takes only a local path (so far: the work directory, ``run``'s run directory)."""
+    for option, path in paths.items():
+        if path is not None and is_url(path) and is_url(normalise(path)):
+            check_url(path, option)
+            raise EvalInputError(
+                f"{option} {path!r}: this must be a local path (or a file system every worker mounts) for now; "
+                "the inputs and evaluate's outputs may be URLs (docs/national-run.md)."
+            )
 
 
 # --------------------------------------------------------------------------- errors

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from evalcore.cli.parser import metric_options
+from evalcore.remote import check_input_urls, check_local_only
 from evalcore.errors import EvalInputError
 from evalcore.outputs import check_not_inputs, check_replaceable_directory
 
@@ -86,15 +87,6 @@ def _remote_output(path: str, option: str) -> str | None:
     return url
 
 
-def check_input_urls(inputs: dict[str, object]) -> None:
-    """Refuse, naming the flag, an input URL evalcore cannot use or that carries a credential (:func:`evalcore.remote.check_url`)."""
-    from evalcore import remote
-
-    for option, path in inputs.items():
-        if isinstance(path, str) and remote.is_url(path):
-            remote.check_url(path, option)
-
-
 def check_output_file(path: str, option: str) -> None:
     """An output file path: not a directory, in an existing directory this process can write in (or a writable store URL)."""
     if path.endswith("/") and _remote_output(path.rstrip("/"), option):
@@ -161,19 +153,6 @@ def check_run_arguments(args: object) -> None:
     check_run_directory(args.output_dir)
     if Path(args.output_dir).is_dir():
         RunDirectoryLock(args.output_dir).acquire().release()  # another run holds it: refused now, not after the set-up
-
-
-def check_local_only(paths: dict[str, str | None]) -> None:
-    """Refuse a store URL where evalcore takes only a local path (so far: the work directory, ``run``'s run directory)."""
-    from evalcore import remote
-
-    for option, path in paths.items():
-        if path is not None and remote.is_url(path) and remote.is_url(remote.normalise(path)):
-            remote.check_url(path, option)
-            raise EvalInputError(
-                f"{option} {path!r}: this must be a local path (or a file system every worker mounts) for now; "
-                "the inputs and evaluate's outputs may be URLs (docs/national-run.md)."
-            )
 
 
 def _check_score_column(values: object, column: str, where: str, columns: list[str]) -> None:
