@@ -360,10 +360,12 @@ def list_files(url: str) -> list[str]:
 
 
 def open_input(url: str) -> object:
-    """A binary file object reading ``url`` (ranged reads: only the bytes asked for are fetched)."""
+    """A binary file object reading ``url`` with ranged reads: each read fetches exactly the bytes
+    asked for (pyarrow asks for a footer, then whole column chunks); s3fs's default cache would
+    read 50 MiB ahead of every seek."""
     fs, path = filesystem(url)
     try:
-        return fs.open(path, "rb")
+        return fs.open(path, "rb", cache_type="none")
     except Exception as exc:
         raise store_error(url, exc) from None
 

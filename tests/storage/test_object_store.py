@@ -123,6 +123,29 @@ def test_evaluate_with_every_input_and_output_on_the_store_equals_the_local_run(
                                                         "predictions/part-0.parquet", "pr.parquet"))
 
 
+@pytest.mark.cluster
+def test_evaluate_on_a_local_cluster_reads_and_writes_the_store(tmp_path: Path, layers: Path, s3_store) -> None:
+    """The workers read the layers' row groups from the store; the parts of a directory output are put one by one."""
+    inputs = ["-p", s3_store.url("in", "predicted.parquet"), "-r", s3_store.url("in", "reference.gpkg"), "--strata-column", "stratum",
+              "--bootstrap", "20", "-q"]
+    single = _evalcore(["evaluate", *inputs, "-o", str(tmp_path / "single.json")], s3_store.env(), tmp_path / "tmp-single")
+    assert single.returncode == 0, single.stderr[-3000:]
+    out = s3_store.url("out-cluster")
+    result = _evalcore(["evaluate", *inputs, "--cluster", "local", "--workers", "1", "--in-process-below", "0", "--partition-km", "5",
+                        "-o", f"{out}/metrics.json", "--frame-out", f"{out}/fields/"], s3_store.env(), tmp_path / "tmp-cluster")
+    assert result.returncode == 0, result.stderr[-3000:]
+    from tests.common import without_partition_size
+    from tests.distributed.test_differential import differences
+
+    fs = s3_store.fs()
+    on_cluster = json.loads(fs.cat_file(f"{s3_store.bucket}/out-cluster/metrics.json"))
+    assert differences(without_partition_size(on_cluster), without_partition_size(json.loads((tmp_path / "single.json").read_text()))) == []
+    parts = [k for k in s3_store.listing() if k.startswith(f"{s3_store.bucket}/out-cluster/fields/")]
+    assert len(parts) > 1 and all(Path(k).name.startswith("part-") for k in parts)
+    assert len(_read_table(fs, f"{out}/fields/")) == on_cluster["count_reference"]
+    assert list((tmp_path / "tmp-cluster").iterdir()) == []  # the staged parts are gone from the client's disk
+
+
 def test_compare_reads_models_from_the_store_and_writes_its_output_there(tmp_path: Path, layers: Path, s3_store) -> None:
     args = ["compare", "-p", "A=" + s3_store.url("in", "predicted.parquet"), "-p", "B=" + s3_store.url("in", "predicted.parquet"),
             "-r", s3_store.url("in", "reference.gpkg"), "--bootstrap", "20", "-q", "-o", s3_store.url("out-compare", "delta.json")]
@@ -264,6 +287,14 @@ def test_run_with_layers_on_the_store_equals_the_local_run_and_writes_no_secret(
         assert secret not in result.stdout + result.stderr
         for path in _run_files(out) + _run_files(tmp_path / "work-store"):
             assert secret.encode() not in path.read_bytes(), path
+    # Nor in what Prefect keeps: the artifacts, the flow runs' parameters, the log lines.
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        kept = [f"{a.data} {a.description}" for a in client.read_artifacts()]
+        kept += [json.dumps(run.parameters, default=str) for run in client.read_flow_runs()]
+        kept += [log.message for log in client.read_logs()]
+    assert kept and not [text for text in kept for secret in (s3_store.secret, s3_store.key_id) if secret in text]
     # The run directory uploaded to the store verifies there, inputs rechecked on the store.
     fs = s3_store.fs()
     for path in _run_files(out):

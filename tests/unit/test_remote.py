@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from evalcore import remote
 from evalcore.errors import EvalInputError
@@ -89,3 +91,16 @@ def test_join_parent_and_name() -> None:
     assert remote.join("s3://b/runs/", "a", "/metrics.json") == "s3://b/runs/a/metrics.json"
     assert remote.parent("s3://b/runs/a/metrics.json") == "s3://b/runs/a"
     assert remote.name("s3://b/runs/a/metrics.json") == "metrics.json"
+
+
+_SEGMENT = st.text(alphabet="abcz019-_.", min_size=1, max_size=6)
+
+
+@given(st.sampled_from(["s3", "s3a", "S3", "gs", "gcs", "az", "abfs", "abfss"]), _SEGMENT,
+       st.lists(_SEGMENT, max_size=4), st.lists(st.sampled_from(["/", "//", "///"]), min_size=5, max_size=5), st.booleans())
+def test_normalise_is_idempotent_and_ignores_repeated_slashes(scheme: str, bucket: str, keys: list[str], seps: list[str], trailing: bool) -> None:
+    url = f"{scheme}://{bucket}" + "".join(sep + key for sep, key in zip(seps, keys)) + ("/" if trailing else "")
+    once = remote.normalise(url)
+    assert remote.normalise(once) == once
+    assert once == remote.normalise(f"{scheme}://{bucket}" + "".join("/" + key for key in keys))
+    assert "//" not in once.partition("://")[2] and not once.endswith("/")
