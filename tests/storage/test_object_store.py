@@ -67,6 +67,7 @@ def _evaluate_args(inputs: dict[str, str], outputs: dict[str, str]) -> list[str]
         "evaluate", "-p", inputs["predicted.parquet"], "-r", inputs["reference.gpkg"], "--aoi", inputs["aoi.parquet"],
         "--aoi-id-column", "aoi_id", "--annotated-area", inputs["annotated.parquet"], "--score-column", "score",
         "--strata-column", "stratum", "--bootstrap", "20", "-q",
+        "--study-area", inputs["aoi.parquet"], "--study-area-rule", "centroid", "--training-area", inputs["annotated.parquet"],
         "-o", outputs["metrics"], "--frame-out", outputs["fields"], "--tiles-out", outputs["tiles"], "--aois-out", outputs["aois"],
         "--predictions-out", outputs["predictions"], "--pr-curve-out", outputs["pr"],
     ]
