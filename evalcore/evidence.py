@@ -158,9 +158,9 @@ class InputLayer:
 
 def _parquet_facts(path: Path) -> tuple[int | None, str | None]:
     """Rows and CRS (as ``EPSG:n`` where it has one, else its name) of a (Geo)Parquet file."""
-    import pyarrow.parquet as pq
+    from evalcore import remote
 
-    meta = pq.ParquetFile(path).metadata
+    meta = remote.parquet_file(path).metadata
     rows = int(meta.num_rows)
     crs = None
     geo = (meta.metadata or {}).get(b"geo")
@@ -196,8 +196,14 @@ def _ogr_facts(path: Path, layer: str | None) -> tuple[int | None, str | None]:
 
 def describe_input(layer: InputLayer) -> dict[str, object]:
     """The manifest entry of one input: each file (each part of a directory) with its
-    SHA-256, bytes, rows and CRS, and the SHA-256 of the whole (:func:`sha256_path`)."""
-    path = Path(layer.path)
+    SHA-256, bytes, rows and CRS, and the SHA-256 of the whole (:func:`sha256_path`).
+    A remote object's SHA-256 is streamed from the store, and its ETag (or generation)
+    is recorded beside it."""
+    from evalcore import remote
+
+    if remote.is_url(layer.path) and remote.is_url(remote.normalise(layer.path)):
+        return _describe_remote_input(layer, remote.normalise(layer.path))
+    path = Path(remote.normalise(layer.path)) if remote.is_url(layer.path) else Path(layer.path)
     if not path.exists():
         raise EvalInputError(f"input {layer.role} {layer.path!r} does not exist (it was read by the run).")
     files = sorted(q for q in path.rglob("*") if q.is_file()) if path.is_dir() else [path]
@@ -222,6 +228,38 @@ def describe_input(layer: InputLayer) -> dict[str, object]:
         "kind": "directory of parts" if path.is_dir() else "file",
         # The whole from its parts' hashes (sha256_path's rule), not by reading every file again.
         "sha256": sha256_of_parts((p["path"], p["sha256"]) for p in parts) if path.is_dir() else parts[0]["sha256"],
+        "rows": sum(p["rows"] for p in parts if p["rows"] is not None) if any(p["rows"] is not None for p in parts) else None,
+        "crs": crs_values[0] if len(crs_values) == 1 else (crs_values or None),
+        "parts": parts,
+    }
+
+
+def _describe_remote_input(layer: InputLayer, url: str) -> dict[str, object]:
+    """:func:`describe_input` of an object (or a prefix of GeoParquet parts) in a store."""
+    from evalcore import remote
+
+    info = remote.stat(url, f"input {layer.role}")
+    if info is None:
+        raise EvalInputError(f"input {layer.role} {url!r} does not exist (it was read by the run).")
+    is_dir = info.get("type") == "directory"
+    relative = remote.list_files(url) if is_dir else [remote.name(url)]
+    parts = []
+    for rel in relative:
+        part_url = remote.join(url, rel) if is_dir else url
+        facts = remote.object_facts(part_url)
+        if rel.lower().endswith((".parquet", ".geoparquet")):
+            rows, crs = _parquet_facts(part_url)
+        else:
+            rows, crs = _ogr_facts(remote.gdal_path(part_url), layer.layer)
+        tags = {k: v for k, v in facts.items() if k not in ("sha256", "bytes")}
+        parts.append({"path": rel, "sha256": facts["sha256"], "bytes": facts["bytes"], "rows": rows, "crs": crs, **tags})
+    crs_values = sorted({p["crs"] for p in parts if p["crs"] is not None})
+    return {
+        "role": layer.role,
+        "path": url,
+        "layer": layer.layer,
+        "kind": "directory of parts" if is_dir else "file",
+        "sha256": sha256_of_parts((p["path"], p["sha256"]) for p in parts) if is_dir else parts[0]["sha256"],
         "rows": sum(p["rows"] for p in parts if p["rows"] is not None) if any(p["rows"] is not None for p in parts) else None,
         "crs": crs_values[0] if len(crs_values) == 1 else (crs_values or None),
         "parts": parts,
@@ -781,9 +819,25 @@ def verify(run_dir: str | Path, *, check_inputs: bool = True, expect_sha256: str
     inputs_path = run_dir / "input-manifest.json"
     if check_inputs and inputs_path.is_file() and "input-manifest.json" not in changed:
         for entry in _load(inputs_path).get("inputs", []):
-            root = Path(entry["path"])
+            from evalcore import remote
+
+            is_url = remote.is_url(entry["path"])
+            root = entry["path"] if is_url else Path(entry["path"])
             for part in entry.get("parts", []):
-                path = root / part["path"] if entry.get("kind") == "directory of parts" else root
+                directory = entry.get("kind") == "directory of parts"
+                if is_url:  # an object in a store: streamed and hashed again
+                    url = remote.join(root, part["path"]) if directory else root
+                    where = f"{entry['role']} {url}"
+                    try:
+                        info = remote.stat(url)
+                    except EvalInputError:
+                        info = None
+                    if info is None:
+                        inputs_missing.append(where)
+                    elif remote.object_facts(url)["sha256"] != part["sha256"]:
+                        inputs_changed.append(where)
+                    continue
+                path = root / part["path"] if directory else root
                 where = f"{entry['role']} {path}"
                 if not path.is_file():
                     inputs_missing.append(where)

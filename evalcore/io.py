@@ -33,10 +33,13 @@ import geopandas
 import numpy as np
 import pandas as pd
 
+from evalcore import remote
 from evalcore.errors import CRSError, EvalInputError, first_line
 
 __all__ = [
     "read_layer",
+    "location",
+    "is_parquet_layer",
     "check_source",
     "check_file_name",
     "describe_source",
@@ -76,8 +79,38 @@ def describe_source(path: str | os.PathLike, layer: str | None, role: str) -> st
     return f"{role} file {str(path)!r}" + (f" layer {layer!r}" if layer else "")
 
 
-def _is_parquet(p: Path) -> bool:
-    return p.is_dir() or p.suffix.lower() in _PARQUET_SUFFIXES
+def location(path: str | os.PathLike) -> Path | str:
+    """A layer's location: a local ``Path``, or a normalised URL (``file://`` becomes a local path).
+
+    Raises
+    ------
+    EvalInputError
+        For a URL evalcore cannot use or that carries a credential (:func:`evalcore.remote.check_url`).
+    """
+    if isinstance(path, str) and remote.is_url(path):
+        url = remote.check_url(path)
+        return url if remote.is_url(url) else Path(url)
+    return path if isinstance(path, Path) else Path(path)
+
+
+def _is_dir(p: Path | str) -> bool:
+    if isinstance(p, str):
+        info = remote.stat(p)
+        return info is not None and info.get("type") == "directory"
+    return p.is_dir()
+
+
+def _suffix(p: Path | str) -> str:
+    return Path(remote.name(p)).suffix.lower() if isinstance(p, str) else p.suffix.lower()
+
+
+def _is_parquet(p: Path | str) -> bool:
+    return _suffix(p) in _PARQUET_SUFFIXES or _is_dir(p)
+
+
+def is_parquet_layer(path: str | os.PathLike) -> bool:
+    """Whether a layer (a path or a URL) is GeoParquet: a ``.parquet`` file or a directory of parts."""
+    return _is_parquet(location(path))
 
 
 def _special_kind(p: Path) -> str | None:
@@ -116,10 +149,22 @@ def check_file_name(path: str | os.PathLike, role: str) -> None:
         ) from None
 
 
-def check_source(p: Path, layer: str | None, where: str) -> None:
+def check_source(p: Path | str, layer: str | None, where: str) -> None:
     """The checks every reader makes first: the name is UTF-8, the path exists and is a
     regular file or directory (a FIFO would block the reader forever), the file is not
-    empty, and a layer name is given only for formats that have layers."""
+    empty, and a layer name is given only for formats that have layers.
+
+    ``p`` is a local path or a URL (:func:`location`); for a URL the store is asked.
+    """
+    if isinstance(p, str):
+        info = remote.stat(p, where.partition(" file ")[0] + " file")
+        if info is None:
+            raise EvalInputError(f"The {where} does not exist; check the URL.")
+        if info.get("type") != "directory" and not info.get("size"):
+            raise EvalInputError(f"The {where} is empty (0 bytes); it was probably not written completely.")
+        if layer and (info.get("type") == "directory" or _suffix(p) in _PARQUET_SUFFIXES):
+            raise EvalInputError(f"The {where}: GeoParquet has no layers; drop the layer option.")
+        return
     check_file_name(p, where.partition(" file ")[0])  # the role: where begins "predicted file '...'"
     if not p.exists():
         raise EvalInputError(f"The {where} does not exist; check the path.")
@@ -132,13 +177,15 @@ def check_source(p: Path, layer: str | None, where: str) -> None:
         raise EvalInputError(f"The {where}: GeoParquet has no layers; drop the layer option.")
 
 
-def parquet_parts(path: str | os.PathLike, role: str) -> list[Path]:
+def parquet_parts(path: str | os.PathLike, role: str) -> list[Path] | list[str]:
     """The GeoParquet files of a layer: the file itself, or a directory's ``*.parquet`` files (sorted, recursive).
 
     Both the single-process reader and the chunked reader of a distributed run read
-    exactly these files in this order, so row positions agree.
+    exactly these files in this order, so row positions agree. A URL's parts are URLs.
     """
-    p = Path(path)
+    p = location(path)
+    if isinstance(p, str):
+        return remote.parquet_parts(p, role) if _is_dir(p) else [p]
     if not p.is_dir():
         return [p]
     files = sorted(f for f in p.rglob("*.parquet") if not any(part.startswith((".", "_")) for part in f.relative_to(p).parts))
@@ -179,7 +226,7 @@ def _part_crs(geo: dict) -> object:
         return json.dumps(column["crs"], sort_keys=True)
 
 
-def check_parquet_parts(files: list[Path], role: str) -> list[object]:
+def check_parquet_parts(files: list[Path] | list[str], role: str) -> list[object]:
     """Check that GeoParquet parts agree on columns, column types and CRS; return their schemas.
 
     Raises
@@ -194,7 +241,7 @@ def check_parquet_parts(files: list[Path], role: str) -> list[object]:
     first = None
     for path in files:
         try:
-            schema = pq.read_schema(path)
+            schema = remote.parquet_file(path).schema_arrow if isinstance(path, str) else pq.read_schema(path)
         except Exception as exc:
             raise EvalInputError(
                 f"Cannot read the {role} file {str(path)!r}: {first_line(exc)} "
@@ -258,7 +305,7 @@ def check_layer_name(path: str | os.PathLike, layer: str | None, role: str) -> N
 
     where = describe_source(path, None, role)
     try:
-        layers = [str(name) for name in pyogrio.list_layers(path)[:, 0]]
+        layers = [str(name) for name in pyogrio.list_layers(remote.gdal_path(location(path)))[:, 0]]
     except Exception as exc:
         raise EvalInputError(f"Cannot read the {where}: {first_line(exc)} (it is truncated, corrupt or not a vector file).") from exc
     shown = ", ".join(repr(n) for n in layers[:10]) + (f" and {len(layers) - 10} more" if len(layers) > 10 else "")
@@ -370,7 +417,7 @@ def _ogr_curved_rows(path: str | os.PathLike, layer: str | None, skip_features: 
     import pyogrio
 
     try:
-        _, table = pyogrio.read_arrow(path, layer=layer, columns=[], skip_features=skip_features, max_features=max_features)
+        _, table = pyogrio.read_arrow(remote.gdal_path(location(path)), layer=layer, columns=[], skip_features=skip_features, max_features=max_features)
     except Exception:  # the main read succeeded; a driver without Arrow support is not an error
         return np.empty(0, dtype=np.int64)
     geometry = [name for name in table.column_names if name not in ("OGC_FID", "fid")]
@@ -407,7 +454,7 @@ def read_ogr_frame(
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_NAN_WARNING, category=RuntimeWarning)
             frame = pyogrio.read_dataframe(
-                path, layer=layer, use_arrow=False, skip_features=skip_features, max_features=max_features
+                remote.gdal_path(location(path)), layer=layer, use_arrow=False, skip_features=skip_features, max_features=max_features
             )
     except Exception as exc:
         raise EvalInputError(f"Cannot read the {where}: {first_line(exc)} (it is truncated, corrupt or not a vector file).") from exc
@@ -425,7 +472,7 @@ def read_ogr_frame(
     return frame
 
 
-def _curved_parquet_error(files: list[Path], role: str, exc: BaseException) -> EvalInputError:
+def _curved_parquet_error(files: list[Path] | list[str], role: str, exc: BaseException) -> EvalInputError:
     """The error for GeoParquet rows holding curved geometries (which shapely cannot read)."""
     import pyarrow.parquet as pq
 
@@ -433,7 +480,7 @@ def _curved_parquet_error(files: list[Path], role: str, exc: BaseException) -> E
     start = 0
     where = f"{role} file {str(files[0])!r}"
     for path in files:
-        parquet = pq.ParquetFile(path)
+        parquet = remote.parquet_file(path)
         geo = _geo_metadata(parquet.schema_arrow)
         column = geo.get("primary_column", "geometry")
         table = parquet.read(columns=[column])
@@ -450,7 +497,7 @@ def _curved_parquet_error(files: list[Path], role: str, exc: BaseException) -> E
     )
 
 
-def _read_parquet(p: Path, role: str) -> geopandas.GeoDataFrame:
+def _read_parquet(p: Path | str, role: str) -> geopandas.GeoDataFrame:
     files = parquet_parts(p, role)
     check_parquet_parts(files, role)
     frames = []
@@ -458,7 +505,7 @@ def _read_parquet(p: Path, role: str) -> geopandas.GeoDataFrame:
         try:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=_NAN_WARNING, category=RuntimeWarning)
-                frames.append(geopandas.read_parquet(path))
+                frames.append(remote.read_geoparquet(path))
         except NotImplementedError as exc:
             if "onlinear" in str(exc):
                 raise _curved_parquet_error(files, role, exc) from exc
@@ -467,7 +514,7 @@ def _read_parquet(p: Path, role: str) -> geopandas.GeoDataFrame:
             raise EvalInputError(
                 f"Cannot read the {role} file {str(path)!r}: {first_line(exc)} (it is truncated, corrupt or not GeoParquet)."
             ) from exc
-    if len(frames) == 1 and not p.is_dir():
+    if len(frames) == 1 and not _is_dir(p):
         return frames[0]
     frame = pd.concat(frames, ignore_index=True)  # positions, as the chunked reader numbers them
     return geopandas.GeoDataFrame(frame, geometry=frames[0].geometry.name, crs=frames[0].crs)
@@ -500,7 +547,7 @@ def read_layer(path: str | os.PathLike, *, layer: str | None = None, role: str =
         not a vector layer, when the layer is ambiguous or missing, when GeoParquet
         parts disagree, or when the layer has geometries but no CRS (CRSError).
     """
-    p = Path(path)
+    p = location(path)
     where = describe_source(path, layer, role)
     check_source(p, layer, where)
     if _is_parquet(p):
@@ -529,7 +576,7 @@ def layer_columns(path: str | os.PathLike, *, layer: str | None = None, role: st
         Column name to a type name (pyarrow's for GeoParquet, pyogrio's otherwise),
         without the geometry column.
     """
-    p = Path(path)
+    p = location(path)
     where = describe_source(path, layer, role)
     check_source(p, layer, where)
     if _is_parquet(p):
@@ -543,7 +590,7 @@ def layer_columns(path: str | os.PathLike, *, layer: str | None = None, role: st
 
     check_layer_name(p, layer, role)
     try:
-        info = pyogrio.read_info(p, layer=layer)
+        info = pyogrio.read_info(remote.gdal_path(p), layer=layer)
     except Exception as exc:
         raise EvalInputError(f"Cannot read the {where}: {first_line(exc)} (it is truncated, corrupt or not a vector file).") from exc
     return {str(n): str(t) for n, t in zip(info["fields"], info["dtypes"])}
@@ -552,14 +599,14 @@ def layer_columns(path: str | os.PathLike, *, layer: str | None = None, role: st
 def geometry_column_names(path: str | os.PathLike, *, layer: str | None = None, role: str = "layer") -> set[str]:
     """The names a layer's geometry column goes by: as stored in the file, and ``"geometry"``
     (what the GDAL reader calls it in a frame). Read from the header only."""
-    p = Path(path)
+    p = location(path)
     if _is_parquet(p):
         geo = _geo_metadata(check_parquet_parts(parquet_parts(p, role), role)[0])
         return set(geo.get("columns", {})) | {geo.get("primary_column", "geometry")}
     import pyogrio
 
     try:
-        name = pyogrio.read_info(p, layer=layer).get("geometry_name") or ""
+        name = pyogrio.read_info(remote.gdal_path(p), layer=layer).get("geometry_name") or ""
     except Exception:  # the header was read before: a failure here names nothing new
         name = ""
     return {"geometry", name} - {""}
@@ -567,18 +614,18 @@ def geometry_column_names(path: str | os.PathLike, *, layer: str | None = None, 
 
 def read_columns(path: str | os.PathLike, columns: list[str], *, layer: str | None = None, role: str = "layer") -> pd.DataFrame:
     """Some attribute columns of a layer, without geometry (rows numbered from 0 across parts)."""
-    p = Path(path)
+    p = location(path)
     where = describe_source(path, layer, role)
     try:
         if _is_parquet(p):
             import pyarrow as pa
             import pyarrow.parquet as pq
 
-            tables = [pq.read_table(f, columns=columns) for f in parquet_parts(p, role)]
+            tables = [remote.parquet_file(f).read(columns=columns) for f in parquet_parts(p, role)]
             return pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame(columns=columns)
         import pyogrio
 
-        return pd.DataFrame(pyogrio.read_dataframe(p, layer=layer, columns=columns, read_geometry=False, use_arrow=False))
+        return pd.DataFrame(pyogrio.read_dataframe(remote.gdal_path(p), layer=layer, columns=columns, read_geometry=False, use_arrow=False))
     except EvalInputError:
         raise
     except Exception as exc:

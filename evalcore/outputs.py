@@ -7,6 +7,8 @@ every earlier output as it was. This module is the one home of that promise:
 * :class:`OutputSet` stages every output of a command in a hidden ``.evalcore-partial/``
   beside its target (same file system, so the final rename is atomic) and renames them
   into place together once all are whole; a failure removes the staged names only.
+* An output in an object store (a URL, :mod:`evalcore.remote`) is staged in a local
+  temporary directory and sent in one put per object when all are whole.
 * A directory output (``--frame-out DIR/``, ``fields/``) is staged as a whole directory
   and swapped in for the old one, which is replaced only if it holds nothing but the
   ``part-*.parquet`` files evalcore writes (:func:`check_replaceable_directory`).
@@ -26,8 +28,10 @@ import json
 import os
 import shutil
 import socket
-from pathlib import Path
+import tempfile
+from pathlib import Path, PurePath, PurePosixPath
 
+from evalcore import remote
 from evalcore.errors import EvalInputError
 from evalcore.review.layout import REVIEW_DIR
 from evalcore.writers import STAGING_DIR, write_error
@@ -95,6 +99,20 @@ def check_replaceable_directory(path: str | os.PathLike, option: str) -> None:
     EvalInputError
         Naming the option, the directory and one file evalcore did not write.
     """
+    if remote.is_url(str(path)) and remote.is_url(remote.normalise(str(path))):
+        url = remote.normalise(str(path))
+        info = remote.stat(url, option)
+        if info is None:
+            return
+        if info.get("type") != "directory":
+            raise EvalInputError(f"{option} {str(path)!r} is an object, not a prefix (directory); give a directory.")
+        foreign = [rel for rel in remote.list_files(url) if "/" in rel or not (rel.startswith(_PART_PREFIX) and rel.endswith(".parquet"))]
+        if foreign:
+            raise EvalInputError(
+                f"{option} {str(path)!r} holds {foreign[0]!r}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}, "
+                "which evalcore did not write; a directory output is replaced whole, so give an empty or new directory."
+            )
+        return
     p = Path(path)
     if not p.exists():
         return
@@ -129,9 +147,26 @@ class OutputSet:
     def __init__(self) -> None:
         self._files: dict[Path, Path] = {}
         self._dirs: dict[Path, Path] = {}
+        self._put_files: dict[str, Path] = {}
+        self._put_dirs: dict[str, Path] = {}
+        self._local: Path | None = None
+
+    def _remote_staging(self, url: str) -> Path:
+        """A fresh local place for an output bound for a store, under the URL's own name (the suffix chooses the format)."""
+        if self._local is None:
+            self._local = Path(tempfile.mkdtemp(prefix="evalcore-put-"))
+        slot = self._local / str(len(self._put_files) + len(self._put_dirs))
+        slot.mkdir()
+        return slot / remote.name(url)
 
     def file(self, target: str | os.PathLike) -> Path:
         """Where to write the output file ``target`` (its staged name)."""
+        target = remote.normalise(str(target)) if remote.is_url(str(target)) else target  # file:// is a local path
+        if remote.is_url(target):
+            url = target
+            staged = self._remote_staging(url)
+            self._put_files[url] = staged
+            return staged
         target = Path(target)
         staged = staged_path(target)
         staged.parent.mkdir(parents=True, exist_ok=True)
@@ -142,8 +177,17 @@ class OutputSet:
         """Where to write the parts of the directory output ``target``: a fresh staging directory.
 
         A staging directory left by an interrupted run is kept (a resumed cluster run
-        reuses its parts); only ``part-*.parquet`` files may be in it.
+        reuses its parts); only ``part-*.parquet`` files may be in it. A directory bound
+        for a store is staged in a local temporary directory.
         """
+        target = remote.normalise(str(target)) if remote.is_url(str(target)) else target
+        if remote.is_url(target):
+            url = target
+            check_replaceable_directory(url, option)
+            staged = self._remote_staging(url)
+            staged.mkdir()
+            self._put_dirs[url] = staged
+            return staged
         target = Path(str(target).rstrip("/" + os.sep) or ".")
         check_replaceable_directory(target, option)
         staged = staged_path(target)
@@ -152,9 +196,23 @@ class OutputSet:
         self._dirs[target] = staged
         return staged
 
-    def commit(self) -> list[Path]:
-        """Rename every staged output to its target; return the targets."""
-        done = []
+    def commit(self) -> list[Path | str]:
+        """Send every output bound for a store, then rename every local staged output to its target; return the targets.
+
+        The puts come first: they are the ones that can fail on a network, and a failure
+        then leaves every local output as it was.
+        """
+        done: list[Path | str] = []
+        for url, staged in self._put_files.items():
+            if staged.exists():
+                remote.put_file(staged, url)
+                done.append(url)
+        for url, staged in self._put_dirs.items():
+            _put_parts_directory(staged, url)
+            done.append(url)
+        self._put_files.clear()
+        self._put_dirs.clear()
+        self._remove_local()
         for target, staged in self._files.items():
             if staged.exists():
                 os.replace(staged, target)
@@ -168,8 +226,16 @@ class OutputSet:
         self._dirs.clear()
         return done
 
+    def _remove_local(self) -> None:
+        if self._local is not None:
+            shutil.rmtree(self._local, ignore_errors=True)
+            self._local = None
+
     def abort(self) -> None:
         """Remove every staged output (never a target)."""
+        self._put_files.clear()
+        self._put_dirs.clear()
+        self._remove_local()
         for staged in self._files.values():
             staged.unlink(missing_ok=True)
             _remove_staging_dir(staged)
@@ -185,6 +251,17 @@ class OutputSet:
     def __exit__(self, kind: object, *exc: object) -> None:
         if kind is not None:
             self.abort()
+
+
+def _put_parts_directory(staged: Path, url: str) -> None:
+    """Send a directory of parts to a prefix (one put per part), then delete the old parts the new set does not have."""
+    new = sorted(child.name for child in staged.iterdir() if _is_part(child))
+    old = [] if remote.stat(url) is None else remote.list_files(url)
+    for part in new:
+        remote.put_file(staged / part, remote.join(url, part))
+    for rel in old:
+        if rel not in new and "/" not in rel and rel.startswith(_PART_PREFIX) and rel.endswith(".parquet"):
+            remote.remove(remote.join(url, rel))
 
 
 def remove_parts_directory(path: Path) -> None:
@@ -229,22 +306,46 @@ def check_not_inputs(inputs: dict[str, str], outputs: dict[str, str | None], dir
         The options of ``outputs`` that are directories (an input inside one could be
         overwritten or removed when the run cleans it).
     """
-    resolved_in = {opt: Path(path).resolve() for opt, path in inputs.items() if isinstance(path, (str, os.PathLike)) and "://" not in str(path)}
-    seen: dict[Path, str] = {}
+    resolved_in = {opt: _resolved(path) for opt, path in inputs.items() if isinstance(path, (str, os.PathLike))}
+    seen: dict[PurePath, str] = {}
     for opt, path in outputs.items():
         if path is None:
             continue
-        target = Path(path).resolve()
+        target = _resolved(path)
         for in_opt, source in resolved_in.items():
             if target == source:
                 raise EvalInputError(f"{opt} {path!r} is the input layer of {in_opt}; writing it would destroy the input. Choose another path.")
             if opt in directories and target in source.parents:
                 raise EvalInputError(f"{opt} {path!r} holds the input layer of {in_opt} ({str(source)!r}); choose a directory of its own.")
-            if source.is_dir() and source in target.parents:
+            if source in target.parents and _is_directory(source):
                 raise EvalInputError(f"{opt} {path!r} is inside the input directory of {in_opt} ({str(source)!r}); choose a path outside it.")
         if target in seen:
             raise EvalInputError(f"{opt} {path!r} is also {seen[target]}; give each output its own path.")
         seen[target] = opt
+
+
+def _resolved(path: str | os.PathLike) -> PurePath:
+    """A path or URL as one comparable name: a local path resolved, a URL normalised
+    (under a root no local path has, so a URL never equals a local path)."""
+    text = str(path)
+    if remote.is_url(text):
+        text = remote.normalise(text)
+        if remote.is_url(text):
+            scheme, _, rest = text.partition("://")
+            return PurePosixPath("/", "<url>", scheme, *[p for p in rest.split("/") if p])
+    return Path(text).resolve()
+
+
+def _is_directory(source: PurePath) -> bool:
+    """Whether an input (:func:`_resolved`) is a directory or, in a store, a prefix."""
+    if source.parts[:2] == ("/", "<url>"):
+        url = f"{source.parts[2]}://" + "/".join(source.parts[3:])
+        try:
+            info = remote.stat(url)
+        except EvalInputError:  # the reader reports it, with its role
+            return False
+        return info is not None and info.get("type") == "directory"
+    return Path(source).is_dir()
 
 
 # --------------------------------------------------------------------------- work directories

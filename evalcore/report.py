@@ -31,8 +31,16 @@ _PACKAGES = ("evalcore", "numpy", "pandas", "shapely", "geopandas", "pyproj", "p
 
 
 def sha256_path(path: str | Path) -> str:
-    """SHA-256 of a file, or of a directory (its files' relative paths and hashes, sorted)."""
-    p = Path(path)
+    """SHA-256 of a file, or of a directory (its files' relative paths and hashes, sorted); a URL's too (streamed)."""
+    from evalcore import remote
+
+    if remote.is_url(str(path)) and remote.is_url(remote.normalise(str(path))):
+        url = remote.normalise(str(path))
+        info = remote.stat(url)
+        if info is not None and info.get("type") == "directory":
+            return sha256_of_parts((rel, remote.object_facts(remote.join(url, rel))["sha256"]) for rel in remote.list_files(url))
+        return remote.object_facts(url)["sha256"]
+    p = Path(remote.normalise(str(path))) if remote.is_url(str(path)) else Path(path)
     if p.is_dir():
         return sha256_of_parts((str(child.relative_to(p)), sha256_path(child)) for child in sorted(q for q in p.rglob("*") if q.is_file()))
     digest = hashlib.sha256()

@@ -12,6 +12,7 @@ from evalcore.distributed.cluster import DASHBOARD_ADDRESS, check_dashboard_addr
 from evalcore.metrics.base import Option
 from evalcore.options import EvalOptions, all_options, check_options
 from evalcore.outputs import check_not_inputs
+from evalcore.remote import check_input_urls, check_local_only
 
 __all__ = ["MetricParams", "EvaluateParams", "ReevaluateParams", "METRIC_PARAMETERS", "DEFAULT_LAYER_PATTERN"]
 
@@ -72,7 +73,9 @@ MetricParams = create_model(
 class EvaluateParams(MetricParams):
     """Everything one evaluation run needs, validated once when the flow starts.
 
-    Layer locations are local paths (fsspec URLs are staged by the caller). Metric
+    Layer locations are local paths or store URLs (``s3://``, ``gs://``, ``az://``,
+    ``file://``; evalcore.remote), read by the workers with their own credentials; the
+    run directory and the work directory are local paths (or a shared mount) for now. Metric
     options mean what they mean in :func:`evalcore.evaluate`; ``partition_size_m`` is the
     partition tile side in metres; ``cluster`` is a Dask scheduler address, or None for
     an embedded ``LocalCluster`` with ``n_workers`` worker processes.
@@ -80,7 +83,7 @@ class EvaluateParams(MetricParams):
 
     model_config = ConfigDict(extra="forbid")
 
-    predicted: str = Field(description="predicted layer: a file pyogrio reads, a GeoParquet file or a directory of parts")
+    predicted: str = Field(description="predicted layer: a file pyogrio reads, a GeoParquet file or a directory of parts; a local path or a store URL (s3://, gs://, az://, file://)")
     reference: str = Field(description="reference layer, as for predicted")
     output_dir: str = Field(description="run directory: metrics.json, fields/, report.md, manifest.json")
     pred_layer: str | None = Field(None, description="layer name inside the predicted file")
@@ -107,6 +110,8 @@ class EvaluateParams(MetricParams):
         # hold, or sit inside an input (evalcore.outputs.check_not_inputs).
         inputs = {"predicted": self.predicted, "reference": self.reference, "gates": self.gates}
         inputs |= {name: getattr(self, name, None) for name in ("aoi", "annotated_area", "study_area", "training_area")}
+        check_input_urls({name: value for name, value in inputs.items() if name != "gates"})
+        check_local_only({"output_dir": self.output_dir, "workdir": self.workdir, "gates": self.gates})
         check_not_inputs(inputs, {"output_dir": self.output_dir, "workdir": self.workdir}, directories={"output_dir", "workdir"})
         return self
 

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from evalcore.cli.parser import metric_options
+from evalcore.remote import check_input_urls, check_local_only
 from evalcore.errors import EvalInputError
 from evalcore.outputs import check_not_inputs, check_replaceable_directory
 
@@ -23,6 +24,8 @@ __all__ = [
     "check_columns_up_front",
     "check_evaluate_arguments",
     "check_id_columns_up_front",
+    "check_input_urls",
+    "check_local_only",
     "check_output_dir",
     "check_output_file",
     "check_read_columns",
@@ -70,8 +73,29 @@ def _check_directory_writable(directory: Path, path: str, option: str) -> None:
         )
 
 
+def _remote_output(path: str, option: str) -> str | None:
+    """The normalised URL of an output bound for an object store (None for a local path); a probe
+    object is written and deleted beside it now, so a bucket that cannot be written is found before any work."""
+    from evalcore import remote
+
+    if not remote.is_url(path):
+        return None
+    url = remote.check_url(path, option)
+    if not remote.is_url(url):
+        return None  # file:// is a local path
+    remote.check_writable(remote.join(url, "probe") if path.endswith("/") else url, option)
+    return url
+
+
 def check_output_file(path: str, option: str) -> None:
-    """An output file path: not a directory, in an existing directory this process can write in."""
+    """An output file path: not a directory, in an existing directory this process can write in (or a writable store URL)."""
+    if path.endswith("/") and _remote_output(path.rstrip("/"), option):
+        raise EvalInputError(f"{option} {path!r} is a directory; give a file name, e.g. {path + 'metrics.json'!r}.")
+    if _remote_output(path, option) is not None:
+        return
+    from evalcore import remote
+
+    path = remote.normalise(path)
     p = Path(path)
     if p.is_dir() or path.endswith(("/", os.sep)):
         raise EvalInputError(f"{option} {path!r} is a directory; give a file name, e.g. {str(p / 'metrics.json')!r}.")
@@ -82,8 +106,14 @@ def check_output_dir(path: str, option: str, *, create_parents: bool = False) ->
     """An output directory: not a file; writable, or creatable in an existing writable directory.
 
     With ``create_parents`` its missing parents may be created too (``evalcore run -o``):
-    the nearest existing ancestor must then be a writable directory.
+    the nearest existing ancestor must then be a writable directory. A store URL (a
+    prefix) must be writable (a probe object is written and deleted).
     """
+    from evalcore import remote
+
+    if remote.is_url(path) and _remote_output(path.rstrip("/") + "/", option) is not None:
+        return
+    path = remote.normalise(path)
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise EvalInputError(f"{option} {path!r} is a file, not a directory; give a directory.")
@@ -106,6 +136,10 @@ def check_run_arguments(args: object) -> None:
     """
     from evalcore.outputs import RunDirectoryLock, check_not_inputs, check_run_directory
 
+    check_input_urls({"-p/--predicted": args.predicted, "-r/--reference": args.reference, "--aoi": args.aoi,
+                      "--annotated-area": args.annotated_area, "--study-area": getattr(args, "study_area", None),
+                      "--training-area": getattr(args, "training_area", None)})
+    check_local_only({"-o/--output-dir": args.output_dir, "--workdir": args.workdir})
     check_output_dir(args.output_dir, "-o/--output-dir", create_parents=True)
     if args.workdir:
         check_output_dir(args.workdir, "--workdir", create_parents=True)
@@ -292,6 +326,10 @@ def check_evaluate_arguments(args: argparse.Namespace) -> str | None:
     """Every check of ``evaluate`` that needs no data: options, silent no-ops, outputs. Returns the frame-out kind."""
     from evalcore.options import check_options
 
+    check_input_urls({"-p/--predicted": args.predicted, "-r/--reference": args.reference, "--aoi": args.aoi,
+                      "--annotated-area": args.annotated_area, "--study-area": getattr(args, "study_area", None),
+                      "--training-area": getattr(args, "training_area", None)})
+    check_local_only({"--workdir": args.workdir})
     check_options(**metric_options(args))
     if not args.cluster:
         given = [flag for flag, value in (("--workers", args.workers), ("--workdir", args.workdir)) if value is not None]

@@ -165,7 +165,7 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
     started = time.perf_counter()
     check_workers_see(
         client,
-        {"predicted layer": Path(setup.predicted.path), "reference layer": Path(setup.reference.path), "work directory": setup.workdir},
+        {"predicted layer": setup.predicted.path, "reference layer": setup.reference.path, "work directory": setup.workdir},
     )
     index_path = setup.workdir / "prepared" / "index.json"
     record = setup.workdir / "prepared" / "done.json"

@@ -20,9 +20,12 @@ import pyarrow.parquet as pq
 import shapely
 from pyproj import CRS
 
+from evalcore import remote
 from evalcore.errors import EvalInputError, first_line
 from evalcore.io import (
     SOURCE_ATTR,
+    is_parquet_layer,
+    location,
     check_layer_crs,
     check_layer_name,
     check_parquet_parts,
@@ -33,7 +36,6 @@ from evalcore.io import (
 
 __all__ = ["LayerSource", "Chunk", "plan_chunks", "read_chunk", "LABEL_COLUMN", "DEFAULT_CHUNK_ROWS"]
 
-_PARQUET_SUFFIXES = {".parquet", ".geoparquet", ".pq"}
 DEFAULT_CHUNK_ROWS = 50_000
 LABEL_COLUMN = "__evalcore_label__"
 
@@ -61,8 +63,7 @@ class LayerSource:
 
     @property
     def is_parquet(self) -> bool:
-        p = Path(self.path)
-        return p.is_dir() or p.suffix.lower() in _PARQUET_SUFFIXES
+        return is_parquet_layer(self.path)
 
     def describe(self) -> str:
         return f"{self.role} file {self.path!r}" + (f" layer {self.layer!r}" if self.layer else "")
@@ -89,7 +90,7 @@ class Chunk:
     """Estimated cost: uncompressed bytes for GeoParquet (vertices dominate), else rows."""
 
 
-def _parquet_files(source: LayerSource) -> list[Path]:
+def _parquet_files(source: LayerSource) -> list[Path] | list[str]:
     """The layer's GeoParquet files, in the order :func:`evalcore.io.read_layer` reads them."""
     return parquet_parts(source.path, source.role)
 
@@ -103,8 +104,7 @@ def plan_chunks(source: LayerSource, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> li
         Naming the file when it is missing, empty or unreadable, or when the parts of a
         GeoParquet directory disagree on their schema.
     """
-    p = Path(source.path)
-    check_source(p, source.layer, source.describe())
+    check_source(location(source.path), source.layer, source.describe())
     chunks: list[Chunk] = []
     start = 0
     if source.is_parquet:
@@ -112,7 +112,7 @@ def plan_chunks(source: LayerSource, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> li
         check_parquet_parts(files, source.role)  # columns, types and CRS agree
         for path in files:
             try:
-                meta = pq.ParquetFile(path).metadata
+                meta = remote.parquet_file(path).metadata
             except Exception as exc:
                 raise EvalInputError(f"Cannot read the {source.role} file {str(path)!r}: {_first_line(exc)}") from exc
             groups: list[int] = []
@@ -209,7 +209,8 @@ def read_chunk(source: LayerSource, chunk: Chunk) -> geopandas.GeoDataFrame:
     rows = f"rows {chunk.start}-{chunk.start + chunk.n_rows}"
     try:
         if source.is_parquet:
-            parquet = pq.ParquetFile(chunk.file)
+            # A URL is read with ranged requests: the footer, then only this chunk's row groups.
+            parquet = remote.parquet_file(chunk.file)
             if chunk.n_slice:
                 table = _read_slice(parquet, chunk)
             elif chunk.row_groups:

@@ -58,7 +58,7 @@ def _signature_of_run(
             input_sha256[name] = sha256_path(value)
     payload = {
         "inputs": {
-            s.role: {"path": str(Path(s.path).resolve()), "layer": s.layer, "id_column": s.id_column, "sha256": input_sha256[s.role]}
+            s.role: {"path": s.path if "://" in s.path else str(Path(s.path).resolve()), "layer": s.layer, "id_column": s.id_column, "sha256": input_sha256[s.role]}
             for s in (reference, predicted)
         },
         "options": {k: (str(v) if k == "equal_area_crs" and v is not None else v) for k, v in options.as_dict().items()},
@@ -101,35 +101,64 @@ def _absolute_source(source: LayerSource) -> LayerSource:
     return replace(source, path=str(Path(source.path).resolve()))
 
 
-def check_workers_see(client: object, paths: dict[str, Path]) -> None:
+def check_workers_see(client: object, paths: dict[str, Path | str]) -> None:
     """Fail early, and clearly, when a worker cannot see the inputs or the work directory.
+
+    A local path must exist on every worker (a shared file system mounted at the same
+    path); a URL must be readable by every worker with the worker's own credentials
+    (its environment, config files or identity: nothing is sent from this client).
 
     Parameters
     ----------
     client : distributed.Client
     paths : dict
-        ``{what: absolute local path}``; URLs are not checked.
+        ``{what: absolute local path or URL}``.
 
     Raises
     ------
     EvalInputError
         Naming the path and the first worker that cannot see it, and what the workers need.
     """
-    local = {what: str(p) for what, p in paths.items() if "://" not in str(p)}
-    if not local:
-        return
-    seen = client.run(_paths_exist, list(local.values()))
-    for worker, exists in sorted(seen.items()):
-        for (what, path), ok in zip(local.items(), exists):
-            if not ok:
-                raise EvalInputError(
-                    f"the Dask worker {worker} cannot see the {what} {path!r}: the workers need the inputs and the work "
-                    "directory on a file system they share with this client, mounted at the same path (docs/national-run.md)."
-                )
+    from evalcore import remote
+
+    local = {what: str(p) for what, p in paths.items() if not remote.is_url(str(p))}
+    urls = {what: str(p) for what, p in paths.items() if remote.is_url(str(p))}
+    if local:
+        seen = client.run(_paths_exist, list(local.values()))
+        for worker, exists in sorted(seen.items()):
+            for (what, path), ok in zip(local.items(), exists):
+                if not ok:
+                    raise EvalInputError(
+                        f"the Dask worker {worker} cannot see the {what} {path!r}: the workers need the local inputs and the work "
+                        "directory on a file system they share with this client, mounted at the same path (docs/national-run.md)."
+                    )
+    if urls:
+        problems = client.run(_urls_readable, list(urls.values()))
+        for worker, found in sorted(problems.items()):
+            for (what, url), problem in zip(urls.items(), found):
+                if problem is not None:
+                    raise EvalInputError(
+                        f"the Dask worker {worker} cannot read the {what}: {problem} (a worker reads the store with its own "
+                        "credentials, from its environment, config files or identity)."
+                    )
 
 
 def _paths_exist(paths: list[str]) -> list[bool]:
     return [os.path.exists(p) for p in paths]
+
+
+def _urls_readable(urls: list[str]) -> list[str | None]:
+    """On a worker: None for each URL it can read, else the one-line reason (never a secret)."""
+    from evalcore import remote
+
+    out: list[str | None] = []
+    for url in urls:
+        try:
+            found = remote.stat(url)
+            out.append(None if found is not None else f"{url!r} does not exist")
+        except EvalInputError as exc:
+            out.append(str(exc))
+    return out
 
 
 def start_run(

@@ -62,7 +62,11 @@ def compare_command(args: argparse.Namespace) -> int:
             result = compare(read["candidate"], read["incumbent"], reference, strata=args.strata_column, size_bins=args.size_bins, **options)
         else:
             result = compare_models(read, reference, baseline=baseline, strata=args.strata_column, size_bins=args.size_bins, **options)
-    write_json(args.output, result)
+    from evalcore.outputs import OutputSet
+
+    with OutputSet() as outputs:  # a URL is written locally, then put whole
+        write_json(outputs.file(args.output), result)
+        outputs.commit()
     if not args.quiet:
         print(format_comparison(result))
         print(f"wrote {args.output} in {time.perf_counter() - started:.1f} s")

@@ -22,14 +22,25 @@ def gate_command(args: argparse.Namespace) -> int:
     A first check writes ``acceptance-gates.json``; a later one adds
     ``acceptance-gates.vN.json`` linking its predecessor (never overwrites).
     """
+    from evalcore.remote import run_directory
+
+    # A run directory in an object store is fetched, gated here, and what the gates add put back.
+    with run_directory(args.run_dir, write=True) as run_dir:
+        status, lines = _gate(run_dir, args)
+    for line in lines:
+        print(line)
+    return status
+
+
+def _gate(run_dir: Path, args: argparse.Namespace) -> tuple[int, list[str]]:
+    """:func:`gate_command` on a local run directory: the exit status and the lines to print."""
     import json
 
     from evalcore.evidence import check_amendment, gate_metrics, latest_manifest, write_evidence_manifest
     from evalcore.gates import counts_text, evaluate_gates, exit_status, load_gates
-    from evalcore.writers import write_json
     from evalcore.report import sha256_path
+    from evalcore.writers import write_json
 
-    run_dir = Path(args.run_dir)
     metrics_path = run_dir / "metrics.json"
     if not run_dir.is_dir() or not metrics_path.is_file():
         raise EvalInputError(f"{args.run_dir!r} is not a run directory: it holds no metrics.json.")
@@ -53,28 +64,35 @@ def gate_command(args: argparse.Namespace) -> int:
         check_amendment(run_dir, [target.name])  # refused before anything is written
     write_json(target, result)
     amended = write_evidence_manifest(run_dir, reason=f"gates amendment: {target.name}", adds=[target.name]) if sealed else None
+    lines = []
     if not args.quiet:
-        for line in gate_lines(result):
-            print(line)
-        print(f"decision: {result['decision']} ({counts_text(result)}); wrote {target}" + (f" and {amended.name}" if amended else ""))
-    return exit_status(result)
+        lines = list(gate_lines(result))
+        shown = f"{args.run_dir.rstrip('/')}/{target.name}" if "://" in args.run_dir else str(target)
+        lines.append(f"decision: {result['decision']} ({counts_text(result)}); wrote {shown}" + (f" and {amended.name}" if amended else ""))
+    return exit_status(result), lines
 
 
 def report_command(args: argparse.Namespace) -> int:
     """``evalcore report RUN_DIR``: the self-contained HTML page of a run, rebuilt from its files."""
     from evalcore.html_report import build_report
+    from evalcore.remote import run_directory
 
     started = time.perf_counter()
-    path = build_report(args.run_dir)
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, {time.perf_counter() - started:.1f} s)")
+    with run_directory(args.run_dir, write=True) as run_dir:
+        path = build_report(run_dir)
+        size = path.stat().st_size
+        shown = f"{args.run_dir.rstrip('/')}/{path.relative_to(run_dir).as_posix()}" if "://" in args.run_dir else str(path)
+    print(f"wrote {shown} ({size / 1e6:.1f} MB, {time.perf_counter() - started:.1f} s)")
     return 0
 
 
 def verify_command(args: argparse.Namespace) -> int:
     """``evalcore verify RUN_DIR``: account for every file of the run with its evidence (0: intact, 1: not)."""
     from evalcore.evidence import EVIDENCE_MANIFEST, verify
+    from evalcore.remote import run_directory
 
-    found = verify(args.run_dir, check_inputs=not args.skip_inputs, expect_sha256=args.expect_sha256)
+    with run_directory(args.run_dir) as run_dir:  # a URL's objects are fetched and checked here
+        found = verify(run_dir, check_inputs=not args.skip_inputs, expect_sha256=args.expect_sha256)
     for label, items in (("chain", found.chain), ("changed", found.changed), ("missing", found.missing),
                          ("not accounted for", found.unlisted), ("input changed", found.inputs_changed),
                          ("input not found", found.inputs_missing)):
