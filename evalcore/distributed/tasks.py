@@ -32,10 +32,11 @@ from evalcore.layer import PreparedLayer, empty_layer
 from evalcore.levels import Sites
 from evalcore.options import EvalOptions, RunPlan
 from evalcore.prepare import prepare_layer
+from evalcore.selection import Answers, Queries, answer
 from evalcore.study import Study
 from evalcore.writers import write_geoparquet
 
-__all__ = ["prepare_chunk_task", "pairs_task", "sums_task", "predictions_task", "pixels_task"]
+__all__ = ["prepare_chunk_task", "pairs_task", "sums_task", "select_task", "predictions_task", "pixels_task"]
 
 
 def _concat_layers(layers: list[PreparedLayer]) -> PreparedLayer:
@@ -278,8 +279,17 @@ def sums_task(
         written.append(write_geoparquet(Path(frame_dir) / f"part-{storage.key_name(key)}.parquet", frame))
     path = Path(workdir) / "sums" / f"{storage.key_name(key)}.npz"
     written.append(storage.write_summary(path, storage.summary_to_arrays(summary)))
+    # The gathered values stay here, sorted; the merge's selection rounds read them (select_task).
+    written.append(storage.write_sorted_values(storage.values_path(path), summary.values))
     storage.write_done_record(path.with_suffix(".done.json"), signature, written, base=Path("/"))
     return {"key": key, "n_ref": summary.n_ref, "n_pred": summary.n_pred, "path": str(path)}
+
+
+def select_task(sums_path: str, queries: Queries) -> Answers:
+    """One round of the order statistics' selection for one partition: its answers to
+    ``queries`` from its sorted values beside its sums output (:func:`evalcore.selection.answer`)."""
+    inject_fault("select", Path(sums_path).name.split(".")[0])
+    return answer(storage.read_sorted_values(storage.values_path(Path(sums_path))), queries)
 
 
 def predictions_task(
