@@ -101,7 +101,9 @@ class SortedValues:
             :meth:`evalcore.options.RunPlan.flat_groups`; every field is also in group 0.
         n_groups : int
         """
-        flat_groups = np.asarray(flat_groups, dtype=np.int64).reshape(len(flat_groups), -1)
+        flat_groups = np.asarray(flat_groups, dtype=np.int64)
+        if flat_groups.ndim == 1:
+            flat_groups = flat_groups[:, None]
         pieces: list[F64Array] = []
         for values in columns.values():
             v = np.asarray(values, dtype=np.float64)

@@ -3,8 +3,8 @@
 The medians and quantiles are found by :func:`evalcore.selection.select` without
 gathering the per-field values: each partition's sums task left its gathered values
 sorted per group and column beside its sums (``sums/<key>.values.npz``); every round,
-one task per partition (:func:`evalcore.distributed.tasks.select_task`) answers all
-the round's queries, for every group and column at once, from that file, and the
+the client writes its queries to ``select/`` and one task per partition
+(:func:`evalcore.distributed.tasks.select_task`) answers all of them, for every group and column at once, from that file, and the
 client narrows the intervals from the answers (a few counts and samples per
 partition and query). Without a client the same tasks run in this process, one
 partition's file at a time.
@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from evalcore.bootstrap import PartitionKey
 from evalcore.distributed import storage
@@ -59,24 +58,29 @@ def partition_rounds(setup: RunSetup, keys: Sequence[PartitionKey], client: obje
     def ask(queries: Queries) -> list[Answers]:
         rounds[0] += 1
         logger.info("select: round %d, %d queries to %d partitions", rounds[0], len(queries), len(paths))
-        if client is None:
-            return [_answer(key, path, lambda p=path: select_task(str(p), queries)) for key, path in zip(keys, paths)]
-        shared = client.scatter(queries, hash=False)  # once, not once per task
-        futures = [
-            client.submit(select_task, str(path), shared, key=setup.task_key("select", call, rounds[0], *key), retries=2)
-            for key, path in zip(keys, paths)
-        ]
+        # The round's queries travel through the work directory, once: in the task graph
+        # they would sit in the scheduler once per partition, and scattered data dies
+        # with the worker holding it.
+        asked = storage.write_queries(setup.workdir / "select" / f"{call}-{rounds[0]}.npz", queries)
         try:
-            return [_answer(key, path, future.result) for key, path, future in zip(keys, paths, futures)]
+            if client is None:
+                return [_answer(key, lambda p=path: select_task(str(p), str(asked))) for key, path in zip(keys, paths)]
+            futures = [
+                client.submit(select_task, str(path), str(asked), key=setup.task_key("select", call, rounds[0], *key), retries=2)
+                for key, path in zip(keys, paths)
+            ]
+            try:
+                return [_answer(key, future.result) for key, future in zip(keys, futures)]
+            finally:
+                for future in futures:
+                    future.release()
         finally:
-            for future in futures:
-                future.release()
-            shared.release()
+            asked.unlink(missing_ok=True)
 
     return ask
 
 
-def _answer(key: PartitionKey, path: Path, result: Callable[[], Answers]) -> Answers:
+def _answer(key: PartitionKey, result: Callable[[], Answers]) -> Answers:
     try:
         return result()
     except (EvalInputError, PartitionMissingError):

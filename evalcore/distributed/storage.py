@@ -6,6 +6,7 @@ Layout under ``workdir``::
     prepared/index.json                                   the run index (rows and boxes per partition)
     sums/<epsg>_<tx>_<ty>.npz                             sums phase output of a partition
     sums/<epsg>_<tx>_<ty>.values.npz                      its gathered values, sorted per group and column
+    select/<call>-<round>.npz                             a selection round's queries (removed after the round)
     fields/<epsg>_<tx>_<ty>.parquet                       per-field table part (GeoParquet)
 
 Prepared rows keep their input position, label, areas, home zone, tile, boundary
@@ -39,7 +40,7 @@ from evalcore.layer import PreparedLayer
 from evalcore.levels import UnitSums
 from evalcore.pairtable import PairTable
 from evalcore.quantities import Contributions
-from evalcore.selection import SortedValues
+from evalcore.selection import Queries, SortedValues
 from evalcore.stats import GroupSums
 
 __all__ = [
@@ -57,6 +58,8 @@ __all__ = [
     "values_path",
     "write_sorted_values",
     "read_sorted_values",
+    "write_queries",
+    "read_queries",
 ]
 
 
@@ -493,6 +496,22 @@ def read_sorted_values(path: Path) -> SortedValues:
     """The inverse of :func:`write_sorted_values`."""
     a = read_summary(path)
     return SortedValues(tuple(str(c) for c in a["columns"]), int(a["n_groups"]), a["offsets"], a["values"])
+
+
+def write_queries(path: Path, queries: Queries) -> Path:
+    """One selection round's :class:`~evalcore.selection.Queries`, for every partition's task to read."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_summary(path, {
+        "series": queries.series, "lo": queries.lo, "hi": queries.hi, "has_lo": queries.has_lo, "has_hi": queries.has_hi,
+        "force": queries.force, "sizes": np.asarray([queries.samples, queries.limit], dtype=np.int64),
+    })
+
+
+def read_queries(path: Path) -> Queries:
+    """The inverse of :func:`write_queries`."""
+    a = read_summary(path)
+    samples, limit = (int(v) for v in a["sizes"])
+    return Queries(a["series"], a["lo"], a["hi"], a["has_lo"], a["has_hi"], a["force"], samples, limit)
 
 
 def write_sums_input(path: Path, pair_values: dict[str, np.ndarray], contributions: object, draws: object | None) -> Path:

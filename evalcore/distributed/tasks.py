@@ -32,7 +32,7 @@ from evalcore.layer import PreparedLayer, empty_layer
 from evalcore.levels import Sites
 from evalcore.options import EvalOptions, RunPlan
 from evalcore.prepare import prepare_layer
-from evalcore.selection import Answers, Queries, answer
+from evalcore.selection import Answers, answer
 from evalcore.study import Study
 from evalcore.writers import write_geoparquet
 
@@ -285,11 +285,12 @@ def sums_task(
     return {"key": key, "n_ref": summary.n_ref, "n_pred": summary.n_pred, "path": str(path)}
 
 
-def select_task(sums_path: str, queries: Queries) -> Answers:
-    """One round of the order statistics' selection for one partition: its answers to
-    ``queries`` from its sorted values beside its sums output (:func:`evalcore.selection.answer`)."""
+def select_task(sums_path: str, queries_path: str) -> Answers:
+    """One round of the order statistics' selection for one partition: its answers to the
+    round's queries (:func:`storage.write_queries`) from its sorted values beside its sums
+    output (:func:`evalcore.selection.answer`)."""
     inject_fault("select", Path(sums_path).name.split(".")[0])
-    return answer(storage.read_sorted_values(storage.values_path(Path(sums_path))), queries)
+    return answer(storage.read_sorted_values(storage.values_path(Path(sums_path))), storage.read_queries(Path(queries_path)))
 
 
 def predictions_task(

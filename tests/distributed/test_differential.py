@@ -121,7 +121,8 @@ def test_seams_are_present(layers):
     assert max(len(k) for k in keys_per_pred.values()) >= 3
 
 
-def test_missing_partition_fails_the_merge(layers, client, tmp_path):
+@pytest.mark.parametrize("output", ["sums", "sorted values"])
+def test_missing_partition_fails_the_merge(layers, client, tmp_path, output):
     predicted, reference = layers
     work = tmp_path / "work"
     options = check_options(bootstrap=0, partition_size_m=2_000.0)
@@ -130,9 +131,10 @@ def test_missing_partition_fails_the_merge(layers, client, tmp_path):
     plan = plan_phase(setup, index)
     resolved = resolve_phase(setup, index, pairs_phase(client, setup, index))
     sums = sums_phase(client, setup, index, plan, resolved)
-    victim = sorted((work / "sums").glob("*.npz"))[3]
+    pattern = "*.values.npz" if output == "sorted values" else "*_*_*[0-9].npz"
+    victim = sorted((work / "sums").glob(pattern))[3]
     victim.unlink()
-    with pytest.raises(PartitionMissingError, match=victim.stem):
+    with pytest.raises(PartitionMissingError, match=victim.name.split(".")[0]):
         merge_phase(setup, index, plan, resolved, sums)
 
 
