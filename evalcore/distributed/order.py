@@ -22,6 +22,8 @@ from evalcore.distributed.reliability import PartitionMissingError
 from evalcore.distributed.tasks import select_task
 from evalcore.distributed.values import RunSetup
 from evalcore.errors import EvalInputError
+from evalcore.metrics.registry import order_statistics
+from evalcore.options import RunPlan
 from evalcore.selection import Answers, Queries, Statistic, select
 
 __all__ = ["partition_rounds", "select_on_partitions"]
@@ -29,7 +31,9 @@ __all__ = ["partition_rounds", "select_on_partitions"]
 logger = logging.getLogger(__name__)
 
 
-def partition_rounds(setup: RunSetup, keys: Sequence[PartitionKey], client: object = None) -> Callable[[Queries], list[Answers]]:
+def partition_rounds(
+    setup: RunSetup, keys: Sequence[PartitionKey], columns: tuple[str, ...], n_groups: int, client: object = None
+) -> Callable[[Queries], list[Answers]]:
     """The ``ask`` of :func:`evalcore.selection.select` over the partitions' sorted values.
 
     Parameters
@@ -37,6 +41,9 @@ def partition_rounds(setup: RunSetup, keys: Sequence[PartitionKey], client: obje
     setup : RunSetup
     keys : sequence of PartitionKey
         The partitions holding reference fields, whose sums outputs are in ``sums/``.
+    columns : tuple of str
+    n_groups : int
+        The gathered columns and groups the series are numbered by (checked by each task).
     client : distributed.Client, optional
         Run each round as a task per partition on the cluster (else in this process).
 
@@ -64,9 +71,9 @@ def partition_rounds(setup: RunSetup, keys: Sequence[PartitionKey], client: obje
         asked = storage.write_queries(setup.workdir / "select" / f"{call}-{rounds[0]}.npz", queries)
         try:
             if client is None:
-                return [_answer(key, lambda p=path: select_task(str(p), str(asked))) for key, path in zip(keys, paths)]
+                return [_answer(key, lambda p=path: select_task(str(p), str(asked), columns, n_groups)) for key, path in zip(keys, paths)]
             futures = [
-                client.submit(select_task, str(path), str(asked), key=setup.task_key("select", call, rounds[0], *key), retries=2)
+                client.submit(select_task, str(path), str(asked), columns, n_groups, key=setup.task_key("select", call, rounds[0], *key), retries=2)
                 for key, path in zip(keys, paths)
             ]
             try:
@@ -90,11 +97,12 @@ def _answer(key: PartitionKey, result: Callable[[], Answers]) -> Answers:
 
 
 def select_on_partitions(
-    setup: RunSetup, keys: Sequence[PartitionKey], client: object = None
+    setup: RunSetup, keys: Sequence[PartitionKey], plan: RunPlan, client: object = None
 ) -> Callable[[dict[int, tuple[Statistic, ...]]], dict]:
     """The ``select`` of :func:`evalcore.engine.sums.merge_partitions` for a run's partitions."""
+    columns = tuple(order_statistics(setup.options))
 
     def run(wanted: dict[int, tuple[Statistic, ...]]) -> dict:
-        return select(wanted, partition_rounds(setup, keys, client))
+        return select(wanted, partition_rounds(setup, keys, columns, plan.n_groups, client))
 
     return run

@@ -449,7 +449,7 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
     r = resolved.resolved
     merged = merge_partitions(
         parts(), r.unassigned, setup.options, plan, r.homeless_tiles, r.homeless_aois, r.global_values, r.unassigned_replicates, r.columns,
-        r.draws.n_units if r.draws is not None else None, select_on_partitions(setup, keys, client),
+        r.draws.n_units if r.draws is not None else None, select_on_partitions(setup, keys, plan, client),
     )
     n_ref = int(merged.sums.as_dict(0)["n_ref"])
     n_pred = int(merged.sums.as_dict(0)["n_pred"])

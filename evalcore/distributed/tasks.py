@@ -285,12 +285,23 @@ def sums_task(
     return {"key": key, "n_ref": summary.n_ref, "n_pred": summary.n_pred, "path": str(path)}
 
 
-def select_task(sums_path: str, queries_path: str) -> Answers:
+def select_task(sums_path: str, queries_path: str, columns: tuple[str, ...], n_groups: int) -> Answers:
     """One round of the order statistics' selection for one partition: its answers to the
     round's queries (:func:`storage.write_queries`) from its sorted values beside its sums
-    output (:func:`evalcore.selection.answer`)."""
-    inject_fault("select", Path(sums_path).name.split(".")[0])
-    return answer(storage.read_sorted_values(storage.values_path(Path(sums_path))), storage.read_queries(Path(queries_path)))
+    output (:func:`evalcore.selection.answer`).
+
+    ``columns`` and ``n_groups`` are what the client numbers its series by; sorted values
+    made with other families or groupings are refused rather than misread.
+    """
+    name = Path(sums_path).name.split(".")[0]
+    inject_fault("select", name)
+    values = storage.read_sorted_values(storage.values_path(Path(sums_path)))
+    if values.columns != tuple(columns) or values.n_groups != n_groups:
+        raise PartitionMissingError(
+            f"partition {name}: its sorted values hold columns {list(values.columns)} in {values.n_groups} groups, "
+            f"but the merge wants {list(columns)} in {n_groups}; rerun to recompute it."
+        )
+    return answer(values, storage.read_queries(Path(queries_path)))
 
 
 def predictions_task(
