@@ -80,6 +80,21 @@ def test_distributed_equals_single_process(layers, expected, client, partition_s
         predicted, reference, partition_size_m=partition_size_m, client=client, workdir=tmp_path / "work", **OPTIONS
     )
     assert differences(result, expected[partition_size_m]) == []
+    # The medians and quantiles are selected over the partitions' sorted files: the same
+    # elements as the single process's, so equal to the last bit, overall and per group.
+    assert differences(order_statistics(result), order_statistics(expected[partition_size_m]), rtol=0.0) == []
+
+
+ORDER_KEYS = ("median_area_ha", "hausdorff_median_m", "boundary_distance_median_m", "iou_distribution", "boundary_iou_median")
+"""The summary keys that are order statistics of per-field values (not sums)."""
+
+
+def order_statistics(metrics: dict) -> dict:
+    """The :data:`ORDER_KEYS` of the overall entry and of every stratum and size class."""
+    entries = {"overall": metrics, **{f"{g}.{k}": e for g in ("per_stratum", "per_size_class") for k, e in metrics.get(g, {}).items()}}
+    out = {name: {k: e[k] for k in ORDER_KEYS if k in e} for name, e in entries.items()}
+    assert out["overall"].keys() >= {"median_area_ha", "hausdorff_median_m", "iou_distribution"}
+    return out
 
 
 def _point_estimates(metrics: object) -> object:
