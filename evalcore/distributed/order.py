@@ -12,6 +12,7 @@ partition's file at a time.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -103,6 +104,10 @@ def select_on_partitions(
     columns = tuple(order_statistics(setup.options))
 
     def run(wanted: dict[int, tuple[Statistic, ...]]) -> dict:
-        return select(wanted, partition_rounds(setup, keys, columns, plan.n_groups, client))
+        try:
+            return select(wanted, partition_rounds(setup, keys, columns, plan.n_groups, client))
+        finally:
+            with contextlib.suppress(OSError):  # every round removed its queries; another selection may be running
+                (setup.workdir / "select").rmdir()
 
     return run
