@@ -47,12 +47,6 @@ DISTANCE_CRS = "WGS 84 / UTM zone of each polygon's centroid"
 """The value of ``distance_crs`` (SPEC 5.1)."""
 
 
-def _gathered_of(merged: MergedSums, group: int, codes: np.ndarray | None) -> pd.DataFrame:
-    """The gathered rows of a group: all of them for the overall group, else those whose
-    code in the group's own grouping (``codes``) is the group."""
-    return merged.gathered if codes is None else merged.gathered[codes == group]
-
-
 def _replicate_intervals(merged: MergedSums, group: int, options: EvalOptions) -> tuple[dict, dict]:
     if merged.replicates is None:
         return {}, {}
@@ -66,15 +60,14 @@ def group_summary(
     group: int,
     options: EvalOptions,
     *,
-    codes: np.ndarray | None = None,
     grouping: str | None = None,
     both_empty: bool = False,
     empty_group: bool = False,
 ) -> tuple[dict[str, object], dict[str, list[float]], dict[str, int]]:
     """Every family's keys for one group, and the group's ``ci`` block.
 
-    ``codes`` are the gathered rows' groups in the grouping ``group`` belongs to, and
-    ``grouping`` that grouping's output key (both None for the overall group, 0).
+    ``grouping`` is the output key of the grouping ``group`` belongs to (None for the
+    overall group, 0).
 
     Returns
     -------
@@ -87,7 +80,7 @@ def group_summary(
     view = GroupView(
         sums=sums,
         maxima=merged.sums.maxima_dict(group),
-        gathered=_gathered_of(merged, group, codes),
+        order=merged.order.get(group, {}),
         values=finalize_all(sums, options),
         ci=ci,
         n_undefined=n_undefined,
@@ -342,15 +335,14 @@ def build_summary(
 
     with_ci = options.bootstrap > 0 and merged.replicates is not None
     offset = 1
-    group_codes = [c for c in merged.gathered.columns if c.startswith("group_")]
     for g, (name, keys) in enumerate(plan.groupings):
-        codes = merged.gathered[group_codes[g]].to_numpy() if group_codes else np.empty(0, np.int64)
+        outside = int(merged.n_ungrouped[g]) if g < len(merged.n_ungrouped) else 0
         if name == "per_stratum":
             result["strata_column"] = strata_column
-            result["count_reference_no_stratum"] = int((codes < 0).sum())
+            result["count_reference_no_stratum"] = outside
         else:
             result["size_class_edges_ha"] = list(plan.sizes.edges)
-            result["count_reference_outside_size_classes"] = int((codes < 0).sum())
+            result["count_reference_outside_size_classes"] = outside
         entries = {}
         for j, key in enumerate(keys):
             n = int(round(merged.sums.as_dict(offset + j)["n_ref"]))
@@ -358,7 +350,7 @@ def build_summary(
             if name == "per_size_class":
                 head = {"lower_ha": plan.sizes.edges[j], "upper_ha": plan.sizes.edges[j + 1]}
             head["n"] = n
-            body, gci, gund = group_summary(merged, offset + j, options, codes=codes, grouping=name, empty_group=n == 0)
+            body, gci, gund = group_summary(merged, offset + j, options, grouping=name, empty_group=n == 0)
             head.update(body)
             head["support"] = n
             head["insufficient_support"] = n < options.min_support

@@ -19,7 +19,9 @@ orchestrator (the Prefect flow) passes the values along:
 * :func:`sums_phase` -> :class:`SumsDone`: one task per partition writes its per-field
   table part and its partial sums;
 * :func:`merge_phase` -> the summary dict: checks that every partition is there with the
-  row counts the index expects, and adds them in key order.
+  row counts the index expects, and adds them in key order; the medians and quantiles
+  are selected by rounds of tasks over the partitions' sorted values
+  (:mod:`evalcore.distributed.order`).
 
 The functions submitted to the workers are in :mod:`evalcore.distributed.tasks`.
 Geometries never travel through the scheduler: tasks receive paths, keys and small
@@ -40,6 +42,7 @@ import numpy as np
 
 from evalcore.bootstrap import PartitionKey
 from evalcore.distributed import storage
+from evalcore.distributed.order import select_on_partitions
 from evalcore.distributed.reliability import PartitionMissingError
 from evalcore.distributed.sources import Chunk, LayerSource, plan_chunks
 from evalcore.distributed.staging import STAGED_STRATA_COLUMN, check_workers_see, stage_layer, start_run
@@ -409,8 +412,11 @@ def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolve
         raise PartitionMissingError(f"the per-prediction parts hold {n} predictions but {len(preds)} were resolved")
 
 
-def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, sums: SumsDone) -> MergedSums:
-    """Phase 4b's sums: read every partition's sums, check completeness, add them in key order."""
+def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, sums: SumsDone,
+               client: object = None) -> MergedSums:
+    """Phase 4b's sums: read every partition's sums, check completeness, add them in key order;
+    then the order statistics by the selection's rounds over the partitions' sorted values
+    (tasks on ``client``, or in this process without one)."""
     ref = index.layers["reference"]
     keys = sorted(ref["partitions"])
     paths = {key: setup.workdir / "sums" / f"{storage.key_name(key)}.npz" for key in keys}
@@ -444,7 +450,7 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
     r = resolved.resolved
     merged = merge_partitions(
         parts(), r.unassigned, setup.options, plan, r.homeless_tiles, r.homeless_aois, r.global_values, r.unassigned_replicates, r.columns,
-        r.draws.n_units if r.draws is not None else None,
+        r.draws.n_units if r.draws is not None else None, select_on_partitions(setup, keys, plan, client),
     )
     n_ref = int(merged.sums.as_dict(0)["n_ref"])
     n_pred = int(merged.sums.as_dict(0)["n_pred"])
@@ -460,7 +466,7 @@ def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resol
                 client: object = None) -> dict[str, object]:
     """Phase 4b: read every partition's sums, check completeness, add them in key order; the
     pixel counts of the tiles (on the workers, with a pixel GSD); the summary."""
-    merged = merge_sums(setup, index, plan, resolved, sums)
+    merged = merge_sums(setup, index, plan, resolved, sums, client)
     if setup.options.pixel_gsd_m is not None:
         if client is None:
             raise ValueError("pixel metrics need the Dask client to count the tiles on the workers")

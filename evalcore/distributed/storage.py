@@ -5,6 +5,8 @@ Layout under ``workdir``::
     prepared/<layer>/<epsg>_<tx>_<ty>/chunk-<i>.parquet   prepared rows (GeoParquet)
     prepared/index.json                                   the run index (rows and boxes per partition)
     sums/<epsg>_<tx>_<ty>.npz                             sums phase output of a partition
+    sums/<epsg>_<tx>_<ty>.values.npz                      its gathered values, sorted per group and column
+    select/<call>-<round>.npz                             a selection round's queries (removed after the round)
     fields/<epsg>_<tx>_<ty>.parquet                       per-field table part (GeoParquet)
 
 Prepared rows keep their input position, label, areas, home zone, tile, boundary
@@ -38,6 +40,7 @@ from evalcore.layer import PreparedLayer
 from evalcore.levels import UnitSums
 from evalcore.pairtable import PairTable
 from evalcore.quantities import Contributions
+from evalcore.selection import Queries, SortedValues
 from evalcore.stats import GroupSums
 
 __all__ = [
@@ -52,6 +55,11 @@ __all__ = [
     "read_summary",
     "write_sums_input",
     "read_sums_input",
+    "values_path",
+    "write_sorted_values",
+    "read_sorted_values",
+    "write_queries",
+    "read_queries",
 ]
 
 
@@ -432,11 +440,8 @@ def summary_to_arrays(summary: object) -> dict[str, np.ndarray]:
         "max_columns": np.asarray(s.sums.max_columns, dtype=str),
         "sum_digits": s.sums.digits,
         "maxima": s.sums.maxima,
-        "gathered_pos": s.gathered.index.to_numpy(np.int64),
-        "gathered_names": np.asarray(list(s.gathered.columns), dtype=str),
+        "n_ungrouped": np.asarray(s.n_ungrouped, dtype=np.int64),
     }
-    for k, column in enumerate(s.gathered.columns):
-        arrays[f"gathered_{k}"] = s.gathered[column].to_numpy()
     if s.replicates is not None:
         arrays["replicates"] = s.replicates.groups
     for level in ("tiles", "aois"):
@@ -456,10 +461,8 @@ def _names(a: dict[str, np.ndarray], level: str) -> tuple[tuple[str, ...], tuple
 
 
 def summary_from_arrays(a: dict[str, np.ndarray]) -> object:
-    """The inverse of :func:`summary_to_arrays`."""
-    names = [str(n) for n in a["gathered_names"]]
-    gathered = pd.DataFrame({name: a[f"gathered_{k}"] for k, name in enumerate(names)},
-                            index=pd.Index(a["gathered_pos"], name="ref_pos"))
+    """The inverse of :func:`summary_to_arrays`, without the sorted values (they stay in
+    their own file, :func:`read_sorted_values`)."""
     sums = GroupSums(tuple(str(c) for c in a["columns"]), tuple(str(c) for c in a["max_columns"]), a["sum_digits"], a["maxima"])
     return PartitionSummary(
         key=tuple(int(v) for v in a["key"]),
@@ -467,10 +470,48 @@ def summary_from_arrays(a: dict[str, np.ndarray]) -> object:
         n_pred=int(a["n_pred"]),
         sums=sums,
         replicates=ReplicateSums(a["replicates"]) if "replicates" in a else None,
-        gathered=gathered,
+        values=None,
+        n_ungrouped=a["n_ungrouped"],
         tiles=UnitSums(a["tiles_keys"], a["tiles_digits"], a.get("tiles_replicates"), *_names(a, "tiles")),
         aois=UnitSums(a["aois_keys"], a["aois_digits"], a.get("aois_replicates"), *_names(a, "aois")),
     )
+
+
+def values_path(sums_path: Path) -> Path:
+    """The sorted values' file beside a partition's sums output (``<key>.values.npz``)."""
+    return Path(sums_path).with_suffix(".values.npz")
+
+
+def write_sorted_values(path: Path, values: SortedValues) -> Path:
+    """A partition's :class:`~evalcore.selection.SortedValues` as an ``.npz`` of plain arrays, atomically."""
+    return write_summary(path, {
+        "columns": np.asarray(values.columns, dtype=str),
+        "n_groups": np.asarray(values.n_groups, dtype=np.int64),
+        "offsets": values.offsets,
+        "values": values.values,
+    })
+
+
+def read_sorted_values(path: Path) -> SortedValues:
+    """The inverse of :func:`write_sorted_values`."""
+    a = read_summary(path)
+    return SortedValues(tuple(str(c) for c in a["columns"]), int(a["n_groups"]), a["offsets"], a["values"])
+
+
+def write_queries(path: Path, queries: Queries) -> Path:
+    """One selection round's :class:`~evalcore.selection.Queries`, for every partition's task to read."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_summary(path, {
+        "series": queries.series, "lo": queries.lo, "hi": queries.hi, "has_lo": queries.has_lo, "has_hi": queries.has_hi,
+        "force": queries.force, "sizes": np.asarray([queries.samples, queries.limit], dtype=np.int64),
+    })
+
+
+def read_queries(path: Path) -> Queries:
+    """The inverse of :func:`write_queries`."""
+    a = read_summary(path)
+    samples, limit = (int(v) for v in a["sizes"])
+    return Queries(a["series"], a["lo"], a["hi"], a["has_lo"], a["has_hi"], a["force"], samples, limit)
 
 
 def write_sums_input(path: Path, pair_values: dict[str, np.ndarray], contributions: object, draws: object | None) -> Path:

@@ -32,10 +32,11 @@ from evalcore.layer import PreparedLayer, empty_layer
 from evalcore.levels import Sites
 from evalcore.options import EvalOptions, RunPlan
 from evalcore.prepare import prepare_layer
+from evalcore.selection import Answers, answer
 from evalcore.study import Study
 from evalcore.writers import write_geoparquet
 
-__all__ = ["prepare_chunk_task", "pairs_task", "sums_task", "predictions_task", "pixels_task"]
+__all__ = ["prepare_chunk_task", "pairs_task", "sums_task", "select_task", "predictions_task", "pixels_task"]
 
 
 def _concat_layers(layers: list[PreparedLayer]) -> PreparedLayer:
@@ -278,8 +279,29 @@ def sums_task(
         written.append(write_geoparquet(Path(frame_dir) / f"part-{storage.key_name(key)}.parquet", frame))
     path = Path(workdir) / "sums" / f"{storage.key_name(key)}.npz"
     written.append(storage.write_summary(path, storage.summary_to_arrays(summary)))
+    # The gathered values stay here, sorted; the merge's selection rounds read them (select_task).
+    written.append(storage.write_sorted_values(storage.values_path(path), summary.values))
     storage.write_done_record(path.with_suffix(".done.json"), signature, written, base=Path("/"))
     return {"key": key, "n_ref": summary.n_ref, "n_pred": summary.n_pred, "path": str(path)}
+
+
+def select_task(sums_path: str, queries_path: str, columns: tuple[str, ...], n_groups: int) -> Answers:
+    """One round of the order statistics' selection for one partition: its answers to the
+    round's queries (:func:`storage.write_queries`) from its sorted values beside its sums
+    output (:func:`evalcore.selection.answer`).
+
+    ``columns`` and ``n_groups`` are what the client numbers its series by; sorted values
+    made with other families or groupings are refused rather than misread.
+    """
+    name = Path(sums_path).name.split(".")[0]
+    inject_fault("select", name)
+    values = storage.read_sorted_values(storage.values_path(Path(sums_path)))
+    if values.columns != tuple(columns) or values.n_groups != n_groups:
+        raise PartitionMissingError(
+            f"partition {name}: its sorted values hold columns {list(values.columns)} in {values.n_groups} groups, "
+            f"but the merge wants {list(columns)} in {n_groups}; rerun to recompute it."
+        )
+    return answer(values, storage.read_queries(Path(queries_path)))
 
 
 def predictions_task(

@@ -2,14 +2,16 @@
 
 :func:`summarize_partition` turns the pairs and contributions routed to one partition
 (:func:`evalcore.engine.resolve.route`) into its per-field columns and a small
-:class:`PartitionSummary` (group sums, bootstrap replicates, gathered per-field values,
-tile and AOI sums); :func:`merge_partitions` adds the partitions' summaries in
-partition-key order, with the predictions without a home, into :class:`MergedSums`.
+:class:`PartitionSummary` (group sums, bootstrap replicates, tile and AOI sums, and its gathered per-field values
+sorted per group for the order statistics); :func:`merge_partitions` adds the
+partitions' summaries in partition-key order, with the predictions without a home,
+into :class:`MergedSums`, and selects the medians and quantiles from the partitions'
+sorted values (:func:`evalcore.selection.select`) without concatenating them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,10 +25,13 @@ from evalcore.layer import PreparedLayer
 from evalcore.levels import UNASSIGNED_COLUMN, UnitSums, unit_rows, unit_sums
 from evalcore.matching import Resolution
 from evalcore.metrics.base import RefContext
-from evalcore.metrics.registry import enabled_families, max_columns, quantity_columns, unit_columns, unit_replicate_columns
+from evalcore.metrics.registry import (
+    enabled_families, max_columns, order_statistics, quantity_columns, unit_columns, unit_replicate_columns,
+)
 from evalcore.metrics.taxonomy import reference_codes, reference_flags
 from evalcore.options import EvalOptions, RunPlan
 from evalcore.quantities import Contributions, quantity_table, reference_fields
+from evalcore.selection import SortedValues, Statistic, select_local
 from evalcore.stats import GroupSums, group_sums
 
 __all__ = [
@@ -36,6 +41,8 @@ __all__ = [
     "MergedSums",
     "merge_partitions",
     "unit_sum_columns",
+    "wanted_series",
+    "order_by_group",
 ]
 
 
@@ -96,9 +103,12 @@ class PartitionSummary:
     sums : GroupSums
         Per group of the flat group axis (overall, strata, size classes).
     replicates : ReplicateSums or None
-    gathered : pandas.DataFrame
-        Per-field values kept whole (the families' medians), indexed by position, with
-        a ``group_<k>`` column per grouping (flat group index, -1: none).
+    values : SortedValues or None
+        The families' gathered per-field values (their medians' and quantiles'), sorted
+        per group and column; None when they stay in the partition's own file (a
+        cluster's sums output, read by the selection's rounds).
+    n_ungrouped : ndarray of int64
+        Per grouping, the fields in none of its groups (no stratum, outside the size classes).
     tiles, aois : UnitSums
         Sums per reporting tile and per AOI of the partition's fields (with their home
         predictions); the AOIs' with bootstrap replicates when drawn.
@@ -109,7 +119,8 @@ class PartitionSummary:
     n_pred: int
     sums: GroupSums
     replicates: ReplicateSums | None
-    gathered: pd.DataFrame = field(repr=False)
+    values: SortedValues | None = field(repr=False)
+    n_ungrouped: IdArray = field(default_factory=lambda: np.zeros(0, np.int64))
     tiles: UnitSums = field(default_factory=lambda: UnitSums.empty(3), repr=False)
     aois: UnitSums = field(default_factory=lambda: UnitSums.empty(1), repr=False)
 
@@ -221,12 +232,13 @@ def summarize_partition(
     units = unit_rows(ucols, table.columns, table.values)
     tiles = unit_sums(np.stack([refs.utm_epsg, refs.tile_x, refs.tile_y], axis=1), units, weights, ucols, rcols)
     aois = unit_sums(refs.aoi[:, None], units, weights, ucols, rcols)
-    gathered = pd.DataFrame(index=pd.Index(refs.positions, name="ref_pos"))
+    gathered: dict[str, F64Array] = {}
     for family in enabled_families(options):
-        for name, values in family.gathered(ctx).items():
-            gathered[name] = values
-    for g in range(flat_groups.shape[1]):
-        gathered[f"group_{g}"] = flat_groups[:, g]
+        gathered.update(family.gathered(ctx))
+    declared = order_statistics(options)
+    if set(gathered) != set(declared):
+        raise ValueError(f"the families gather {sorted(gathered)} but declare order statistics of {sorted(declared)}")
+    values = SortedValues.of_columns({name: gathered[name] for name in declared}, flat_groups, plan.n_groups)
     n_pred = int(table.column("n_pred").sum()) if n else 0
     summary = PartitionSummary(
         key=key,
@@ -234,7 +246,8 @@ def summarize_partition(
         n_pred=n_pred,
         sums=group_sums(table.values, table.maxima, flat_groups, plan.n_groups, table.columns, table.max_columns),
         replicates=replicates,
-        gathered=gathered,
+        values=values,
+        n_ungrouped=(flat_groups < 0).sum(axis=0).astype(np.int64),
         tiles=tiles,
         aois=aois,
     )
@@ -254,8 +267,9 @@ class MergedSums:
         Group 0 (overall) includes the unassigned predictions' row.
     replicates : ReplicateSums or None
         The overall group includes the unassigned row in every replicate.
-    gathered : pandas.DataFrame
-        Concatenated gathered per-field columns, in position order.
+    order : dict of int to dict
+        Per group of the flat group axis, the order statistics of each gathered column:
+        ``{group: {column: {statistic: value}}}`` (:func:`order_by_group`).
     unassigned : dict of str to float
     tiles, aois : UnitSums
         Per reporting tile and per AOI, the homeless predictions included (in every
@@ -264,13 +278,31 @@ class MergedSums:
 
     sums: GroupSums
     replicates: ReplicateSums | None
-    gathered: pd.DataFrame
+    order: dict[int, dict[str, dict[Statistic, float]]]
     unassigned: dict[str, float]
     tiles: UnitSums = field(default_factory=lambda: UnitSums.empty(3))
     aois: UnitSums = field(default_factory=lambda: UnitSums.empty(1))
     global_values: dict = field(default_factory=dict)
     n_units: int | None = None
     pixels: dict | None = None
+    n_ungrouped: tuple[int, ...] = ()
+
+
+def wanted_series(options: EvalOptions, plan: RunPlan) -> dict[int, tuple[Statistic, ...]]:
+    """The series of :class:`~evalcore.selection.SortedValues` to select from and their
+    statistics: every declared column in every group."""
+    declared = order_statistics(options)
+    return {c * plan.n_groups + g: stats for c, stats in enumerate(declared.values()) for g in range(plan.n_groups)}
+
+
+def order_by_group(selected: Mapping[int, Mapping[Statistic, float]], options: EvalOptions, plan: RunPlan) -> dict[int, dict[str, dict[Statistic, float]]]:
+    """:func:`~evalcore.selection.select`'s answer per series as ``{group: {column: {statistic: value}}}``."""
+    columns = tuple(order_statistics(options))
+    out: dict[int, dict[str, dict[Statistic, float]]] = {g: {} for g in range(plan.n_groups)}
+    for s, stats in selected.items():
+        c, g = divmod(int(s), plan.n_groups)
+        out[g][columns[c]] = dict(stats)
+    return out
 
 
 def merge_partitions(
@@ -284,6 +316,7 @@ def merge_partitions(
     unassigned_replicates: F64Array | None = None,
     unassigned_columns: tuple[str, ...] = (),
     n_units: int | None = None,
+    select: Callable[[dict[int, tuple[Statistic, ...]]], Mapping[int, Mapping[Statistic, float]]] | None = None,
 ) -> MergedSums:
     """Add the partitions' sums in partition-key order (so the bits never depend on arrival order).
 
@@ -291,6 +324,11 @@ def merge_partitions(
     each partition is added and let go before the next is read, so the bootstrap's
     replicate sums (groups x replicates x columns per partition) are held for one
     partition at a time, whatever the number of partitions.
+
+    The order statistics are selected after the sums, by ``select`` (given the wanted
+    series, :func:`wanted_series`; a cluster's rounds over the partitions' files) or,
+    without it, by :func:`evalcore.selection.select_local` over the partitions' own
+    :attr:`PartitionSummary.values`: the same exact elements either way.
     """
     if isinstance(parts, list):
         parts = iter(sorted(parts, key=lambda p: p.key))
@@ -300,7 +338,8 @@ def merge_partitions(
     if options.bootstrap > 0:
         replicates = ReplicateSums(np.zeros((plan.n_groups, options.bootstrap, len(columns))))
     previous = None
-    gathered_parts, tile_parts, aoi_parts = [], [], []
+    value_parts, tile_parts, aoi_parts = [], [], []
+    n_ungrouped = np.zeros(len(plan.groupings), dtype=np.int64)
     for part in parts:
         if previous is not None and part.key <= previous:
             raise ValueError("a partition was summed twice" if part.key == previous else "partitions arrived out of key order")
@@ -308,7 +347,12 @@ def merge_partitions(
         sums = sums.merge(part.sums)
         if replicates is not None:
             replicates = replicates.merge(part.replicates)
-        gathered_parts.append(part.gathered)
+        if select is None:
+            if part.values is None:
+                raise ValueError(f"partition {part.key}: its sorted values are not in memory; merge with the selection's rounds")
+            value_parts.append(part.values)
+        if len(part.n_ungrouped):
+            n_ungrouped += part.n_ungrouped
         tile_parts.append(part.tiles)
         aoi_parts.append(part.aois)
     row = np.array([unassigned.get(c, 0.0) for c in columns])
@@ -322,12 +366,12 @@ def merge_partitions(
             for j, name in enumerate(unassigned_columns):
                 groups[0][:, col[name]] += unassigned_replicates[:, j]
         replicates = ReplicateSums(groups)
-    if gathered_parts:
-        gathered = pd.concat(gathered_parts).sort_index()
-    else:
-        gathered = pd.DataFrame(index=pd.Index(np.empty(0, np.int64), name="ref_pos"))
+    wanted = wanted_series(options, plan)
+    selected = select(wanted) if select is not None else select_local(wanted, value_parts)
+    order = order_by_group(selected, options, plan)
     n_rep = options.bootstrap if options.bootstrap > 0 else None
     ucols, rcols = unit_sum_columns(options)
     tiles = UnitSums.concat([UnitSums.empty(3, n_rep, ucols, rcols)] + tile_parts + ([homeless_tiles] if homeless_tiles is not None else []))
     aois = UnitSums.concat([UnitSums.empty(1, n_rep, ucols, rcols)] + aoi_parts + ([homeless_aois] if homeless_aois is not None else []))
-    return MergedSums(sums, replicates, gathered, dict(unassigned), tiles, aois, dict(global_values or {}), n_units)
+    return MergedSums(sums, replicates, order, dict(unassigned), tiles, aois, dict(global_values or {}), n_units,
+                      n_ungrouped=tuple(int(n) for n in n_ungrouped))

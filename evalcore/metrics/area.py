@@ -54,6 +54,9 @@ class Area(MetricFamily):
     def gathered(self, ctx: RefContext) -> dict[str, np.ndarray]:
         return {"area_ha": ctx.fields["area_m2"].to_numpy(np.float64) / 1e4}
 
+    def order_statistics(self, options: object) -> dict[str, tuple[object, ...]]:
+        return {"area_ha": ("median",)}
+
     def finalize(self, s, options):
         tp = np.asarray(s["tp"], dtype=np.float64)
         out = {

@@ -16,8 +16,11 @@ A family (one module of :mod:`evalcore.metrics`) declares:
   unassigned row;
 * ``pair_values(ctx)``: optional per-pair values that need every pair of a prediction
   (a global step next to the matching), sliced to the partitions like the matching;
-* ``gathered(ctx)``: optional per-field values kept whole (medians), and ``maxima``:
-  columns that merge by ``max`` instead of ``+``;
+* ``gathered(ctx)``: optional per-field values whose order statistics the family
+  reports, and ``order_statistics(options)``: which (median, quantiles, min, max;
+  :mod:`evalcore.selection`); each partition keeps them sorted and the merge selects
+  the wanted elements without gathering them. ``maxima``: columns that merge by ``max``
+  instead of ``+``;
 * ``finalize(s, options)``: its metrics as ``(value, defined)`` from column sums,
   element-wise on arrays of bootstrap replicates;
 * ``summarize(group)``: the keys it writes into a group's entry of the summary, with
@@ -270,8 +273,9 @@ class GroupView:
         Column sums of the group's quantity rows.
     maxima : mapping of str to float
         Max-merged columns (NaN when no row has a value).
-    gathered : pandas.DataFrame
-        The group's gathered per-field columns.
+    order : mapping of str to mapping
+        The group's order statistics of each gathered column: ``{column: {statistic:
+        value}}`` as declared by the families' ``order_statistics`` (NaN without values).
     values : mapping of str to Value
         Every family's finalised metrics for the group.
     ci, n_undefined : mapping
@@ -289,7 +293,7 @@ class GroupView:
 
     sums: Mapping[str, float]
     maxima: Mapping[str, float]
-    gathered: pd.DataFrame
+    order: Mapping[str, Mapping[object, float]]
     values: Mapping[str, Value]
     ci: Mapping[str, list[float]] = field(default_factory=dict)
     n_undefined: Mapping[str, int] = field(default_factory=dict)
@@ -306,12 +310,13 @@ class GroupView:
         value, defined = self.values[key]
         return convention(float(value), bool(defined), kind, both_empty=self.both_empty, empty_group=self.empty_group)
 
+    def statistics(self, column: str) -> Mapping[object, float]:
+        """The order statistics of a gathered column in this group (empty when not gathered)."""
+        return self.order.get(column, {})
+
     def median(self, column: str) -> float:
-        if column not in self.gathered.columns:
-            return float("nan")
-        values = self.gathered[column].to_numpy(np.float64)
-        values = values[~np.isnan(values)]
-        return float(np.median(values)) if len(values) else float("nan")
+        """:func:`numpy.median` of a gathered column's non-NaN values in this group (NaN: none)."""
+        return float(self.statistics(column).get("median", float("nan")))
 
 
 class MetricFamily:
@@ -349,6 +354,13 @@ class MetricFamily:
         return {}
 
     def gathered(self, ctx: RefContext) -> dict[str, F64Array]:
+        """Per-field values (NaN: none) of the columns of :meth:`order_statistics`."""
+        return {}
+
+    def order_statistics(self, options: object) -> dict[str, tuple[object, ...]]:
+        """``{gathered column: statistics}``, each ``"count"``, ``"min"``, ``"max"``, ``"median"``
+        (:func:`numpy.median`) or a probability (:func:`numpy.quantile`'s default), found
+        exactly for every group at the merge (:func:`evalcore.selection.select`)."""
         return {}
 
     def maximum_values(self, ctx: RefContext) -> dict[str, F64Array]:

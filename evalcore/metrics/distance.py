@@ -63,6 +63,9 @@ class Distance(MetricFamily):
             "boundary_mean_distance_m": np.where(matched, f["boundary_mean_distance_m"].to_numpy(np.float64), np.nan),
         }
 
+    def order_statistics(self, options: object) -> dict[str, tuple[object, ...]]:
+        return {"hausdorff_m": ("median",), "boundary_mean_distance_m": ("median",)}
+
     def maximum_values(self, ctx: RefContext) -> dict[str, np.ndarray]:
         f = ctx.fields
         return {"spacing_m": np.where(f["matched"].to_numpy(bool), f["boundary_sample_spacing_m"].to_numpy(np.float64), np.nan)}

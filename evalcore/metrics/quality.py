@@ -7,7 +7,8 @@ TP, FP, FN); the area biases are ratios of the area family's sums. The family's 
 columns are the matched pairs' Dice sum and, with a band width, their boundary-IoU sum
 and count. The quantiles of the matched IoU and the median boundary IoU are taken from
 the gathered per-field values, as the section 4 medians are: they are order
-statistics, not sums, so they get no interval.
+statistics, not sums, found exactly at the merge without holding the values
+(:mod:`evalcore.selection`), so they get no interval.
 
 The pairs' boundary IoU is computed in the pairs phase (:func:`evalcore.boundary.
 pair_boundary_iou`, for every pair at or above the threshold, on the geometries of the
@@ -24,13 +25,17 @@ from evalcore.metrics.base import NULL, GroupView, MetricFamily, Option, RefCont
 from evalcore.metrics.checks import positive_or_none
 from evalcore.present import GROUPS, OVERALL, Shown, number, with_interval
 from evalcore.rates import panoptic_quality
+from evalcore.selection import statistics_of
 
-__all__ = ["Quality", "IOU_QUANTILES", "iou_distribution"]
+__all__ = ["Quality", "IOU_QUANTILES", "IOU_STATISTICS", "iou_distribution"]
 
 IOU_QUANTILES: tuple[tuple[str, float], ...] = (
     ("q05", 0.05), ("q10", 0.10), ("q25", 0.25), ("median", 0.50), ("q75", 0.75), ("q90", 0.90),
 )
 """The quantiles of ``iou_distribution`` (SPEC 6.11), by key, between ``min`` and ``max``."""
+
+IOU_STATISTICS: tuple[object, ...] = ("count", "min", *(p for _, p in IOU_QUANTILES), "max")
+"""The order statistics of the matched IoU behind ``iou_distribution`` (:mod:`evalcore.selection`)."""
 
 _INTERVALS = ("pq", "sq", "rq", "dice_mean", "area_bias", "matched_area_bias")
 
@@ -49,15 +54,14 @@ def iou_distribution(values: np.ndarray) -> dict[str, object]:
     >>> iou_distribution(np.array([]))["count"], iou_distribution(np.array([]))["min"]
     (0, nan)
     """
-    v = np.asarray(values, dtype=np.float64)
-    v = v[~np.isnan(v)]
-    out: dict[str, object] = {"count": int(len(v))}
-    if not len(v):
-        return out | dict.fromkeys(["min", *(k for k, _ in IOU_QUANTILES), "max"], float("nan"))
-    out["min"] = float(v.min())
-    q = np.quantile(v, [p for _, p in IOU_QUANTILES])
-    out |= {k: float(x) for (k, _), x in zip(IOU_QUANTILES, q)}
-    out["max"] = float(v.max())
+    return _distribution(statistics_of(values, IOU_STATISTICS))
+
+
+def _distribution(stats: Mapping[object, object]) -> dict[str, object]:
+    """``iou_distribution``'s keys from the :data:`IOU_STATISTICS` (selected or computed whole)."""
+    out: dict[str, object] = {"count": int(stats.get("count", 0)), "min": float(stats.get("min", float("nan")))}
+    out |= {k: float(stats.get(p, float("nan"))) for k, p in IOU_QUANTILES}
+    out["max"] = float(stats.get("max", float("nan")))
     return out
 
 
@@ -117,6 +121,9 @@ class Quality(MetricFamily):
             out["matched_boundary_iou"] = np.where(matched, f["boundary_iou"].to_numpy(np.float64), np.nan)
         return out
 
+    def order_statistics(self, options: object) -> dict[str, tuple[object, ...]]:
+        return {"matched_iou": IOU_STATISTICS} | ({"matched_boundary_iou": ("median",)} if self._band(options) else {})
+
     def finalize(self, s: Mapping[str, np.ndarray], options: object) -> dict:
         tp = np.asarray(s["tp"], dtype=np.float64)
         fp = np.asarray(s["n_pred"], dtype=np.float64) - s["n_pred_matched"]
@@ -140,8 +147,7 @@ class Quality(MetricFamily):
 
     def summarize(self, g: GroupView) -> dict[str, object]:
         out: dict[str, object] = {key: g.point(key, NULL) for key in ("pq", "sq", "rq")}
-        iou = g.gathered["matched_iou"].to_numpy(np.float64) if "matched_iou" in g.gathered.columns else np.empty(0)
-        out["iou_distribution"] = iou_distribution(iou)
+        out["iou_distribution"] = _distribution(g.statistics("matched_iou"))
         out["dice_mean"] = g.point("dice_mean", NULL)
         out["area_bias"] = g.point("area_bias", NULL)
         out["matched_area_bias"] = g.point("matched_area_bias", NULL)

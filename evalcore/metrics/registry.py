@@ -41,6 +41,7 @@ __all__ = [
     "interval_keys",
     "unit_columns",
     "unit_replicate_columns",
+    "order_statistics",
 ]
 
 FAMILIES: list[MetricFamily] = [
@@ -114,3 +115,14 @@ def unit_columns(options: object) -> tuple[str, ...]:
 def unit_replicate_columns(options: object) -> tuple[str, ...]:
     """The unit columns the per-AOI bootstrap intervals need (of the families with unit interval keys)."""
     return tuple(c for f in enabled_families(options) if f.unit_interval_keys(options) for c in f.unit_columns(options))
+
+
+def order_statistics(options: object) -> dict[str, tuple[object, ...]]:
+    """The gathered columns of the enabled families and their order statistics, in registry order."""
+    out: dict[str, tuple[object, ...]] = {}
+    for family in enabled_families(options):
+        for column, statistics in family.order_statistics(options).items():
+            if column in out:
+                raise ValueError(f"two metric families gather the same column: {column!r}")
+            out[column] = tuple(statistics)
+    return out

@@ -4,8 +4,8 @@ Every key of the family (pq, sq, rq, the matched-IoU distribution, Dice, the are
 boundary IoU with its mean and median, and their intervals), overall, per stratum and
 per size class, on the seam-heavy layers of the differential test: fields cut by
 partition lines, so a matched pair's boundary IoU is computed in a partition that reads
-the prediction from its halo, and the quantiles and the median are taken from per-field
-values gathered from several partitions.
+the prediction from its halo, and the quantiles and the median are selected from
+per-field values sorted in several partitions (equal to the last bit).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import evalcore
 
 from .seams import seam_layers
-from .test_differential import differences
+from .test_differential import differences, order_statistics
 
 OPTIONS = dict(strata="stratum", size_bins="auto", bootstrap=20, boundary_iou_width_m=5.0)
 PARTITION_M = 2_000.0
@@ -57,6 +57,9 @@ def test_distributed_quality_equals_single_process(layers, expected, local_clien
     # floats to 1e-9 relative, intervals (the same draws summed in the same order) to the bit
     assert differences(result, expected) == []
     assert all(key in result for key in QUALITY_KEYS)
+    # The quantiles and the boundary IoU median are selected exactly: equal to the bit.
+    assert differences(order_statistics(result), order_statistics(expected), rtol=0.0) == []
+    assert "boundary_iou_median" in order_statistics(result)["overall"]
 
 
 def test_distributed_tables_carry_each_pairs_boundary_iou(layers, local_clients, tmp_path):

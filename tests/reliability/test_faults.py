@@ -190,6 +190,37 @@ def test_permanent_fault_names_the_partition(cluster_client, data, tmp_path):
         merge_phase(setup, index, plan, resolved, SumsDone({}))
 
 
+def _through_sums(client, setup: RunSetup):
+    index = prepare_phase(client, setup)
+    plan = plan_phase(setup, index)
+    resolved = resolve_phase(setup, index, pairs_phase(client, setup, index))
+    return index, plan, resolved, sums_phase(client, setup, index, plan, resolved)
+
+
+def test_selection_rounds_survive_a_transient_fault_and_a_killed_worker(cluster_client, data, expected, tmp_path):
+    """The merge's median rounds run as tasks (select_task): a fault in one partition's
+    round is retried, a worker killed while they run is replaced; the numbers are identical."""
+    setup = _setup(data, tmp_path / "work")
+    index, plan, resolved, sums = _through_sums(cluster_client, setup)
+    first = sorted(index.layers["reference"]["partitions"])[0]
+    marker = tmp_path / "fault-marker"
+    _set_fault(cluster_client, phase="select", partition="_".join(map(str, first)), mode="once", marker=str(marker))
+    assert to_jsonable(merge_phase(setup, index, plan, resolved, sums, cluster_client)) == expected
+    assert marker.exists()
+    victim = _worker_pids(cluster_client)[0]
+    threading.Timer(0.05, lambda: os.kill(victim, signal.SIGKILL)).start()
+    assert to_jsonable(merge_phase(setup, index, plan, resolved, sums, cluster_client)) == expected
+
+
+def test_permanent_selection_fault_names_the_partition(cluster_client, data, tmp_path):
+    setup = _setup(data, tmp_path / "work")
+    index, plan, resolved, sums = _through_sums(cluster_client, setup)
+    name = "_".join(map(str, sorted(index.layers["reference"]["partitions"])[1]))
+    _set_fault(cluster_client, phase="select", partition=name, mode="always", marker=str(tmp_path / "m"))
+    with pytest.raises(RuntimeError, match=rf"select failed for partition {name}: InjectedFault"):
+        merge_phase(setup, index, plan, resolved, sums, cluster_client)
+
+
 def test_resume_reuses_verified_partitions_and_changed_inputs_invalidate(cluster_client, data, expected, tmp_path):
     work = tmp_path / "work"
     first = _setup(data, work)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from evalcore.errors import IncompatibleStatsError
@@ -46,7 +45,7 @@ def point_metrics(sums: dict, *, with_tolerance: bool, both_empty: bool, empty_g
     """A group's entry as the summary writes it (every family's keys)."""
     options = OPTS_TOL if with_tolerance else OPTS
     view = GroupView(
-        sums=sums, maxima={"spacing_m": float("nan")}, gathered=pd.DataFrame(), values=finalize_all(sums, options),
+        sums=sums, maxima={"spacing_m": float("nan")}, order={}, values=finalize_all(sums, options),
         both_empty=both_empty, empty_group=empty_group, options=options,
     )
     out: dict = {}

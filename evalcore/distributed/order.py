@@ -1,0 +1,113 @@
+"""The merge's order statistics on a cluster: the selection's rounds as worker tasks.
+
+The medians and quantiles are found by :func:`evalcore.selection.select` without
+gathering the per-field values: each partition's sums task left its gathered values
+sorted per group and column beside its sums (``sums/<key>.values.npz``); every round,
+the client writes its queries to ``select/`` and one task per partition
+(:func:`evalcore.distributed.tasks.select_task`) answers all of them, for every group and column at once, from that file, and the
+client narrows the intervals from the answers (a few counts and samples per
+partition and query). Without a client the same tasks run in this process, one
+partition's file at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+
+from evalcore.bootstrap import PartitionKey
+from evalcore.distributed import storage
+from evalcore.distributed.reliability import PartitionMissingError
+from evalcore.distributed.tasks import select_task
+from evalcore.distributed.values import RunSetup
+from evalcore.errors import EvalInputError
+from evalcore.metrics.registry import order_statistics
+from evalcore.options import RunPlan
+from evalcore.selection import Answers, Queries, Statistic, select
+
+__all__ = ["partition_rounds", "select_on_partitions"]
+
+logger = logging.getLogger(__name__)
+
+
+def partition_rounds(
+    setup: RunSetup, keys: Sequence[PartitionKey], columns: tuple[str, ...], n_groups: int, client: object = None
+) -> Callable[[Queries], list[Answers]]:
+    """The ``ask`` of :func:`evalcore.selection.select` over the partitions' sorted values.
+
+    Parameters
+    ----------
+    setup : RunSetup
+    keys : sequence of PartitionKey
+        The partitions holding reference fields, whose sums outputs are in ``sums/``.
+    columns : tuple of str
+    n_groups : int
+        The gathered columns and groups the series are numbered by (checked by each task).
+    client : distributed.Client, optional
+        Run each round as a task per partition on the cluster (else in this process).
+
+    Returns
+    -------
+    callable
+        Queries to the partitions' answers, in ``keys`` order.
+    """
+    paths = [setup.workdir / "sums" / f"{storage.key_name(key)}.npz" for key in keys]
+    missing = [key for key, path in zip(keys, paths) if not storage.values_path(path).is_file()]
+    if missing:
+        raise PartitionMissingError(
+            f"partition {storage.key_name(missing[0])} has no sorted values beside its sums in {setup.workdir / 'sums'}"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "") + "; rerun to recompute it."
+        )
+    call = uuid.uuid4().hex[:8]  # task keys unique to this selection, whatever ran before
+    rounds = [0]
+
+    def ask(queries: Queries) -> list[Answers]:
+        rounds[0] += 1
+        logger.info("select: round %d, %d queries to %d partitions", rounds[0], len(queries), len(paths))
+        # The round's queries travel through the work directory, once: in the task graph
+        # they would sit in the scheduler once per partition, and scattered data dies
+        # with the worker holding it.
+        asked = storage.write_queries(setup.workdir / "select" / f"{call}-{rounds[0]}.npz", queries)
+        try:
+            if client is None:
+                return [_answer(key, lambda p=path: select_task(str(p), str(asked), columns, n_groups)) for key, path in zip(keys, paths)]
+            futures = [
+                client.submit(select_task, str(path), str(asked), columns, n_groups, key=setup.task_key("select", call, rounds[0], *key), retries=2)
+                for key, path in zip(keys, paths)
+            ]
+            try:
+                return [_answer(key, future.result) for key, future in zip(keys, futures)]
+            finally:
+                for future in futures:
+                    future.release()
+        finally:
+            asked.unlink(missing_ok=True)
+
+    return ask
+
+
+def _answer(key: PartitionKey, result: Callable[[], Answers]) -> Answers:
+    try:
+        return result()
+    except (EvalInputError, PartitionMissingError):
+        raise
+    except Exception as exc:
+        raise RuntimeError(f"select failed for partition {storage.key_name(key)}: {type(exc).__name__}: {exc}") from exc
+
+
+def select_on_partitions(
+    setup: RunSetup, keys: Sequence[PartitionKey], plan: RunPlan, client: object = None
+) -> Callable[[dict[int, tuple[Statistic, ...]]], dict]:
+    """The ``select`` of :func:`evalcore.engine.sums.merge_partitions` for a run's partitions."""
+    columns = tuple(order_statistics(setup.options))
+
+    def run(wanted: dict[int, tuple[Statistic, ...]]) -> dict:
+        try:
+            return select(wanted, partition_rounds(setup, keys, columns, plan.n_groups, client))
+        finally:
+            with contextlib.suppress(OSError):  # every round removed its queries; another selection may be running
+                (setup.workdir / "select").rmdir()
+
+    return run
