@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import shapely
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from shapely.geometry import MultiPolygon, Polygon, box
 
@@ -26,7 +26,10 @@ CELL = 100.0  # small cells, so that a few hundred metres of polygon cross many 
 def _star(rng, cx, cy, radius, n):
     angles = np.sort(rng.uniform(0, 2 * np.pi, n))
     r = radius * rng.uniform(0.3, 1.0, n)
-    return Polygon(np.column_stack([cx + r * np.cos(angles), cy + r * np.sin(angles)]))
+    star = Polygon(np.column_stack([cx + r * np.cos(angles), cy + r * np.sin(angles)]))
+    # Two nearly equal angles can make rounded edges cross: an invalid polygon, which a run
+    # never meets (layers are repaired when prepared) and on which GEOS's overlay fails.
+    return star if star.is_valid else shapely.make_valid(star, method="structure", keep_collapsed=False)
 
 
 def _polygon(rng):
@@ -149,6 +152,7 @@ def test_aoi_lookups_from_extents_equal_the_whole_layer(tmp_path_factory, seed, 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), n_parts=st.integers(1, 4), n_groups=st.integers(1, 5))
+@example(seed=34, n_parts=4, n_groups=1)  # drew a self-crossing star field before _star repaired it
 def test_annotated_fractions_from_extents_equal_the_whole_layer(tmp_path_factory, seed, n_parts, n_groups):
     rng = np.random.default_rng(seed)
     geoms = np.asarray([_polygon(rng) for _ in range(n_parts)], dtype=object)
