@@ -168,14 +168,29 @@ def _fill_ring_samples(x, y, c0: int, c1: int, spacing: float, sx, sy) -> int:
         pieces = int(np.ceil(length / spacing))
         if pieces > 1:
             piece_len = length / pieces
-            for j in range(1, pieces):
+            # The inserted points are written first, in a loop that vectorizes (unsigned
+            # indices, no branch), then checked for repeats of the previous point, which
+            # are rare (only where rounding makes two coincide) and then squeezed out.
+            base = np.uint64(n - 1)
+            for j in range(np.uint64(1), np.uint64(pieces)):
                 frac = (j * piece_len) / length
-                qx = p0x + frac * (p1x - p0x)
-                qy = p0y + frac * (p1y - p0y)
-                if sx[n - 1] != qx or sy[n - 1] != qy:
-                    sx[n] = qx
-                    sy[n] = qy
-                    n += 1
+                sx[base + j] = p0x + frac * (p1x - p0x)
+                sy[base + j] = p0y + frac * (p1y - p0y)
+            un = np.uint64(n)
+            end = un + np.uint64(pieces - 1)
+            repeats = False
+            for i in range(un, end):
+                repeats |= sx[i - np.uint64(1)] == sx[i] and sy[i - np.uint64(1)] == sy[i]
+            if not repeats:
+                n += pieces - 1
+            else:
+                for i in range(un, end):
+                    qx = sx[i]
+                    qy = sy[i]
+                    if sx[n - 1] != qx or sy[n - 1] != qy:
+                        sx[n] = qx
+                        sy[n] = qy
+                        n += 1
     # The closing coordinate repeats the first vertex, which is already the first sample
     # (GEOS appends it last); a vertex equal to the first just before closing is dropped too.
     if n > 1 and sx[n - 1] == sx[0] and sy[n - 1] == sy[0]:
@@ -539,10 +554,10 @@ def _sample_distances_into(
         cmaxx = cminx
         cmaxy = cminy
         u = 0.0
-        for k in range(k0 + 1, k1 + 1):
+        for k in range(ua, np.uint64(k1 + 1)):
             xk = sx[k]
             yk = sy[k]
-            if not best[k - k0 - 1]:
+            if not best[k - ua]:
                 dist[k] = _segment_distance(xk, yk, nax, nay, nbx, nby, nex, ney, nl2, nsl)
             cminx = min(cminx, xk)
             cminy = min(cminy, yk)
