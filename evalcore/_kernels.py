@@ -473,6 +473,7 @@ def _sample_distances_into(
     best2,
     best,
     region,
+    flag,
 ) -> None:
     """Exact distance of each of ``n`` consecutive samples to the nearest of ``m`` segments.
 
@@ -536,34 +537,47 @@ def _sample_distances_into(
         # t = (P - A).E lies safely inside (0, |E|^2), GEOS's ratio r = t / |E|^2 is
         # certainly in (0, 1) after rounding (no underflow to 0, no rounding up to 1), so
         # that formula is what GEOS takes: written without branches, so the compiler can
-        # vectorize the division. The other samples take the full formula below.
+        # vectorize the division (unsigned indices: no negative-index wraparound, hence no
+        # gathers). The other samples ("outside", flag 1) are bounded by their squared
+        # distance to e0's nearer end, and get GEOS's full formula only once their nearest
+        # segment is known.
         safe = nl2 >= 1e-50
         t_lo = nl2 * 1e-250
         t_hi = nl2 * (1.0 - 2.0**-50)
-        # Unsigned indices: no negative-index wraparound, so no gathers when vectorized.
         ua = np.uint64(k0 + 1)
-        for k in range(ua, np.uint64(k1 + 1)):
+        ub = np.uint64(k1 + 1)
+        for k in range(ua, ub):
             xk = sx[k]
             yk = sy[k]
-            t = (xk - nax) * nex + (yk - nay) * ney
+            dx = xk - nax
+            dy = yk - nay
+            t = dx * nex + dy * ney
             q = ((nay - yk) * nex - (nax - xk) * ney) / nl2
+            fx = xk - nbx
+            fy = yk - nby
+            inside = safe and t > t_lo and t < t_hi
             dist[k] = abs(q) * nsl
-            best[k - ua] = safe and t > t_lo and t < t_hi
+            best2[k - ua] = 0.0 if inside else min(dx * dx + dy * dy, fx * fx + fy * fy)
+            flag[k - ua] = not inside
         cminx = sx[k0 + 1]
         cminy = sy[k0 + 1]
         cmaxx = cminx
         cmaxy = cminy
         u = 0.0
-        for k in range(ua, np.uint64(k1 + 1)):
+        u2 = 0.0
+        n_outside = 0
+        for k in range(ua, ub):
             xk = sx[k]
             yk = sy[k]
-            if not best[k - ua]:
-                dist[k] = _segment_distance(xk, yk, nax, nay, nbx, nby, nex, ney, nl2, nsl)
             cminx = min(cminx, xk)
             cminy = min(cminy, yk)
             cmaxx = max(cmaxx, xk)
             cmaxy = max(cmaxy, yk)
-            u = max(u, dist[k])
+            out = flag[k - ua]
+            u = max(u, 0.0 if out else dist[k])
+            u2 = max(u2, best2[k - ua])
+            n_outside += out
+        u = max(u, np.sqrt(u2))
         # Slack: rounding is relative to the distance and to the lengths involved (the
         # segment's, the chunk's, the coordinates'), never to zero alone, so a sample
         # lying on the other boundary (U = 0) keeps its touching segments.
@@ -644,15 +658,20 @@ def _sample_distances_into(
                     better = d2 < best2[j]
                     best2[j] = d2 if better else best2[j]
                     best[j] = s if better else best[j]
-            # GEOS's distance to each sample's nearest segment other than e0 (the distance
-            # to e0 is already there).
+            # GEOS's distance to each sample's nearest segment, unless it is e0 and the
+            # distance to e0 is already there.
             for j in range(cnt):
                 bs = best[j]
-                if bs != near:
+                if bs != near or flag[j]:
                     dist[kb + j] = _segment_distance(
                         sx[kb + j], sy[kb + j], ax[bs], ay[bs], bx[bs], by[bs], ex[bs], ey[bs], l2[bs], sl[bs]
                     )
             near = best[cnt - np.uint64(1)]
+        elif n_outside > 0:
+            # e0 is every sample's nearest segment: GEOS's full formula where it was not taken.
+            for k in range(ua, ub):
+                if flag[k - ua]:
+                    dist[k] = _segment_distance(sx[k], sy[k], nax, nay, nbx, nby, nex, ney, nl2, nsl)
         k0 = k1
 
 
@@ -746,6 +765,7 @@ def _pair_distances(x, y, ring_off, geom_off, spacing, geom_a, geom_b, chunk: in
     best2 = np.empty(max(chunk, 1), dtype=np.float64)
     best = np.empty(max(chunk, 1), dtype=np.int64)
     region = np.empty(cap_segments, dtype=np.int64)
+    flag = np.empty(max(chunk, 1), dtype=np.int64)
     for p in range(n_pairs):
         h = 0.0
         for side in range(2):
@@ -761,7 +781,7 @@ def _pair_distances(x, y, ring_off, geom_off, spacing, geom_a, geom_b, chunk: in
                 n = _fill_ring_samples(x, y, ring_off[r], ring_off[r + 1], spacing[g_from], sx, sy)
                 _sample_distances_into(
                     sx, sy, n, dist, m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, sl, sminx, sminy, smaxx, smaxy,
-                    kminx, kminy, kmaxx, kmaxy, cand, chunk, prune, best2, best, region,
+                    kminx, kminy, kmaxx, kmaxy, cand, chunk, prune, best2, best, region, flag,
                 )  # fmt: skip
                 _trapezoid_weights(sx, sy, n, weight)
                 for k in range(n):
@@ -827,6 +847,7 @@ def _directed_sample_distances(x, y, ring_off, geom_off, spacing, g_from: int, g
     best2 = np.empty(max(chunk, 1), dtype=np.float64)
     best = np.empty(max(chunk, 1), dtype=np.int64)
     region = np.empty(cap_segments, dtype=np.int64)
+    flag = np.empty(max(chunk, 1), dtype=np.int64)
     m = _load_segments(x, y, ring_off, geom_off[g_to], geom_off[g_to + 1], ax, ay, bx, by, ex, ey, l2, il2, sl, sminx, sminy, smaxx, smaxy)
     n_blocks = _build_blocks(m, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy)
     t = 0
@@ -834,7 +855,7 @@ def _directed_sample_distances(x, y, ring_off, geom_off, spacing, g_from: int, g
         n = _fill_ring_samples(x, y, ring_off[r], ring_off[r + 1], spacing[g_from], sx, sy)
         _sample_distances_into(
             sx, sy, n, dist, m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, sl, sminx, sminy, smaxx, smaxy,
-            kminx, kminy, kmaxx, kmaxy, cand, chunk, prune, best2, best, region,
+            kminx, kminy, kmaxx, kmaxy, cand, chunk, prune, best2, best, region, flag,
         )  # fmt: skip
         _trapezoid_weights(sx, sy, n, weight)
         for k in range(n):
