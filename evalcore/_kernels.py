@@ -15,7 +15,12 @@ scalars, and nothing else. Geometry is passed flat:
 
 Compiled with ``cache=True, nogil=True`` and no ``fastmath`` (reassociation would make
 results depend on the compiler), and no ``parallel`` (results must be bit-for-bit
-deterministic; parallelism comes from Dask). See ``docs/boundary.md`` for the
+deterministic; parallelism comes from Dask). The error model is numpy's: a float
+division by zero gives inf or nan instead of a Python exception, so divisions carry no
+test and loops with them vectorize; every division here has a nonzero divisor or is
+guarded, so the numbers are the same. Hot loops index with unsigned integers where they
+should vectorize (numba adds a negative-index correction to signed indices, which turns
+vector loads into gathers). See ``docs/boundary.md`` for the
 algorithms and their error bounds.
 
 The module stays whole at about 1,100 lines: numba kernels only, all reading the one
@@ -30,6 +35,8 @@ from numba import njit
 
 __all__: list[str] = []  # private module: nothing is re-exported
 
+_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+"""Options of every kernel here: :data:`evalcore.config.NUMBA_OPTIONS`'s, plus numpy's error model."""
 _INF = np.inf
 _BLOCK = 8
 """Consecutive segments of the target boundary grouped under one bounding box."""
@@ -46,7 +53,7 @@ _REGION_REACH = 2.0
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _segment_distance(
     px: float, py: float, ax: float, ay: float, bx: float, by: float, ex: float, ey: float, len2: float, length: float
 ) -> float:
@@ -72,7 +79,7 @@ def _segment_distance(
     return abs(q) * length
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _point_segment_distance(px: float, py: float, ax: float, ay: float, bx: float, by: float) -> float:
     """:func:`_segment_distance` from point P to segment [A, B], computing the segment's numbers.
 
@@ -84,7 +91,7 @@ def _point_segment_distance(px: float, py: float, ax: float, ay: float, bx: floa
     return _segment_distance(px, py, ax, ay, bx, by, ex, ey, len2, np.sqrt(len2))
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _point_segment_d2(px: float, py: float, ax: float, ay: float, ex: float, ey: float, len2: float, inv_len2: float) -> float:
     """Squared distance from P to the segment from A along E (``len2 = |E|^2``, ``inv_len2 = 1/len2``).
 
@@ -104,7 +111,7 @@ def _point_segment_d2(px: float, py: float, ax: float, ay: float, ex: float, ey:
     return c * c * inv_len2
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _box_gap2(
     aminx: float, aminy: float, amaxx: float, amaxy: float, bminx: float, bminy: float, bmaxx: float, bmaxy: float
 ) -> float:
@@ -127,7 +134,7 @@ def _box_gap2(
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _count_ring_samples(x, y, c0: int, c1: int, spacing: float) -> int:
     """Upper bound of the number of samples of the closed ring ``x[c0:c1]`` at ``spacing``."""
     n = 0
@@ -140,7 +147,7 @@ def _count_ring_samples(x, y, c0: int, c1: int, spacing: float) -> int:
     return n + 1
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _fill_ring_samples(x, y, c0: int, c1: int, spacing: float, sx, sy) -> int:
     """Samples of the closed ring ``x[c0:c1]``, written to ``sx, sy``; returns their number.
 
@@ -198,7 +205,7 @@ def _fill_ring_samples(x, y, c0: int, c1: int, spacing: float, sx, sy) -> int:
     return n
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _densify_rings(x, y, ring_off, spacing: float):
     """Every ring with its edges split into pieces of at most ``spacing``, closed again.
 
@@ -232,7 +239,7 @@ def _densify_rings(x, y, ring_off, spacing: float):
     return out_x[:at].copy(), out_y[:at].copy(), out_off
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _ring_samples(x, y, ring_off, ring: int, spacing: float):
     """Samples of one ring and their trapezoidal weights (test and debugging entry point).
 
@@ -254,7 +261,7 @@ def _ring_samples(x, y, ring_off, ring: int, spacing: float):
     return sx[:n].copy(), sy[:n].copy(), weight
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _trapezoid_weights(sx, sy, n: int, weight) -> None:
     """Trapezoidal weight of each of the ``n`` cyclic samples of a closed ring."""
     if n == 0:
@@ -278,7 +285,7 @@ def _trapezoid_weights(sx, sy, n: int, weight) -> None:
     weight[0] = 0.5 * (closing + weight[0])
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _load_segments(
     x, y, ring_off, r0: int, r1: int, ax, ay, bx, by, ex, ey, l2, il2, sl, sminx, sminy, smaxx, smaxy
 ) -> int:
@@ -315,14 +322,14 @@ def _load_segments(
     return m
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _n_boxes(m: int) -> int:
     """Number of block and super-block boxes of ``m`` segments."""
     n_blocks = (m + _BLOCK - 1) // _BLOCK
     return n_blocks + (n_blocks + _SUPER - 1) // _SUPER
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _build_blocks(m: int, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy) -> int:
     """Boxes of each run of ``_BLOCK`` consecutive segments, then of each run of ``_SUPER`` blocks.
 
@@ -364,7 +371,7 @@ def _build_blocks(m: int, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy
     return n_blocks
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _nearest_full(px, py, m, n_blocks, ax, ay, ex, ey, l2, il2, kminx, kminy, kmaxx, kmaxy) -> int:
     """The nearest of ``m`` segments to P on squared distances (first in order on ties), skipping far blocks."""
     best2 = _INF
@@ -387,7 +394,7 @@ def _nearest_full(px, py, m, n_blocks, ax, ay, ex, ey, l2, il2, kminx, kminy, km
     return best
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _segments_meeting_box(
     rminx, rminy, rmaxx, rmaxy, m: int, n_blocks: int, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy, out
 ) -> int:
@@ -411,7 +418,7 @@ def _segments_meeting_box(
     return n_out
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _nearest_of_candidates(sx, sy, k0: int, k1: int, dist, e0: int, ax, ay, bx, by, ex, ey, l2, il2, sl, cand, n_cand: int, best2, best) -> int:
     """Nearest candidate of each sample ``k0 <= k < k1`` and its distance; returns the last sample's.
 
@@ -442,7 +449,7 @@ def _nearest_of_candidates(sx, sy, k0: int, k1: int, dist, e0: int, ax, ay, bx, 
     return near
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _sample_distances_into(
     sx,
     sy,
@@ -675,7 +682,7 @@ def _sample_distances_into(
         k0 = k1
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _max_ring_samples(x, y, ring_off, geom_off, spacing, geoms) -> int:
     """Largest sample count of any ring of the listed geometries."""
     best = 1
@@ -686,7 +693,7 @@ def _max_ring_samples(x, y, ring_off, geom_off, spacing, geoms) -> int:
     return best
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _max_segments(ring_off, geom_off, geoms) -> int:
     """Largest segment count of any of the listed geometries."""
     best = 1
@@ -699,7 +706,7 @@ def _max_segments(ring_off, geom_off, geoms) -> int:
     return best
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _pair_distances(x, y, ring_off, geom_off, spacing, geom_a, geom_b, chunk: int, prune: bool):
     """Hausdorff distance and symmetric mean distance of the boundaries of geometry pairs.
 
@@ -799,7 +806,7 @@ def _pair_distances(x, y, ring_off, geom_off, spacing, geom_a, geom_b, chunk: in
     return hausdorff, integral_a, length_a, integral_b, length_b
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _directed_sample_distances(x, y, ring_off, geom_off, spacing, g_from: int, g_to: int, chunk: int, prune: bool):
     """Every sample of ``g_from``'s boundary with its weight and distance to ``g_to``'s boundary.
 
@@ -872,7 +879,7 @@ def _directed_sample_distances(x, y, ring_off, geom_off, spacing, g_from: int, g
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _clip_linear(alpha: float, beta: float, low: float, high: float, t0: float, t1: float):
     """Intersect ``[t0, t1]`` with ``{t : low <= alpha + beta * t <= high}``."""
     if beta == 0.0:
@@ -886,7 +893,7 @@ def _clip_linear(alpha: float, beta: float, low: float, high: float, t0: float, 
     return max(t0, ta), min(t1, tb)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _disc_interval(fx: float, fy: float, dx: float, dy: float, a: float, tol: float, lo: float, hi: float):
     """Widen ``[lo, hi]`` by ``{t : |F + t D| <= tol}`` (F = P - centre), a quadratic in t."""
     b = dx * fx + dy * fy
@@ -906,7 +913,7 @@ def _disc_interval(fx: float, fy: float, dx: float, dy: float, a: float, tol: fl
     return min(lo, t_a, t_b), max(hi, t_a, t_b)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _capsule_interval(
     px: float, py: float, qx: float, qy: float, ux: float, uy: float, vx: float, vy: float, tol: float
 ):
@@ -946,7 +953,7 @@ def _capsule_interval(
     return max(lo, 0.0), min(hi, 1.0)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _union_length(lo, hi, n: int, order) -> float:
     """Total length of the union of the intervals ``[lo[i], hi[i]]``, ``i < n`` (all nonempty)."""
     if n == 0:
@@ -981,7 +988,7 @@ def _union_length(lo, hi, n: int, order) -> float:
     return total
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _segment_length_within(px, py, qx, qy, ox, oy, seg_start, cand, n_cand, tol, lo, hi, order) -> float:
     """Length of [P, Q] within ``tol`` of the union of the candidate segments (metres)."""
     dx = qx - px
@@ -1013,7 +1020,7 @@ def _segment_length_within(px, py, qx, qy, ox, oy, seg_start, cand, n_cand, tol,
     return length * _union_length(lo, hi, n, order)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _radix_argsort(keys):
     """Stable argsort of non-negative int64 keys (LSD radix sort, 16-bit digits)."""
     n = keys.size
@@ -1052,7 +1059,7 @@ def _radix_argsort(keys):
     return order
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _hash_slot(key: int, mask: int) -> int:
     """Slot of a cell key (0 <= key < 2**56) in an open-addressing table of ``mask + 1`` slots.
 
@@ -1063,7 +1070,7 @@ def _hash_slot(key: int, mask: int) -> int:
     return (h ^ (h >> 29)) & mask
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _build_cell_table(cell_keys):
     """Open-addressing hash table from cell key to its position in ``cell_keys`` (distinct, >= 0)."""
     size = 16
@@ -1081,7 +1088,7 @@ def _build_cell_table(cell_keys):
     return table_keys, table_cell, mask
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _find_cell(table_keys, table_cell, mask: int, key: int) -> int:
     """Position of ``key`` in the cell list, or -1."""
     slot = _hash_slot(key, mask)
@@ -1094,7 +1101,7 @@ def _find_cell(table_keys, table_cell, mask: int, key: int) -> int:
         slot = (slot + 1) & mask
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _cell_range(lo: float, hi: float, origin: float, cell: float, n_cells: int):
     """Indices of the first and last grid cells meeting ``[lo, hi]`` along one axis."""
     i0 = int(np.floor((lo - origin) / cell))
@@ -1102,7 +1109,7 @@ def _cell_range(lo: float, hi: float, origin: float, cell: float, n_cells: int):
     return max(i0, 0), min(i1, n_cells - 1)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**_JIT)
 def _boundary_within_tolerance(qx, qy, q_ring_off, q_geom_off, ox, oy, o_ring_off, tol: float, cell: float):
     """Length of each query boundary within ``tol`` of the union of all other segments.
 
