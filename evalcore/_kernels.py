@@ -395,61 +395,6 @@ def _nearest_full(px, py, m, n_blocks, ax, ay, ex, ey, l2, il2, kminx, kminy, km
 
 
 @njit(**_JIT)
-def _segments_meeting_box(
-    rminx, rminy, rmaxx, rmaxy, m: int, n_blocks: int, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy, out
-) -> int:
-    """Write to ``out`` the segments whose box meets the box R, in ascending order; returns their number.
-
-    Blocks and super-blocks whose box misses R are skipped. The comparisons are exact
-    (no arithmetic), so no segment meeting R is missed.
-    """
-    n_out = 0
-    n_super = (n_blocks + _SUPER - 1) // _SUPER
-    for w in range(n_super):
-        i = n_blocks + w
-        if kminx[i] > rmaxx or kmaxx[i] < rminx or kminy[i] > rmaxy or kmaxy[i] < rminy:
-            continue
-        for b in range(w * _SUPER, min((w + 1) * _SUPER, n_blocks)):
-            if kminx[b] > rmaxx or kmaxx[b] < rminx or kminy[b] > rmaxy or kmaxy[b] < rminy:
-                continue
-            for s in range(b * _BLOCK, min((b + 1) * _BLOCK, m)):
-                out[n_out] = s
-                n_out += not (sminx[s] > rmaxx or smaxx[s] < rminx or sminy[s] > rmaxy or smaxy[s] < rminy)
-    return n_out
-
-
-@njit(**_JIT)
-def _nearest_of_candidates(sx, sy, k0: int, k1: int, dist, e0: int, ax, ay, bx, by, ex, ey, l2, il2, sl, cand, n_cand: int, best2, best) -> int:
-    """Nearest candidate of each sample ``k0 <= k < k1`` and its distance; returns the last sample's.
-
-    ``dist[k0:k1]`` holds the distances to ``e0`` on entry; a sample whose nearest
-    candidate is another segment gets that segment's distance (GEOS's formula). The loop
-    runs candidate by candidate over the samples (``best2``, ``best``: buffers of at
-    least ``k1 - k0``), with the squared distance written without branches: the same
-    operations as :func:`_point_segment_d2`, hence the same numbers, but the compiler
-    can keep the samples in vector registers and no comparison is mispredicted. The
-    candidates come in ascending order and only a strictly smaller value replaces the
-    best, so ties go to the first segment in order, as in the brute-force path.
-    """
-    near = e0
-    for k in range(k0, k1):
-        xk = sx[k]
-        yk = sy[k]
-        bd2 = _INF
-        bs = cand[0]
-        for i in range(n_cand):
-            s = cand[i]
-            d2 = _point_segment_d2(xk, yk, ax[s], ay[s], ex[s], ey[s], l2[s], il2[s])
-            if d2 < bd2:
-                bd2 = d2
-                bs = s
-        if bs != e0:
-            dist[k] = _segment_distance(xk, yk, ax[bs], ay[bs], bx[bs], by[bs], ex[bs], ey[bs], l2[bs], sl[bs])
-        near = bs
-    return near
-
-
-@njit(**_JIT)
 def _sample_distances_into(
     sx,
     sy,
@@ -498,6 +443,13 @@ def _sample_distances_into(
 
     The nearest segment is found on cheap squared distances (first one in segment
     order on ties); the distance returned is then GEOS's distance to that segment.
+    Candidates are taken from the segments meeting a region around an earlier chunk,
+    kept while the chunk grown by its bound stays inside it (the same candidates as a
+    search over all segments); the loops over a chunk's samples are written to vectorize
+    (docs/boundary.md, "Loops that vectorize").
+
+    ``best2``, ``best`` and ``flag`` are scratch buffers of at least ``chunk`` entries
+    (float64, int64, int64), ``region`` one of at least ``m`` (int64).
     """
     if n == 0:
         return
