@@ -540,8 +540,11 @@ def _sample_distances_into(
         # Slack: rounding is relative to the distance and to the lengths involved (the
         # segment's, the chunk's, the coordinates'), never to zero alone, so a sample
         # lying on the other boundary (U = 0) keeps its touching segments.
+        # (The sums are grouped in pairs to shorten the chain of dependent additions: the
+        # bound only selects candidates, and its slack dwarfs any rounding.)
+        low_abs = abs(cminx) + abs(cminy)
         bound = u * (1.0 + _SLACK) + _SLACK * (
-            (cmaxx - cminx) + (cmaxy - cminy) + nsl + abs(cminx) + abs(cminy) + 1e-300
+            ((cmaxx - cminx) + (cmaxy - cminy)) + ((nsl + 1e-300) + low_abs)
         )
         bound2 = bound * bound
         # The candidates are the segments whose box is within the bound of the chunk's box.
@@ -549,7 +552,7 @@ def _sample_distances_into(
         # found once for several chunks: R holds every segment that can pass the test as
         # long as the chunk's box grown by the bound (and a margin far above rounding)
         # stays inside R. The list is the same as from all segments, in the same order.
-        margin = bound + _SLACK * (bound + abs(cminx) + abs(cminy) + abs(cmaxx) + abs(cmaxy))
+        margin = bound + _SLACK * (bound + (low_abs + (abs(cmaxx) + abs(cmaxy))))
         if cminx - margin < rminx or cminy - margin < rminy or cmaxx + margin > rmaxx or cmaxy + margin > rmaxy:
             reach = margin + _REGION_REACH * ((cmaxx - cminx) + (cmaxy - cminy) + bound)
             rminx = cminx - reach
