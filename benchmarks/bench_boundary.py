@@ -25,10 +25,13 @@ The baseline is timed on the first ``--baseline-n`` pairs (rows) and scaled line
 to the full size; the output says so. Nothing here is part of the library.
 
 ``--compare-previous`` times only the distance kernel, the current one against the
-frozen previous one (:mod:`benchmarks.boundary_previous`, before issue 29), in this one
-process: CPU time (``time.process_time``, the machine is shared) of each kernel call,
-interleaved, ``--runs`` times at Δ = 1 m and at Δ = None, the median and the ratio; it
-also checks that both return the same numbers, bit for bit.
+frozen ones from before issue 29 (:mod:`benchmarks.boundary_previous`) and after its
+first pass (:mod:`benchmarks.boundary_pass1`), in this one process: CPU time
+(``time.process_time``, the machine is shared) of each kernel call, interleaved,
+``--runs`` times at Δ = 1 m and at Δ = None, the medians and the ratios; it also checks
+that all return the same numbers, bit for bit. Then (unless ``--no-anchor``) the
+anchor's default run with the current and with the first pass's kernel, and the GEOS
+floor, interleaved ``--anchor-runs`` times (:func:`compare_anchor`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import geopandas
 import numpy as np
 import shapely
 
+from benchmarks.boundary_pass1 import _pair_distances_pass1
 from benchmarks.boundary_previous import _pair_distances_previous
 from evalcore import _kernels
 from evalcore.boundary import (
@@ -208,32 +212,104 @@ def rel_diff(a, b) -> float:
 
 
 def compare_previous(ref_geoms, pred_geoms, runs: int) -> None:
-    """CPU time of the current and the previous distance kernel on the same pairs, interleaved."""
+    """CPU time of the current distance kernel and the two frozen ones on the same pairs, interleaved."""
     n = len(ref_geoms)
     geoms = np.concatenate([ref_geoms, pred_geoms])
     x, y, ring_off, geom_off = _flatten(geoms)
     a = np.arange(n, dtype=np.int64)
     perimeter = shapely.length(geoms)
-    header = f"{'kernel CPU time, s':34s} {'previous':>9s} {'current':>9s} {'ratio':>6s}  identical"
-    print(f"{header}  (median of {runs} runs)")
+    kernels = (
+        ("before 29", _pair_distances_previous),
+        ("first pass", _pair_distances_pass1),
+        ("current", _kernels._pair_distances),
+    )
+    header = f"{'kernel CPU time, s':34s} " + " ".join(f"{name:>10s}" for name, _ in kernels)
+    print(f"{header}  ratios to current  identical  (median of {runs} runs)")
     for spacing in (1.0, None):
         step = boundary_spacing(perimeter, spacing)
         args = (x, y, ring_off, geom_off, step, a, a + n, 16, True)
-        _pair_distances_previous(*args[:5], a[:2], a[:2] + n, 16, True)  # compile or load from cache
-        _kernels._pair_distances(*args[:5], a[:2], a[:2] + n, 16, True)
-        times: dict[str, list[float]] = {"previous": [], "current": []}
+        for _, kernel in kernels:
+            kernel(*args[:5], a[:2], a[:2] + n, 16, True)  # compile or load from cache
+        times: dict[str, list[float]] = {name: [] for name, _ in kernels}
         results = {}
         for _ in range(runs):
-            for name, kernel in (("previous", _pair_distances_previous), ("current", _kernels._pair_distances)):
+            for name, kernel in kernels:
                 t0 = time.process_time()
                 results[name] = kernel(*args)
                 times[name].append(time.process_time() - t0)
-        same = all(np.array_equal(p, c) for p, c in zip(results["previous"], results["current"]))
-        old = float(np.median(times["previous"]))
-        new = float(np.median(times["current"]))
+        same = all(
+            np.array_equal(p, c) for name, _ in kernels[:-1] for p, c in zip(results[name], results["current"])
+        )
+        med = {name: float(np.median(t)) for name, t in times.items()}
         n_samples = float(np.sum(perimeter / step))
         label = f"distances Δ={'1 m' if spacing else 'None'} (~{n_samples / 1e6:.0f}M samples)"
-        print(f"{label:34s} {old:9.3f} {new:9.3f} {old / new:6.2f}  {same}")
+        ratios = " ".join(f"{med[name] / med['current']:.2f}" for name, _ in kernels[:-1])
+        print(f"{label:34s} " + " ".join(f"{med[name]:10.3f}" for name, _ in kernels) + f"  {ratios:>17s}  {same}")
+
+
+def compare_anchor(runs: int) -> None:
+    """The anchor's default run with the current and the first pass's kernel, and the GEOS floor, interleaved.
+
+    ``evalcore.evaluate`` on the ``make bench`` anchor data (one process), once with the
+    current distance kernel and once with the first pass's (swapped in for the run), and
+    ``benchmarks.baseline.geos_floor``, each ``runs`` times in turn: CPU and wall time
+    medians, the CPU time of the distance step (``_pair_distances_batch``) and the ratios
+    to the floor; the two runs' metrics must be identical.
+    """
+    import evalcore
+    from benchmarks.__main__ import anchor_layers
+    from benchmarks.baseline import geos_floor
+    from evalcore import boundary
+
+    current = _kernels._pair_distances
+    spent = [0.0]
+    batch = boundary._pair_distances_batch
+
+    def timed_batch(*args, **kwargs):
+        t0 = time.process_time()
+        out = batch(*args, **kwargs)
+        spent[0] += time.process_time() - t0
+        return out
+
+    pred, ref = anchor_layers()
+    variants = (("current", current), ("first pass", _pair_distances_pass1))
+    boundary._pair_distances_batch = timed_batch
+    try:
+        for _, kernel in variants:
+            _kernels._pair_distances = kernel
+            evalcore.evaluate(pred.iloc[:500], ref.iloc[:500])  # compile or load from cache
+        cpu: dict[str, list[float]] = {"current": [], "first pass": [], "GEOS floor": []}
+        wall: dict[str, list[float]] = {name: [] for name in cpu}
+        step: dict[str, list[float]] = {name: [] for name, _ in variants}
+        metrics = {}
+        for _ in range(runs):
+            for name, kernel in variants:
+                _kernels._pair_distances = kernel
+                spent[0] = 0.0
+                c0, w0 = time.process_time(), time.perf_counter()
+                metrics[name] = evalcore.evaluate(pred, ref)
+                cpu[name].append(time.process_time() - c0)
+                wall[name].append(time.perf_counter() - w0)
+                step[name].append(spent[0])
+            c0, w0 = time.process_time(), time.perf_counter()
+            geos_floor(pred, ref)
+            cpu["GEOS floor"].append(time.process_time() - c0)
+            wall["GEOS floor"].append(time.perf_counter() - w0)
+    finally:
+        _kernels._pair_distances = current
+        boundary._pair_distances_batch = batch
+    same = metrics["current"] == metrics["first pass"]
+    floor_cpu = float(np.median(cpu["GEOS floor"]))
+    floor_wall = float(np.median(wall["GEOS floor"]))
+    print(f"\nanchor ({len(ref)} reference, {len(pred)} predicted fields), default options, one process, median of {runs}:")
+    print(f"{'run':34s} {'CPU s':>8s} {'wall s':>8s} {'distance step CPU s':>20s} {'CPU / floor':>12s} {'wall / floor':>13s}")
+    for name in cpu:
+        c = float(np.median(cpu[name]))
+        w = float(np.median(wall[name]))
+        d = f"{np.median(step[name]):20.3f}" if name in step else f"{'':20s}"
+        label = f"default, {name} kernel" if name in step else name
+        print(f"{label:34s} {c:8.2f} {w:8.2f} {d} {c / floor_cpu:12.2f} {w / floor_wall:13.2f}")
+    print(f"metrics identical: {same}")
 
 
 def main(argv=None) -> None:
@@ -246,6 +322,12 @@ def main(argv=None) -> None:
         "--compare-previous", action="store_true", help="time only the current against the previous distance kernel"
     )
     parser.add_argument("--runs", type=int, default=7, help="runs of each kernel with --compare-previous (default 7)")
+    parser.add_argument(
+        "--anchor-runs", type=int, default=5, help="runs of the anchor comparison with --compare-previous (default 5)"
+    )
+    parser.add_argument(
+        "--no-anchor", action="store_true", help="with --compare-previous: skip the anchor's default run against the floor"
+    )
     args = parser.parse_args(argv)
 
     t_data, (ref, pred, i_ref, i_pred, source) = timed(make_data, args.n, args.seed)
@@ -259,6 +341,8 @@ def main(argv=None) -> None:
     ref_geoms = ref.geoms_utm[i_ref]
     if args.compare_previous:
         compare_previous(ref_geoms, pred_in_ref_zone, args.runs)
+        if not args.no_anchor:
+            compare_anchor(args.anchor_runs)
         return
     n_coords = shapely.get_num_coordinates(np.concatenate([ref_geoms, pred_in_ref_zone]))
     print(

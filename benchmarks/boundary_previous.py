@@ -5,8 +5,9 @@ Kept so that the benchmark can time the previous and the current kernel in one p
 property (tests/unit/test_boundary_kernel_previous.py) can hold the current kernel to
 identical numbers, bit for bit, on random polygons. It chunks 16 samples under the bound
 ``d(s0) + max|s - s0|`` and takes the nearest candidate on squared distances; the shared
-helpers (sampling, weights, boxes, point-segment formulas) are imported from
-:mod:`evalcore._kernels`, which keeps them unchanged.
+helpers (sampling, weights, boxes, point-segment formulas) are imported from the
+frozen copy in :mod:`benchmarks.boundary_pass1`, so that changes to
+:mod:`evalcore._kernels` do not change this kernel's time.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from evalcore._kernels import (
+from benchmarks.boundary_pass1 import (
     _BLOCK,
     _INF,
     _SLACK,
@@ -25,7 +26,7 @@ from evalcore._kernels import (
     _max_ring_samples,
     _max_segments,
     _n_boxes,
-    _nearest_full,
+    _nearest_full_pass1,
     _point_segment_d2,
     _point_segment_distance,
     _trapezoid_weights,
@@ -68,7 +69,7 @@ def _load_segments_previous(x, y, ring_off, r0: int, r1: int, ax, ay, bx, by, ex
 @njit(cache=True, nogil=True)
 def _nearest_full_previous(px, py, m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, kminx, kminy, kmaxx, kmaxy) -> float:
     """Distance from P to the nearest of ``m`` segments, skipping blocks farther than the best so far."""
-    best = _nearest_full(px, py, m, n_blocks, ax, ay, ex, ey, l2, il2, kminx, kminy, kmaxx, kmaxy)
+    best = _nearest_full_pass1(px, py, m, n_blocks, ax, ay, ex, ey, l2, il2, kminx, kminy, kmaxx, kmaxy)
     return _point_segment_distance(px, py, ax[best], ay[best], bx[best], by[best])
 
 

@@ -15,7 +15,12 @@ scalars, and nothing else. Geometry is passed flat:
 
 Compiled with ``cache=True, nogil=True`` and no ``fastmath`` (reassociation would make
 results depend on the compiler), and no ``parallel`` (results must be bit-for-bit
-deterministic; parallelism comes from Dask). See ``docs/boundary.md`` for the
+deterministic; parallelism comes from Dask). The error model is numpy's: a float
+division by zero gives inf or nan instead of a Python exception, so divisions carry no
+test and loops with them vectorize; every division here has a nonzero divisor or is
+guarded, so the numbers are the same. Hot loops index with unsigned integers where they
+should vectorize (numba adds a negative-index correction to signed indices, which turns
+vector loads into gathers). See ``docs/boundary.md`` for the
 algorithms and their error bounds.
 
 The module stays whole at about 1,100 lines: numba kernels only, all reading the one
@@ -30,6 +35,8 @@ from numba import njit
 
 __all__: list[str] = []  # private module: nothing is re-exported
 
+_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+"""Options of every kernel here: :data:`evalcore.config.NUMBA_OPTIONS`'s, plus numpy's error model."""
 _INF = np.inf
 _BLOCK = 8
 """Consecutive segments of the target boundary grouped under one bounding box."""
@@ -37,6 +44,8 @@ _SUPER = 8
 """Consecutive blocks grouped under one bounding box (a two-level hierarchy)."""
 _SLACK = 1e-9
 """Relative slack added to pruning radii so that rounding never drops a candidate."""
+_REGION_REACH = 2.0
+"""How far, in chunk extents plus bounds, a candidate region reaches beyond the chunk that made it (speed only)."""
 
 
 # ---------------------------------------------------------------------------
@@ -44,7 +53,7 @@ _SLACK = 1e-9
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _segment_distance(
     px: float, py: float, ax: float, ay: float, bx: float, by: float, ex: float, ey: float, len2: float, length: float
 ) -> float:
@@ -70,7 +79,7 @@ def _segment_distance(
     return abs(q) * length
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _point_segment_distance(px: float, py: float, ax: float, ay: float, bx: float, by: float) -> float:
     """:func:`_segment_distance` from point P to segment [A, B], computing the segment's numbers.
 
@@ -82,7 +91,7 @@ def _point_segment_distance(px: float, py: float, ax: float, ay: float, bx: floa
     return _segment_distance(px, py, ax, ay, bx, by, ex, ey, len2, np.sqrt(len2))
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _point_segment_d2(px: float, py: float, ax: float, ay: float, ex: float, ey: float, len2: float, inv_len2: float) -> float:
     """Squared distance from P to the segment from A along E (``len2 = |E|^2``, ``inv_len2 = 1/len2``).
 
@@ -102,7 +111,7 @@ def _point_segment_d2(px: float, py: float, ax: float, ay: float, ex: float, ey:
     return c * c * inv_len2
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _box_gap2(
     aminx: float, aminy: float, amaxx: float, amaxy: float, bminx: float, bminy: float, bmaxx: float, bmaxy: float
 ) -> float:
@@ -125,7 +134,7 @@ def _box_gap2(
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _count_ring_samples(x, y, c0: int, c1: int, spacing: float) -> int:
     """Upper bound of the number of samples of the closed ring ``x[c0:c1]`` at ``spacing``."""
     n = 0
@@ -138,7 +147,7 @@ def _count_ring_samples(x, y, c0: int, c1: int, spacing: float) -> int:
     return n + 1
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _fill_ring_samples(x, y, c0: int, c1: int, spacing: float, sx, sy) -> int:
     """Samples of the closed ring ``x[c0:c1]``, written to ``sx, sy``; returns their number.
 
@@ -166,14 +175,29 @@ def _fill_ring_samples(x, y, c0: int, c1: int, spacing: float, sx, sy) -> int:
         pieces = int(np.ceil(length / spacing))
         if pieces > 1:
             piece_len = length / pieces
-            for j in range(1, pieces):
+            # The inserted points are written first, in a loop that vectorizes (unsigned
+            # indices, no branch), then checked for repeats of the previous point, which
+            # are rare (only where rounding makes two coincide) and then squeezed out.
+            base = np.uint64(n - 1)
+            for j in range(np.uint64(1), np.uint64(pieces)):
                 frac = (j * piece_len) / length
-                qx = p0x + frac * (p1x - p0x)
-                qy = p0y + frac * (p1y - p0y)
-                if sx[n - 1] != qx or sy[n - 1] != qy:
-                    sx[n] = qx
-                    sy[n] = qy
-                    n += 1
+                sx[base + j] = p0x + frac * (p1x - p0x)
+                sy[base + j] = p0y + frac * (p1y - p0y)
+            un = np.uint64(n)
+            end = un + np.uint64(pieces - 1)
+            repeats = False
+            for i in range(un, end):
+                repeats |= sx[i - np.uint64(1)] == sx[i] and sy[i - np.uint64(1)] == sy[i]
+            if not repeats:
+                n += pieces - 1
+            else:
+                for i in range(un, end):
+                    qx = sx[i]
+                    qy = sy[i]
+                    if sx[n - 1] != qx or sy[n - 1] != qy:
+                        sx[n] = qx
+                        sy[n] = qy
+                        n += 1
     # The closing coordinate repeats the first vertex, which is already the first sample
     # (GEOS appends it last); a vertex equal to the first just before closing is dropped too.
     if n > 1 and sx[n - 1] == sx[0] and sy[n - 1] == sy[0]:
@@ -181,7 +205,7 @@ def _fill_ring_samples(x, y, c0: int, c1: int, spacing: float, sx, sy) -> int:
     return n
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _densify_rings(x, y, ring_off, spacing: float):
     """Every ring with its edges split into pieces of at most ``spacing``, closed again.
 
@@ -215,7 +239,7 @@ def _densify_rings(x, y, ring_off, spacing: float):
     return out_x[:at].copy(), out_y[:at].copy(), out_off
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _ring_samples(x, y, ring_off, ring: int, spacing: float):
     """Samples of one ring and their trapezoidal weights (test and debugging entry point).
 
@@ -237,30 +261,31 @@ def _ring_samples(x, y, ring_off, ring: int, spacing: float):
     return sx[:n].copy(), sy[:n].copy(), weight
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _trapezoid_weights(sx, sy, n: int, weight) -> None:
     """Trapezoidal weight of each of the ``n`` cyclic samples of a closed ring."""
     if n == 0:
         return
-    # weight[k] = (|s_k - s_{k-1}| + |s_{k+1} - s_k|) / 2, indices cyclic.
-    dx = sx[0] - sx[n - 1]
-    dy = sy[0] - sy[n - 1]
-    prev = np.sqrt(dx * dx + dy * dy)
-    for k in range(n):
-        kn = k + 1 if k + 1 < n else 0
-        dx = sx[kn] - sx[k]
-        dy = sy[kn] - sy[k]
-        nxt = np.sqrt(dx * dx + dy * dy)
-        weight[k] = 0.5 * (prev + nxt)
-        prev = nxt
+    # weight[k] = (|s_k - s_{k-1}| + |s_{k+1} - s_k|) / 2, indices cyclic: the piece
+    # lengths first (weight[k] = |s_{k+1} - s_k|), then each weight from two of them,
+    # from the end so that weight[k - 1] is still a length. Unsigned indices and no
+    # carried value, so both loops vectorize; the same operations as one cyclic pass.
+    last = np.uint64(n - 1)
+    for k in range(last):
+        dx = sx[k + np.uint64(1)] - sx[k]
+        dy = sy[k + np.uint64(1)] - sy[k]
+        weight[k] = np.sqrt(dx * dx + dy * dy)
+    dx = sx[0] - sx[last]
+    dy = sy[0] - sy[last]
+    closing = np.sqrt(dx * dx + dy * dy)
+    weight[last] = closing
+    for i in range(last):
+        k = last - i
+        weight[k] = 0.5 * (weight[k - np.uint64(1)] + weight[k])
+    weight[0] = 0.5 * (closing + weight[0])
 
 
-# ---------------------------------------------------------------------------
-# Distances from samples to a boundary
-# ---------------------------------------------------------------------------
-
-
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _load_segments(
     x, y, ring_off, r0: int, r1: int, ax, ay, bx, by, ex, ey, l2, il2, sl, sminx, sminy, smaxx, smaxy
 ) -> int:
@@ -297,14 +322,14 @@ def _load_segments(
     return m
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _n_boxes(m: int) -> int:
     """Number of block and super-block boxes of ``m`` segments."""
     n_blocks = (m + _BLOCK - 1) // _BLOCK
     return n_blocks + (n_blocks + _SUPER - 1) // _SUPER
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _build_blocks(m: int, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy) -> int:
     """Boxes of each run of ``_BLOCK`` consecutive segments, then of each run of ``_SUPER`` blocks.
 
@@ -346,7 +371,7 @@ def _build_blocks(m: int, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy
     return n_blocks
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _nearest_full(px, py, m, n_blocks, ax, ay, ex, ey, l2, il2, kminx, kminy, kmaxx, kmaxy) -> int:
     """The nearest of ``m`` segments to P on squared distances (first in order on ties), skipping far blocks."""
     best2 = _INF
@@ -369,7 +394,7 @@ def _nearest_full(px, py, m, n_blocks, ax, ay, ex, ey, l2, il2, kminx, kminy, km
     return best
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _sample_distances_into(
     sx,
     sy,
@@ -397,6 +422,10 @@ def _sample_distances_into(
     cand,
     chunk: int,
     prune: bool,
+    best2,
+    best,
+    region,
+    flag,
 ) -> None:
     """Exact distance of each of ``n`` consecutive samples to the nearest of ``m`` segments.
 
@@ -414,6 +443,13 @@ def _sample_distances_into(
 
     The nearest segment is found on cheap squared distances (first one in segment
     order on ties); the distance returned is then GEOS's distance to that segment.
+    Candidates are taken from the segments meeting a region around an earlier chunk,
+    kept while the chunk grown by its bound stays inside it (the same candidates as a
+    search over all segments); the loops over a chunk's samples are written to vectorize
+    (docs/boundary.md, "Loops that vectorize").
+
+    ``best2``, ``best`` and ``flag`` are scratch buffers of at least ``chunk`` entries
+    (float64, int64, int64), ``region`` one of at least ``m`` (int64).
     """
     if n == 0:
         return
@@ -432,11 +468,16 @@ def _sample_distances_into(
                 xk, yk, ax[best], ay[best], bx[best], by[best], ex[best], ey[best], l2[best], sl[best]
             )
         return
-    n_super = (n_blocks + _SUPER - 1) // _SUPER
     near = _nearest_full(sx[0], sy[0], m, n_blocks, ax, ay, ex, ey, l2, il2, kminx, kminy, kmaxx, kmaxy)
     dist[0] = _segment_distance(
         sx[0], sy[0], ax[near], ay[near], bx[near], by[near], ex[near], ey[near], l2[near], sl[near]
     )
+    n_super = (n_blocks + _SUPER - 1) // _SUPER
+    rminx = _INF  # an empty region: the first chunk finds its own
+    rminy = _INF
+    rmaxx = -_INF
+    rmaxy = -_INF
+    n_region = 0
     k0 = 0
     while k0 < n - 1:
         k1 = min(k0 + chunk, n - 1)
@@ -450,41 +491,94 @@ def _sample_distances_into(
         ney = ey[near]
         nl2 = l2[near]
         nsl = sl[near]
+        # GEOS's distance for a sample whose projection falls strictly inside e0 is
+        # |((A.y - P.y) E.x - (A.x - P.x) E.y) / |E|^2| |E|. Where the projection's numerator
+        # t = (P - A).E lies safely inside (0, |E|^2), GEOS's ratio r = t / |E|^2 is
+        # certainly in (0, 1) after rounding (no underflow to 0, no rounding up to 1), so
+        # that formula is what GEOS takes: written without branches, so the compiler can
+        # vectorize the division (unsigned indices: no negative-index wraparound, hence no
+        # gathers). The other samples ("outside", flag 1) are bounded by their squared
+        # distance to e0's nearer end, and get GEOS's full formula only once their nearest
+        # segment is known.
+        safe = nl2 >= 1e-50
+        t_lo = nl2 * 1e-250
+        t_hi = nl2 * (1.0 - 2.0**-50)
+        ua = np.uint64(k0 + 1)
+        ub = np.uint64(k1 + 1)
+        for k in range(ua, ub):
+            xk = sx[k]
+            yk = sy[k]
+            dx = xk - nax
+            dy = yk - nay
+            t = dx * nex + dy * ney
+            q = ((nay - yk) * nex - (nax - xk) * ney) / nl2
+            fx = xk - nbx
+            fy = yk - nby
+            inside = safe and t > t_lo and t < t_hi
+            dist[k] = abs(q) * nsl
+            best2[k - ua] = 0.0 if inside else min(dx * dx + dy * dy, fx * fx + fy * fy)
+            flag[k - ua] = not inside
         cminx = sx[k0 + 1]
         cminy = sy[k0 + 1]
         cmaxx = cminx
         cmaxy = cminy
         u = 0.0
-        for k in range(k0 + 1, k1 + 1):
+        u2 = 0.0
+        n_outside = 0
+        for k in range(ua, ub):
             xk = sx[k]
             yk = sy[k]
             cminx = min(cminx, xk)
             cminy = min(cminy, yk)
             cmaxx = max(cmaxx, xk)
             cmaxy = max(cmaxy, yk)
-            dk = _segment_distance(xk, yk, nax, nay, nbx, nby, nex, ney, nl2, nsl)
-            dist[k] = dk
-            u = max(u, dk)
+            out = flag[k - ua]
+            u = max(u, 0.0 if out else dist[k])
+            u2 = max(u2, best2[k - ua])
+            n_outside += out
+        u = max(u, np.sqrt(u2))
         # Slack: rounding is relative to the distance and to the lengths involved (the
         # segment's, the chunk's, the coordinates'), never to zero alone, so a sample
         # lying on the other boundary (U = 0) keeps its touching segments.
+        # (The sums are grouped in pairs to shorten the chain of dependent additions: the
+        # bound only selects candidates, and its slack dwarfs any rounding.)
+        low_abs = abs(cminx) + abs(cminy)
         bound = u * (1.0 + _SLACK) + _SLACK * (
-            (cmaxx - cminx) + (cmaxy - cminy) + nsl + abs(cminx) + abs(cminy) + 1e-300
+            ((cmaxx - cminx) + (cmaxy - cminy)) + ((nsl + 1e-300) + low_abs)
         )
         bound2 = bound * bound
-        n_cand = 0
-        for w in range(n_super):
-            i = n_blocks + w
-            if _box_gap2(cminx, cminy, cmaxx, cmaxy, kminx[i], kminy[i], kmaxx[i], kmaxy[i]) > bound2:
-                continue
-            for b in range(w * _SUPER, min((w + 1) * _SUPER, n_blocks)):
-                if _box_gap2(cminx, cminy, cmaxx, cmaxy, kminx[b], kminy[b], kmaxx[b], kmaxy[b]) > bound2:
+        # The candidates are the segments whose box is within the bound of the chunk's box.
+        # They are picked from the segments meeting a region R around an earlier chunk,
+        # found once for several chunks: R holds every segment that can pass the test as
+        # long as the chunk's box grown by the bound (and a margin far above rounding)
+        # stays inside R. The list is the same as from all segments, in the same order.
+        margin = bound + _SLACK * (bound + (low_abs + (abs(cmaxx) + abs(cmaxy))))
+        if cminx - margin < rminx or cminy - margin < rminy or cmaxx + margin > rmaxx or cmaxy + margin > rmaxy:
+            reach = margin + _REGION_REACH * ((cmaxx - cminx) + (cmaxy - cminy) + bound)
+            rminx = cminx - reach
+            rminy = cminy - reach
+            rmaxx = cmaxx + reach
+            rmaxy = cmaxy + reach
+            # The segments whose box meets R, in ascending order; blocks and super-blocks
+            # whose box misses R are skipped (exact comparisons, no arithmetic).
+            n_region = 0
+            for w in range(n_super):
+                i = n_blocks + w
+                if kminx[i] > rmaxx or kmaxx[i] < rminx or kminy[i] > rmaxy or kmaxy[i] < rminy:
                     continue
-                for s in range(b * _BLOCK, min((b + 1) * _BLOCK, m)):
-                    gx = max(max(sminx[s] - cmaxx, cminx - smaxx[s]), 0.0)
-                    gy = max(max(sminy[s] - cmaxy, cminy - smaxy[s]), 0.0)
-                    cand[n_cand] = s
-                    n_cand += gx * gx + gy * gy <= bound2
+                for b in range(w * _SUPER, min((w + 1) * _SUPER, n_blocks)):
+                    if kminx[b] > rmaxx or kmaxx[b] < rminx or kminy[b] > rmaxy or kmaxy[b] < rminy:
+                        continue
+                    for s in range(b * _BLOCK, min((b + 1) * _BLOCK, m)):
+                        region[n_region] = s
+                        n_region += not (sminx[s] > rmaxx or smaxx[s] < rminx or sminy[s] > rmaxy or smaxy[s] < rminy)
+        n_cand = 0
+        for i in range(n_region):
+            s = region[i]
+            gx = max(max(sminx[s] - cmaxx, cminx - smaxx[s]), 0.0)
+            gy = max(max(sminy[s] - cmaxy, cminy - smaxy[s]), 0.0)
+            cand[n_cand] = s
+            n_cand += gx * gx + gy * gy <= bound2
         if n_cand == 0:
             # Cannot happen (e0 is within the bound, whose slack covers rounding); should an
             # unforeseen rounding case drop every candidate, it costs time, not a wrong number.
@@ -492,27 +586,58 @@ def _sample_distances_into(
                 cand[s] = s
             n_cand = m
         if n_cand > 1 or cand[0] != near:
-            e0 = near
-            for k in range(k0 + 1, k1 + 1):
-                xk = sx[k]
-                yk = sy[k]
-                best2 = _INF
-                best = cand[0]
-                for i in range(n_cand):
-                    s = cand[i]
-                    d2 = _point_segment_d2(xk, yk, ax[s], ay[s], ex[s], ey[s], l2[s], il2[s])
-                    if d2 < best2:
-                        best2 = d2
-                        best = s
-                if best != e0:
-                    dist[k] = _segment_distance(
-                        xk, yk, ax[best], ay[best], bx[best], by[best], ex[best], ey[best], l2[best], sl[best]
+            # Nearest candidate of each sample on squared distances, first in order on ties
+            # (the candidates come in ascending order; only a smaller value replaces the
+            # best). Candidate by candidate over the chunk's samples, with the squared
+            # distance and the update written as selects, not branches: the same
+            # operations as _point_segment_d2, hence the same numbers, without the
+            # mispredicted comparisons. Written inline: a call taking arrays would cost
+            # reference counting per chunk.
+            cnt = np.uint64(k1 - k0)
+            kb = np.uint64(k0 + 1)
+            for j in range(cnt):
+                best2[j] = _INF
+                best[j] = cand[0]
+            for i in range(n_cand):
+                s = cand[i]
+                sax = ax[s]
+                say = ay[s]
+                sex = ex[s]
+                sey = ey[s]
+                sl2 = l2[s]
+                sil2 = il2[s]
+                for j in range(cnt):
+                    dx = sx[kb + j] - sax
+                    dy = sy[kb + j] - say
+                    t = dx * sex + dy * sey
+                    fx = dx - sex
+                    fy = dy - sey
+                    c = dx * sey - dy * sex
+                    d_a = dx * dx + dy * dy
+                    d_b = fx * fx + fy * fy
+                    d_i = c * c * sil2
+                    d2 = d_a if t <= 0.0 else (d_b if t >= sl2 else d_i)
+                    better = d2 < best2[j]
+                    best2[j] = d2 if better else best2[j]
+                    best[j] = s if better else best[j]
+            # GEOS's distance to each sample's nearest segment, unless it is e0 and the
+            # distance to e0 is already there.
+            for j in range(cnt):
+                bs = best[j]
+                if bs != near or flag[j]:
+                    dist[kb + j] = _segment_distance(
+                        sx[kb + j], sy[kb + j], ax[bs], ay[bs], bx[bs], by[bs], ex[bs], ey[bs], l2[bs], sl[bs]
                     )
-                near = best
+            near = best[cnt - np.uint64(1)]
+        elif n_outside > 0:
+            # e0 is every sample's nearest segment: GEOS's full formula where it was not taken.
+            for k in range(ua, ub):
+                if flag[k - ua]:
+                    dist[k] = _segment_distance(sx[k], sy[k], nax, nay, nbx, nby, nex, ney, nl2, nsl)
         k0 = k1
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _max_ring_samples(x, y, ring_off, geom_off, spacing, geoms) -> int:
     """Largest sample count of any ring of the listed geometries."""
     best = 1
@@ -523,7 +648,7 @@ def _max_ring_samples(x, y, ring_off, geom_off, spacing, geoms) -> int:
     return best
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _max_segments(ring_off, geom_off, geoms) -> int:
     """Largest segment count of any of the listed geometries."""
     best = 1
@@ -536,7 +661,7 @@ def _max_segments(ring_off, geom_off, geoms) -> int:
     return best
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _pair_distances(x, y, ring_off, geom_off, spacing, geom_a, geom_b, chunk: int, prune: bool):
     """Hausdorff distance and symmetric mean distance of the boundaries of geometry pairs.
 
@@ -599,6 +724,10 @@ def _pair_distances(x, y, ring_off, geom_off, spacing, geom_a, geom_b, chunk: in
     kmaxx = np.empty(cap_blocks, dtype=np.float64)
     kmaxy = np.empty(cap_blocks, dtype=np.float64)
     cand = np.empty(cap_segments, dtype=np.int64)
+    best2 = np.empty(max(chunk, 1), dtype=np.float64)
+    best = np.empty(max(chunk, 1), dtype=np.int64)
+    region = np.empty(cap_segments, dtype=np.int64)
+    flag = np.empty(max(chunk, 1), dtype=np.int64)
     for p in range(n_pairs):
         h = 0.0
         for side in range(2):
@@ -614,7 +743,7 @@ def _pair_distances(x, y, ring_off, geom_off, spacing, geom_a, geom_b, chunk: in
                 n = _fill_ring_samples(x, y, ring_off[r], ring_off[r + 1], spacing[g_from], sx, sy)
                 _sample_distances_into(
                     sx, sy, n, dist, m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, sl, sminx, sminy, smaxx, smaxy,
-                    kminx, kminy, kmaxx, kmaxy, cand, chunk, prune,
+                    kminx, kminy, kmaxx, kmaxy, cand, chunk, prune, best2, best, region, flag,
                 )  # fmt: skip
                 _trapezoid_weights(sx, sy, n, weight)
                 for k in range(n):
@@ -632,7 +761,7 @@ def _pair_distances(x, y, ring_off, geom_off, spacing, geom_a, geom_b, chunk: in
     return hausdorff, integral_a, length_a, integral_b, length_b
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _directed_sample_distances(x, y, ring_off, geom_off, spacing, g_from: int, g_to: int, chunk: int, prune: bool):
     """Every sample of ``g_from``'s boundary with its weight and distance to ``g_to``'s boundary.
 
@@ -677,6 +806,10 @@ def _directed_sample_distances(x, y, ring_off, geom_off, spacing, g_from: int, g
     kmaxx = np.empty(cap_blocks, dtype=np.float64)
     kmaxy = np.empty(cap_blocks, dtype=np.float64)
     cand = np.empty(cap_segments, dtype=np.int64)
+    best2 = np.empty(max(chunk, 1), dtype=np.float64)
+    best = np.empty(max(chunk, 1), dtype=np.int64)
+    region = np.empty(cap_segments, dtype=np.int64)
+    flag = np.empty(max(chunk, 1), dtype=np.int64)
     m = _load_segments(x, y, ring_off, geom_off[g_to], geom_off[g_to + 1], ax, ay, bx, by, ex, ey, l2, il2, sl, sminx, sminy, smaxx, smaxy)
     n_blocks = _build_blocks(m, sminx, sminy, smaxx, smaxy, kminx, kminy, kmaxx, kmaxy)
     t = 0
@@ -684,7 +817,7 @@ def _directed_sample_distances(x, y, ring_off, geom_off, spacing, g_from: int, g
         n = _fill_ring_samples(x, y, ring_off[r], ring_off[r + 1], spacing[g_from], sx, sy)
         _sample_distances_into(
             sx, sy, n, dist, m, n_blocks, ax, ay, bx, by, ex, ey, l2, il2, sl, sminx, sminy, smaxx, smaxy,
-            kminx, kminy, kmaxx, kmaxy, cand, chunk, prune,
+            kminx, kminy, kmaxx, kmaxy, cand, chunk, prune, best2, best, region, flag,
         )  # fmt: skip
         _trapezoid_weights(sx, sy, n, weight)
         for k in range(n):
@@ -701,7 +834,7 @@ def _directed_sample_distances(x, y, ring_off, geom_off, spacing, g_from: int, g
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _clip_linear(alpha: float, beta: float, low: float, high: float, t0: float, t1: float):
     """Intersect ``[t0, t1]`` with ``{t : low <= alpha + beta * t <= high}``."""
     if beta == 0.0:
@@ -715,7 +848,7 @@ def _clip_linear(alpha: float, beta: float, low: float, high: float, t0: float, 
     return max(t0, ta), min(t1, tb)
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _disc_interval(fx: float, fy: float, dx: float, dy: float, a: float, tol: float, lo: float, hi: float):
     """Widen ``[lo, hi]`` by ``{t : |F + t D| <= tol}`` (F = P - centre), a quadratic in t."""
     b = dx * fx + dy * fy
@@ -735,7 +868,7 @@ def _disc_interval(fx: float, fy: float, dx: float, dy: float, a: float, tol: fl
     return min(lo, t_a, t_b), max(hi, t_a, t_b)
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _capsule_interval(
     px: float, py: float, qx: float, qy: float, ux: float, uy: float, vx: float, vy: float, tol: float
 ):
@@ -775,7 +908,7 @@ def _capsule_interval(
     return max(lo, 0.0), min(hi, 1.0)
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _union_length(lo, hi, n: int, order) -> float:
     """Total length of the union of the intervals ``[lo[i], hi[i]]``, ``i < n`` (all nonempty)."""
     if n == 0:
@@ -810,7 +943,7 @@ def _union_length(lo, hi, n: int, order) -> float:
     return total
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _segment_length_within(px, py, qx, qy, ox, oy, seg_start, cand, n_cand, tol, lo, hi, order) -> float:
     """Length of [P, Q] within ``tol`` of the union of the candidate segments (metres)."""
     dx = qx - px
@@ -842,7 +975,7 @@ def _segment_length_within(px, py, qx, qy, ox, oy, seg_start, cand, n_cand, tol,
     return length * _union_length(lo, hi, n, order)
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _radix_argsort(keys):
     """Stable argsort of non-negative int64 keys (LSD radix sort, 16-bit digits)."""
     n = keys.size
@@ -881,7 +1014,7 @@ def _radix_argsort(keys):
     return order
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _hash_slot(key: int, mask: int) -> int:
     """Slot of a cell key (0 <= key < 2**56) in an open-addressing table of ``mask + 1`` slots.
 
@@ -892,7 +1025,7 @@ def _hash_slot(key: int, mask: int) -> int:
     return (h ^ (h >> 29)) & mask
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _build_cell_table(cell_keys):
     """Open-addressing hash table from cell key to its position in ``cell_keys`` (distinct, >= 0)."""
     size = 16
@@ -910,7 +1043,7 @@ def _build_cell_table(cell_keys):
     return table_keys, table_cell, mask
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _find_cell(table_keys, table_cell, mask: int, key: int) -> int:
     """Position of ``key`` in the cell list, or -1."""
     slot = _hash_slot(key, mask)
@@ -923,7 +1056,7 @@ def _find_cell(table_keys, table_cell, mask: int, key: int) -> int:
         slot = (slot + 1) & mask
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _cell_range(lo: float, hi: float, origin: float, cell: float, n_cells: int):
     """Indices of the first and last grid cells meeting ``[lo, hi]`` along one axis."""
     i0 = int(np.floor((lo - origin) / cell))
@@ -931,7 +1064,7 @@ def _cell_range(lo: float, hi: float, origin: float, cell: float, n_cells: int):
     return max(i0, 0), min(i1, n_cells - 1)
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _boundary_within_tolerance(qx, qy, q_ring_off, q_geom_off, ox, oy, o_ring_off, tol: float, cell: float):
     """Length of each query boundary within ``tol`` of the union of all other segments.
 

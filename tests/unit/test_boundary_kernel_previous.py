@@ -1,12 +1,14 @@
-"""The matched pairs' distance kernel against its previous version and against brute force (issue 29).
+"""The matched pairs' distance kernel against its previous versions and against brute force (issue 29).
 
 The kernel was rewritten for speed (docs/boundary.md, "Pruning"); its numbers are part of
 the contract with agribound's and must not move by one bit. Hypothesis draws polygon
 pairs (holes, two-part multipolygons, shared vertices, identical boundaries, a copy
 with some vertices moved, sub-metre to kilometre sizes at UTM-like coordinates) and
-spacings; the current kernel must return exactly the numbers of the frozen previous
-kernel (benchmarks/boundary_previous.py) and of the brute-force path (every sample
-against every segment, the obvious reference).
+spacings; the current kernel must return exactly the numbers of the frozen kernels from
+before issue 29 (benchmarks/boundary_previous.py) and after its first pass
+(benchmarks/boundary_pass1.py, which also keeps the sampling and weight helpers as they
+were) and of the brute-force path (every sample against every segment, the obvious
+reference).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from shapely.geometry import MultiPolygon, Polygon
 
+from benchmarks.boundary_pass1 import _pair_distances_pass1
 from benchmarks.boundary_previous import _pair_distances_previous
 from evalcore import _kernels
 from evalcore.boundary import _flatten, boundary_spacing
@@ -104,9 +107,11 @@ def test_kernel_equals_previous_kernel_and_brute_force(batch, chunk):
     args = _kernel_input(ref, pred, spacing)
     new = _kernels._pair_distances(*args, chunk, True)
     previous = _pair_distances_previous(*args, 16, True)
+    first_pass = _pair_distances_pass1(*args, 16, True)
     brute = _kernels._pair_distances(*args, 1, False)
-    for got, old, slow in zip(new, previous, brute):
+    for got, old, first, slow in zip(new, previous, first_pass, brute):
         np.testing.assert_array_equal(got, old)  # bit for bit, not approximately
+        np.testing.assert_array_equal(got, first)
         np.testing.assert_array_equal(got, slow)
 
 
@@ -123,3 +128,36 @@ def test_identical_boundaries():
     hausdorff, integral_a, length_a, integral_b, length_b = new
     assert 0.0 <= hausdorff[0] < 1e-8
     assert length_a[0] == length_b[0] > 0
+
+
+def test_samples_on_segment_ends_and_zero_length_segments():
+    # Integer coordinates and a 1 m spacing put samples exactly where a projection falls
+    # on a segment's end (t = 0 or t = |E|^2, where GEOS switches formulas), and repeated
+    # vertices make zero-length segments on both sides: the kernel's branch-free distance
+    # must hand those samples to GEOS's full formula. Checked bit for bit against the
+    # frozen kernels and brute force, and against shapely.distance (GEOS) per sample.
+    ref = Polygon([(X0, Y0), (X0 + 10, Y0), (X0 + 10, Y0), (X0 + 10, Y0 + 6), (X0 + 4, Y0 + 6), (X0, Y0 + 6)])
+    pred = Polygon([(X0 + 2, Y0 - 3), (X0 + 12, Y0 - 3), (X0 + 12, Y0 + 9), (X0 + 2, Y0 + 9), (X0 + 2, Y0 + 9)])
+    args = _kernel_input(np.array([ref, pred]), np.array([pred, ref]), 1.0)
+    for chunk in (1, 3, 16):
+        new = _kernels._pair_distances(*args, chunk, True)
+        for got, old, first, slow in zip(
+            new,
+            _pair_distances_previous(*args, 16, True),
+            _pair_distances_pass1(*args, 16, True),
+            _kernels._pair_distances(*args, 1, False),
+        ):
+            np.testing.assert_array_equal(got, old)
+            np.testing.assert_array_equal(got, first)
+            np.testing.assert_array_equal(got, slow)
+    x, y, ring_off, geom_off, step = args[:5]
+    for g_from, g_to, other in ((0, 2, pred), (1, 3, ref)):
+        sx, sy, _, dist = _kernels._directed_sample_distances(x, y, ring_off, geom_off, step, g_from, g_to, 16, True)
+        expected = shapely.distance(shapely.points(sx, sy), other.boundary)
+        np.testing.assert_allclose(dist, expected, rtol=1e-12, atol=1e-9)
+    # Hand-computed: every sample of ref (10 x 6 m) is at most 3 m from pred's boundary
+    # (12 x 10 m, around it), and pred's corner (X0 + 12, Y0 + 9) is hypot(2, 3) from ref's
+    # corner (X0 + 10, Y0 + 6), the farthest any sample gets: the Hausdorff distance of
+    # both pairs (the same two polygons, in either order).
+    hausdorff = _kernels._pair_distances(*args, 16, True)[0]
+    assert hausdorff[0] == hausdorff[1] == np.hypot(2.0, 3.0)
