@@ -438,25 +438,3 @@ def test_grid_pairs_at_large_coordinates(a, offset, data) -> None:
     check_against_geos(a2, b2, must_be_exact_path=exact)
     if exact:
         assert kernel_area(a2, b2) == pytest.approx(kernel_area(a, b), abs=1e-6)
-
-
-def test_pairs_by_index_equal_the_aligned_pairs() -> None:
-    """candidate_pairs names each pair's geometries by index, so that a geometry in many
-    pairs is flattened once (issue 29): every pair's area has the bits of the same pair
-    given as aligned arrays, with repeated, missing, empty and non-polygonal geometries."""
-    from evalcore.pairs import _pair_intersection_areas
-
-    rng = np.random.default_rng(29)
-    centres = rng.uniform(0, 12, (25, 2))
-    a = shapely.buffer(shapely.points(centres), rng.uniform(1, 3, 25), quad_segs=5)
-    b = shapely.buffer(shapely.points(centres[rng.permutation(25)] + rng.normal(0, 1, (25, 2))), rng.uniform(1, 3, 25), quad_segs=6)
-    b[3] = snap(a[3], 0.5)  # shared vertices and edges
-    b[4] = a[4]  # a polygon against itself: the covers short-cut
-    a[5], b[6] = None, Polygon()
-    a[7] = shapely.GeometryCollection([square(0, 0, 4), shapely.LineString([(0, 0), (5, 5)])])
-    a[8] = MultiPolygon([square(0, 0, 3), square(5, 5, 3)])
-    ia, ib = rng.integers(0, 25, 400), rng.integers(0, 25, 400)  # most geometries in many pairs
-    got = _pair_intersection_areas(a, b, ia, ib)
-    assert (got > 0).sum() > 50
-    assert got.tolist() == intersection_areas(a[ia], b[ib]).tolist()
-    assert _pair_intersection_areas(a, b, ia[:0], ib[:0]).shape == (0,)
