@@ -15,7 +15,7 @@ import geopandas
 import numpy as np
 import pandas as pd
 
-from evalcore.engine.pairing import compute_pairs, partition_keys
+from evalcore.engine.pairing import compute_pairs
 from evalcore.engine.resolve import resolve_run, route
 from evalcore.engine.sums import MergedSums, RefRows, merge_partitions, summarize_partition
 from evalcore.engine.tables import field_table, prediction_table
@@ -65,11 +65,11 @@ class _Evaluation:
     study: Study | None = None
 
 
-def _partition_of_rows(keys: list[tuple[int, int, int]]) -> tuple[list[tuple[int, int, int]], np.ndarray]:
-    """The sorted distinct partition keys and each row's index among them."""
-    if not keys:
+def _partition_of_rows(layer: PreparedLayer) -> tuple[list[tuple[int, int, int]], np.ndarray]:
+    """The sorted distinct partition keys (UTM EPSG, tile x, tile y) and each row's index among them."""
+    if len(layer) == 0:
         return [], np.empty(0, np.int64)
-    arr = np.asarray(keys, dtype=np.int64).reshape(-1, 3)
+    arr = np.stack([layer.utm_epsg, layer.partition_x, layer.partition_y], axis=1).astype(np.int64)
     unique, part = np.unique(arr, axis=0, return_inverse=True)
     return [tuple(int(v) for v in row) for row in unique], part.ravel().astype(np.int64)
 
@@ -99,11 +99,14 @@ def _prepare_reference(reference: object, strata: object, size_bins: object, opt
     ref_strata = None
     if strata is not None:
         ref_strata = strata_values(reference, strata, ref.n_input)[ref.positions]
-    keys, ref_part = _partition_of_rows(partition_keys(ref))
+    keys, ref_part = _partition_of_rows(ref)
     counts: dict[tuple[int, int, int], dict[str | None, int]] = {}
-    for k, name in zip(ref_part.tolist(), ref_strata.tolist() if ref_strata is not None else [None] * len(ref_part)):
-        per_key = counts.setdefault(keys[k], {})
-        per_key[name] = per_key.get(name, 0) + 1
+    if ref_strata is None:  # every key has rows (np.unique made them): one count per key, no loop over rows
+        counts = {key: {None: int(n)} for key, n in zip(keys, np.bincount(ref_part, minlength=len(keys)).tolist())}
+    else:
+        for k, name in zip(ref_part.tolist(), ref_strata.tolist()):
+            per_key = counts.setdefault(keys[k], {})
+            per_key[name] = per_key.get(name, 0) + 1
     area_range = (float(ref.area_m2.min()), float(ref.area_m2.max())) if len(ref) else ()
     plan = make_run_plan(counts, area_range, stratified=strata is not None, size_bins=size_bins, options=options)
     return ref, plan, keys, ref_part, RefRows.of_layer(ref, ref_strata, plan)

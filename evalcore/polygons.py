@@ -167,8 +167,13 @@ def equal_area_polygons(layer: object, name: str, where: str, equal_area_crs: ob
         )
     geoms[~present] = None
     if present.any():
-        geoms[present] = shapely.force_2d(geoms[present])
-        _check_finite(where, labels, geoms, np.flatnonzero(present))
+        # force_2d rebuilds every geometry it is given; only those with a Z or M ordinate
+        # change (flat ones would come back with the same coordinates).
+        given = np.flatnonzero(present)
+        extra = given[shapely.has_z(geoms[given]) | shapely.has_m(geoms[given])]
+        if len(extra):
+            geoms[extra] = shapely.force_2d(geoms[extra])
+        _check_finite(where, labels, geoms, given)
     geoms, repaired = repair_polygonal(geoms)
     kept = ~shapely.is_missing(geoms)
     repaired |= _linearized(layer, n_input) & kept

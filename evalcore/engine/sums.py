@@ -176,10 +176,13 @@ def summarize_partition(
         matching=options.matching,
         iou_threshold=options.iou_threshold,
     )
-    fields = reference_fields(refs.positions, refs.area_m2, resolution, results.pred_area_of_pair)
-    fields["area_m2"] = refs.area_m2
-    fields["perimeter_m"] = refs.perimeter_m
-    fields["utm_epsg"] = refs.utm_epsg
+    base = reference_fields(refs.positions, refs.area_m2, resolution, results.pred_area_of_pair)
+    # The columns are collected first and made into one frame: inserting them one by one
+    # into a DataFrame costs pandas a block insertion each (about 0.1 s a run at 50k fields).
+    columns = {name: base[name].to_numpy() for name in base.columns}
+    columns["area_m2"] = refs.area_m2
+    columns["perimeter_m"] = refs.perimeter_m
+    columns["utm_epsg"] = refs.utm_epsg
     # Distances of the matched pair: the pair the field matched.
     n = len(refs.positions)
     hausdorff = np.full(n, np.nan)
@@ -190,16 +193,17 @@ def summarize_partition(
     hausdorff[rows] = results.hausdorff_m[matched_pairs]
     mean[rows] = results.mean_distance_m[matched_pairs]
     spacing[rows] = results.spacing_m[matched_pairs]
-    fields["hausdorff_m"] = hausdorff
-    fields["boundary_mean_distance_m"] = mean
-    fields["boundary_sample_spacing_m"] = spacing
+    columns["hausdorff_m"] = hausdorff
+    columns["boundary_mean_distance_m"] = mean
+    columns["boundary_sample_spacing_m"] = spacing
     band_iou = np.full(n, np.nan)
     band_iou[rows] = results.boundary_iou[matched_pairs]
-    fields["boundary_iou"] = band_iou
+    columns["boundary_iou"] = band_iou
     within = np.full(n, np.nan)
     own = np.isin(results.ref_pos, refs.positions)
     within[np.searchsorted(refs.positions, results.ref_pos[own])] = results.ref_within_tol_m[own]
-    fields["boundary_within_tolerance_m"] = within
+    columns["boundary_within_tolerance_m"] = within
+    fields = pd.DataFrame(columns, index=base.index)
 
     ctx = RefContext(
         fields=fields,

@@ -107,6 +107,22 @@ def test_prepare_geoseries_and_z_coordinates():
     assert prep.area_m2[0] == pytest.approx(ea_area(square(X0, Y0, 100), UTM), rel=1e-9)
 
 
+def test_z_and_m_rows_beside_flat_ones_are_flattened_and_give_the_flat_results():
+    # Only rows with a third or fourth ordinate go through force_2d (issue 29): a layer
+    # mixing flat, Z, M and ZM rows must prepare exactly like the same layer all flat.
+    rings = [[(X0 + 300 * k + dx, Y0 + dy) for dx, dy in ((0, 0), (100, 0), (100, 100), (0, 100), (0, 0))] for k in range(4)]
+    flat = [Polygon(ring) for ring in rings]
+    with_z = Polygon([(x, y, 9.0) for x, y in rings[1]])
+    with_m = shapely.from_wkt("POLYGON M ((%s))" % ", ".join(f"{x!r} {y!r} 1" for x, y in rings[2]))
+    with_zm = shapely.from_wkt("POLYGON ZM ((%s))" % ", ".join(f"{x!r} {y!r} 2 3" for x, y in rings[3]))
+    mixed = prepare_layer(geopandas.GeoSeries([flat[0], with_z, with_m, with_zm], crs=UTM), "reference")
+    plain = prepare_layer(geopandas.GeoSeries(flat, crs=UTM), "reference")
+    assert not shapely.has_z(mixed.geoms_source).any() and not shapely.has_m(mixed.geoms_source).any()
+    assert shapely.to_wkb(mixed.geoms_source).tolist() == shapely.to_wkb(plain.geoms_source).tolist()
+    assert mixed.area_m2.tobytes() == plain.area_m2.tobytes()
+    assert mixed.perimeter_m.tolist() == [400.0] * 4  # UTM squares of 100 m, in their own zone
+
+
 def test_area_in_the_equal_area_crs_is_exact_for_its_own_coordinates():
     prep = prepare_layer(layer([square(EA_X0, EA_Y0, 100), box(EA_X0, EA_Y0, EA_X0 + 30, EA_Y0 + 70)], EA), "reference")
     assert prep.area_m2.tolist() == [10_000.0, 2_100.0]
