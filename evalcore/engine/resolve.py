@@ -29,7 +29,7 @@ from evalcore.metrics.taxonomy import prediction_codes, prediction_flags
 from evalcore.options import EvalOptions, base_threshold
 from evalcore.quantities import Contributions, prediction_contributions, prediction_fields
 
-__all__ = ["Resolved", "resolve_run", "run_draws", "Routing", "route"]
+__all__ = ["Resolved", "resolve_run", "homeless_units", "homeless_sums", "run_draws", "Routing", "route"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,11 @@ class Resolved:
     unassigned_replicates : ndarray of float64, shape (n_replicates, len(columns)), optional
         The homeless predictions' sums in each replicate (weighed by their units' draws
         in a block bootstrap; the same in every replicate otherwise).
+    homeless_pos : ndarray of int64
+        The predictions without any candidate pair, by position.
+    homeless_rows : ndarray of float64, shape (len(homeless_pos), len(columns))
+        What each of them adds (their sum is ``unassigned``): the resolve on the workers
+        hands them to :func:`homeless_sums`, which adds them in position order.
     """
 
     resolution: Resolution
@@ -74,6 +79,8 @@ class Resolved:
     draws: RunDraws | None = None
     columns: tuple = ()
     unassigned_replicates: F64Array | None = None
+    homeless_pos: IdArray | None = None
+    homeless_rows: F64Array | None = None
 
 
 def resolve_run(
@@ -140,12 +147,8 @@ def resolve_run(
     weights = None
     if draws is not None:
         weights = np.ones((options.bootstrap, len(homeless))) if draws.unit == "field" else draws.unit_weights(pred_units[homeless])
-    # The homeless predictions' unit rows are the families' own prediction columns.
-    ucols, rcols = unit_sum_columns(options)
-    rows = unit_rows(ucols, contributions.columns, homeless_rows, unassigned=True)
     tile_keys = np.stack([results.pred_utm_epsg, results.pred_tile_x, results.pred_tile_y], axis=1)[homeless]
-    tiles = unit_sums(tile_keys, rows, weights, ucols, rcols)
-    aois = unit_sums(results.pred_aoi[homeless][:, None], rows, weights, ucols, rcols)
+    tiles, aois = homeless_units(homeless_rows, contributions.columns, tile_keys, results.pred_aoi[homeless], weights, options)
     unassigned_replicates = None
     if weights is not None:
         # Group 0 of every replicate: the homeless predictions, each weighed by its unit's draws.
@@ -162,7 +165,55 @@ def resolve_run(
         for part, values in family.global_values(ctx).items():
             global_values[part].update(values)
     return Resolved(resolution, pair_values, preds, contributions, unassigned, tiles, aois, global_values, draws,
-                    contributions.columns, unassigned_replicates)
+                    contributions.columns, unassigned_replicates, positions[homeless], homeless_rows)
+
+
+def homeless_units(rows: F64Array, columns: tuple[str, ...], tile_keys: IdArray, aoi: IdArray, weights: F64Array | None,
+                   options: EvalOptions) -> tuple[UnitSums, UnitSums]:
+    """What the predictions without a home add to the tile and the AOI of their own centroid.
+
+    Parameters
+    ----------
+    rows : ndarray of float64, shape (n, len(columns))
+        Each such prediction's row (:attr:`Resolved.homeless_rows`).
+    tile_keys : ndarray of int64, shape (n, 3)
+        Each one's ``(epsg, tile x, tile y)``.
+    aoi : ndarray of int64, shape (n,)
+        Each one's AOI (-1: none).
+    weights : ndarray of float64, shape (n_replicates, n), optional
+        Their draws in each replicate.
+    """
+    # The homeless predictions' unit rows are the families' own prediction columns.
+    ucols, rcols = unit_sum_columns(options)
+    unit = unit_rows(ucols, columns, rows, unassigned=True)
+    return unit_sums(tile_keys, unit, weights, ucols, rcols), unit_sums(aoi[:, None], unit, weights, ucols, rcols)
+
+
+def homeless_sums(pos: IdArray, rows: F64Array, columns: tuple[str, ...], tile_keys: IdArray, aoi: IdArray,
+                  options: EvalOptions) -> tuple[dict[str, float], UnitSums, UnitSums]:
+    """The run's ``unassigned``, ``homeless_tiles`` and ``homeless_aois`` from the homeless
+    predictions' rows gathered from several resolves (without a bootstrap).
+
+    The rows are added in position order, as :func:`~evalcore.quantities.prediction_contributions`
+    adds them in one resolve of the whole run (each family's column has one target, so a
+    homeless prediction's row is its value and their sum is the same sequence of additions).
+
+    Parameters
+    ----------
+    pos : ndarray of int64
+        Positions of the predictions (any order; distinct).
+    rows, tile_keys, aoi
+        As :func:`homeless_units`, in the order of ``pos``.
+    """
+    order = np.argsort(pos, kind="stable")
+    rows, tile_keys, aoi = rows[order], tile_keys[order], aoi[order]
+    total = np.zeros(len(columns))
+    for k in range(len(columns)):
+        # bincount adds in input order, as in prediction_contributions.
+        total[k] += np.bincount(np.zeros(len(rows), np.int64), weights=rows[:, k], minlength=1)[0]
+    unassigned = {c: float(total[k]) for k, c in enumerate(columns)}
+    tiles, aois = homeless_units(rows, columns, tile_keys, aoi, None, options)
+    return unassigned, tiles, aois
 
 
 def _ref_stratum_codes(ref_pool: IdArray, strata_names: list[str]) -> IdArray:
