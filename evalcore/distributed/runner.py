@@ -43,7 +43,17 @@ from evalcore.distributed import storage
 from evalcore.distributed.reliability import PartitionMissingError
 from evalcore.distributed.sources import Chunk, LayerSource, plan_chunks
 from evalcore.distributed.staging import STAGED_STRATA_COLUMN, check_workers_see, stage_layer, start_run
-from evalcore.distributed.tasks import pairs_task, pixels_task, predictions_task, prepare_chunk_task, sums_task
+from evalcore.distributed.tasks import (
+    components_task,
+    homeless_task,
+    pairs_task,
+    pixels_task,
+    predictions_task,
+    prepare_chunk_task,
+    resolve_done,
+    resolve_task,
+    sums_task,
+)
 from evalcore.distributed.values import (
     LAYERS,
     Box,
@@ -56,11 +66,14 @@ from evalcore.distributed.values import (
     SumsDone,
 )
 from evalcore.engine.pairing import concat_pair_results
-from evalcore.engine.resolve import resolve_run, route
+from evalcore.engine.components import seam_plan
+from evalcore.engine.resolve import Resolved, resolve_run, route
 from evalcore.engine.sums import MergedSums, merge_partitions
 from evalcore.errors import EvalInputError
 from evalcore.options import EvalOptions, RunPlan, make_run_plan
+from evalcore.metrics.base import MetricFamily
 from evalcore.metrics.classes import class_layer_columns
+from evalcore.metrics.registry import enabled_families
 from evalcore.levels import aois_frame, prepare_sites, tiles_frame
 from evalcore.study import prepare_study
 from evalcore.arrays import index_of
@@ -72,6 +85,7 @@ __all__ = [
     "prepare_phase",
     "plan_phase",
     "pairs_phase",
+    "resolves_on_workers",
     "resolve_phase",
     "sums_phase",
     "merge_sums",
@@ -285,13 +299,31 @@ def pairs_phase(client: object, setup: RunSetup, index: RunIndex) -> PairsDone:
     return PairsDone(tuple(keys), sum(d["n_pairs"] for d in done.values()), len(reused), time.perf_counter() - started)
 
 
-def resolve_phase(
-    setup: RunSetup, index: RunIndex, pairs: PairsDone, plan: RunPlan | None = None, unit_keys: np.ndarray | None = None
-) -> ResolvedRun:
-    """Phase 3, on the client: the global matching and where every pair and row goes.
+def resolves_on_workers(options: EvalOptions, predictions_dir: Path | None = None, unit_keys: np.ndarray | None = None) -> bool:
+    """Whether the resolve runs on the workers, by connected components (the one routing).
 
-    Reads every partition's pairs output from the work directory.
+    Not yet with a bootstrap (its draws and the homeless predictions' replicates are made
+    from the whole run), with a family that has run-level values needing every prediction
+    at once (AP, PR curves, risk-coverage, calibration, the classes' rates: they override
+    ``global_values``), with the per-prediction table, or with the units of a paired
+    comparison: those resolve on the client, from every partition's pairs.
     """
+    run_level = [f for f in enabled_families(options) if type(f).global_values is not MetricFamily.global_values]
+    return options.bootstrap == 0 and not run_level and predictions_dir is None and unit_keys is None
+
+
+def resolve_phase(
+    setup: RunSetup, index: RunIndex, pairs: PairsDone, plan: RunPlan | None = None, unit_keys: np.ndarray | None = None,
+    client: object = None,
+) -> ResolvedRun:
+    """Phase 3: the matching and homes, and where every pair and row goes.
+
+    With a ``client`` and options :func:`resolves_on_workers` accepts, on the workers
+    (:func:`_resolve_on_workers`); otherwise on the client, which reads every partition's
+    pairs output from the work directory.
+    """
+    if client is not None and resolves_on_workers(setup.options, setup.predictions_dir, unit_keys):
+        return _resolve_on_workers(client, setup, index, pairs, plan)
     started = time.perf_counter()
     parts = []
     for key in pairs.keys:
@@ -314,6 +346,64 @@ def resolve_phase(
     return ResolvedRun(resolved, holders, routing, time.perf_counter() - started, pred_rows)
 
 
+def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs: PairsDone, plan: RunPlan | None) -> ResolvedRun:
+    """Phase 3 on the workers, by connected components of the candidate-pair graph.
+
+    1. ``components-<key>``: every partition labels its components and returns its seam
+       connectors (:func:`evalcore.distributed.tasks.components_task`);
+    2. the client unions them into seam components and names each one's owner
+       (:func:`evalcore.engine.components.seam_plan`; a few numbers per seam prediction);
+    3. ``resolve-<key>``: every partition resolves the components it owns and writes each
+       partition's share for the sums phase (:func:`evalcore.distributed.tasks.resolve_task`);
+       a finished resolve whose done record is valid is reused;
+    4. ``homeless``: one task adds the homeless predictions' rows in position order.
+
+    Nothing per pair or per field reaches the client: it receives the connectors, the
+    share paths and the run's unassigned, tile and AOI sums of the homeless predictions.
+    """
+    started = time.perf_counter()
+    ref_parts = index.layers["reference"]["partitions"]
+    futures = {
+        key: client.submit(
+            components_task, str(setup.workdir), key,
+            [ref_parts[q]["reach_box"] for q in index.neighbours(key, "predicted", "reference")], setup.signature,
+            key=setup.task_key("components", *key), retries=2, priority=index.rows(key),
+        )
+        for key in sorted(pairs.keys, key=lambda k: -index.rows(k))
+    }
+    labelled = _gather(setup, "components", futures)
+    seams = seam_plan({key: done["connectors"] for key, done in labelled.items()})
+    del labelled
+    if setup.log:
+        setup.log(f"resolve: {seams.n_seam_components} components cross partition seams")
+    resolve_dir = setup.workdir / "resolve"
+    done: dict = {}
+    futures = {}
+    for key in sorted(pairs.keys, key=lambda k: -index.rows(k)):
+        out = resolve_dir / f"by-{storage.key_name(key)}"
+        if storage.done_record_valid(out.with_suffix(".done.json"), setup.signature):
+            done[key] = resolve_done(out, json.loads((out / "listing.json").read_text()))
+            continue
+        futures[key] = client.submit(
+            resolve_task, str(setup.workdir), key, seams.given_away.get(key, np.empty(0, np.int64)), seams.sources(key), setup.options,
+            plan.strata_names if plan is not None else None, plan.sizes if plan is not None else None, setup.signature,
+            key=setup.task_key("resolve", *key), retries=2, priority=index.rows(key),
+        )
+    if done and setup.log:
+        setup.log(f"resolve: reusing {len(done)} finished partitions (checksums verified)")
+    done |= _gather(setup, "resolve", futures)
+    shares: dict = {}
+    for key in sorted(done):  # each partition's shares in resolver key order
+        for target, path in done[key]["shares"].items():
+            shares.setdefault(target, []).append(path)
+    homeless = [done[key]["homeless"] for key in sorted(done)]
+    unassigned, tiles, aois = client.submit(homeless_task, homeless, setup.options, key=setup.task_key("homeless"), retries=2).result()
+    empty = resolve_run(concat_pair_results([])[0], setup.options, None, plan.strata_names if plan is not None else None,
+                        plan.sizes if plan is not None else None)
+    run_level = Resolved(None, {}, empty.preds, empty.contributions, unassigned, tiles, aois, empty.global_values, None, empty.columns)
+    return ResolvedRun(run_level, tuple(sorted(ref_parts)), None, time.perf_counter() - started, {}, shares)
+
+
 def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun) -> SumsDone:
     """Phase 4a: per-partition field tables and partial sums, written to the work directory."""
     started = time.perf_counter()
@@ -329,22 +419,25 @@ def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, 
             part = storage.summary_from_arrays(storage.read_summary(npz))
             done[key] = {"key": key, "n_ref": part.n_ref, "n_pred": part.n_pred, "path": str(npz)}
             continue
-        if key not in slot:
-            raise PartitionMissingError(f"partition {storage.key_name(key)} has reference fields but no pairs output")
-        i = slot[key]
-        pair_rows = resolved.routing.pair_rows[i]
-        handed = storage.write_sums_input(
-            setup.workdir / "resolved" / f"{storage.key_name(key)}.npz",
-            {name: values[pair_rows] for name, values in r.pair_values.items()},
-            r.contributions.take(resolved.routing.contribution_rows[i]),
-            r.draws.rows(resolved.routing.ref_rows[i]) if r.draws is not None else None,
-        )
+        if resolved.shares is not None:  # resolved on the workers: the shares they wrote for it
+            handed = resolved.shares.get(key, [])
+        else:
+            if key not in slot:
+                raise PartitionMissingError(f"partition {storage.key_name(key)} has reference fields but no pairs output")
+            i = slot[key]
+            pair_rows = resolved.routing.pair_rows[i]
+            handed = str(storage.write_sums_input(
+                setup.workdir / "resolved" / f"{storage.key_name(key)}.npz",
+                {name: values[pair_rows] for name, values in r.pair_values.items()},
+                r.contributions.take(resolved.routing.contribution_rows[i]),
+                r.draws.rows(resolved.routing.ref_rows[i]) if r.draws is not None else None,
+            ))
         futures[key] = client.submit(
             sums_task,
             str(setup.workdir),
             key,
             ref_info,
-            str(handed),
+            handed,
             plan,
             setup.options,
             ea,
@@ -538,7 +631,7 @@ def run_phases(client: object, setup: RunSetup) -> RunOutcome:
     index = prepare_phase(client, setup)
     plan = plan_phase(setup, index)
     pairs = pairs_phase(client, setup, index)
-    resolved = resolve_phase(setup, index, pairs, plan)
+    resolved = resolve_phase(setup, index, pairs, plan, client=client)
     sums = sums_phase(client, setup, index, plan, resolved)
     started = time.perf_counter()
     metrics = merge_phase(setup, index, plan, resolved, sums, client)

@@ -82,6 +82,31 @@ def test_distributed_equals_single_process(layers, expected, client, partition_s
     assert differences(result, expected[partition_size_m]) == []
 
 
+WORKER_OPTIONS = dict(strata="stratum", size_bins="auto", boundary_tolerance_m=10.0, matching="one_to_one")
+"""Options the resolve runs on the workers with (no bootstrap, no run-level family)."""
+
+
+@pytest.fixture(scope="module")
+def expected_worker_resolve(layers):
+    predicted, reference = layers
+    return {tile: evalcore.evaluate(predicted, reference, partition_size_m=tile, **WORKER_OPTIONS) for tile in TILE_SIZES}
+
+
+@pytest.mark.parametrize("partition_size_m", TILE_SIZES, ids=lambda t: f"tile{int(t)}m")
+def test_resolve_on_the_workers_equals_single_process_exactly(layers, expected_worker_resolve, client, partition_size_m, tmp_path):
+    """The resolve by connected components on the workers: every key to the last bit."""
+    from evalcore.distributed.runner import resolves_on_workers
+
+    assert resolves_on_workers(check_options(**{k: v for k, v in WORKER_OPTIONS.items() if k not in ("strata", "size_bins")}))
+    predicted, reference = layers
+    result = evalcore.evaluate(
+        predicted, reference, partition_size_m=partition_size_m, client=client, workdir=tmp_path / "work", **WORKER_OPTIONS
+    )
+    assert differences(result, expected_worker_resolve[partition_size_m], rtol=0.0) == []
+    # The phase ran on the workers: every partition wrote its resolve output.
+    assert len(list((tmp_path / "work" / "resolve").glob("by-*.done.json"))) >= (8 if partition_size_m == 2_000.0 else 1)
+
+
 def _point_estimates(metrics: object) -> object:
     """The metrics without what the bootstrap draws decide (the draws depend on the partitions)."""
     if isinstance(metrics, dict):
