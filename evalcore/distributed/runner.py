@@ -305,11 +305,12 @@ def resolves_on_workers(options: EvalOptions, predictions_dir: Path | None = Non
     Not yet with a bootstrap (its draws and the homeless predictions' replicates are made
     from the whole run), with a family that has run-level values needing every prediction
     at once (AP, PR curves, risk-coverage, calibration, the classes' rates: they override
-    ``global_values``), with the per-prediction table, or with the units of a paired
-    comparison: those resolve on the client, from every partition's pairs.
+    ``global_values``), or with the units of a paired comparison: those resolve on the
+    client, from every partition's pairs. ``predictions_dir`` does not matter: the
+    resolves write the per-prediction frame's parts too.
     """
     run_level = [f for f in enabled_families(options) if type(f).global_values is not MetricFamily.global_values]
-    return options.bootstrap == 0 and not run_level and predictions_dir is None and unit_keys is None
+    return options.bootstrap == 0 and not run_level and unit_keys is None
 
 
 def resolve_phase(
@@ -377,31 +378,37 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     if setup.log:
         setup.log(f"resolve: {seams.n_seam_components} components cross partition seams")
     resolve_dir = setup.workdir / "resolve"
+    with_preds = setup.predictions_dir is not None
     done: dict = {}
     futures = {}
     for key in sorted(pairs.keys, key=lambda k: -index.rows(k)):
         out = resolve_dir / f"by-{storage.key_name(key)}"
         if storage.done_record_valid(out.with_suffix(".done.json"), setup.signature):
-            done[key] = resolve_done(out, json.loads((out / "listing.json").read_text()))
-            continue
+            finished = resolve_done(out, json.loads((out / "listing.json").read_text()))
+            if finished["with_preds"] or not with_preds:
+                done[key] = finished
+                continue
         futures[key] = client.submit(
             resolve_task, str(setup.workdir), key, seams.given_away.get(key, np.empty(0, np.int64)), seams.sources(key), setup.options,
-            plan.strata_names if plan is not None else None, plan.sizes if plan is not None else None, setup.signature,
+            plan.strata_names if plan is not None else None, plan.sizes if plan is not None else None, setup.signature, with_preds,
             key=setup.task_key("resolve", *key), retries=2, priority=index.rows(key),
         )
     if done and setup.log:
         setup.log(f"resolve: reusing {len(done)} finished partitions (checksums verified)")
     done |= _gather(setup, "resolve", futures)
     shares: dict = {}
+    pred_shares: dict = {}
     for key in sorted(done):  # each partition's shares in resolver key order
         for target, path in done[key]["shares"].items():
             shares.setdefault(target, []).append(path)
+        for target, path in done[key]["preds"].items():
+            pred_shares.setdefault(target, []).append(path)
     homeless = [done[key]["homeless"] for key in sorted(done)]
     unassigned, tiles, aois = client.submit(homeless_task, homeless, setup.options, key=setup.task_key("homeless"), retries=2).result()
     empty = resolve_run(concat_pair_results([])[0], setup.options, None, plan.strata_names if plan is not None else None,
                         plan.sizes if plan is not None else None)
     run_level = Resolved(None, {}, empty.preds, empty.contributions, unassigned, tiles, aois, empty.global_values, None, empty.columns)
-    return ResolvedRun(run_level, tuple(sorted(ref_parts)), None, time.perf_counter() - started, {}, shares)
+    return ResolvedRun(run_level, tuple(sorted(ref_parts)), None, time.perf_counter() - started, pred_shares, shares)
 
 
 def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun) -> SumsDone:
@@ -473,13 +480,19 @@ def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolve
     ea = setup.ea_crs.to_wkt()
     preds = resolved.resolved.preds
     annotated = index.sites is not None and index.sites.annotated is not None
+    if resolved.shares is not None:  # resolved on the workers: pred_rows holds the paths of their frames
+        parts = {key: resolved.pred_rows.get(key, []) for key in pred_info.partitions}
+        expected = index.layers["predicted"]["n_kept"]
+    else:
+        parts = {key: preds.iloc[rows] for key, rows in resolved.pred_rows.items()}
+        expected = len(preds)
     futures = {
         key: client.submit(
             predictions_task,
             str(setup.workdir),
             key,
             pred_info,
-            preds.iloc[rows],
+            rows,
             str(out),
             ea,
             _aoi_keys(index),
@@ -491,14 +504,14 @@ def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolve
             setup.reference.id_column,
             key=setup.task_key("predictions", *key),
             retries=2,
-            priority=len(rows),
+            priority=index.rows(key),
         )
-        for key, rows in sorted(resolved.pred_rows.items(), key=lambda kv: -len(kv[1]))
+        for key, rows in sorted(parts.items(), key=lambda kv: -index.rows(kv[0]))
     }
     written = _gather(setup, "predictions", futures)
     n = sum(w["n_pred"] for w in written.values())
-    if n != len(preds):
-        raise PartitionMissingError(f"the per-prediction parts hold {n} predictions but {len(preds)} were resolved")
+    if n != expected:
+        raise PartitionMissingError(f"the per-prediction parts hold {n} predictions but {expected} were resolved")
 
 
 def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, sums: SumsDone) -> MergedSums:

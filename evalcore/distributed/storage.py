@@ -657,3 +657,28 @@ def read_homeless(path: Path) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], 
     a = read_summary(path)
     columns = tuple(str(c) for c in a["columns"])
     return a["pos"], a["rows"].reshape(len(a["pos"]), len(columns)), columns, a["tiles"].reshape(len(a["pos"]), 3), a["aoi"]
+
+
+def write_frame(path: Path, frame: pd.DataFrame) -> Path:
+    """A frame of plain columns (numbers, booleans, text, labels) as Parquet, its index as ``__index``.
+
+    Object columns are written as :func:`_labels_array` writes labels (mixed types as
+    text, as the prepared partitions hold them) and read back as object arrays.
+    """
+    objects = [c for c in frame.columns if frame[c].dtype == object]
+    arrays = {"__index": pa.array(frame.index.to_numpy(np.int64))}
+    for c in frame.columns:
+        arrays[str(c)] = _labels_array(pd.Index(frame[c].to_numpy())) if c in objects else pa.array(frame[c].to_numpy())
+    table = pa.table(arrays).replace_schema_metadata({b"evalcore_objects": json.dumps(objects).encode()})
+    return atomic_path(path, lambda tmp: pq.write_table(table, tmp))
+
+
+def read_frame(path: Path) -> pd.DataFrame:
+    """The inverse of :func:`write_frame`."""
+    table = pq.read_table(path)
+    objects = set(json.loads(table.schema.metadata[b"evalcore_objects"]))
+    columns = {
+        c: np.asarray(table[c].to_pylist(), dtype=object) if c in objects else table[c].to_numpy(zero_copy_only=False)
+        for c in table.column_names if c != "__index"
+    }
+    return pd.DataFrame(columns, index=pd.Index(table["__index"].to_numpy(), dtype=np.int64))

@@ -277,6 +277,7 @@ def resolve_task(
     strata_names: list[str] | None,
     sizes: object,
     signature: str,
+    with_preds: bool = False,
 ) -> dict:
     """The resolve of the components one partition owns, on a worker.
 
@@ -286,7 +287,9 @@ def resolve_task(
     components do not interact, so each gets the values a resolve of the whole run gives
     it). Writes, per partition holding reference fields of these pairs, its share
     (per-pair values and contributions, :func:`storage.write_share`), and the homeless
-    predictions' rows, to ``workdir/resolve/by-<key>/``, with a done record.
+    predictions' rows, to ``workdir/resolve/by-<key>/``, with a done record; with
+    ``with_preds``, also each partition's predictions' rows of the per-prediction frame
+    (:func:`storage.write_frame`), for the per-prediction table.
 
     Returns
     -------
@@ -302,7 +305,7 @@ def resolve_task(
     parts = [(own, pair_label, pred_label, kept)]
     for source in sources[1:]:
         parts.append((_pair_results(workdir, source, signature), *_labels(workdir, source, signature), np.asarray(borrowed[source], np.int64)))
-    results, ref_part = component_results(parts)
+    results, ref_part, pred_part = component_results(parts)
     del parts, own
     resolved = resolve_run(results, options, None, strata_names, sizes)
     # Each pair and contribution goes to its reference field's partition (route()).
@@ -321,11 +324,19 @@ def resolve_task(
     tiles = np.stack([results.pred_utm_epsg, results.pred_tile_x, results.pred_tile_y], axis=1)[at]
     homeless = storage.write_homeless(out / "homeless.npz", resolved.homeless_pos, resolved.homeless_rows, resolved.columns, tiles,
                                       results.pred_aoi[at])
+    preds: dict = {}
+    if with_preds:
+        for source in np.unique(pred_part).tolist():
+            rows = np.flatnonzero(pred_part == source)
+            preds[sources[source]] = storage.write_frame(out / f"preds-{storage.key_name(sources[source])}.parquet",
+                                                         resolved.preds.iloc[rows])
     listing = {"shares": {storage.key_name(k): Path(v).name for k, v in shares.items()}, "n_pairs": len(results.pairs),
-               "n_homeless": len(resolved.homeless_pos)}
+               "n_homeless": len(resolved.homeless_pos), "with_preds": with_preds,
+               "preds": {storage.key_name(k): v.name for k, v in preds.items()}}
     meta = out / "listing.json"
     atomic_path(meta, lambda tmp: tmp.write_text(json.dumps(listing)))
-    storage.write_done_record(out.with_suffix(".done.json"), signature, [*map(Path, shares.values()), homeless, meta], base=out)
+    storage.write_done_record(out.with_suffix(".done.json"), signature, [*map(Path, shares.values()), *preds.values(), homeless, meta],
+                              base=out)
     return resolve_done(out, listing)
 
 
@@ -337,6 +348,8 @@ def resolve_done(out: Path, listing: dict) -> dict:
         "n_homeless": listing["n_homeless"],
         "shares": {storage.parse_key_name(k): str(out / v) for k, v in listing["shares"].items()},
         "homeless": str(out / "homeless.npz"),
+        "with_preds": bool(listing.get("with_preds")),
+        "preds": {storage.parse_key_name(k): str(out / v) for k, v in listing.get("preds", {}).items()},
     }
 
 
@@ -434,7 +447,7 @@ def predictions_task(
     workdir: str,
     key: PartitionKey,
     pred_info: LayerInfo,
-    preds: pd.DataFrame,
+    preds: pd.DataFrame | list[str],
     out_dir: str,
     ea_crs_text: str,
     aoi_keys: list[str] | None,
@@ -445,8 +458,15 @@ def predictions_task(
     classed: bool = False,
     ref_id_column: str | None = None,
 ) -> dict:
-    """Write the per-prediction table part of one partition's predictions (with their geometry)."""
+    """Write the per-prediction table part of one partition's predictions (with their geometry).
+
+    ``preds`` is their rows of the per-prediction frame, or (resolved on the workers) the
+    paths of the frames the resolves wrote for this partition.
+    """
     inject_fault("predictions", storage.key_name(key))
+    if isinstance(preds, list):
+        frames = [storage.read_frame(Path(p)) for p in preds]
+        preds = pd.concat(frames).sort_index() if frames else pd.DataFrame()
     layer, _, _ = storage.read_partition(
         Path(workdir), "predicted", key, crs=pred_info.crs, equal_area_crs=CRS.from_user_input(ea_crs_text),
         partition_size_m=1.0, geometries=("geometry",),

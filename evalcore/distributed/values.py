@@ -197,7 +197,8 @@ class ResolvedRun:
     routing : Routing
     seconds : float
     pred_rows : dict, optional
-        ``{partition key: rows of resolved.preds}`` of the predictions each partition owns.
+        ``{partition key: rows of resolved.preds}`` of the predictions each partition owns
+        (resolved on the workers: ``{partition key: [paths]}`` of their frames' parts).
     shares : dict, optional
         Resolved on the workers: ``{partition key: [paths]}`` of the shares the resolves
         wrote for each partition's sums task (``resolved`` then holds only the run-level

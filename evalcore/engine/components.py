@@ -186,7 +186,7 @@ def seam_plan(connectors: dict) -> SeamPlan:
     return SeamPlan(given_away, borrowed, n_seam)
 
 
-def component_results(parts: list[tuple[PairResults, IdArray, IdArray, IdArray]]) -> tuple[PairResults, IdArray]:
+def component_results(parts: list[tuple[PairResults, IdArray, IdArray, IdArray]]) -> tuple[PairResults, IdArray, IdArray]:
     """The pairs, reference rows and own predictions of some components of some partitions, as one run.
 
     Parameters
@@ -200,8 +200,8 @@ def component_results(parts: list[tuple[PairResults, IdArray, IdArray, IdArray]]
     results : PairResults
         In position order (:func:`~evalcore.engine.pairing.concat_pair_results`); the
         reference rows are those of the pairs taken.
-    ref_part : ndarray of int64
-        Index in ``parts`` of each reference row's partition.
+    ref_part, pred_part : ndarray of int64
+        Index in ``parts`` of each reference row's and each prediction row's partition.
     """
     taken = []
     for results, pair_label, pred_label, labels in parts:
@@ -209,4 +209,9 @@ def component_results(parts: list[tuple[PairResults, IdArray, IdArray, IdArray]]
         ref_rows = np.flatnonzero(np.isin(results.ref_pos, results.pairs.ref_pos[pair_rows]))
         pred_rows = np.flatnonzero(np.isin(pred_label, labels))
         taken.append(results.restrict(pair_rows, ref_rows, pred_rows))
-    return concat_pair_results(taken)
+    results, ref_part = concat_pair_results(taken)
+    # Every prediction row is one source's own: its partition from the sorted positions.
+    pred_source = np.concatenate([np.full(len(t.pred_pos), i, dtype=np.int64) for i, t in enumerate(taken)] or [np.empty(0, np.int64)])
+    pred_pos = np.concatenate([t.pred_pos for t in taken] or [np.empty(0, np.int64)])
+    pred_part = pred_source[np.argsort(pred_pos, kind="stable")]
+    return results, ref_part, pred_part

@@ -126,6 +126,31 @@ def test_components_spanning_many_partitions_resolve_exactly(client, partition_s
     assert max(spans) >= 3
 
 
+def test_per_prediction_table_from_the_workers_resolve_equals_the_clients(tmp_path, local_clients, monkeypatch):
+    """--predictions-out: the resolves write the per-prediction frame's parts; the table equals
+    the one of the resolve on the client (a bootstrap of 0 on both, the routing forced)."""
+    import geopandas
+    import pandas as pd
+
+    from evalcore.distributed import runner
+
+    predicted, reference = strip_layers(seed=2, n_x=30, n_y=4)
+    pred_path, ref_path = tmp_path / "pred.parquet", tmp_path / "ref.parquet"
+    predicted.to_parquet(pred_path)
+    reference.to_parquet(ref_path)
+    options = check_options(partition_size_m=1_000.0, boundary_tolerance_m=10.0)
+    tables = {}
+    for where in ("workers", "client"):
+        if where == "client":
+            monkeypatch.setattr(runner, "resolves_on_workers", lambda *a, **k: False)
+        runner.run_distributed(str(pred_path), str(ref_path), local_clients.get(2), options, workdir=tmp_path / where,
+                               predictions_dir=tmp_path / f"preds-{where}")
+        parts = sorted((tmp_path / f"preds-{where}").glob("*.parquet"))
+        tables[where] = pd.concat([pd.DataFrame(geopandas.read_parquet(p)) for p in parts]).set_index("pred_index").sort_index()
+    assert (tmp_path / "workers" / "resolve").exists() and not (tmp_path / "client" / "resolve").exists()
+    pd.testing.assert_frame_equal(tables["workers"], tables["client"], check_exact=True)
+
+
 def _point_estimates(metrics: object) -> object:
     """The metrics without what the bootstrap draws decide (the draws depend on the partitions)."""
     if isinstance(metrics, dict):

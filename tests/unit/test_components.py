@@ -85,7 +85,7 @@ def test_resolving_some_components_equals_resolving_everything(matching, run):
     labels = label_partition(results, np.empty(0, np.int64))
     # A random union of components (each prediction without a pair is a component too).
     chosen = np.flatnonzero(np.random.default_rng(chosen_seed).random(labels.n_labels) < 0.5)
-    sub, _ = component_results([(results, labels.pair_label, labels.pred_label, chosen)])
+    sub, _, _ = component_results([(results, labels.pair_label, labels.pred_label, chosen)])
     part = resolve_run(sub, options)
 
     # Per pair: every pair value of the chosen components' pairs.
@@ -112,7 +112,7 @@ def test_resolving_some_components_equals_resolving_everything(matching, run):
     assert _same(part.homeless_rows, whole.homeless_rows[kept])
     # Their sums, from the rows of two resolves (the chosen components and the others) in
     # any order, equal the whole run's to the last bit.
-    rest, _ = component_results([(results, labels.pair_label, labels.pred_label, np.setdiff1d(np.arange(labels.n_labels), chosen))])
+    rest, _, _ = component_results([(results, labels.pair_label, labels.pred_label, np.setdiff1d(np.arange(labels.n_labels), chosen))])
     other = resolve_run(rest, options)
     pos = np.concatenate([other.homeless_pos, part.homeless_pos])
     rows = np.concatenate([other.homeless_rows, part.homeless_rows])
