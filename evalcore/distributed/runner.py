@@ -13,11 +13,16 @@ orchestrator (the Prefect flow) passes the values along:
 * :func:`pairs_phase` -> :class:`PairsDone`: one task per partition reads its own rows
   and the halo rows of its neighbours from storage and writes its pairs, IoU, boundary
   distances of eligible pairs and tolerance lengths back;
-* :func:`resolve_phase` -> :class:`ResolvedRun`: the global matching and homes, the
-  families' global per-pair values and the routing (:func:`evalcore.engine.resolve.route`),
-  on the client;
-* :func:`sums_phase` -> :class:`SumsDone`: one task per partition writes its per-field
-  table part and its partial sums;
+* :func:`resolve_phase` -> :class:`ResolvedRun`: the matching and homes, the families'
+  per-pair values, the contributions and the routing (:func:`evalcore.engine.resolve.route`).
+  Where :func:`resolves_on_workers` allows (no bootstrap, no run-level family), on the
+  workers by connected components (:func:`_resolve_on_workers`: ``components-<key>``
+  tasks return seam connectors, the client unions them into seam components with one
+  owner each, ``resolve-<key>`` tasks resolve what each partition owns and write every
+  partition's share, a ``homeless`` task adds the homeless predictions in position
+  order); otherwise on the client from every partition's pairs;
+* :func:`sums_phase` -> :class:`SumsDone`: one task per partition reads its share(s) of
+  the resolve and writes its per-field table part and its partial sums;
 * :func:`merge_phase` -> the summary dict: checks that every partition is there with the
   row counts the index expects, and adds them in key order.
 
