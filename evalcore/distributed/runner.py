@@ -113,8 +113,8 @@ MIN_CHUNK_ROWS = 5_000
 """Smallest prepare chunk: below this the per-chunk cost (one file per partition) dominates."""
 
 
-def _gather(setup: RunSetup, phase: str, futures: dict) -> dict:
-    """Wait for futures keyed by partition, reporting progress; re-raise a failure naming it."""
+def _gather(setup: RunSetup, phase: str, futures: dict, show: bool = True) -> dict:
+    """Wait for futures keyed by partition, reporting progress (unless not ``show``); re-raise a failure naming it."""
     from distributed import as_completed
 
     total = len(futures)
@@ -122,8 +122,9 @@ def _gather(setup: RunSetup, phase: str, futures: dict) -> dict:
     by_future = {f: k for k, f in futures.items()}
     out = {}
     done = 0
-    if setup.progress:
-        setup.progress(phase, 0, total)
+    progress = setup.progress if show else None
+    if progress:
+        progress(phase, 0, total)
     # The keys (up to 20, ~300 characters) only on this module's logger: the run's log
     # file keeps them and -v shows them; the terminal's line per phase is ``progress``.
     names = [_partition_name(k) for k in futures]
@@ -144,8 +145,8 @@ def _gather(setup: RunSetup, phase: str, futures: dict) -> dict:
             name = _partition_name(k)
             raise RuntimeError(f"{phase} failed for {unit} {name}: {type(exc).__name__}: {exc}") from exc
         done += 1
-        if setup.progress:
-            setup.progress(phase, done, total)
+        if progress:
+            progress(phase, done, total)
         # A line per partition (thousands on a national run) only on this module's logger:
         # the log file keeps it and -v shows it; ``setup.log`` gets a line per phase.
         logger.info("%s: %s %s done (%d/%d)", phase, unit, _partition_name(k), done, total)
@@ -377,11 +378,12 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
         )
         for key in sorted(pairs.keys, key=lambda k: -index.rows(k))
     }
-    labelled = _gather(setup, "components", futures)
+    # The terminal keeps its line per phase of the user's view (prepare, pairs, sums): the
+    # resolve's steps, like the client's resolve before them, go to the run's log only.
+    labelled = _gather(setup, "components", futures, show=False)
     seams = seam_plan({key: done["connectors"] for key, done in labelled.items()})
     del labelled
-    if setup.log:
-        setup.log(f"resolve: {seams.n_seam_components} components cross partition seams")
+    logger.info("resolve: %d components cross partition seams", seams.n_seam_components)
     resolve_dir = setup.workdir / "resolve"
     with_preds = setup.predictions_dir is not None
     done: dict = {}
@@ -400,7 +402,7 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
         )
     if done and setup.log:
         setup.log(f"resolve: reusing {len(done)} finished partitions (checksums verified)")
-    done |= _gather(setup, "resolve", futures)
+    done |= _gather(setup, "resolve", futures, show=False)
     shares: dict = {}
     pred_shares: dict = {}
     for key in sorted(done):  # each partition's shares in resolver key order
