@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evalcore.bootstrap import PartitionKey
+from evalcore.bootstrap import PartitionKey, RunDraws
 from evalcore.distributed import storage
 from evalcore.distributed.reliability import PartitionMissingError
 from evalcore.distributed.sources import Chunk, LayerSource, plan_chunks
@@ -58,6 +58,7 @@ from evalcore.distributed.tasks import (
     resolve_done,
     resolve_task,
     sums_task,
+    without_draws,
 )
 from evalcore.distributed.values import (
     LAYERS,
@@ -308,15 +309,16 @@ def pairs_phase(client: object, setup: RunSetup, index: RunIndex) -> PairsDone:
 def resolves_on_workers(options: EvalOptions, predictions_dir: Path | None = None, unit_keys: np.ndarray | None = None) -> bool:
     """Whether the resolve runs on the workers, by connected components (the one routing).
 
-    Not yet with a bootstrap (its draws and the homeless predictions' replicates are made
-    from the whole run), with a family that has run-level values needing every prediction
+    Not yet with a field bootstrap (its draws rank every field of a pool and reporting
+    tile in position order, across partitions; a block bootstrap's draws need only the
+    run's units), with a family that has run-level values needing every prediction
     at once (AP, PR curves, risk-coverage, calibration, the classes' rates: they override
     ``global_values``), or with the units of a paired comparison: those resolve on the
     client, from every partition's pairs. ``predictions_dir`` does not matter: the
     resolves write the per-prediction frame's parts too.
     """
     run_level = [f for f in enabled_families(options) if type(f).global_values is not MetricFamily.global_values]
-    return options.bootstrap == 0 and not run_level and unit_keys is None
+    return (options.bootstrap == 0 or options.bootstrap_unit != "field") and not run_level and unit_keys is None
 
 
 def resolve_phase(
@@ -373,7 +375,7 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     futures = {
         key: client.submit(
             components_task, str(setup.workdir), key,
-            [ref_parts[q]["reach_box"] for q in index.neighbours(key, "predicted", "reference")], setup.signature,
+            [ref_parts[q]["reach_box"] for q in index.neighbours(key, "predicted", "reference")], setup.signature, setup.options,
             key=setup.task_key("components", *key), retries=2, priority=index.rows(key),
         )
         for key in sorted(pairs.keys, key=lambda k: -index.rows(k))
@@ -382,6 +384,8 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     # resolve's steps, like the client's resolve before them, go to the run's log only.
     labelled = _gather(setup, "components", futures, show=False)
     seams = seam_plan({key: done["connectors"] for key, done in labelled.items()})
+    units = [done["units"] for done in labelled.values() if done["units"] is not None]
+    ref_units = np.unique(np.concatenate(units), axis=0) if units else None  # a block bootstrap: a few per partition
     del labelled
     logger.info("resolve: %d components cross partition seams", seams.n_seam_components)
     resolve_dir = setup.workdir / "resolve"
@@ -411,10 +415,20 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
         for target, path in done[key]["preds"].items():
             pred_shares.setdefault(target, []).append(path)
     homeless = [done[key]["homeless"] for key in sorted(done)]
-    unassigned, tiles, aois = client.submit(homeless_task, homeless, setup.options, key=setup.task_key("homeless"), retries=2).result()
-    empty = resolve_run(concat_pair_results([])[0], setup.options, None, plan.strata_names if plan is not None else None,
-                        plan.sizes if plan is not None else None)
-    run_level = Resolved(None, {}, empty.preds, empty.contributions, unassigned, tiles, aois, empty.global_values, None, empty.columns)
+    options = setup.options
+    if options.bootstrap > 0 and ref_units is None:  # no reference field anywhere: no unit of a field
+        ref_units = np.empty((0, 3 if options.bootstrap_unit == "tile" else 1), np.int64)
+    unassigned, tiles, aois, replicates, unit_keys = client.submit(
+        homeless_task, homeless, options, ref_units, key=setup.task_key("homeless"), retries=2,
+    ).result()
+    empty = resolve_run(concat_pair_results([])[0], without_draws(options), None,
+                        plan.strata_names if plan is not None else None, plan.sizes if plan is not None else None)
+    # The run's draws as the merge and the sums tasks need them: the units (block draws are
+    # made from them and the seed where they are used).
+    draws = None if unit_keys is None else RunDraws(options.bootstrap_unit, options.bootstrap, options.bootstrap_seed, len(unit_keys),
+                                                    unit_keys=unit_keys)
+    run_level = Resolved(None, {}, empty.preds, empty.contributions, unassigned, tiles, aois, empty.global_values, draws,
+                         empty.columns, replicates)
     return ResolvedRun(run_level, tuple(sorted(ref_parts)), None, time.perf_counter() - started, pred_shares, shares)
 
 
@@ -460,6 +474,7 @@ def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, 
             setup.reference.id_column,
             _aoi_keys(index),
             setup.predicted.id_column,
+            r.draws.unit_keys if resolved.shares is not None and r.draws is not None else None,
             key=setup.task_key("sums", *key),
             retries=2,
             priority=index.rows(key),

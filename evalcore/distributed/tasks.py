@@ -19,14 +19,14 @@ import shapely
 from pyproj import CRS
 
 from evalcore import boundary
-from evalcore.bootstrap import PartitionKey, pool_id
+from evalcore.bootstrap import PartitionKey, block_draws, pool_id
 from evalcore.distributed import storage
 from evalcore.distributed.reliability import PartitionMissingError, inject_fault
 from evalcore.distributed.sources import Chunk, LayerSource, read_chunk
 from evalcore.distributed.values import Box, LayerInfo, boxes_overlap
 from evalcore.engine.components import component_results, label_partition
 from evalcore.engine.pairing import compute_pairs
-from evalcore.engine.resolve import homeless_sums, resolve_run, route
+from evalcore.engine.resolve import _unit_index, block_unit_keys, homeless_sums, resolve_run, route
 from evalcore.engine.sums import RefRows, summarize_partition
 from evalcore.engine.tables import field_table, output_table, prediction_table
 from evalcore.errors import EvalInputError
@@ -229,7 +229,7 @@ def pairs_task(
     return {"key": key, "n_pairs": len(results.pairs), "n_ref": len(results.ref_pos), "n_pred": len(results.pred_pos)}
 
 
-def components_task(workdir: str, key: PartitionKey, windows: list[Box], signature: str) -> dict:
+def components_task(workdir: str, key: PartitionKey, windows: list[Box], signature: str, options: EvalOptions | None = None) -> dict:
     """The resolve's first step for one partition: label its connected components, name its seam connectors.
 
     Parameters
@@ -242,8 +242,9 @@ def components_task(workdir: str, key: PartitionKey, windows: list[Box], signatu
     Returns
     -------
     dict
-        ``{"key", "n_labels", "connectors": (pos, label, min_ref)}``: the connectors only,
-        a few per seam prediction (:func:`evalcore.engine.components.label_partition`).
+        ``{"key", "n_labels", "connectors": (pos, label, min_ref), "units"}``: the connectors
+        only, a few per seam prediction (:func:`evalcore.engine.components.label_partition`),
+        and with a block bootstrap in ``options`` its reference fields' units (unique).
     """
     inject_fault("components", storage.key_name(key))
     results = _pair_results(workdir, key, signature)
@@ -251,7 +252,18 @@ def components_task(workdir: str, key: PartitionKey, windows: list[Box], signatu
     labels = label_partition(results, read)
     storage.write_labels(Path(workdir) / "resolve" / "labels", key, labels, signature)
     connectors = (labels.connector_pos, labels.connector_label, labels.connector_min_ref)
-    return {"key": key, "n_labels": labels.n_labels, "connectors": connectors}
+    units = None
+    if options is not None and options.bootstrap > 0 and options.bootstrap_unit != "field":
+        r = results
+        units = np.unique(block_unit_keys(options, r.ref_utm_epsg, r.ref_tile_x, r.ref_tile_y, r.ref_aoi), axis=0)
+    return {"key": key, "n_labels": labels.n_labels, "connectors": connectors, "units": units}
+
+
+def without_draws(options: EvalOptions) -> EvalOptions:
+    """The options of a resolve of some components: the same, without a bootstrap (the run's
+    draws are made from the run's units, not from the components', and nothing a resolve
+    hands on depends on them)."""
+    return EvalOptions({**options.as_dict(), "bootstrap": 0})
 
 
 def _pair_results(workdir: str, key: PartitionKey, signature: str) -> object:
@@ -307,7 +319,9 @@ def resolve_task(
         parts.append((_pair_results(workdir, source, signature), *_labels(workdir, source, signature), np.asarray(borrowed[source], np.int64)))
     results, ref_part, pred_part = component_results(parts)
     del parts, own
-    resolved = resolve_run(results, options, None, strata_names, sizes)
+    # The draws are the run's, not these components' (a block bootstrap's are made from the
+    # run's units by the homeless and sums tasks): none here, and nothing here depends on them.
+    resolved = resolve_run(results, without_draws(options), None, strata_names, sizes)
     # Each pair and contribution goes to its reference field's partition (route()).
     held, renumbered = np.unique(ref_part, return_inverse=True)
     routing = route(results.ref_pos, np.asarray(renumbered).ravel(), len(held), results.pairs.ref_pos, resolved.contributions.ref_pos)
@@ -353,16 +367,17 @@ def resolve_done(out: Path, listing: dict) -> dict:
     }
 
 
-def homeless_task(paths: list[str], options: EvalOptions) -> tuple[dict, object, object]:
+def homeless_task(paths: list[str], options: EvalOptions, ref_unit_keys: np.ndarray | None = None) -> tuple:
     """The run's unassigned sums and the homeless predictions' tile and AOI sums, from every
-    resolve's homeless rows, added in position order (:func:`evalcore.engine.resolve.homeless_sums`)."""
+    resolve's homeless rows, added in position order (:func:`evalcore.engine.resolve.homeless_sums`);
+    with a block bootstrap also their replicates and the run's units."""
     parts = [storage.read_homeless(Path(p)) for p in paths]
     columns = {c for _, _, c, _, _ in parts}
     if len(columns) != 1:
         raise PartitionMissingError(f"the resolves' homeless rows have different columns: {sorted(columns)}")
     return homeless_sums(
         np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), columns.pop(),
-        np.concatenate([p[3] for p in parts]), np.concatenate([p[4] for p in parts]), options,
+        np.concatenate([p[3] for p in parts]), np.concatenate([p[4] for p in parts]), options, ref_unit_keys,
     )
 
 
@@ -379,8 +394,13 @@ def sums_task(
     id_column: str | None = None,
     aoi_keys: list[str] | None = None,
     pred_id_column: str | None = None,
+    block_units: np.ndarray | None = None,
 ) -> dict:
     """The sums phase of one partition: write its field table part and its partial sums.
+
+    Resolved on the workers, ``resolved_path`` is the list of the shares the resolves
+    wrote for it, and with a block bootstrap ``block_units`` the run's units (the draws
+    are made here from them and the seed, as :func:`evalcore.bootstrap.block_draws` makes them).
 
     Reads the partition's own pairs phase output and what the resolve phase decided for
     it (per-pair values in the same (reference, prediction) order, the predictions'
@@ -394,7 +414,15 @@ def sums_task(
         pair_values, contributions, draws = storage.read_sums_input(Path(resolved_path))
     else:
         # The resolve on the workers: the shares the resolves wrote for this partition.
-        pair_values, contributions, draws = (*_read_shares(key, resolved_path, results.pairs, options, plan, signature), None)
+        pair_values, contributions = _read_shares(key, resolved_path, results.pairs, options, plan, signature)
+        draws = None
+        if options.bootstrap > 0:
+            if block_units is None:
+                raise ValueError("a bootstrap resolved on the workers needs the run's units (block draws)")
+            r = results
+            own = block_unit_keys(options, r.ref_utm_epsg, r.ref_tile_x, r.ref_tile_y, r.ref_aoi)
+            draws = block_draws(options.bootstrap_unit, block_units, _unit_index(block_units, own), options.bootstrap,
+                                options.bootstrap_seed).rows(np.arange(len(own)))
     layer, strata, _ = storage.read_partition(
         Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=options.partition_size_m,
         geometries=("geometry",) if frame_dir is not None else (),
@@ -436,7 +464,7 @@ def _read_shares(key: PartitionKey, paths: list[str], pairs: object, options: Ev
                 f"partition {resolver}: its resolve output is missing or does not match its checksums; rerun to recompute it."
             )
     # The names and dtypes of every per-pair value and contribution column: an empty resolve's.
-    empty = resolve_run(component_results([])[0], options, None, plan.strata_names, plan.sizes)
+    empty = resolve_run(component_results([])[0], without_draws(options), None, plan.strata_names, plan.sizes)
     try:
         return storage.read_shares([Path(p) for p in paths], pairs, (empty.pair_values, empty.contributions))
     except PartitionMissingError as exc:

@@ -29,7 +29,7 @@ from evalcore.metrics.taxonomy import prediction_codes, prediction_flags
 from evalcore.options import EvalOptions, base_threshold
 from evalcore.quantities import Contributions, prediction_contributions, prediction_fields
 
-__all__ = ["Resolved", "resolve_run", "homeless_units", "homeless_sums", "run_draws", "Routing", "route"]
+__all__ = ["Resolved", "resolve_run", "homeless_units", "block_unit_keys", "homeless_sums", "run_draws", "Routing", "route"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,10 +189,19 @@ def homeless_units(rows: F64Array, columns: tuple[str, ...], tile_keys: IdArray,
     return unit_sums(tile_keys, unit, weights, ucols, rcols), unit_sums(aoi[:, None], unit, weights, ucols, rcols)
 
 
+def block_unit_keys(options: EvalOptions, utm_epsg: IdArray, tile_x: IdArray, tile_y: IdArray, aoi: IdArray) -> IdArray:
+    """The block bootstrap's unit key of some rows (reference fields, or predictions without a
+    home, which count in their own centroid's unit), as :func:`run_draws` keys them."""
+    if options.bootstrap_unit == "tile":
+        return np.stack([utm_epsg, tile_x, tile_y], axis=1).astype(np.int64)
+    return np.asarray(aoi, np.int64)[:, None]
+
+
 def homeless_sums(pos: IdArray, rows: F64Array, columns: tuple[str, ...], tile_keys: IdArray, aoi: IdArray,
-                  options: EvalOptions) -> tuple[dict[str, float], UnitSums, UnitSums]:
+                  options: EvalOptions, ref_unit_keys: IdArray | None = None):
     """The run's ``unassigned``, ``homeless_tiles`` and ``homeless_aois`` from the homeless
-    predictions' rows gathered from several resolves (without a bootstrap).
+    predictions' rows gathered from several resolves; with a block bootstrap, also the
+    run's units and the homeless predictions' replicates.
 
     The rows are added in position order, as :func:`~evalcore.quantities.prediction_contributions`
     adds them in one resolve of the whole run (each family's column has one target, so a
@@ -204,6 +213,19 @@ def homeless_sums(pos: IdArray, rows: F64Array, columns: tuple[str, ...], tile_k
         Positions of the predictions (any order; distinct).
     rows, tile_keys, aoi
         As :func:`homeless_units`, in the order of ``pos``.
+    ref_unit_keys : ndarray of int64, optional
+        A block bootstrap: the units of every reference field of the run (any order,
+        repeats allowed; :func:`block_unit_keys`).
+
+    Returns
+    -------
+    unassigned : dict of str to float
+    homeless_tiles, homeless_aois : UnitSums
+    unassigned_replicates : ndarray of float64, shape (n_replicates, len(columns)), or None
+    unit_keys : ndarray of int64, or None
+        The run's units (sorted, unique): those of the reference fields and of the
+        homeless predictions (a prediction with a home is in its home's unit), as
+        :func:`run_draws` makes them.
     """
     order = np.argsort(pos, kind="stable")
     rows, tile_keys, aoi = rows[order], tile_keys[order], aoi[order]
@@ -212,8 +234,18 @@ def homeless_sums(pos: IdArray, rows: F64Array, columns: tuple[str, ...], tile_k
         # bincount adds in input order, as in prediction_contributions.
         total[k] += np.bincount(np.zeros(len(rows), np.int64), weights=rows[:, k], minlength=1)[0]
     unassigned = {c: float(total[k]) for k, c in enumerate(columns)}
-    tiles, aois = homeless_units(rows, columns, tile_keys, aoi, None, options)
-    return unassigned, tiles, aois
+    weights = replicates = unit_keys = None
+    if options.bootstrap > 0:
+        if options.bootstrap_unit == "field" or ref_unit_keys is None:
+            raise ValueError("homeless_sums draws block bootstraps only, from the reference fields' units")
+        own = block_unit_keys(options, tile_keys[:, 0], tile_keys[:, 1], tile_keys[:, 2], aoi)
+        unit_keys = np.unique(np.concatenate([np.asarray(ref_unit_keys, np.int64).reshape(-1, own.shape[1]), own]), axis=0)
+        draws = block_draws(options.bootstrap_unit, unit_keys, np.empty(0, np.int64), options.bootstrap, options.bootstrap_seed)
+        weights = draws.unit_weights(_unit_index(unit_keys, own))
+        # Group 0 of every replicate: the homeless predictions, each weighed by its unit's draws.
+        replicates = replicate_group_sums(weights, rows, np.full((len(rows), 0), -1, np.int64), 1).groups[0]
+    tiles, aois = homeless_units(rows, columns, tile_keys, aoi, weights, options)
+    return unassigned, tiles, aois, replicates, unit_keys
 
 
 def _ref_stratum_codes(ref_pool: IdArray, strata_names: list[str]) -> IdArray:

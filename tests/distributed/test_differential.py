@@ -107,6 +107,19 @@ def test_resolve_on_the_workers_equals_single_process_exactly(layers, expected_w
     assert len(list((tmp_path / "work" / "resolve").glob("by-*.done.json"))) >= (8 if partition_size_m == 2_000.0 else 1)
 
 
+def test_block_bootstrap_resolved_on_the_workers_equals_single_process_exactly(layers, client, tmp_path):
+    """A tile bootstrap: the resolves make no draws, the homeless task and the sums tasks draw
+    from the run's units and the seed; intervals and every key to the last bit."""
+    predicted, reference = layers
+    options = dict(WORKER_OPTIONS, bootstrap=40, bootstrap_unit="tile")
+    expected = evalcore.evaluate(predicted, reference, partition_size_m=2_000.0, **options)
+    work = tmp_path / "work"
+    result = evalcore.evaluate(predicted, reference, partition_size_m=2_000.0, client=client, workdir=work, **options)
+    assert list(work.glob("resolve/by-*.done.json"))  # resolved on the workers
+    assert differences(result, expected, rtol=0.0) == []
+    assert result["bootstrap"]["ci"]
+
+
 @pytest.mark.parametrize("partition_size_m", [2_000.0, 1_000.0], ids=lambda t: f"tile{int(t)}m")
 def test_components_spanning_many_partitions_resolve_exactly(client, partition_size_m, tmp_path):
     """Long thin predictions chained over rows of fields: components across 3+ partitions,
