@@ -15,7 +15,7 @@ orchestrator (the Prefect flow) passes the values along:
   distances of eligible pairs and tolerance lengths back;
 * :func:`resolve_phase` -> :class:`ResolvedRun`: the matching and homes, the families'
   per-pair values, the contributions and the routing (:func:`evalcore.engine.resolve.route`).
-  Where :func:`resolves_on_workers` allows (no bootstrap, no run-level family), on the
+  Where :func:`resolves_on_workers` allows (no field bootstrap, no run-level family), on the
   workers by connected components (:func:`_resolve_on_workers`: ``components-<key>``
   tasks return seam connectors, the client unions them into seam components with one
   owner each, ``resolve-<key>`` tasks resolve what each partition owns and write every
