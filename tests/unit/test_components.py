@@ -118,7 +118,10 @@ def test_resolving_some_components_equals_resolving_everything(matching, run):
     rows = np.concatenate([other.homeless_rows, part.homeless_rows])
     at = np.searchsorted(results.pred_pos, pos)
     tiles = np.stack([results.pred_utm_epsg, results.pred_tile_x, results.pred_tile_y], axis=1)[at]
-    unassigned, homeless_tiles, homeless_aois = homeless_sums(pos, rows, whole.columns, tiles, results.pred_aoi[at], options)
+    unassigned, homeless_tiles, homeless_aois, replicates, units = homeless_sums(
+        pos, rows, whole.columns, tiles, results.pred_aoi[at], options
+    )
+    assert replicates is None and units is None  # no bootstrap
     assert list(unassigned) == list(whole.unassigned)
     assert all(_same(np.array(unassigned[c]), np.array(whole.unassigned[c])) for c in unassigned)
     assert np.array_equal(homeless_tiles.keys, whole.homeless_tiles.keys)
