@@ -120,14 +120,15 @@ def test_block_bootstrap_resolved_on_the_workers_equals_single_process_exactly(l
     assert result["bootstrap"]["ci"]
 
 
+@pytest.mark.parametrize("matching", ["many_to_one", "max_weight"])
 @pytest.mark.parametrize("partition_size_m", [2_000.0, 1_000.0], ids=lambda t: f"tile{int(t)}m")
-def test_components_spanning_many_partitions_resolve_exactly(client, partition_size_m, tmp_path):
+def test_components_spanning_many_partitions_resolve_exactly(client, partition_size_m, matching, tmp_path):
     """Long thin predictions chained over rows of fields: components across 3+ partitions,
     resolved once by their owner from every partition's pairs; every key to the last bit."""
     from evalcore.engine.components import seam_plan  # noqa: F401  (the union under test)
 
     predicted, reference = strip_layers(seed=5)
-    options = dict(WORKER_OPTIONS, matching="many_to_one")
+    options = dict(WORKER_OPTIONS, matching=matching)
     expected = evalcore.evaluate(predicted, reference, partition_size_m=partition_size_m, **options)
     work = tmp_path / "work"
     result = evalcore.evaluate(predicted, reference, partition_size_m=partition_size_m, client=client, workdir=work, **options)
