@@ -607,12 +607,15 @@ def read_shares(paths: list[Path], pairs: PairTable, template: tuple[dict[str, n
     """
     empty_values, empty_contributions = template
     columns = empty_contributions.columns
-    values = {name: np.zeros(len(pairs), dtype=v.dtype) for name, v in empty_values.items()}
+    shares = [read_summary(path) for path in paths]
+    # Each value's dtype is the resolves' (an empty resolve's only when there is no share).
+    dtypes = {name: (shares[0].get(f"pv__{name}", v) if shares else v).dtype for name, v in empty_values.items()}
+    values = {name: np.zeros(len(pairs), dtype=dtype) for name, dtype in dtypes.items()}
     covered = np.zeros(len(pairs), dtype=bool)
     c_pos, c_values = [empty_contributions.ref_pos], [empty_contributions.values]
-    for path in paths:
-        a = read_summary(path)
-        if tuple(str(c) for c in a["c__columns"]) != columns or {n[4:] for n in a if n.startswith("pv__")} != set(values):
+    for path, a in zip(paths, shares):
+        names = {n[4:] for n in a if n.startswith("pv__")}
+        if tuple(str(c) for c in a["c__columns"]) != columns or names != set(values) or any(a[f"pv__{n}"].dtype != dtypes[n] for n in names):
             raise PartitionMissingError(f"{path}: its columns are not this run's; rerun to recompute it.")
         rows = _pair_rows(pairs, a["p__ref_pos"], a["p__pred_pos"], path)
         covered[rows] = True
