@@ -57,6 +57,7 @@ from evalcore.distributed.tasks import (
     prepare_chunk_task,
     resolve_done,
     resolve_task,
+    seam_labels_task,
     sums_task,
     without_draws,
 )
@@ -358,8 +359,11 @@ def resolve_phase(
 def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs: PairsDone, plan: RunPlan | None) -> ResolvedRun:
     """Phase 3 on the workers, by connected components of the candidate-pair graph.
 
-    1. ``components-<key>``: every partition labels its components and returns its seam
-       connectors (:func:`evalcore.distributed.tasks.components_task`);
+    1. ``components-<key>``: every partition labels its components and returns its halo
+       predictions' labels (:func:`evalcore.distributed.tasks.components_task`);
+       ``seams-<key>``: every partition whose predictions a neighbour read into its halo
+       says which of those neighbours' halo predictions are its own, and their labels
+       (:func:`evalcore.distributed.tasks.seam_labels_task`);
     2. the client unions them into seam components and names each one's owner
        (:func:`evalcore.engine.components.seam_plan`; a few numbers per seam prediction);
     3. ``resolve-<key>``: every partition resolves the components it owns and writes each
@@ -374,8 +378,7 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     ref_parts = index.layers["reference"]["partitions"]
     futures = {
         key: client.submit(
-            components_task, str(setup.workdir), key,
-            [ref_parts[q]["reach_box"] for q in index.neighbours(key, "predicted", "reference")], setup.signature, setup.options,
+            components_task, str(setup.workdir), key, setup.signature, setup.options,
             key=setup.task_key("components", *key), retries=2, priority=index.rows(key),
         )
         for key in sorted(pairs.keys, key=lambda k: -index.rows(k))
@@ -383,11 +386,27 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     # The terminal keeps its line per phase of the user's view (prepare, pairs, sums): the
     # resolve's steps, like the client's resolve before them, go to the run's log only.
     labelled = _gather(setup, "components", futures, show=False)
-    seams = seam_plan({key: done["connectors"] for key, done in labelled.items()})
+    # The own side: each partition is asked about the halo predictions of the partitions
+    # that read its predictions into their halo (index.neighbours, as the pairs phase read them).
+    futures = {}
+    for key in sorted(pairs.keys, key=lambda k: -index.rows(k)):
+        readers = [q for q in index.neighbours(key, "predicted", "reference") if q in labelled]
+        asked = np.unique(np.concatenate([labelled[q]["connectors"][0] for q in readers] or [np.empty(0, np.int64)]))
+        if len(asked):
+            futures[key] = client.submit(seam_labels_task, str(setup.workdir), key, asked, setup.signature,
+                                         key=setup.task_key("seams", *key), retries=2, priority=len(asked))
+    own = _gather(setup, "seams", futures, show=False)
+    connectors = {}
+    for key, done in labelled.items():
+        parts = [done["connectors"]] + ([own[key]] if key in own else [])
+        connectors[key] = tuple(np.concatenate([c[i] for c in parts]) for i in range(3))
+    seams = seam_plan(connectors)
+    logger.info("resolve: %d seam connectors, %d components cross partition seams",
+                sum(len(c[0]) for c in connectors.values()), seams.n_seam_components)
+    del connectors, own
     units = [done["units"] for done in labelled.values() if done["units"] is not None]
     ref_units = np.unique(np.concatenate(units), axis=0) if units else None  # a block bootstrap: a few per partition
     del labelled
-    logger.info("resolve: %d components cross partition seams", seams.n_seam_components)
     resolve_dir = setup.workdir / "resolve"
     with_preds = setup.predictions_dir is not None
     done: dict = {}

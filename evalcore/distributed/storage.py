@@ -211,8 +211,7 @@ def _geometries(table: pa.Table, column: str) -> np.ndarray:
 def _in_window(boxes: pa.Table, window: tuple[float, float, float, float], grow_by_reach: bool) -> np.ndarray:
     """Rows whose equal-area box (grown by its reach when ``grow_by_reach``) intersects ``window``.
 
-    The one rule of a halo read (:func:`read_partition`) and of the resolve's question
-    which own rows a neighbour read (:func:`positions_in_windows`).
+    The rule of a halo read (:func:`read_partition`).
     """
     minx, miny, maxx, maxy = window
     grow = boxes["reach"].to_numpy() if grow_by_reach else 0.0
@@ -222,20 +221,6 @@ def _in_window(boxes: pa.Table, window: tuple[float, float, float, float], grow_
         & (boxes["ea_maxy"].to_numpy() + grow >= miny)
         & (boxes["ea_miny"].to_numpy() - grow <= maxy)
     )
-
-
-def positions_in_windows(workdir: Path, layer_name: str, key: PartitionKey, windows: list) -> np.ndarray:
-    """Positions (sorted) of a partition's rows that a halo read of any of ``windows`` returns
-    (boxes grown by their reach, as :func:`read_partition` reads a halo); only the box
-    columns are read."""
-    found = [np.empty(0, np.int64)]
-    for path in partition_files(workdir, layer_name, key) if windows else []:
-        table = pq.read_table(path, columns=["position", "ea_minx", "ea_miny", "ea_maxx", "ea_maxy", "reach"])
-        keep = np.zeros(table.num_rows, dtype=bool)
-        for window in windows:
-            keep |= _in_window(table, window, True)
-        found.append(table["position"].to_numpy()[keep].astype(np.int64))
-    return np.unique(np.concatenate(found))
 
 
 def read_partition(
@@ -552,21 +537,24 @@ def read_sums_input(path: Path) -> tuple[dict[str, np.ndarray], object, object |
     return pair_values, contributions, draws
 
 
-def write_labels(directory: Path, key: PartitionKey, labels: object, signature: str) -> Path:
-    """A partition's component labels (:class:`~evalcore.engine.components.PartitionLabels`) with a done record."""
+def write_labels(directory: Path, key: PartitionKey, labels: object, pred_pos: np.ndarray, signature: str) -> Path:
+    """A partition's component labels (:class:`~evalcore.engine.components.PartitionLabels`) and its own
+    predictions' positions, with a done record."""
     path = directory / f"{key_name(key)}.npz"
-    write_summary(path, {"pair_label": labels.pair_label, "pred_label": labels.pred_label})
+    write_summary(path, {"pair_label": labels.pair_label, "pred_label": labels.pred_label, "pred_pos": pred_pos,
+                         "label_min_ref": labels.label_min_ref})
     write_done_record(path.with_suffix(".done.json"), signature, [path])
     return path
 
 
-def read_labels(directory: Path, key: PartitionKey, signature: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(pair_label, pred_label)`` of :func:`write_labels`, or None when absent or not valid."""
+def read_labels(directory: Path, key: PartitionKey, signature: str, own: bool = False) -> tuple | None:
+    """``(pair_label, pred_label)`` of :func:`write_labels` (``own``: ``(pred_pos, pred_label,
+    label_min_ref)``), or None when absent or not valid."""
     path = directory / f"{key_name(key)}.npz"
     if not done_record_valid(path.with_suffix(".done.json"), signature):
         return None
     a = read_summary(path)
-    return a["pair_label"], a["pred_label"]
+    return (a["pred_pos"], a["pred_label"], a["label_min_ref"]) if own else (a["pair_label"], a["pred_label"])
 
 
 def write_share(path: Path, pair_ref_pos: np.ndarray, pair_pred_pos: np.ndarray, pair_values: dict[str, np.ndarray],

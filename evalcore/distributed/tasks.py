@@ -24,7 +24,7 @@ from evalcore.distributed import storage
 from evalcore.distributed.reliability import PartitionMissingError, inject_fault
 from evalcore.distributed.sources import Chunk, LayerSource, read_chunk
 from evalcore.distributed.values import Box, LayerInfo, boxes_overlap
-from evalcore.engine.components import component_results, label_partition
+from evalcore.engine.components import component_results, label_partition, own_connectors
 from evalcore.engine.pairing import compute_pairs
 from evalcore.engine.resolve import _unit_index, block_unit_keys, homeless_sums, resolve_run, route
 from evalcore.engine.sums import RefRows, summarize_partition
@@ -38,7 +38,7 @@ from evalcore.prepare import prepare_layer
 from evalcore.study import Study
 from evalcore.writers import atomic_path, write_geoparquet
 
-__all__ = ["prepare_chunk_task", "pairs_task", "components_task", "resolve_task", "homeless_task", "sums_task", "predictions_task",
+__all__ = ["prepare_chunk_task", "pairs_task", "components_task", "seam_labels_task", "resolve_task", "homeless_task", "sums_task", "predictions_task",
            "pixels_task"]
 
 
@@ -229,34 +229,37 @@ def pairs_task(
     return {"key": key, "n_pairs": len(results.pairs), "n_ref": len(results.ref_pos), "n_pred": len(results.pred_pos)}
 
 
-def components_task(workdir: str, key: PartitionKey, windows: list[Box], signature: str, options: EvalOptions | None = None) -> dict:
-    """The resolve's first step for one partition: label its connected components, name its seam connectors.
-
-    Parameters
-    ----------
-    windows : list of Box
-        The reference reach boxes of the neighbouring partitions that read this
-        partition's predictions into their halo (:meth:`RunIndex.neighbours`): an own
-        prediction in one of them may be in that neighbour's pairs.
+def components_task(workdir: str, key: PartitionKey, signature: str, options: EvalOptions | None = None) -> dict:
+    """The resolve's first step for one partition: label its connected components, name its halo connectors.
 
     Returns
     -------
     dict
-        ``{"key", "n_labels", "connectors": (pos, label, min_ref), "units"}``: the connectors
-        only, a few per seam prediction (:func:`evalcore.engine.components.label_partition`),
+        ``{"key", "n_labels", "connectors": (pos, label, min_ref), "units"}``: its halo
+        predictions in its pairs only (:func:`evalcore.engine.components.label_partition`),
         and with a block bootstrap in ``options`` its reference fields' units (unique).
     """
     inject_fault("components", storage.key_name(key))
     results = _pair_results(workdir, key, signature)
-    read = storage.positions_in_windows(Path(workdir), "predicted", key, windows) if len(results.pred_pos) else np.empty(0, np.int64)
-    labels = label_partition(results, read)
-    storage.write_labels(Path(workdir) / "resolve" / "labels", key, labels, signature)
+    labels = label_partition(results)
+    storage.write_labels(Path(workdir) / "resolve" / "labels", key, labels, results.pred_pos, signature)
     connectors = (labels.connector_pos, labels.connector_label, labels.connector_min_ref)
     units = None
     if options is not None and options.bootstrap > 0 and options.bootstrap_unit != "field":
         r = results
         units = np.unique(block_unit_keys(options, r.ref_utm_epsg, r.ref_tile_x, r.ref_tile_y, r.ref_aoi), axis=0)
     return {"key": key, "n_labels": labels.n_labels, "connectors": connectors, "units": units}
+
+
+def seam_labels_task(workdir: str, key: PartitionKey, asked: np.ndarray, signature: str) -> tuple:
+    """The own side of one partition's seam connectors: which of the halo predictions of the
+    partitions that read its predictions (``asked``) are its own, and their components
+    (:func:`evalcore.engine.components.own_connectors`)."""
+    inject_fault("seams", storage.key_name(key))
+    labels = storage.read_labels(Path(workdir) / "resolve" / "labels", key, signature, own=True)
+    if labels is None:
+        raise PartitionMissingError(f"partition {storage.key_name(key)}: its component labels are missing or do not match their checksums")
+    return own_connectors(*labels, asked)
 
 
 def without_draws(options: EvalOptions) -> EvalOptions:

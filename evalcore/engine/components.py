@@ -12,8 +12,9 @@ A partition's pairs are those of its own reference fields, so a component can re
 another partition only through a prediction that both partitions' pairs hold: a halo
 prediction of one (owned by a neighbour) that is an own prediction of the other or a
 halo prediction of a third. :func:`label_partition` labels a partition's components and
-names its *seam connectors* (its halo predictions, and its own predictions that a
-neighbour read into its halo); :func:`seam_plan` unions the connectors of every
+names its halo predictions; :func:`own_connectors` answers, for the partitions that read
+a partition's predictions, which of those halo predictions are its own and in which
+component (together the *seam connectors*); :func:`seam_plan` unions the connectors of every
 partition (they scale with the partitions' perimeter, not their area) into seam
 components and names one owner partition per seam component, the partition holding the
 component's smallest reference position. :func:`component_results` gathers the pairs a
@@ -30,7 +31,7 @@ from evalcore._typing import IdArray
 from evalcore.bootstrap import PartitionKey
 from evalcore.engine.pairing import PairResults, concat_pair_results
 
-__all__ = ["NO_REFERENCE", "PartitionLabels", "label_partition", "SeamPlan", "seam_plan", "component_results"]
+__all__ = ["NO_REFERENCE", "PartitionLabels", "label_partition", "own_connectors", "SeamPlan", "seam_plan", "component_results"]
 
 
 NO_REFERENCE = np.iinfo(np.int64).max
@@ -55,6 +56,8 @@ class PartitionLabels:
     connector_min_ref : ndarray of int64
         The smallest reference position of each connector's component
         (:data:`NO_REFERENCE`: none).
+    label_min_ref : ndarray of int64
+        The smallest reference position of each component (:data:`NO_REFERENCE`: none).
     """
 
     pair_label: IdArray
@@ -63,18 +66,20 @@ class PartitionLabels:
     connector_pos: IdArray
     connector_label: IdArray
     connector_min_ref: IdArray
+    label_min_ref: IdArray | None = None
 
 
-def label_partition(results: PairResults, read_by_neighbours: IdArray) -> PartitionLabels:
+def label_partition(results: PairResults, read_by_neighbours: IdArray | None = None) -> PartitionLabels:
     """Label a partition's connected components and name its seam connectors.
 
     Parameters
     ----------
     results : PairResults
         The partition's pairs phase output.
-    read_by_neighbours : ndarray of int64
-        Positions of its own predictions that a neighbouring partition read into its halo
-        (only those can be in another partition's pairs).
+    read_by_neighbours : ndarray of int64, optional
+        Positions of its own predictions that other partitions' pairs may hold: they are
+        connectors too (default none: the halo predictions only; the own side is asked
+        afterwards, :func:`own_connectors`).
 
     Returns
     -------
@@ -98,10 +103,29 @@ def label_partition(results: PairResults, read_by_neighbours: IdArray) -> Partit
     min_ref = np.full(n_labels, NO_REFERENCE, dtype=np.int64)
     np.minimum.at(min_ref, pair_label, pairs.ref_pos)
     halo = np.setdiff1d(pairs.pred_pos, results.pred_pos)  # sorted, unique
-    own_read = np.intersect1d(results.pred_pos, read_by_neighbours)
+    own_read = np.intersect1d(results.pred_pos, read_by_neighbours if read_by_neighbours is not None else np.empty(0, np.int64))
     connector_pos = np.union1d(halo, own_read)
     connector_label = node_label[len(refs) + np.searchsorted(preds, connector_pos)]
-    return PartitionLabels(pair_label, pred_label, int(n_labels), connector_pos, connector_label, min_ref[connector_label])
+    return PartitionLabels(pair_label, pred_label, int(n_labels), connector_pos, connector_label, min_ref[connector_label], min_ref)
+
+
+def own_connectors(pred_pos: IdArray, pred_label: IdArray, label_min_ref: IdArray, asked: IdArray) -> tuple[IdArray, IdArray, IdArray]:
+    """The own side of the seam connectors: the partition's own predictions among ``asked``
+    (halo predictions of the partitions that read its predictions), with their component
+    and its smallest reference position.
+
+    Parameters
+    ----------
+    pred_pos, pred_label : ndarray of int64
+        The partition's own predictions (sorted) and their component (:class:`PartitionLabels`).
+    label_min_ref : ndarray of int64
+        :attr:`PartitionLabels.label_min_ref`.
+    asked : ndarray of int64
+        Positions (any order; others' predictions among them are ignored).
+    """
+    pos = np.intersect1d(pred_pos, asked)
+    label = pred_label[np.searchsorted(pred_pos, pos)]
+    return pos, label, label_min_ref[label]
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evalcore.engine.components import NO_REFERENCE, component_results, label_partition, seam_plan
+from evalcore.engine.components import NO_REFERENCE, component_results, label_partition, own_connectors, seam_plan
 from evalcore.engine.pairing import PairResults
 from evalcore.engine.resolve import homeless_sums, resolve_run
 from evalcore.options import check_options
@@ -140,6 +140,18 @@ def test_label_partition_names_halo_and_read_predictions():
     assert labels.connector_min_ref.tolist() == [NO_REFERENCE, 1]
     # Pred 11 has no pair here: a component of its own.
     assert labels.pred_label[1] not in labels.pair_label.tolist()
+
+
+def test_own_connectors_answer_for_own_predictions_only():
+    # A owns preds 10, 11 (11 without a pair here); a neighbour asks about 11, 12 and 20.
+    results = synthetic_results(2, 25, [(0, 10, 0.9), (1, 20, 0.9)], 0)
+    own = results.restrict(np.arange(len(results.pairs)), np.arange(2), np.array([10, 11]))
+    labels = label_partition(own)
+    assert labels.connector_pos.tolist() == [20]  # the halo side only
+    pos, label, min_ref = own_connectors(own.pred_pos, labels.pred_label, labels.label_min_ref, np.array([20, 12, 11]))
+    assert pos.tolist() == [11] and label.tolist() == [labels.pred_label[1]] and min_ref.tolist() == [NO_REFERENCE]
+    pos, label, min_ref = own_connectors(own.pred_pos, labels.pred_label, labels.label_min_ref, np.array([10]))
+    assert label.tolist() == [labels.pair_label[0]] and min_ref.tolist() == [0]
 
 
 def test_seam_plan_unions_a_chain_across_three_partitions():
