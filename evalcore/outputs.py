@@ -39,6 +39,7 @@ from evalcore.writers import STAGING_DIR, write_error
 __all__ = [
     "OutputSet",
     "WORKDIR_ENTRIES",
+    "WORKDIR_PHASE_ENTRIES",
     "RUN_LOCK",
     "RunDirectoryLock",
     "check_replaceable_directory",
@@ -54,7 +55,9 @@ __all__ = [
 
 #: What a run writes into its work directory (evalcore.distributed: staging, runner, tasks); nothing else
 #: there is ever removed by evalcore.
-WORKDIR_ENTRIES = ("run.json", "input", "prepared", "pairs", "resolved", "sums", "select", "sites")
+WORKDIR_PHASE_ENTRIES = ("prepared", "pairs", "resolve", "resolved", "sums", "select", "sites")
+"""The phases' entries: cleared when a run's signature changes (evalcore.distributed.staging)."""
+WORKDIR_ENTRIES = ("run.json", "input") + WORKDIR_PHASE_ENTRIES
 
 #: Marker of a work directory claimed by evalcore: {"created": true} when evalcore made it.
 WORKDIR_MARKER = ".evalcore-workdir.json"

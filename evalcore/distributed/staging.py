@@ -26,6 +26,7 @@ from evalcore.distributed.values import ProgressCallback, RunSetup
 from evalcore.errors import EvalInputError
 from evalcore.groups import strata_values
 from evalcore.options import EvalOptions
+from evalcore.outputs import WORKDIR_PHASE_ENTRIES
 from evalcore.sites import SITE_LAYERS, LayerInput
 from evalcore.writers import write_json
 
@@ -205,7 +206,7 @@ def start_run(
         except ValueError:
             previous = None
     if previous != signature:
-        for sub in ("prepared", "pairs", "resolved", "sums", "select", "sites"):
+        for sub in WORKDIR_PHASE_ENTRIES:
             shutil.rmtree(workdir / sub, ignore_errors=True)
         if frame_dir is not None:
             for stale in Path(frame_dir).glob("part-*.parquet"):
