@@ -54,7 +54,7 @@ __all__ = [
 
 #: What a run writes into its work directory (evalcore.distributed: staging, runner, tasks); nothing else
 #: there is ever removed by evalcore.
-WORKDIR_ENTRIES = ("run.json", "input", "prepared", "pairs", "resolved", "sums", "sites")
+WORKDIR_ENTRIES = ("run.json", "input", "prepared", "pairs", "resolve", "resolved", "sums", "sites")
 
 #: Marker of a work directory claimed by evalcore: {"created": true} when evalcore made it.
 WORKDIR_MARKER = ".evalcore-workdir.json"

@@ -135,9 +135,10 @@ def pairs(client: object, setup: RunSetup, index: RunIndex) -> PairsDone:
 
 
 @task(name="resolve", retries=1, cache_policy=NO_CACHE)
-def resolve(setup: RunSetup, index: RunIndex, done: PairsDone, plan: RunPlan) -> ResolvedRun:
-    """The global matching, every prediction's home reference, and the score-ordered values (AP)."""
-    return resolve_phase(setup, index, done, plan)
+def resolve(client: object, setup: RunSetup, index: RunIndex, done: PairsDone, plan: RunPlan) -> ResolvedRun:
+    """The matching, every prediction's home reference, and the score-ordered values (AP): on the
+    workers by connected components where :func:`resolves_on_workers` allows, else on the client."""
+    return resolve_phase(setup, index, done, plan, client=client)
 
 
 @task(name="sums", retries=2, retry_condition_fn=_retry_unless_bad_input, cache_policy=NO_CACHE)
@@ -334,7 +335,7 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
             )
             done_pairs = pairs(client, setup, index)
             client_peaks["pairs"] = peak_rss_mib()
-            resolved = resolve(setup, index, done_pairs, plan)
+            resolved = resolve(client, setup, index, done_pairs, plan)
             client_peaks["resolve"] = peak_rss_mib()
             done_sums = sums(client, setup, index, plan, resolved)
             client_peaks["sums"] = peak_rss_mib()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -132,10 +133,11 @@ class PartitionMissingError(RuntimeError):
 # --------------------------------------------------------------------------- fault injection
 
 FAULT_ENV = "EVALCORE_INJECT_FAULT"
-"""Test hook: JSON ``{"phase", "partition", "mode": "once"|"always", "marker"}``.
+"""Test hook: JSON ``{"phase", "partition", "mode": "once"|"always"|"die", "marker"}``.
 
 When set in a worker's environment, the named phase raises in the named partition:
-once (the marker file records that it did) or every time. docs/reliability.md."""
+once (the marker file records that it did) or every time; ``die``: the worker process
+kills itself once (the marker records it), as a lost worker. docs/reliability.md."""
 
 
 class InjectedFault(RuntimeError):
@@ -154,10 +156,12 @@ def inject_fault(phase: str, partition: str) -> None:
     spec = json.loads(spec_text)
     if spec.get("phase") != phase or spec.get("partition") != partition:
         return
-    if spec.get("mode") == "once":
+    if spec.get("mode") in ("once", "die"):
         marker = Path(spec["marker"])
         try:
             marker.touch(exist_ok=False)
         except FileExistsError:
             return
+    if spec.get("mode") == "die":  # a worker lost mid-task: no exception, no cleanup
+        os.kill(os.getpid(), signal.SIGKILL)
     raise InjectedFault(f"injected {spec.get('mode')} fault in {phase} of partition {partition}")

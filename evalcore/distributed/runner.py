@@ -13,11 +13,16 @@ orchestrator (the Prefect flow) passes the values along:
 * :func:`pairs_phase` -> :class:`PairsDone`: one task per partition reads its own rows
   and the halo rows of its neighbours from storage and writes its pairs, IoU, boundary
   distances of eligible pairs and tolerance lengths back;
-* :func:`resolve_phase` -> :class:`ResolvedRun`: the global matching and homes, the
-  families' global per-pair values and the routing (:func:`evalcore.engine.resolve.route`),
-  on the client;
-* :func:`sums_phase` -> :class:`SumsDone`: one task per partition writes its per-field
-  table part and its partial sums;
+* :func:`resolve_phase` -> :class:`ResolvedRun`: the matching and homes, the families'
+  per-pair values, the contributions and the routing (:func:`evalcore.engine.resolve.route`).
+  Where :func:`resolves_on_workers` allows (no field bootstrap, no run-level family), on the
+  workers by connected components (:func:`_resolve_on_workers`: ``components-<key>``
+  tasks return seam connectors, the client unions them into seam components with one
+  owner each, ``resolve-<key>`` tasks resolve what each partition owns and write every
+  partition's share, a ``homeless`` task adds the homeless predictions in position
+  order); otherwise on the client from every partition's pairs;
+* :func:`sums_phase` -> :class:`SumsDone`: one task per partition reads its share(s) of
+  the resolve and writes its per-field table part and its partial sums;
 * :func:`merge_phase` -> the summary dict: checks that every partition is there with the
   row counts the index expects, and adds them in key order.
 
@@ -38,12 +43,23 @@ from pathlib import Path
 
 import numpy as np
 
-from evalcore.bootstrap import PartitionKey
+from evalcore.bootstrap import PartitionKey, RunDraws
 from evalcore.distributed import storage
 from evalcore.distributed.reliability import PartitionMissingError
 from evalcore.distributed.sources import Chunk, LayerSource, plan_chunks
 from evalcore.distributed.staging import STAGED_STRATA_COLUMN, check_workers_see, stage_layer, start_run
-from evalcore.distributed.tasks import pairs_task, pixels_task, predictions_task, prepare_chunk_task, sums_task
+from evalcore.distributed.tasks import (
+    components_task,
+    homeless_task,
+    pairs_task,
+    pixels_task,
+    predictions_task,
+    prepare_chunk_task,
+    resolve_done,
+    resolve_task,
+    sums_task,
+    without_draws,
+)
 from evalcore.distributed.values import (
     LAYERS,
     Box,
@@ -56,11 +72,14 @@ from evalcore.distributed.values import (
     SumsDone,
 )
 from evalcore.engine.pairing import concat_pair_results
-from evalcore.engine.resolve import resolve_run, route
+from evalcore.engine.components import seam_plan
+from evalcore.engine.resolve import Resolved, resolve_run, route
 from evalcore.engine.sums import MergedSums, merge_partitions
 from evalcore.errors import EvalInputError
 from evalcore.options import EvalOptions, RunPlan, make_run_plan
+from evalcore.metrics.base import MetricFamily
 from evalcore.metrics.classes import class_layer_columns
+from evalcore.metrics.registry import enabled_families
 from evalcore.levels import aois_frame, prepare_sites, tiles_frame
 from evalcore.study import prepare_study
 from evalcore.arrays import index_of
@@ -72,6 +91,7 @@ __all__ = [
     "prepare_phase",
     "plan_phase",
     "pairs_phase",
+    "resolves_on_workers",
     "resolve_phase",
     "sums_phase",
     "merge_sums",
@@ -94,8 +114,8 @@ MIN_CHUNK_ROWS = 5_000
 """Smallest prepare chunk: below this the per-chunk cost (one file per partition) dominates."""
 
 
-def _gather(setup: RunSetup, phase: str, futures: dict) -> dict:
-    """Wait for futures keyed by partition, reporting progress; re-raise a failure naming it."""
+def _gather(setup: RunSetup, phase: str, futures: dict, show: bool = True) -> dict:
+    """Wait for futures keyed by partition, reporting progress (unless not ``show``); re-raise a failure naming it."""
     from distributed import as_completed
 
     total = len(futures)
@@ -103,8 +123,9 @@ def _gather(setup: RunSetup, phase: str, futures: dict) -> dict:
     by_future = {f: k for k, f in futures.items()}
     out = {}
     done = 0
-    if setup.progress:
-        setup.progress(phase, 0, total)
+    progress = setup.progress if show else None
+    if progress:
+        progress(phase, 0, total)
     # The keys (up to 20, ~300 characters) only on this module's logger: the run's log
     # file keeps them and -v shows them; the terminal's line per phase is ``progress``.
     names = [_partition_name(k) for k in futures]
@@ -125,8 +146,8 @@ def _gather(setup: RunSetup, phase: str, futures: dict) -> dict:
             name = _partition_name(k)
             raise RuntimeError(f"{phase} failed for {unit} {name}: {type(exc).__name__}: {exc}") from exc
         done += 1
-        if setup.progress:
-            setup.progress(phase, done, total)
+        if progress:
+            progress(phase, done, total)
         # A line per partition (thousands on a national run) only on this module's logger:
         # the log file keeps it and -v shows it; ``setup.log`` gets a line per phase.
         logger.info("%s: %s %s done (%d/%d)", phase, unit, _partition_name(k), done, total)
@@ -286,13 +307,33 @@ def pairs_phase(client: object, setup: RunSetup, index: RunIndex) -> PairsDone:
     return PairsDone(tuple(keys), sum(d["n_pairs"] for d in done.values()), len(reused), time.perf_counter() - started)
 
 
-def resolve_phase(
-    setup: RunSetup, index: RunIndex, pairs: PairsDone, plan: RunPlan | None = None, unit_keys: np.ndarray | None = None
-) -> ResolvedRun:
-    """Phase 3, on the client: the global matching and where every pair and row goes.
+def resolves_on_workers(options: EvalOptions, predictions_dir: Path | None = None, unit_keys: np.ndarray | None = None) -> bool:
+    """Whether the resolve runs on the workers, by connected components (the one routing).
 
-    Reads every partition's pairs output from the work directory.
+    Not yet with a field bootstrap (its draws rank every field of a pool and reporting
+    tile in position order, across partitions; a block bootstrap's draws need only the
+    run's units), with a family that has run-level values needing every prediction
+    at once (AP, PR curves, risk-coverage, calibration, the classes' rates: they override
+    ``global_values``), or with the units of a paired comparison: those resolve on the
+    client, from every partition's pairs. ``predictions_dir`` does not matter: the
+    resolves write the per-prediction frame's parts too.
     """
+    run_level = [f for f in enabled_families(options) if type(f).global_values is not MetricFamily.global_values]
+    return (options.bootstrap == 0 or options.bootstrap_unit != "field") and not run_level and unit_keys is None
+
+
+def resolve_phase(
+    setup: RunSetup, index: RunIndex, pairs: PairsDone, plan: RunPlan | None = None, unit_keys: np.ndarray | None = None,
+    client: object = None,
+) -> ResolvedRun:
+    """Phase 3: the matching and homes, and where every pair and row goes.
+
+    With a ``client`` and options :func:`resolves_on_workers` accepts, on the workers
+    (:func:`_resolve_on_workers`); otherwise on the client, which reads every partition's
+    pairs output from the work directory.
+    """
+    if client is not None and resolves_on_workers(setup.options, setup.predictions_dir, unit_keys):
+        return _resolve_on_workers(client, setup, index, pairs, plan)
     started = time.perf_counter()
     parts = []
     for key in pairs.keys:
@@ -315,6 +356,83 @@ def resolve_phase(
     return ResolvedRun(resolved, holders, routing, time.perf_counter() - started, pred_rows)
 
 
+def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs: PairsDone, plan: RunPlan | None) -> ResolvedRun:
+    """Phase 3 on the workers, by connected components of the candidate-pair graph.
+
+    1. ``components-<key>``: every partition labels its components and returns its seam
+       connectors (:func:`evalcore.distributed.tasks.components_task`);
+    2. the client unions them into seam components and names each one's owner
+       (:func:`evalcore.engine.components.seam_plan`; a few numbers per seam prediction);
+    3. ``resolve-<key>``: every partition resolves the components it owns and writes each
+       partition's share for the sums phase (:func:`evalcore.distributed.tasks.resolve_task`);
+       a finished resolve whose done record is valid is reused;
+    4. ``homeless``: one task adds the homeless predictions' rows in position order.
+
+    Nothing per pair or per field reaches the client: it receives the connectors, the
+    share paths and the run's unassigned, tile and AOI sums of the homeless predictions.
+    """
+    started = time.perf_counter()
+    ref_parts = index.layers["reference"]["partitions"]
+    futures = {
+        key: client.submit(
+            components_task, str(setup.workdir), key,
+            [ref_parts[q]["reach_box"] for q in index.neighbours(key, "predicted", "reference")], setup.signature, setup.options,
+            key=setup.task_key("components", *key), retries=2, priority=index.rows(key),
+        )
+        for key in sorted(pairs.keys, key=lambda k: -index.rows(k))
+    }
+    # The terminal keeps its line per phase of the user's view (prepare, pairs, sums): the
+    # resolve's steps, like the client's resolve before them, go to the run's log only.
+    labelled = _gather(setup, "components", futures, show=False)
+    seams = seam_plan({key: done["connectors"] for key, done in labelled.items()})
+    units = [done["units"] for done in labelled.values() if done["units"] is not None]
+    ref_units = np.unique(np.concatenate(units), axis=0) if units else None  # a block bootstrap: a few per partition
+    del labelled
+    logger.info("resolve: %d components cross partition seams", seams.n_seam_components)
+    resolve_dir = setup.workdir / "resolve"
+    with_preds = setup.predictions_dir is not None
+    done: dict = {}
+    futures = {}
+    for key in sorted(pairs.keys, key=lambda k: -index.rows(k)):
+        out = resolve_dir / f"by-{storage.key_name(key)}"
+        if storage.done_record_valid(out.with_suffix(".done.json"), setup.signature):
+            finished = resolve_done(out, json.loads((out / "listing.json").read_text()))
+            if finished["with_preds"] or not with_preds:
+                done[key] = finished
+                continue
+        futures[key] = client.submit(
+            resolve_task, str(setup.workdir), key, seams.given_away.get(key, np.empty(0, np.int64)), seams.sources(key), setup.options,
+            plan.strata_names if plan is not None else None, plan.sizes if plan is not None else None, setup.signature, with_preds,
+            key=setup.task_key("resolve", *key), retries=2, priority=index.rows(key),
+        )
+    if done and setup.log:
+        setup.log(f"resolve: reusing {len(done)} finished partitions (checksums verified)")
+    done |= _gather(setup, "resolve", futures, show=False)
+    shares: dict = {}
+    pred_shares: dict = {}
+    for key in sorted(done):  # each partition's shares in resolver key order
+        for target, path in done[key]["shares"].items():
+            shares.setdefault(target, []).append(path)
+        for target, path in done[key]["preds"].items():
+            pred_shares.setdefault(target, []).append(path)
+    homeless = [done[key]["homeless"] for key in sorted(done)]
+    options = setup.options
+    if options.bootstrap > 0 and ref_units is None:  # no reference field anywhere: no unit of a field
+        ref_units = np.empty((0, 3 if options.bootstrap_unit == "tile" else 1), np.int64)
+    unassigned, tiles, aois, replicates, unit_keys = client.submit(
+        homeless_task, homeless, options, ref_units, key=setup.task_key("homeless"), retries=2,
+    ).result()
+    empty = resolve_run(concat_pair_results([])[0], without_draws(options), None,
+                        plan.strata_names if plan is not None else None, plan.sizes if plan is not None else None)
+    # The run's draws as the merge and the sums tasks need them: the units (block draws are
+    # made from them and the seed where they are used).
+    draws = None if unit_keys is None else RunDraws(options.bootstrap_unit, options.bootstrap, options.bootstrap_seed, len(unit_keys),
+                                                    unit_keys=unit_keys)
+    run_level = Resolved(None, {}, empty.preds, empty.contributions, unassigned, tiles, aois, empty.global_values, draws,
+                         empty.columns, replicates)
+    return ResolvedRun(run_level, tuple(sorted(ref_parts)), None, time.perf_counter() - started, pred_shares, shares)
+
+
 def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun) -> SumsDone:
     """Phase 4a: per-partition field tables and partial sums, written to the work directory."""
     started = time.perf_counter()
@@ -330,22 +448,25 @@ def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, 
             part = storage.summary_from_arrays(storage.read_summary(npz))
             done[key] = {"key": key, "n_ref": part.n_ref, "n_pred": part.n_pred, "path": str(npz)}
             continue
-        if key not in slot:
-            raise PartitionMissingError(f"partition {storage.key_name(key)} has reference fields but no pairs output")
-        i = slot[key]
-        pair_rows = resolved.routing.pair_rows[i]
-        handed = storage.write_sums_input(
-            setup.workdir / "resolved" / f"{storage.key_name(key)}.npz",
-            {name: values[pair_rows] for name, values in r.pair_values.items()},
-            r.contributions.take(resolved.routing.contribution_rows[i]),
-            r.draws.rows(resolved.routing.ref_rows[i]) if r.draws is not None else None,
-        )
+        if resolved.shares is not None:  # resolved on the workers: the shares they wrote for it
+            handed = resolved.shares.get(key, [])
+        else:
+            if key not in slot:
+                raise PartitionMissingError(f"partition {storage.key_name(key)} has reference fields but no pairs output")
+            i = slot[key]
+            pair_rows = resolved.routing.pair_rows[i]
+            handed = str(storage.write_sums_input(
+                setup.workdir / "resolved" / f"{storage.key_name(key)}.npz",
+                {name: values[pair_rows] for name, values in r.pair_values.items()},
+                r.contributions.take(resolved.routing.contribution_rows[i]),
+                r.draws.rows(resolved.routing.ref_rows[i]) if r.draws is not None else None,
+            ))
         futures[key] = client.submit(
             sums_task,
             str(setup.workdir),
             key,
             ref_info,
-            str(handed),
+            handed,
             plan,
             setup.options,
             ea,
@@ -354,6 +475,7 @@ def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, 
             setup.reference.id_column,
             _aoi_keys(index),
             setup.predicted.id_column,
+            r.draws.unit_keys if resolved.shares is not None and r.draws is not None else None,
             key=setup.task_key("sums", *key),
             retries=2,
             priority=index.rows(key),
@@ -381,13 +503,19 @@ def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolve
     ea = setup.ea_crs.to_wkt()
     preds = resolved.resolved.preds
     annotated = index.sites is not None and index.sites.annotated is not None
+    if resolved.shares is not None:  # resolved on the workers: pred_rows holds the paths of their frames
+        parts = {key: resolved.pred_rows.get(key, []) for key in pred_info.partitions}
+        expected = index.layers["predicted"]["n_kept"]
+    else:
+        parts = {key: preds.iloc[rows] for key, rows in resolved.pred_rows.items()}
+        expected = len(preds)
     futures = {
         key: client.submit(
             predictions_task,
             str(setup.workdir),
             key,
             pred_info,
-            preds.iloc[rows],
+            rows,
             str(out),
             ea,
             _aoi_keys(index),
@@ -399,14 +527,14 @@ def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolve
             setup.reference.id_column,
             key=setup.task_key("predictions", *key),
             retries=2,
-            priority=len(rows),
+            priority=index.rows(key),
         )
-        for key, rows in sorted(resolved.pred_rows.items(), key=lambda kv: -len(kv[1]))
+        for key, rows in sorted(parts.items(), key=lambda kv: -index.rows(kv[0]))
     }
     written = _gather(setup, "predictions", futures)
     n = sum(w["n_pred"] for w in written.values())
-    if n != len(preds):
-        raise PartitionMissingError(f"the per-prediction parts hold {n} predictions but {len(preds)} were resolved")
+    if n != expected:
+        raise PartitionMissingError(f"the per-prediction parts hold {n} predictions but {expected} were resolved")
 
 
 def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, sums: SumsDone) -> MergedSums:
@@ -539,7 +667,7 @@ def run_phases(client: object, setup: RunSetup) -> RunOutcome:
     index = prepare_phase(client, setup)
     plan = plan_phase(setup, index)
     pairs = pairs_phase(client, setup, index)
-    resolved = resolve_phase(setup, index, pairs, plan)
+    resolved = resolve_phase(setup, index, pairs, plan, client=client)
     sums = sums_phase(client, setup, index, plan, resolved)
     started = time.perf_counter()
     metrics = merge_phase(setup, index, plan, resolved, sums, client)

@@ -205,7 +205,7 @@ def start_run(
         except ValueError:
             previous = None
     if previous != signature:
-        for sub in ("prepared", "pairs", "resolved", "sums", "sites"):
+        for sub in ("prepared", "pairs", "resolve", "resolved", "sums", "sites"):
             shutil.rmtree(workdir / sub, ignore_errors=True)
         if frame_dir is not None:
             for stale in Path(frame_dir).glob("part-*.parquet"):

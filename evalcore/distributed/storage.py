@@ -32,6 +32,7 @@ from pyproj import CRS
 from evalcore._typing import F64Array
 from evalcore.bootstrap import PartitionKey, ReplicateSums, RowDraws
 from evalcore.engine.pairing import PAIR_ARRAYS, PRED_ARRAYS, REF_ARRAYS, PairResults
+from evalcore.distributed.reliability import PartitionMissingError
 from evalcore.engine.sums import PartitionSummary
 from evalcore.writers import atomic_path
 from evalcore.layer import PreparedLayer
@@ -207,6 +208,36 @@ def _geometries(table: pa.Table, column: str) -> np.ndarray:
     return np.asarray(shapely.from_wkb(table[column].to_numpy(zero_copy_only=False)), dtype=object)
 
 
+def _in_window(boxes: pa.Table, window: tuple[float, float, float, float], grow_by_reach: bool) -> np.ndarray:
+    """Rows whose equal-area box (grown by its reach when ``grow_by_reach``) intersects ``window``.
+
+    The one rule of a halo read (:func:`read_partition`) and of the resolve's question
+    which own rows a neighbour read (:func:`positions_in_windows`).
+    """
+    minx, miny, maxx, maxy = window
+    grow = boxes["reach"].to_numpy() if grow_by_reach else 0.0
+    return (
+        (boxes["ea_maxx"].to_numpy() + grow >= minx)
+        & (boxes["ea_minx"].to_numpy() - grow <= maxx)
+        & (boxes["ea_maxy"].to_numpy() + grow >= miny)
+        & (boxes["ea_miny"].to_numpy() - grow <= maxy)
+    )
+
+
+def positions_in_windows(workdir: Path, layer_name: str, key: PartitionKey, windows: list) -> np.ndarray:
+    """Positions (sorted) of a partition's rows that a halo read of any of ``windows`` returns
+    (boxes grown by their reach, as :func:`read_partition` reads a halo); only the box
+    columns are read."""
+    found = [np.empty(0, np.int64)]
+    for path in partition_files(workdir, layer_name, key) if windows else []:
+        table = pq.read_table(path, columns=["position", "ea_minx", "ea_miny", "ea_maxx", "ea_maxy", "reach"])
+        keep = np.zeros(table.num_rows, dtype=bool)
+        for window in windows:
+            keep |= _in_window(table, window, True)
+        found.append(table["position"].to_numpy()[keep].astype(np.int64))
+    return np.unique(np.concatenate(found))
+
+
 def read_partition(
     workdir: Path,
     layer_name: str,
@@ -250,15 +281,7 @@ def read_partition(
             continue
         # A halo read: the boxes first, the geometries only when some row is in the window.
         parquet = pq.ParquetFile(path)
-        boxes = parquet.read(columns=["ea_minx", "ea_miny", "ea_maxx", "ea_maxy", "reach"])
-        minx, miny, maxx, maxy = window
-        grow = boxes["reach"].to_numpy() if grow_by_reach else 0.0
-        keep = (
-            (boxes["ea_maxx"].to_numpy() + grow >= minx)
-            & (boxes["ea_minx"].to_numpy() - grow <= maxx)
-            & (boxes["ea_maxy"].to_numpy() + grow >= miny)
-            & (boxes["ea_miny"].to_numpy() - grow <= maxy)
-        )
+        keep = _in_window(parquet.read(columns=["ea_minx", "ea_miny", "ea_maxx", "ea_maxy", "reach"]), window, grow_by_reach)
         if keep.any():
             tables.append(parquet.read(columns=columns).filter(pa.array(keep)))
     if not tables:  # no row of this partition reaches the window
@@ -527,3 +550,135 @@ def read_sums_input(path: Path) -> tuple[dict[str, np.ndarray], object, object |
             unit_counts = {int(u): c for u, c in zip(a["d__unit_ids"], a["d__unit_counts"])}
             draws = RowDraws(unit, n_replicates, seed, units=a["d__units"], unit_counts=unit_counts)
     return pair_values, contributions, draws
+
+
+def write_labels(directory: Path, key: PartitionKey, labels: object, signature: str) -> Path:
+    """A partition's component labels (:class:`~evalcore.engine.components.PartitionLabels`) with a done record."""
+    path = directory / f"{key_name(key)}.npz"
+    write_summary(path, {"pair_label": labels.pair_label, "pred_label": labels.pred_label})
+    write_done_record(path.with_suffix(".done.json"), signature, [path])
+    return path
+
+
+def read_labels(directory: Path, key: PartitionKey, signature: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(pair_label, pred_label)`` of :func:`write_labels`, or None when absent or not valid."""
+    path = directory / f"{key_name(key)}.npz"
+    if not done_record_valid(path.with_suffix(".done.json"), signature):
+        return None
+    a = read_summary(path)
+    return a["pair_label"], a["pred_label"]
+
+
+def write_share(path: Path, pair_ref_pos: np.ndarray, pair_pred_pos: np.ndarray, pair_values: dict[str, np.ndarray],
+                contributions: object) -> Path:
+    """What one partition's resolve decided for another partition's pairs and fields (or its own).
+
+    Parameters
+    ----------
+    pair_ref_pos, pair_pred_pos : ndarray of int64
+        The pairs, by (reference, prediction) position.
+    pair_values : dict of str to ndarray
+        Their per-pair values.
+    contributions : evalcore.quantities.Contributions
+        What the predictions add to the partition's reference fields.
+    """
+    arrays = {f"pv__{name}": np.asarray(v) for name, v in pair_values.items()}
+    arrays |= {"p__ref_pos": pair_ref_pos, "p__pred_pos": pair_pred_pos, "c__ref_pos": contributions.ref_pos,
+               "c__columns": np.asarray(contributions.columns, dtype=str), "c__values": contributions.values}
+    return write_summary(path, arrays)
+
+
+def read_shares(paths: list[Path], pairs: PairTable, template: tuple[dict[str, np.ndarray], object]) -> tuple[dict[str, np.ndarray], object]:
+    """A partition's per-pair values and contributions, assembled from the shares its resolves wrote.
+
+    Parameters
+    ----------
+    paths : list of path
+        The :func:`write_share` files addressed to the partition.
+    pairs : PairTable
+        The partition's pairs (its pairs phase output): the values come back in their order.
+    template : (pair_values, contributions)
+        The names and dtypes of an empty resolve (what a partition without shares gets).
+
+    Raises
+    ------
+    PartitionMissingError
+        When a pair of the partition has no value in any share.
+    """
+    empty_values, empty_contributions = template
+    columns = empty_contributions.columns
+    values = {name: np.zeros(len(pairs), dtype=v.dtype) for name, v in empty_values.items()}
+    covered = np.zeros(len(pairs), dtype=bool)
+    c_pos, c_values = [empty_contributions.ref_pos], [empty_contributions.values]
+    for path in paths:
+        a = read_summary(path)
+        if tuple(str(c) for c in a["c__columns"]) != columns or {n[4:] for n in a if n.startswith("pv__")} != set(values):
+            raise PartitionMissingError(f"{path}: its columns are not this run's; rerun to recompute it.")
+        rows = _pair_rows(pairs, a["p__ref_pos"], a["p__pred_pos"], path)
+        covered[rows] = True
+        for name in values:
+            values[name][rows] = a[f"pv__{name}"]
+        c_pos.append(a["c__ref_pos"])
+        c_values.append(a["c__values"].reshape(len(a["c__ref_pos"]), len(columns)))
+    if not covered.all():
+        raise PartitionMissingError(f"{int((~covered).sum())} of its {len(pairs)} pairs have no resolve output")
+    ref_pos = np.concatenate(c_pos)
+    order = np.argsort(ref_pos, kind="stable")
+    if len(order) > 1 and (np.diff(ref_pos[order]) == 0).any():
+        raise PartitionMissingError("a reference field got contributions from two resolves")
+    return values, Contributions(ref_pos[order], columns, np.concatenate(c_values)[order])
+
+
+_PAIR_KEY = 2**31
+"""Positions are below this: ``ref_pos * _PAIR_KEY + pred_pos`` is one int64 per pair."""
+
+
+def _pair_rows(pairs: PairTable, ref_pos: np.ndarray, pred_pos: np.ndarray, path: Path) -> np.ndarray:
+    """Rows of ``pairs`` holding the given (reference, prediction) pairs."""
+    if len(pairs) and max(int(pairs.ref_pos.max()), int(pairs.pred_pos.max())) >= _PAIR_KEY:
+        raise ValueError(f"positions from {_PAIR_KEY} on are not supported")
+    have = pairs.ref_pos.astype(np.int64) * _PAIR_KEY + pairs.pred_pos.astype(np.int64)
+    want = np.asarray(ref_pos, np.int64) * _PAIR_KEY + np.asarray(pred_pos, np.int64)
+    order = np.argsort(have, kind="stable")
+    at = np.minimum(np.searchsorted(have[order], want), max(len(have) - 1, 0))
+    if len(want) and (len(have) == 0 or (have[order][at] != want).any()):
+        raise PartitionMissingError(f"{path}: holds pairs that are not the partition's; rerun to recompute it.")
+    return order[at]
+
+
+def write_homeless(path: Path, pos: np.ndarray, rows: np.ndarray, columns: tuple[str, ...], tile_keys: np.ndarray,
+                   aoi: np.ndarray) -> Path:
+    """The predictions without a candidate pair that a resolve met: positions, rows, tiles and AOIs."""
+    return write_summary(path, {"pos": pos, "rows": rows, "columns": np.asarray(columns, dtype=str), "tiles": tile_keys, "aoi": aoi})
+
+
+def read_homeless(path: Path) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.ndarray, np.ndarray]:
+    """The inverse of :func:`write_homeless`."""
+    a = read_summary(path)
+    columns = tuple(str(c) for c in a["columns"])
+    return a["pos"], a["rows"].reshape(len(a["pos"]), len(columns)), columns, a["tiles"].reshape(len(a["pos"]), 3), a["aoi"]
+
+
+def write_frame(path: Path, frame: pd.DataFrame) -> Path:
+    """A frame of plain columns (numbers, booleans, text, labels) as Parquet, its index as ``__index``.
+
+    Object columns are written as :func:`_labels_array` writes labels (mixed types as
+    text, as the prepared partitions hold them) and read back as object arrays.
+    """
+    objects = [c for c in frame.columns if frame[c].dtype == object]
+    arrays = {"__index": pa.array(frame.index.to_numpy(np.int64))}
+    for c in frame.columns:
+        arrays[str(c)] = _labels_array(pd.Index(frame[c].to_numpy())) if c in objects else pa.array(frame[c].to_numpy())
+    table = pa.table(arrays).replace_schema_metadata({b"evalcore_objects": json.dumps(objects).encode()})
+    return atomic_path(path, lambda tmp: pq.write_table(table, tmp))
+
+
+def read_frame(path: Path) -> pd.DataFrame:
+    """The inverse of :func:`write_frame`."""
+    table = pq.read_table(path)
+    objects = set(json.loads(table.schema.metadata[b"evalcore_objects"]))
+    columns = {
+        c: np.asarray(table[c].to_pylist(), dtype=object) if c in objects else table[c].to_numpy(zero_copy_only=False)
+        for c in table.column_names if c != "__index"
+    }
+    return pd.DataFrame(columns, index=pd.Index(table["__index"].to_numpy(), dtype=np.int64))

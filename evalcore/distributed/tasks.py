@@ -8,6 +8,7 @@ phases that submit them are in :mod:`evalcore.distributed.runner`.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,12 +19,14 @@ import shapely
 from pyproj import CRS
 
 from evalcore import boundary
-from evalcore.bootstrap import PartitionKey, pool_id
+from evalcore.bootstrap import PartitionKey, block_draws, pool_id
 from evalcore.distributed import storage
 from evalcore.distributed.reliability import PartitionMissingError, inject_fault
 from evalcore.distributed.sources import Chunk, LayerSource, read_chunk
 from evalcore.distributed.values import Box, LayerInfo, boxes_overlap
+from evalcore.engine.components import component_results, label_partition
 from evalcore.engine.pairing import compute_pairs
+from evalcore.engine.resolve import _unit_index, block_unit_keys, homeless_sums, resolve_run, route
 from evalcore.engine.sums import RefRows, summarize_partition
 from evalcore.engine.tables import field_table, output_table, prediction_table
 from evalcore.errors import EvalInputError
@@ -33,9 +36,10 @@ from evalcore.levels import Sites
 from evalcore.options import EvalOptions, RunPlan
 from evalcore.prepare import prepare_layer
 from evalcore.study import Study
-from evalcore.writers import write_geoparquet
+from evalcore.writers import atomic_path, write_geoparquet
 
-__all__ = ["prepare_chunk_task", "pairs_task", "sums_task", "predictions_task", "pixels_task"]
+__all__ = ["prepare_chunk_task", "pairs_task", "components_task", "resolve_task", "homeless_task", "sums_task", "predictions_task",
+           "pixels_task"]
 
 
 def _concat_layers(layers: list[PreparedLayer]) -> PreparedLayer:
@@ -225,11 +229,163 @@ def pairs_task(
     return {"key": key, "n_pairs": len(results.pairs), "n_ref": len(results.ref_pos), "n_pred": len(results.pred_pos)}
 
 
+def components_task(workdir: str, key: PartitionKey, windows: list[Box], signature: str, options: EvalOptions | None = None) -> dict:
+    """The resolve's first step for one partition: label its connected components, name its seam connectors.
+
+    Parameters
+    ----------
+    windows : list of Box
+        The reference reach boxes of the neighbouring partitions that read this
+        partition's predictions into their halo (:meth:`RunIndex.neighbours`): an own
+        prediction in one of them may be in that neighbour's pairs.
+
+    Returns
+    -------
+    dict
+        ``{"key", "n_labels", "connectors": (pos, label, min_ref), "units"}``: the connectors
+        only, a few per seam prediction (:func:`evalcore.engine.components.label_partition`),
+        and with a block bootstrap in ``options`` its reference fields' units (unique).
+    """
+    inject_fault("components", storage.key_name(key))
+    results = _pair_results(workdir, key, signature)
+    read = storage.positions_in_windows(Path(workdir), "predicted", key, windows) if len(results.pred_pos) else np.empty(0, np.int64)
+    labels = label_partition(results, read)
+    storage.write_labels(Path(workdir) / "resolve" / "labels", key, labels, signature)
+    connectors = (labels.connector_pos, labels.connector_label, labels.connector_min_ref)
+    units = None
+    if options is not None and options.bootstrap > 0 and options.bootstrap_unit != "field":
+        r = results
+        units = np.unique(block_unit_keys(options, r.ref_utm_epsg, r.ref_tile_x, r.ref_tile_y, r.ref_aoi), axis=0)
+    return {"key": key, "n_labels": labels.n_labels, "connectors": connectors, "units": units}
+
+
+def without_draws(options: EvalOptions) -> EvalOptions:
+    """The options of a resolve of some components: the same, without a bootstrap (the run's
+    draws are made from the run's units, not from the components', and nothing a resolve
+    hands on depends on them)."""
+    return EvalOptions({**options.as_dict(), "bootstrap": 0})
+
+
+def _pair_results(workdir: str, key: PartitionKey, signature: str) -> object:
+    results = storage.read_pair_results(Path(workdir) / "pairs", key, signature)
+    if results is None:
+        raise PartitionMissingError(f"partition {storage.key_name(key)}: its pairs output is missing or does not match its checksums")
+    return results
+
+
+def _labels(workdir: str, key: PartitionKey, signature: str) -> tuple[np.ndarray, np.ndarray]:
+    labels = storage.read_labels(Path(workdir) / "resolve" / "labels", key, signature)
+    if labels is None:
+        raise PartitionMissingError(f"partition {storage.key_name(key)}: its component labels are missing or do not match their checksums")
+    return labels
+
+
+def resolve_task(
+    workdir: str,
+    key: PartitionKey,
+    given_away: np.ndarray,
+    borrowed: dict,
+    options: EvalOptions,
+    strata_names: list[str] | None,
+    sizes: object,
+    signature: str,
+    with_preds: bool = False,
+) -> dict:
+    """The resolve of the components one partition owns, on a worker.
+
+    Its own components but those another partition resolves (``given_away``), and the
+    seam components it owns, from the pairs of every partition they span (``borrowed``:
+    ``{partition: labels}``), are resolved as one run (:func:`evalcore.engine.resolve.resolve_run`;
+    components do not interact, so each gets the values a resolve of the whole run gives
+    it). Writes, per partition holding reference fields of these pairs, its share
+    (per-pair values and contributions, :func:`storage.write_share`), and the homeless
+    predictions' rows, to ``workdir/resolve/by-<key>/``, with a done record; with
+    ``with_preds``, also each partition's predictions' rows of the per-prediction frame
+    (:func:`storage.write_frame`), for the per-prediction table.
+
+    Returns
+    -------
+    dict
+        ``{"key", "n_pairs", "n_homeless", "shares": {partition: path}, "homeless": path}``.
+    """
+    name = storage.key_name(key)
+    inject_fault("resolve", name)
+    own = _pair_results(workdir, key, signature)
+    pair_label, pred_label = _labels(workdir, key, signature)
+    kept = np.setdiff1d(np.union1d(pair_label, pred_label), np.asarray(given_away, np.int64))
+    sources = [key, *sorted(borrowed)]
+    parts = [(own, pair_label, pred_label, kept)]
+    for source in sources[1:]:
+        parts.append((_pair_results(workdir, source, signature), *_labels(workdir, source, signature), np.asarray(borrowed[source], np.int64)))
+    results, ref_part, pred_part = component_results(parts)
+    del parts, own
+    # The draws are the run's, not these components' (a block bootstrap's are made from the
+    # run's units by the homeless and sums tasks): none here, and nothing here depends on them.
+    resolved = resolve_run(results, without_draws(options), None, strata_names, sizes)
+    # Each pair and contribution goes to its reference field's partition (route()).
+    held, renumbered = np.unique(ref_part, return_inverse=True)
+    routing = route(results.ref_pos, np.asarray(renumbered).ravel(), len(held), results.pairs.ref_pos, resolved.contributions.ref_pos)
+    out = Path(workdir) / "resolve" / f"by-{name}"
+    out.mkdir(parents=True, exist_ok=True)
+    shares: dict = {}
+    for i, source in enumerate(held.tolist()):
+        rows = routing.pair_rows[i]
+        shares[sources[source]] = str(storage.write_share(
+            out / f"to-{storage.key_name(sources[source])}.npz", results.pairs.ref_pos[rows], results.pairs.pred_pos[rows],
+            {n: v[rows] for n, v in resolved.pair_values.items()}, resolved.contributions.take(routing.contribution_rows[i]),
+        ))
+    at = np.searchsorted(results.pred_pos, resolved.homeless_pos)
+    tiles = np.stack([results.pred_utm_epsg, results.pred_tile_x, results.pred_tile_y], axis=1)[at]
+    homeless = storage.write_homeless(out / "homeless.npz", resolved.homeless_pos, resolved.homeless_rows, resolved.columns, tiles,
+                                      results.pred_aoi[at])
+    preds: dict = {}
+    if with_preds:
+        for source in np.unique(pred_part).tolist():
+            rows = np.flatnonzero(pred_part == source)
+            preds[sources[source]] = storage.write_frame(out / f"preds-{storage.key_name(sources[source])}.parquet",
+                                                         resolved.preds.iloc[rows])
+    listing = {"shares": {storage.key_name(k): Path(v).name for k, v in shares.items()}, "n_pairs": len(results.pairs),
+               "n_homeless": len(resolved.homeless_pos), "with_preds": with_preds,
+               "preds": {storage.key_name(k): v.name for k, v in preds.items()}}
+    meta = out / "listing.json"
+    atomic_path(meta, lambda tmp: tmp.write_text(json.dumps(listing)))
+    storage.write_done_record(out.with_suffix(".done.json"), signature, [*map(Path, shares.values()), *preds.values(), homeless, meta],
+                              base=out)
+    return resolve_done(out, listing)
+
+
+def resolve_done(out: Path, listing: dict) -> dict:
+    """What :func:`resolve_task` returns, from its listing (also read back when a finished resolve is reused)."""
+    return {
+        "key": storage.parse_key_name(out.name[len("by-"):]),
+        "n_pairs": listing["n_pairs"],
+        "n_homeless": listing["n_homeless"],
+        "shares": {storage.parse_key_name(k): str(out / v) for k, v in listing["shares"].items()},
+        "homeless": str(out / "homeless.npz"),
+        "with_preds": bool(listing.get("with_preds")),
+        "preds": {storage.parse_key_name(k): str(out / v) for k, v in listing.get("preds", {}).items()},
+    }
+
+
+def homeless_task(paths: list[str], options: EvalOptions, ref_unit_keys: np.ndarray | None = None) -> tuple:
+    """The run's unassigned sums and the homeless predictions' tile and AOI sums, from every
+    resolve's homeless rows, added in position order (:func:`evalcore.engine.resolve.homeless_sums`);
+    with a block bootstrap also their replicates and the run's units."""
+    parts = [storage.read_homeless(Path(p)) for p in paths]
+    columns = {c for _, _, c, _, _ in parts}
+    if len(columns) != 1:
+        raise PartitionMissingError(f"the resolves' homeless rows have different columns: {sorted(columns)}")
+    return homeless_sums(
+        np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), columns.pop(),
+        np.concatenate([p[3] for p in parts]), np.concatenate([p[4] for p in parts]), options, ref_unit_keys,
+    )
+
+
 def sums_task(
     workdir: str,
     key: PartitionKey,
     ref_info: LayerInfo,
-    resolved_path: str,
+    resolved_path: str | list[str],
     plan: RunPlan,
     options: EvalOptions,
     ea_crs_text: str,
@@ -238,8 +394,13 @@ def sums_task(
     id_column: str | None = None,
     aoi_keys: list[str] | None = None,
     pred_id_column: str | None = None,
+    block_units: np.ndarray | None = None,
 ) -> dict:
     """The sums phase of one partition: write its field table part and its partial sums.
+
+    Resolved on the workers, ``resolved_path`` is the list of the shares the resolves
+    wrote for it, and with a block bootstrap ``block_units`` the run's units (the draws
+    are made here from them and the seed, as :func:`evalcore.bootstrap.block_draws` makes them).
 
     Reads the partition's own pairs phase output and what the resolve phase decided for
     it (per-pair values in the same (reference, prediction) order, the predictions'
@@ -248,10 +409,20 @@ def sums_task(
     """
     inject_fault("sums", storage.key_name(key))
     ea_crs = CRS.from_user_input(ea_crs_text)
-    pair_values, contributions, draws = storage.read_sums_input(Path(resolved_path))
-    results = storage.read_pair_results(Path(workdir) / "pairs", key, signature)
-    if results is None:
-        raise PartitionMissingError(f"partition {storage.key_name(key)}: its pairs output is missing or does not match its checksums")
+    results = _pair_results(workdir, key, signature)
+    if isinstance(resolved_path, str):
+        pair_values, contributions, draws = storage.read_sums_input(Path(resolved_path))
+    else:
+        # The resolve on the workers: the shares the resolves wrote for this partition.
+        pair_values, contributions = _read_shares(key, resolved_path, results.pairs, options, plan, signature)
+        draws = None
+        if options.bootstrap > 0:
+            if block_units is None:
+                raise ValueError("a bootstrap resolved on the workers needs the run's units (block draws)")
+            r = results
+            own = block_unit_keys(options, r.ref_utm_epsg, r.ref_tile_x, r.ref_tile_y, r.ref_aoi)
+            draws = block_draws(options.bootstrap_unit, block_units, _unit_index(block_units, own), options.bootstrap,
+                                options.bootstrap_seed).rows(np.arange(len(own)))
     layer, strata, _ = storage.read_partition(
         Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=options.partition_size_m,
         geometries=("geometry",) if frame_dir is not None else (),
@@ -282,11 +453,29 @@ def sums_task(
     return {"key": key, "n_ref": summary.n_ref, "n_pred": summary.n_pred, "path": str(path)}
 
 
+def _read_shares(key: PartitionKey, paths: list[str], pairs: object, options: EvalOptions, plan: RunPlan, signature: str):
+    """The partition's per-pair values and contributions from the resolves' shares; a resolve
+    whose output is missing or changed is named."""
+    for path in paths:
+        record = Path(path).parent.with_suffix(".done.json")
+        if not storage.done_record_valid(record, signature):
+            resolver = Path(path).parent.name[len("by-"):]
+            raise PartitionMissingError(
+                f"partition {resolver}: its resolve output is missing or does not match its checksums; rerun to recompute it."
+            )
+    # The names and dtypes of every per-pair value and contribution column: an empty resolve's.
+    empty = resolve_run(component_results([])[0], without_draws(options), None, plan.strata_names, plan.sizes)
+    try:
+        return storage.read_shares([Path(p) for p in paths], pairs, (empty.pair_values, empty.contributions))
+    except PartitionMissingError as exc:
+        raise PartitionMissingError(f"partition {storage.key_name(key)}: {exc}") from exc
+
+
 def predictions_task(
     workdir: str,
     key: PartitionKey,
     pred_info: LayerInfo,
-    preds: pd.DataFrame,
+    preds: pd.DataFrame | list[str],
     out_dir: str,
     ea_crs_text: str,
     aoi_keys: list[str] | None,
@@ -297,8 +486,15 @@ def predictions_task(
     classed: bool = False,
     ref_id_column: str | None = None,
 ) -> dict:
-    """Write the per-prediction table part of one partition's predictions (with their geometry)."""
+    """Write the per-prediction table part of one partition's predictions (with their geometry).
+
+    ``preds`` is their rows of the per-prediction frame, or (resolved on the workers) the
+    paths of the frames the resolves wrote for this partition.
+    """
     inject_fault("predictions", storage.key_name(key))
+    if isinstance(preds, list):
+        frames = [storage.read_frame(Path(p)) for p in preds]
+        preds = pd.concat(frames).sort_index() if frames else pd.DataFrame()
     layer, _, _ = storage.read_partition(
         Path(workdir), "predicted", key, crs=pred_info.crs, equal_area_crs=CRS.from_user_input(ea_crs_text),
         partition_size_m=1.0, geometries=("geometry",),

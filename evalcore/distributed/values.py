@@ -197,14 +197,20 @@ class ResolvedRun:
     routing : Routing
     seconds : float
     pred_rows : dict, optional
-        ``{partition key: rows of resolved.preds}`` of the predictions each partition owns.
+        ``{partition key: rows of resolved.preds}`` of the predictions each partition owns
+        (resolved on the workers: ``{partition key: [paths]}`` of their frames' parts).
+    shares : dict, optional
+        Resolved on the workers: ``{partition key: [paths]}`` of the shares the resolves
+        wrote for each partition's sums task (``resolved`` then holds only the run-level
+        values: the homeless predictions' sums, the column names; ``routing`` is None).
     """
 
     resolved: Resolved
     ref_keys: tuple
-    routing: Routing
+    routing: Routing | None
     seconds: float = 0.0
     pred_rows: dict = field(default_factory=dict, repr=False)
+    shares: dict | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from evalcore.metrics.taxonomy import prediction_codes, prediction_flags
 from evalcore.options import EvalOptions, base_threshold
 from evalcore.quantities import Contributions, prediction_contributions, prediction_fields
 
-__all__ = ["Resolved", "resolve_run", "run_draws", "Routing", "route"]
+__all__ = ["Resolved", "resolve_run", "homeless_units", "block_unit_keys", "homeless_sums", "run_draws", "Routing", "route"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,11 @@ class Resolved:
     unassigned_replicates : ndarray of float64, shape (n_replicates, len(columns)), optional
         The homeless predictions' sums in each replicate (weighed by their units' draws
         in a block bootstrap; the same in every replicate otherwise).
+    homeless_pos : ndarray of int64
+        The predictions without any candidate pair, by position.
+    homeless_rows : ndarray of float64, shape (len(homeless_pos), len(columns))
+        What each of them adds (their sum is ``unassigned``): the resolve on the workers
+        hands them to :func:`homeless_sums`, which adds them in position order.
     """
 
     resolution: Resolution
@@ -74,6 +79,8 @@ class Resolved:
     draws: RunDraws | None = None
     columns: tuple = ()
     unassigned_replicates: F64Array | None = None
+    homeless_pos: IdArray | None = None
+    homeless_rows: F64Array | None = None
 
 
 def resolve_run(
@@ -140,12 +147,8 @@ def resolve_run(
     weights = None
     if draws is not None:
         weights = np.ones((options.bootstrap, len(homeless))) if draws.unit == "field" else draws.unit_weights(pred_units[homeless])
-    # The homeless predictions' unit rows are the families' own prediction columns.
-    ucols, rcols = unit_sum_columns(options)
-    rows = unit_rows(ucols, contributions.columns, homeless_rows, unassigned=True)
     tile_keys = np.stack([results.pred_utm_epsg, results.pred_tile_x, results.pred_tile_y], axis=1)[homeless]
-    tiles = unit_sums(tile_keys, rows, weights, ucols, rcols)
-    aois = unit_sums(results.pred_aoi[homeless][:, None], rows, weights, ucols, rcols)
+    tiles, aois = homeless_units(homeless_rows, contributions.columns, tile_keys, results.pred_aoi[homeless], weights, options)
     unassigned_replicates = None
     if weights is not None:
         # Group 0 of every replicate: the homeless predictions, each weighed by its unit's draws.
@@ -162,7 +165,87 @@ def resolve_run(
         for part, values in family.global_values(ctx).items():
             global_values[part].update(values)
     return Resolved(resolution, pair_values, preds, contributions, unassigned, tiles, aois, global_values, draws,
-                    contributions.columns, unassigned_replicates)
+                    contributions.columns, unassigned_replicates, positions[homeless], homeless_rows)
+
+
+def homeless_units(rows: F64Array, columns: tuple[str, ...], tile_keys: IdArray, aoi: IdArray, weights: F64Array | None,
+                   options: EvalOptions) -> tuple[UnitSums, UnitSums]:
+    """What the predictions without a home add to the tile and the AOI of their own centroid.
+
+    Parameters
+    ----------
+    rows : ndarray of float64, shape (n, len(columns))
+        Each such prediction's row (:attr:`Resolved.homeless_rows`).
+    tile_keys : ndarray of int64, shape (n, 3)
+        Each one's ``(epsg, tile x, tile y)``.
+    aoi : ndarray of int64, shape (n,)
+        Each one's AOI (-1: none).
+    weights : ndarray of float64, shape (n_replicates, n), optional
+        Their draws in each replicate.
+    """
+    # The homeless predictions' unit rows are the families' own prediction columns.
+    ucols, rcols = unit_sum_columns(options)
+    unit = unit_rows(ucols, columns, rows, unassigned=True)
+    return unit_sums(tile_keys, unit, weights, ucols, rcols), unit_sums(aoi[:, None], unit, weights, ucols, rcols)
+
+
+def block_unit_keys(options: EvalOptions, utm_epsg: IdArray, tile_x: IdArray, tile_y: IdArray, aoi: IdArray) -> IdArray:
+    """The block bootstrap's unit key of some rows (reference fields, or predictions without a
+    home, which count in their own centroid's unit), as :func:`run_draws` keys them."""
+    if options.bootstrap_unit == "tile":
+        return np.stack([utm_epsg, tile_x, tile_y], axis=1).astype(np.int64)
+    return np.asarray(aoi, np.int64)[:, None]
+
+
+def homeless_sums(pos: IdArray, rows: F64Array, columns: tuple[str, ...], tile_keys: IdArray, aoi: IdArray,
+                  options: EvalOptions, ref_unit_keys: IdArray | None = None):
+    """The run's ``unassigned``, ``homeless_tiles`` and ``homeless_aois`` from the homeless
+    predictions' rows gathered from several resolves; with a block bootstrap, also the
+    run's units and the homeless predictions' replicates.
+
+    The rows are added in position order, as :func:`~evalcore.quantities.prediction_contributions`
+    adds them in one resolve of the whole run (each family's column has one target, so a
+    homeless prediction's row is its value and their sum is the same sequence of additions).
+
+    Parameters
+    ----------
+    pos : ndarray of int64
+        Positions of the predictions (any order; distinct).
+    rows, tile_keys, aoi
+        As :func:`homeless_units`, in the order of ``pos``.
+    ref_unit_keys : ndarray of int64, optional
+        A block bootstrap: the units of every reference field of the run (any order,
+        repeats allowed; :func:`block_unit_keys`).
+
+    Returns
+    -------
+    unassigned : dict of str to float
+    homeless_tiles, homeless_aois : UnitSums
+    unassigned_replicates : ndarray of float64, shape (n_replicates, len(columns)), or None
+    unit_keys : ndarray of int64, or None
+        The run's units (sorted, unique): those of the reference fields and of the
+        homeless predictions (a prediction with a home is in its home's unit), as
+        :func:`run_draws` makes them.
+    """
+    order = np.argsort(pos, kind="stable")
+    rows, tile_keys, aoi = rows[order], tile_keys[order], aoi[order]
+    total = np.zeros(len(columns))
+    for k in range(len(columns)):
+        # bincount adds in input order, as in prediction_contributions.
+        total[k] += np.bincount(np.zeros(len(rows), np.int64), weights=rows[:, k], minlength=1)[0]
+    unassigned = {c: float(total[k]) for k, c in enumerate(columns)}
+    weights = replicates = unit_keys = None
+    if options.bootstrap > 0:
+        if options.bootstrap_unit == "field" or ref_unit_keys is None:
+            raise ValueError("homeless_sums draws block bootstraps only, from the reference fields' units")
+        own = block_unit_keys(options, tile_keys[:, 0], tile_keys[:, 1], tile_keys[:, 2], aoi)
+        unit_keys = np.unique(np.concatenate([np.asarray(ref_unit_keys, np.int64).reshape(-1, own.shape[1]), own]), axis=0)
+        draws = block_draws(options.bootstrap_unit, unit_keys, np.empty(0, np.int64), options.bootstrap, options.bootstrap_seed)
+        weights = draws.unit_weights(_unit_index(unit_keys, own))
+        # Group 0 of every replicate: the homeless predictions, each weighed by its unit's draws.
+        replicates = replicate_group_sums(weights, rows, np.full((len(rows), 0), -1, np.int64), 1).groups[0]
+    tiles, aois = homeless_units(rows, columns, tile_keys, aoi, weights, options)
+    return unassigned, tiles, aois, replicates, unit_keys
 
 
 def _ref_stratum_codes(ref_pool: IdArray, strata_names: list[str]) -> IdArray:

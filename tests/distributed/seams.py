@@ -68,3 +68,40 @@ def seam_layers(seed: int = 0, n_x: int = 40, n_y: int = 14, side: float = 150.0
         crs="EPSG:4326",
     )
     return predicted, reference
+
+
+def strip_layers(seed: int = 0, n_x: int = 60, n_y: int = 8, side: float = 150.0, gap: float = 12.0):
+    """Return (predicted, reference) in zone 13 where connected components span many partitions.
+
+    Rows of 150 m fields; over every other row, long thin predictions (1 to 5 km) that
+    overlap a whole run of fields, and over those fields their own good predictions, so
+    that a strip, the fields under it and their predictions are one component reaching
+    across 2 km partitions (3 or more of them for the longer strips). Strips of adjacent
+    rows overlap end to end through a shared diagonal field, chaining components further.
+    """
+    rng = np.random.default_rng(seed)
+    step = side + gap
+    x0 = 500_000.0
+    ref_geoms, strata, pred_geoms = [], [], []
+    for j in range(n_y):
+        y = Y0 + j * step
+        for i in range(n_x):
+            x = x0 + i * step
+            ref_geoms.append(box(x, y, x + side, y + side))
+            strata.append(f"s{(i + j) % 3}")
+            if rng.random() < 0.8:
+                dx, dy = rng.normal(0, 3.0, 2)
+                pred_geoms.append(box(x + dx, y + dy, x + side + dx, y + side + dy))
+        if j % 2 == 0:
+            start = 0
+            while start < n_x - 2:
+                length = int(rng.integers(6, 32))
+                end = min(n_x, start + length)
+                pred_geoms.append(box(x0 + start * step + 5, y + 50, x0 + (end - 1) * step + side - 5, y + 100))
+                start = end - 1  # strips of one row share their end field: a chain along the row
+            # A diagonal link to the next row's fields.
+            k = int(rng.integers(0, n_x - 1))
+            pred_geoms.append(box(x0 + k * step + 20, y + side - 30, x0 + k * step + side - 20, y + step + 30))
+    reference = geopandas.GeoDataFrame({"stratum": strata}, geometry=ref_geoms, crs=ZONE13)
+    predicted = geopandas.GeoDataFrame({"score": rng.random(len(pred_geoms))}, geometry=pred_geoms, crs=ZONE13)
+    return predicted, reference

@@ -23,7 +23,7 @@ from evalcore.distributed.runner import (
 )
 from evalcore.distributed.staging import stage_layer, start_run
 
-from .seams import seam_layers
+from .seams import seam_layers, strip_layers
 
 OPTIONS = dict(strata="stratum", size_bins="auto", bootstrap=40, boundary_tolerance_m=10.0)
 TILE_SIZES = [2_000.0, 10_000.0, 10_000_000.0]
@@ -80,6 +80,88 @@ def test_distributed_equals_single_process(layers, expected, client, partition_s
         predicted, reference, partition_size_m=partition_size_m, client=client, workdir=tmp_path / "work", **OPTIONS
     )
     assert differences(result, expected[partition_size_m]) == []
+
+
+WORKER_OPTIONS = dict(strata="stratum", size_bins="auto", boundary_tolerance_m=10.0, matching="one_to_one")
+"""Options the resolve runs on the workers with (no bootstrap, no run-level family)."""
+
+
+@pytest.fixture(scope="module")
+def expected_worker_resolve(layers):
+    predicted, reference = layers
+    return {tile: evalcore.evaluate(predicted, reference, partition_size_m=tile, **WORKER_OPTIONS) for tile in TILE_SIZES}
+
+
+@pytest.mark.parametrize("partition_size_m", TILE_SIZES, ids=lambda t: f"tile{int(t)}m")
+def test_resolve_on_the_workers_equals_single_process_exactly(layers, expected_worker_resolve, client, partition_size_m, tmp_path):
+    """The resolve by connected components on the workers: every key to the last bit."""
+    from evalcore.distributed.runner import resolves_on_workers
+
+    assert resolves_on_workers(check_options(**{k: v for k, v in WORKER_OPTIONS.items() if k not in ("strata", "size_bins")}))
+    predicted, reference = layers
+    result = evalcore.evaluate(
+        predicted, reference, partition_size_m=partition_size_m, client=client, workdir=tmp_path / "work", **WORKER_OPTIONS
+    )
+    assert differences(result, expected_worker_resolve[partition_size_m], rtol=0.0) == []
+    # The phase ran on the workers: every partition wrote its resolve output.
+    assert len(list((tmp_path / "work" / "resolve").glob("by-*.done.json"))) >= (8 if partition_size_m == 2_000.0 else 1)
+
+
+def test_block_bootstrap_resolved_on_the_workers_equals_single_process_exactly(layers, client, tmp_path):
+    """A tile bootstrap: the resolves make no draws, the homeless task and the sums tasks draw
+    from the run's units and the seed; intervals and every key to the last bit."""
+    predicted, reference = layers
+    options = dict(WORKER_OPTIONS, bootstrap=40, bootstrap_unit="tile")
+    expected = evalcore.evaluate(predicted, reference, partition_size_m=2_000.0, **options)
+    work = tmp_path / "work"
+    result = evalcore.evaluate(predicted, reference, partition_size_m=2_000.0, client=client, workdir=work, **options)
+    assert list(work.glob("resolve/by-*.done.json"))  # resolved on the workers
+    assert differences(result, expected, rtol=0.0) == []
+    assert result["bootstrap"]["ci"]
+
+
+@pytest.mark.parametrize("partition_size_m", [2_000.0, 1_000.0], ids=lambda t: f"tile{int(t)}m")
+def test_components_spanning_many_partitions_resolve_exactly(client, partition_size_m, tmp_path):
+    """Long thin predictions chained over rows of fields: components across 3+ partitions,
+    resolved once by their owner from every partition's pairs; every key to the last bit."""
+    from evalcore.engine.components import seam_plan  # noqa: F401  (the union under test)
+
+    predicted, reference = strip_layers(seed=5)
+    options = dict(WORKER_OPTIONS, matching="many_to_one")
+    expected = evalcore.evaluate(predicted, reference, partition_size_m=partition_size_m, **options)
+    work = tmp_path / "work"
+    result = evalcore.evaluate(predicted, reference, partition_size_m=partition_size_m, client=client, workdir=work, **options)
+    assert differences(result, expected, rtol=0.0) == []
+    # Some resolve borrowed pairs from 2+ other partitions: a component spanning 3+ partitions.
+    import json
+
+    spans = [len(json.loads(p.read_text())["shares"]) for p in work.glob("resolve/by-*/listing.json")]
+    assert max(spans) >= 3
+
+
+def test_per_prediction_table_from_the_workers_resolve_equals_the_clients(tmp_path, local_clients, monkeypatch):
+    """--predictions-out: the resolves write the per-prediction frame's parts; the table equals
+    the one of the resolve on the client (a bootstrap of 0 on both, the routing forced)."""
+    import geopandas
+    import pandas as pd
+
+    from evalcore.distributed import runner
+
+    predicted, reference = strip_layers(seed=2, n_x=30, n_y=4)
+    pred_path, ref_path = tmp_path / "pred.parquet", tmp_path / "ref.parquet"
+    predicted.to_parquet(pred_path)
+    reference.to_parquet(ref_path)
+    options = check_options(partition_size_m=1_000.0, boundary_tolerance_m=10.0)
+    tables = {}
+    for where in ("workers", "client"):
+        if where == "client":
+            monkeypatch.setattr(runner, "resolves_on_workers", lambda *a, **k: False)
+        runner.run_distributed(str(pred_path), str(ref_path), local_clients.get(2), options, workdir=tmp_path / where,
+                               predictions_dir=tmp_path / f"preds-{where}")
+        parts = sorted((tmp_path / f"preds-{where}").glob("*.parquet"))
+        tables[where] = pd.concat([pd.DataFrame(geopandas.read_parquet(p)) for p in parts]).set_index("pred_index").sort_index()
+    assert (tmp_path / "workers" / "resolve").exists() and not (tmp_path / "client" / "resolve").exists()
+    pd.testing.assert_frame_equal(tables["workers"], tables["client"], check_exact=True)
 
 
 def _point_estimates(metrics: object) -> object:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -208,6 +209,77 @@ def test_resume_reuses_verified_partitions_and_changed_inputs_invalidate(cluster
     # Changed parameters: nothing is reused.
     _, index, pairs, _ = _all_phases(cluster_client, _setup(data, work, boundary_tolerance_m=5.0, bootstrap=20))
     assert index.reused is False and pairs.reused == 0
+
+
+# --------------------------------------------------------------------------- the resolve on the workers
+
+WORKER_RESOLVE = dict(bootstrap=0)
+"""No bootstrap and no run-level family: the resolve runs on the workers (resolves_on_workers)."""
+
+
+@pytest.fixture(scope="module")
+def expected_worker_resolve(data):
+    pred, ref = data
+    return to_jsonable(evalcore.evaluate(str(pred), str(ref), **{**OPTIONS, **WORKER_RESOLVE}))
+
+
+def _worker_resolve_phases(client, setup: RunSetup):
+    index = prepare_phase(client, setup)
+    plan = plan_phase(setup, index)
+    pairs = pairs_phase(client, setup, index)
+    resolved = resolve_phase(setup, index, pairs, plan, client=client)
+    assert resolved.shares is not None  # the worker path
+    return index, plan, pairs, resolved
+
+
+def _seam_owner(work: Path) -> tuple[str, str]:
+    """A partition that resolved a seam component (it wrote a share for another partition), and that one."""
+    for listing in sorted(work.glob("resolve/by-*/listing.json")):
+        owner = listing.parent.name[len("by-"):]
+        others = [k for k in json.loads(listing.read_text())["shares"] if k != owner]
+        if others:
+            return owner, others[0]
+    raise AssertionError("no seam component crosses partitions in this data")
+
+
+def test_worker_lost_while_it_resolves_a_seam_component_gives_identical_metrics(cluster_client, data, expected_worker_resolve, tmp_path):
+    # An undisturbed run names a partition owning a seam component.
+    first = _setup(data, tmp_path / "first", **WORKER_RESOLVE)
+    _worker_resolve_phases(cluster_client, first)
+    owner, _ = _seam_owner(tmp_path / "first")
+    # Its worker process dies in that partition's resolve: the task runs again elsewhere.
+    setup = _setup(data, tmp_path / "work", **WORKER_RESOLVE)
+    marker = tmp_path / "died"
+    _set_fault(cluster_client, phase="resolve", partition=owner, mode="die", marker=str(marker))
+    index, plan, pairs, resolved = _worker_resolve_phases(cluster_client, setup)
+    assert marker.exists()  # the worker really died there
+    sums = sums_phase(cluster_client, setup, index, plan, resolved)
+    assert to_jsonable(merge_phase(setup, index, plan, resolved, sums)) == expected_worker_resolve
+
+
+def test_missing_resolve_output_fails_the_run_naming_the_partition(cluster_client, data, tmp_path):
+    work = tmp_path / "work"
+    setup = _setup(data, work, **WORKER_RESOLVE)
+    index, plan, pairs, resolved = _worker_resolve_phases(cluster_client, setup)
+    owner, other = _seam_owner(work)
+    (work / "resolve" / f"by-{owner}" / f"to-{other}.npz").unlink()
+    # Every partition the owner wrote a share for fails (the first to fail stops the phase), naming the owner.
+    with pytest.raises(RuntimeError, match=rf"sums failed for partition \S+: PartitionMissingError: partition {owner}: its resolve output"):
+        sums_phase(cluster_client, setup, index, plan, resolved)
+
+
+def test_resume_reuses_finished_resolves(cluster_client, data, expected_worker_resolve, tmp_path):
+    work = tmp_path / "work"
+    index, plan, pairs, _ = _worker_resolve_phases(cluster_client, _setup(data, work, **WORKER_RESOLVE))
+    records = sorted(work.glob("resolve/by-*.done.json"))
+    stamps = [r.stat().st_mtime_ns for r in records]
+    lines: list[str] = []
+    setup = replace(_setup(data, work, **WORKER_RESOLVE), log=lines.append)
+    resolved = resolve_phase(setup, index, pairs, plan, client=cluster_client)
+    assert f"resolve: reusing {len(records)} finished partitions (checksums verified)" in lines
+    assert [r.stat().st_mtime_ns for r in records] == stamps
+    sums = sums_phase(cluster_client, setup, index, plan, resolved)
+    assert to_jsonable(merge_phase(setup, index, plan, resolved, sums)) == expected_worker_resolve
 
 
 @pytest.mark.prefect  # the evaluate_layers flow, in a subprocess
