@@ -358,6 +358,8 @@ def claim_workdir(path: str | os.PathLike, option: str = "--workdir") -> Path:
     was not made by evalcore: its ``prepared/`` (say) could be the user's, and a run
     replaces those entries, so it is refused.
     """
+    if remote.is_url(str(path)) and remote.is_url(remote.normalise(str(path))):
+        return _claim_remote_workdir(remote.normalise(str(path)), option)
     p = Path(path)
     marker = p / WORKDIR_MARKER
     if marker.exists():
@@ -380,8 +382,41 @@ def claim_workdir(path: str | os.PathLike, option: str = "--workdir") -> Path:
     return p
 
 
+def _claim_remote_workdir(url: str, option: str) -> str:
+    """:func:`claim_workdir` of a store prefix: the marker is an object (a prefix exists only while it holds objects)."""
+    marker = remote.join(url, WORKDIR_MARKER)
+    if remote.stat(marker, option) is not None:
+        return url
+    held = remote.list_files(url) if remote.stat(url, option) is not None else []
+    clash = sorted({rel.split("/", 1)[0] for rel in held} & set(WORKDIR_ENTRIES))
+    if clash:
+        raise EvalInputError(
+            f"{option} {url!r} already holds {clash[0]!r}, which evalcore did not write there; "
+            "give an empty or new prefix (evalcore creates it)."
+        )
+    with tempfile.TemporaryDirectory(prefix="evalcore-claim-") as tmp:
+        local = Path(tmp) / WORKDIR_MARKER
+        local.write_text(json.dumps({"created": not held}) + "\n", encoding="utf-8")
+        remote.put_file(local, marker)
+    return url
+
+
+def _release_remote_workdir(url: str) -> None:
+    """:func:`release_workdir` of a store prefix: evalcore's entries and the marker are deleted (a prefix has no directory to remove)."""
+    marker = remote.join(url, WORKDIR_MARKER)
+    if remote.stat(marker) is None:
+        return
+    for rel in remote.list_files(url):
+        if rel.split("/", 1)[0] in WORKDIR_ENTRIES:
+            remote.remove(remote.join(url, rel))
+    remote.remove(marker)
+
+
 def release_workdir(path: str | os.PathLike) -> None:
     """After a successful run: remove what evalcore wrote in the work directory, and the directory if evalcore made it."""
+    if remote.is_url(str(path)) and remote.is_url(remote.normalise(str(path))):
+        _release_remote_workdir(remote.normalise(str(path)))
+        return
     p = Path(path)
     marker = p / WORKDIR_MARKER
     if not marker.exists():

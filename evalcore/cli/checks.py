@@ -329,7 +329,6 @@ def check_evaluate_arguments(args: argparse.Namespace) -> str | None:
     check_input_urls({"-p/--predicted": args.predicted, "-r/--reference": args.reference, "--aoi": args.aoi,
                       "--annotated-area": args.annotated_area, "--study-area": getattr(args, "study_area", None),
                       "--training-area": getattr(args, "training_area", None)})
-    check_local_only({"--workdir": args.workdir})
     check_options(**metric_options(args))
     if not args.cluster:
         given = [flag for flag, value in (("--workers", args.workers), ("--workdir", args.workdir)) if value is not None]

@@ -21,6 +21,7 @@ import geopandas
 import numpy as np
 
 from evalcore._version import __version__
+from evalcore.distributed import workdir as wd
 from evalcore.distributed.sources import LABEL_COLUMN, LayerSource
 from evalcore.distributed.values import ProgressCallback, RunSetup
 from evalcore.errors import EvalInputError
@@ -199,20 +200,21 @@ def start_run(
     workdir.mkdir(parents=True, exist_ok=True)
     run_file = workdir / "run.json"
     previous = None
-    if run_file.exists():
+    if wd.exists(run_file):
         try:
-            previous = json.loads(run_file.read_text()).get("signature")
+            previous = json.loads(wd.fetch(run_file, fresh=True).read_text()).get("signature")
         except ValueError:
             previous = None
     if previous != signature:
         for sub in ("prepared", "pairs", "resolve", "resolved", "sums", "sites"):
-            shutil.rmtree(workdir / sub, ignore_errors=True)
+            wd.remove_tree(workdir / sub)
         if frame_dir is not None:
             for stale in Path(frame_dir).glob("part-*.parquet"):
                 stale.unlink()
         if previous is not None:
             logger.info("work directory %s held another run (inputs or parameters changed): starting afresh", workdir)
         write_json(run_file, {"signature": signature})
+        wd.publish(run_file)
     label = strata_label if strata_label is not None else (strata_column if strata_column != STAGED_STRATA_COLUMN else None)
     return RunSetup(
         predicted=predicted,
@@ -259,4 +261,5 @@ def stage_layer(
     from evalcore.writers import atomic_path
 
     atomic_path(path, lambda tmp: frame.to_parquet(tmp, index=False, row_group_size=chunk_rows))
-    return LayerSource(str(path), None, role)
+    wd.publish(path)
+    return LayerSource(wd.url_of(path) or str(path), None, role)  # the workers read a store's copy by its URL
