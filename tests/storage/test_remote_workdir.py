@@ -85,7 +85,7 @@ def test_evaluate_with_the_workdir_on_the_store_equals_the_single_process_and_re
     first = _evalcore(args, s3_store.env(), tmp_path / "tmp-a")
     assert first.returncode == 0, first.stderr[-4000:]
     fs = s3_store.fs()
-    from tests.common import differences
+    from tests.distributed.test_differential import differences
 
     assert differences(json.loads(fs.cat_file(f"{s3_store.bucket}/out-wd/metrics.json")), expected) == []
     kept = [k for k in s3_store.listing() if "/work-evaluate/" in k]
@@ -135,7 +135,7 @@ def test_a_run_killed_after_the_pairs_phase_resumes_from_the_store(tmp_path: Pat
     assert _written(fs, f"{s3_store.bucket}/work-killed/pairs") == pairs_before  # the pairs were reused, not recomputed
     single = _evalcore(["evaluate", *_inputs(s3_store), "-o", str(tmp_path / "single.json"), "-q"], s3_store.env(), tmp_path / "tmp-single")
     assert single.returncode == 0
-    from tests.common import differences
+    from tests.distributed.test_differential import differences
 
     assert differences(json.loads((tmp_path / "m.json").read_text()), json.loads((tmp_path / "single.json").read_text())) == []
 
