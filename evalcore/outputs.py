@@ -54,7 +54,7 @@ __all__ = [
 
 #: What a run writes into its work directory (evalcore.distributed: staging, runner, tasks); nothing else
 #: there is ever removed by evalcore.
-WORKDIR_ENTRIES = ("run.json", "input", "prepared", "pairs", "resolve", "resolved", "sums", "sites")
+WORKDIR_ENTRIES = ("run.json", "input", "prepared", "pairs", "resolve", "resolved", "sums", "sites", "outputs")
 
 #: Marker of a work directory claimed by evalcore: {"created": true} when evalcore made it.
 WORKDIR_MARKER = ".evalcore-workdir.json"
@@ -440,6 +440,38 @@ def release_workdir(path: str | os.PathLike) -> None:
 
 
 # --------------------------------------------------------------------------- run directories
+
+
+def check_remote_run_directory(url: str, option: str = "-o/--output-dir") -> None:
+    """:func:`check_run_directory` of a store prefix: new, empty, or an earlier evalcore run's without a human review."""
+    held = remote.list_files(url) if remote.stat(url, option) is not None else []
+    if held and not any(rel in _RUN_MARKS for rel in held):
+        raise EvalInputError(
+            f"{option} {url!r} already holds objects of something other than an evalcore run (e.g. {held[0]!r}); "
+            "give an empty or new prefix, or an earlier run's."
+        )
+    if any(rel.split("/", 1)[0] == REVIEW_DIR for rel in held):
+        raise EvalInputError(f"{option} {url!r} holds a human review ({REVIEW_DIR}/); give a new prefix for the rerun.")
+
+
+def put_run_directory(local: str | os.PathLike, url: str) -> list[str]:
+    """Send a finished run directory, written locally, to a store prefix, object by object (each in one put).
+
+    ``status.json``, the run's completion marker, goes last, so a reader that sees
+    "succeeded" finds every other object already there; then an earlier run's objects
+    that this run did not write are deleted (a review and the work directory excepted).
+    Returns the relative names written.
+    """
+    local = Path(local)
+    names = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file() and p.name != RUN_LOCK)
+    ordered = [n for n in names if n != "status.json"] + [n for n in names if n == "status.json"]
+    old = remote.list_files(url) if remote.stat(url) is not None else []
+    for rel in ordered:
+        remote.put_file(local / rel, remote.join(url, rel))
+    for rel in sorted(set(old) - set(names)):
+        if rel.split("/", 1)[0] not in (REVIEW_DIR, "work") and rel != WORKDIR_MARKER:
+            remote.remove(remote.join(url, rel))
+    return ordered
 
 
 def check_run_directory(path: str | os.PathLike, option: str = "-o/--output-dir") -> None:

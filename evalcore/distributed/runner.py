@@ -500,8 +500,8 @@ def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolve
     """The per-prediction table, one GeoParquet part per partition holding predictions."""
     out = setup.predictions_dir
     out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("part-*.parquet"):
-        stale.unlink()
+    for stale in wd.files(out, "part-*.parquet"):
+        wd.remove(stale)
     pred_info = index.info("predicted")
     ea = setup.ea_crs.to_wkt()
     preds = resolved.resolved.preds

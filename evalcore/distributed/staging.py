@@ -66,9 +66,10 @@ def _signature_of_run(
         "strata_column": strata_column,
         "size_bins": size_bins,
         "chunk_rows": chunk_rows,
-        "frame_dir": str(frame_dir.resolve()) if frame_dir is not None else None,
+        # A store work directory's parts are named by their URL (the mirror's path is this process's).
+        "frame_dir": (wd.url_of(frame_dir) or str(frame_dir.resolve())) if frame_dir is not None else None,
         "sites": {name: input_sha256.get(name) for name in SITE_OPTIONS},
-        "table_outputs": [str(p) if p is not None else None for p in table_outputs],
+        "table_outputs": [(wd.url_of(p) or str(p)) if p is not None else None for p in table_outputs],
         "evalcore": __version__,
         # Partition summaries hold exact digit sums (evalcore.exact); an older work
         # directory's summaries are not reused.
@@ -90,7 +91,8 @@ def _stage_site_layers(options: EvalOptions, workdir: Path) -> EvalOptions:
             from evalcore.writers import atomic_path
 
             atomic_path(path, lambda tmp, f=frame: f.to_parquet(tmp, index=False))
-            values[name] = str(path)
+            wd.publish(path)
+            values[name] = wd.url_of(path) or str(path)
         elif isinstance(value, str) and "://" not in value:
             values[name] = str(Path(value).resolve())
     return EvalOptions(values)
@@ -194,8 +196,13 @@ def start_run(
     tiles_out, aois_out, predictions_dir, pr_curve_out = (
         Path(p).resolve() if p is not None else None for p in (tiles_out, aois_out, predictions_dir, pr_curve_out)
     )
+    table_outputs = (tiles_out, aois_out, predictions_dir, pr_curve_out)
+    if wd.is_remote(workdir):
+        # A store run's tables are written in a local staging directory made anew by each
+        # client process: what they are, not where, is part of the run's identity.
+        table_outputs = tuple(p if p is None or wd.is_remote(p) else Path(p.name) for p in table_outputs)
     signature, input_sha256 = _signature_of_run(
-        predicted, reference, options, strata_column, size_bins, chunk_rows, frame_dir, (tiles_out, aois_out, predictions_dir, pr_curve_out)
+        predicted, reference, options, strata_column, size_bins, chunk_rows, frame_dir, table_outputs
     )
     workdir.mkdir(parents=True, exist_ok=True)
     run_file = workdir / "run.json"
@@ -209,8 +216,8 @@ def start_run(
         for sub in ("prepared", "pairs", "resolve", "resolved", "sums", "sites"):
             wd.remove_tree(workdir / sub)
         if frame_dir is not None:
-            for stale in Path(frame_dir).glob("part-*.parquet"):
-                stale.unlink()
+            for stale in wd.files(frame_dir, "part-*.parquet"):
+                wd.remove(stale)
         if previous is not None:
             logger.info("work directory %s held another run (inputs or parameters changed): starting afresh", workdir)
         write_json(run_file, {"signature": signature})

@@ -37,7 +37,7 @@ from urllib.parse import quote, unquote
 
 from evalcore import remote
 
-__all__ = ["is_remote", "root", "local", "url_of", "fetch", "publish", "files", "exists", "etag", "remove_tree", "scratch"]
+__all__ = ["is_remote", "root", "local", "url_of", "fetch", "publish", "files", "exists", "etag", "remove", "remove_tree", "scratch"]
 
 _PREFIX = "evalcore-store-"
 _MIRROR = re.compile(r"(?:^|/)" + _PREFIX + r"[^/]+/([^/]+)(?:/(.*))?$")
@@ -172,6 +172,14 @@ def etag(path: str | os.PathLike) -> str | None:
         return None
     value = info.get("ETag") or info.get("etag") or info.get("generation")
     return str(value).strip('"') if value not in (None, "") else None
+
+
+def remove(path: str | os.PathLike) -> None:
+    """Remove a work-directory file: locally, and on the store for a URL's."""
+    local(path).unlink(missing_ok=True)
+    url = url_of(path)
+    if url is not None:
+        remote.remove(url)
 
 
 def remove_tree(directory: str | os.PathLike) -> None:

@@ -157,3 +157,30 @@ def test_a_workdir_the_store_refuses_ends_with_one_line_naming_it(tmp_path: Path
     assert "not-the-secret" not in line and s3_store.secret not in line
     assert not (tmp_path / "m.json").exists()
     assert not [k for k in s3_store.listing() if "work-refused" in k or "write-probe" in k]
+
+
+@pytest.mark.prefect
+def test_run_with_its_run_and_work_directories_on_the_store_equals_the_local_run_and_verifies(
+    tmp_path: Path, layers: Path, s3_store, two_workers, prefect_server: str,
+) -> None:
+    address, base = two_workers
+    env = s3_store.env(PREFECT_API_URL=prefect_server)
+    common = [*_inputs(s3_store), "--cluster", address]
+    local = _evalcore(["run", *common, "-o", str(tmp_path / "local-run")], env, tmp_path / "tmp-local")
+    assert local.returncode == 0, local.stderr[-4000:]
+    run_url = s3_store.url("runs", "on-store")
+    stored = _evalcore(["run", *common, "-o", run_url], env, tmp_path / "tmp-store")
+    assert stored.returncode == 0, stored.stderr[-4000:]
+    assert f"run directory {run_url}: metrics.json" in stored.stdout, stored.stdout[-2000:]
+    fs = s3_store.fs()
+    on_store = json.loads(fs.cat_file(f"{s3_store.bucket}/runs/on-store/metrics.json"))
+    assert on_store == json.loads((tmp_path / "local-run" / "metrics.json").read_text())
+    held = [k.split("/runs/on-store/", 1)[1] for k in s3_store.listing() if "/runs/on-store/" in k]
+    assert "status.json" in held and "evidence-manifest.json" in held and any(k.startswith("fields/part-") for k in held)
+    assert not [k for k in held if k.startswith("work/")]  # the work directory was released after success
+    assert json.loads(fs.cat_file(f"{s3_store.bucket}/runs/on-store/status.json"))["status"] == "succeeded"
+    manifest = json.loads(fs.cat_file(f"{s3_store.bucket}/runs/on-store/manifest.json"))
+    assert manifest["parameters"]["output_dir"] == run_url  # the URL, not the local staging directory
+    assert list((tmp_path / "tmp-store").glob("evalcore-run-*")) == []  # the staging directory is gone
+    verified = _evalcore(["verify", run_url], s3_store.env(), tmp_path / "tmp-verify")
+    assert verified.returncode == 0 and "intact" in verified.stdout, verified.stdout[-3000:] + verified.stderr[-3000:]
