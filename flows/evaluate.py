@@ -436,6 +436,8 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
                 write_json(out / "manifest.json", manifest)
         staged.abort()
         raise
+    finally:
+        wd.discard(workdir)  # this client's copy of a store work directory (the store keeps it)
     logger.info("run finished: precision %.3f, recall %.3f, F1 %.3f; outputs in %s", metrics["precision"], metrics["recall"], metrics["f1"], out)
     if gate_result is not None and gate_result["decision"] != "pass":
         # After everything is written: the run ends Failed, so an automation can alert.

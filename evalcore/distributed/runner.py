@@ -771,3 +771,4 @@ def run_distributed(
     finally:
         if own_tmp:
             shutil.rmtree(work, ignore_errors=True)
+        wd.discard(work)  # this client's copy of a store work directory

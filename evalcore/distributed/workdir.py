@@ -37,7 +37,7 @@ from urllib.parse import quote, unquote
 
 from evalcore import remote
 
-__all__ = ["is_remote", "root", "local", "url_of", "fetch", "publish", "files", "exists", "etag", "remove", "remove_tree", "scratch"]
+__all__ = ["is_remote", "root", "local", "url_of", "fetch", "publish", "files", "exists", "etag", "remove", "remove_tree", "discard", "scratch"]
 
 _PREFIX = "evalcore-store-"
 _MIRROR = re.compile(r"(?:^|/)" + _PREFIX + r"[^/]+/([^/]+)(?:/(.*))?$")
@@ -196,3 +196,13 @@ def remove_tree(directory: str | os.PathLike) -> None:
         pass
     except Exception as exc:
         raise remote.store_error(url, exc, "cannot delete") from None
+
+
+def discard(workdir: str | os.PathLike) -> None:
+    """Remove this process's mirror of a store work directory (the store keeps everything); a local work directory is left alone."""
+    if not is_remote(workdir):
+        return
+    shutil.rmtree(root(url_of(workdir) or workdir), ignore_errors=True)
+    with_nothing = scratch()
+    if with_nothing.is_dir() and not any(with_nothing.iterdir()):
+        with_nothing.rmdir()

@@ -288,7 +288,7 @@ def test_slurm_profile_uses_dask_jobqueue_keys():
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-@pytest.mark.parametrize("script", ["local/env.sh", "local/start.sh", "local/stop.sh", "slurm/evaluate.sbatch"])
+@pytest.mark.parametrize("script", ["local/env.sh", "local/start.sh", "local/stop.sh", "slurm/evaluate.sbatch", "object-store/walkthrough-s3.sh"])
 def test_shell_scripts_parse(script):
     subprocess.run(["bash", "-n", str(DEPLOY / script)], check=True)
 
