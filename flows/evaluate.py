@@ -56,6 +56,7 @@ from evalcore.distributed.runner import (
     phase_timings,
     plan_phase,
     prepare_phase,
+    release_mirrors,
     resolve_phase,
     sums_phase,
 )
@@ -407,6 +408,7 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
             publish(record(), metrics, params, started, dashboard)
             gate_result = check_gates(params) if params.gates else None
             reliability = run_reliability(client, recording_since, record().timings, client_peaks, embedded=not params.cluster)
+            release_mirrors(client, workdir)  # the workers' copies of a store work directory
         evidence(params, setup, metrics, reliability, started)
         html_report(params)  # after the gates and the bundle: the decision and the identity are on the page
         if not params.keep_workdir:

@@ -772,3 +772,15 @@ def run_distributed(
         if own_tmp:
             shutil.rmtree(work, ignore_errors=True)
         wd.discard(work)  # this client's copy of a store work directory
+        release_mirrors(client, work)
+
+
+def release_mirrors(client: object, workdir: str | Path) -> None:
+    """Ask every worker to remove its copy of a store work directory (a worker outlives the run; the store keeps everything)."""
+    if not wd.is_remote(workdir):
+        return
+    url = wd.url_of(workdir)
+    try:
+        client.run(wd.discard, url)
+    except Exception:  # noqa: BLE001  (a worker gone or a cluster closing: its copy goes with it)
+        logger.debug("workers' copies of %s not removed", url, exc_info=True)

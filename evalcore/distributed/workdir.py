@@ -11,8 +11,9 @@ arguments or a done record (its own mirror's path) still says which object it me
 :func:`local` turns any work-directory path into this process's mirror path of the same
 object. Then:
 
-* :func:`fetch` before reading: the object is downloaded into the mirror (once per
-  process; a work directory's objects are written once per run signature);
+* :func:`fetch` before reading: the object is downloaded into the mirror unless the
+  copy there is of its current version (its ETag: a worker outlives runs, and a later
+  run may write an object of the same name anew);
 * :func:`publish` after writing: the mirror's file is sent in one put
   (:func:`evalcore.remote.put_file`), so an object is never seen half-written; done
   records are published after the files they name, so a partition's outputs count only
@@ -87,19 +88,37 @@ def local(path: str | os.PathLike) -> Path:
     return own / match.group(2) if match.group(2) else own
 
 
-def fetch(path: str | os.PathLike, fresh: bool = False) -> Path:
-    """The local path to read a work-directory file at, downloaded from the store first when it is a URL's (and not yet here).
+_HELD: dict[str, str] = {}
+"""This process's mirror files and the ETag of the object each is a copy of: a worker
+lives through many runs, and a later run may write an object of the same name anew."""
 
-    With ``fresh``, downloaded again even when here (a done record, which a retried task
-    may have rewritten). A missing object is no error here: the caller's read then fails
-    as for a missing local file.
+
+def _tag(info: dict) -> str | None:
+    value = info.get("ETag") or info.get("etag") or info.get("generation")
+    return str(value).strip('"') if value not in (None, "") else None
+
+
+def fetch(path: str | os.PathLike, fresh: bool = False) -> Path:
+    """The local path to read a work-directory file at: for a URL's, this process's copy,
+    downloaded unless the copy here is of the object's current version (its ETag, one
+    HEAD request).
+
+    ``fresh`` is accepted for readability at the call sites that must never read an old
+    copy (done records); every fetch checks the version. A missing object is no error
+    here: the local copy is dropped and the caller's read fails as for a missing file.
     """
     target = local(path)
     url = url_of(path)
-    if url is None or (target.is_file() and not fresh):
+    if url is None:
         return target
-    if fresh:
+    info = _info(url)
+    if info is None:
         target.unlink(missing_ok=True)
+        _HELD.pop(str(target), None)
+        return target
+    tag = _tag(info)
+    if target.is_file() and tag is not None and _HELD.get(str(target)) == tag:
+        return target
     fs, inner = remote.filesystem(url)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
@@ -112,6 +131,8 @@ def fetch(path: str | os.PathLike, fresh: bool = False) -> Path:
         tmp.unlink(missing_ok=True)
         raise remote.store_error(url, exc) from None
     os.replace(tmp, target)
+    if tag is not None:
+        _HELD[str(target)] = tag
     return target
 
 
@@ -121,6 +142,9 @@ def publish(path: str | os.PathLike) -> Path:
     url = url_of(path)
     if url is not None:
         remote.put_file(target, url)
+        info = _info(url)
+        if info is not None and _tag(info) is not None:
+            _HELD[str(target)] = _tag(info)  # this copy is the object now on the store
     return target
 
 
@@ -168,10 +192,7 @@ def etag(path: str | os.PathLike) -> str | None:
     if url is None:
         return None
     info = _info(url)
-    if info is None:
-        return None
-    value = info.get("ETag") or info.get("etag") or info.get("generation")
-    return str(value).strip('"') if value not in (None, "") else None
+    return None if info is None else _tag(info)
 
 
 def remove(path: str | os.PathLike) -> None:
@@ -202,7 +223,10 @@ def discard(workdir: str | os.PathLike) -> None:
     """Remove this process's mirror of a store work directory (the store keeps everything); a local work directory is left alone."""
     if not is_remote(workdir):
         return
-    shutil.rmtree(root(url_of(workdir) or workdir), ignore_errors=True)
+    mirror = root(url_of(workdir) or workdir)
+    shutil.rmtree(mirror, ignore_errors=True)
+    for held in [h for h in _HELD if h.startswith(str(mirror) + os.sep)]:
+        del _HELD[held]
     with_nothing = scratch()
     if with_nothing.is_dir() and not any(with_nothing.iterdir()):
         with_nothing.rmdir()

@@ -184,3 +184,28 @@ def test_run_with_its_run_and_work_directories_on_the_store_equals_the_local_run
     assert list((tmp_path / "tmp-store").glob("evalcore-run-*")) == []  # the staging directory is gone
     verified = _evalcore(["verify", run_url], s3_store.env(), tmp_path / "tmp-verify")
     assert verified.returncode == 0 and "intact" in verified.stdout, verified.stdout[-3000:] + verified.stderr[-3000:]
+
+
+def test_a_copy_is_read_only_while_it_is_the_objects_current_version(monkeypatch, tmp_path: Path, s3_store) -> None:
+    """A worker outlives runs: an object a later run writes anew under the same name is fetched again, not read from the old copy."""
+    from evalcore import remote
+    from evalcore.distributed import workdir as wd
+
+    for key, value in s3_store.env().items():
+        if key.startswith("AWS_"):
+            monkeypatch.setenv(key, value)
+    monkeypatch.setenv("EVALCORE_SCRATCH", str(tmp_path))
+    remote._filesystem.cache_clear()
+    try:
+        fs = s3_store.fs()
+        url = s3_store.url("work-versions", "sums", "1_2_3.npz")
+        fs.pipe_file(url[5:], b"first run")
+        assert wd.fetch(url).read_bytes() == b"first run"
+        fs.pipe_file(url[5:], b"second run")  # another process, another run
+        assert wd.fetch(wd.local(url)).read_bytes() == b"second run"
+        fs.rm_file(url[5:])
+        assert not wd.fetch(url).exists()  # gone from the store: no stale copy is read
+        wd.discard(s3_store.url("work-versions"))
+        assert not (tmp_path / f"evalcore-store-{os.getpid()}").exists()
+    finally:
+        remote._filesystem.cache_clear()
