@@ -57,7 +57,7 @@ __all__ = [
 #: there is ever removed by evalcore.
 WORKDIR_PHASE_ENTRIES = ("prepared", "pairs", "resolve", "resolved", "sums", "select", "sites")
 """The phases' entries: cleared when a run's signature changes (evalcore.distributed.staging)."""
-WORKDIR_ENTRIES = ("run.json", "input") + WORKDIR_PHASE_ENTRIES
+WORKDIR_ENTRIES = ("run.json", "input") + WORKDIR_PHASE_ENTRIES + ("outputs",)
 
 #: Marker of a work directory claimed by evalcore: {"created": true} when evalcore made it.
 WORKDIR_MARKER = ".evalcore-workdir.json"
@@ -361,6 +361,8 @@ def claim_workdir(path: str | os.PathLike, option: str = "--workdir") -> Path:
     was not made by evalcore: its ``prepared/`` (say) could be the user's, and a run
     replaces those entries, so it is refused.
     """
+    if remote.is_url(str(path)) and remote.is_url(remote.normalise(str(path))):
+        return _claim_remote_workdir(remote.normalise(str(path)), option)
     p = Path(path)
     marker = p / WORKDIR_MARKER
     if marker.exists():
@@ -383,8 +385,41 @@ def claim_workdir(path: str | os.PathLike, option: str = "--workdir") -> Path:
     return p
 
 
+def _claim_remote_workdir(url: str, option: str) -> str:
+    """:func:`claim_workdir` of a store prefix: the marker is an object (a prefix exists only while it holds objects)."""
+    marker = remote.join(url, WORKDIR_MARKER)
+    if remote.stat(marker, option) is not None:
+        return url
+    held = remote.list_files(url) if remote.stat(url, option) is not None else []
+    clash = sorted({rel.split("/", 1)[0] for rel in held} & set(WORKDIR_ENTRIES))
+    if clash:
+        raise EvalInputError(
+            f"{option} {url!r} already holds {clash[0]!r}, which evalcore did not write there; "
+            "give an empty or new prefix (evalcore creates it)."
+        )
+    with tempfile.TemporaryDirectory(prefix="evalcore-claim-") as tmp:
+        local = Path(tmp) / WORKDIR_MARKER
+        local.write_text(json.dumps({"created": not held}) + "\n", encoding="utf-8")
+        remote.put_file(local, marker)
+    return url
+
+
+def _release_remote_workdir(url: str) -> None:
+    """:func:`release_workdir` of a store prefix: evalcore's entries and the marker are deleted (a prefix has no directory to remove)."""
+    marker = remote.join(url, WORKDIR_MARKER)
+    if remote.stat(marker) is None:
+        return
+    for rel in remote.list_files(url):
+        if rel.split("/", 1)[0] in WORKDIR_ENTRIES:
+            remote.remove(remote.join(url, rel))
+    remote.remove(marker)
+
+
 def release_workdir(path: str | os.PathLike) -> None:
     """After a successful run: remove what evalcore wrote in the work directory, and the directory if evalcore made it."""
+    if remote.is_url(str(path)) and remote.is_url(remote.normalise(str(path))):
+        _release_remote_workdir(remote.normalise(str(path)))
+        return
     p = Path(path)
     marker = p / WORKDIR_MARKER
     if not marker.exists():
@@ -408,6 +443,38 @@ def release_workdir(path: str | os.PathLike) -> None:
 
 
 # --------------------------------------------------------------------------- run directories
+
+
+def check_remote_run_directory(url: str, option: str = "-o/--output-dir") -> None:
+    """:func:`check_run_directory` of a store prefix: new, empty, or an earlier evalcore run's without a human review."""
+    held = remote.list_files(url) if remote.stat(url, option) is not None else []
+    if held and not any(rel in _RUN_MARKS for rel in held):
+        raise EvalInputError(
+            f"{option} {url!r} already holds objects of something other than an evalcore run (e.g. {held[0]!r}); "
+            "give an empty or new prefix, or an earlier run's."
+        )
+    if any(rel.split("/", 1)[0] == REVIEW_DIR for rel in held):
+        raise EvalInputError(f"{option} {url!r} holds a human review ({REVIEW_DIR}/); give a new prefix for the rerun.")
+
+
+def put_run_directory(local: str | os.PathLike, url: str) -> list[str]:
+    """Send a finished run directory, written locally, to a store prefix, object by object (each in one put).
+
+    ``status.json``, the run's completion marker, goes last, so a reader that sees
+    "succeeded" finds every other object already there; then an earlier run's objects
+    that this run did not write are deleted (a review and the work directory excepted).
+    Returns the relative names written.
+    """
+    local = Path(local)
+    names = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file() and p.name != RUN_LOCK)
+    ordered = [n for n in names if n != "status.json"] + [n for n in names if n == "status.json"]
+    old = remote.list_files(url) if remote.stat(url) is not None else []
+    for rel in ordered:
+        remote.put_file(local / rel, remote.join(url, rel))
+    for rel in sorted(set(old) - set(names)):
+        if rel.split("/", 1)[0] not in (REVIEW_DIR, "work") and rel != WORKDIR_MARKER:
+            remote.remove(remote.join(url, rel))
+    return ordered
 
 
 def check_run_directory(path: str | os.PathLike, option: str = "-o/--output-dir") -> None:

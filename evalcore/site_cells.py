@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import shapely
 
+from evalcore.distributed import workdir as wd
 from evalcore._typing import GeomArray, IdArray
 from evalcore.sites import GRID_CELL_M, cell_boxes, grid_cells, whole_cells
 
@@ -106,7 +107,7 @@ class CellPieces:
         bx, by = self.x[rows] // BLOCK_CELLS, self.y[rows] // BLOCK_CELLS
         at = {int(r): i for i, r in enumerate(rows)}
         for block in np.unique(np.stack([bx, by], axis=1), axis=0):
-            with np.load(Path(self.directory) / f"block_{int(block[0])}_{int(block[1])}.npz", allow_pickle=False) as data:
+            with np.load(wd.fetch(Path(self.directory) / f"block_{int(block[0])}_{int(block[1])}.npz"), allow_pickle=False) as data:
                 ids, offsets, wkb = data["rows"], data["offsets"], data["wkb"]
             wanted = np.flatnonzero(np.isin(ids, rows))
             blobs = [wkb[offsets[i] : offsets[i + 1]].tobytes() for i in wanted]
@@ -250,7 +251,7 @@ def write_cell_pieces(cells: CellPieces, directory: str | os.PathLike) -> CellPi
     """
     if cells.pieces is None:
         return cells
-    directory = Path(directory)
+    directory = wd.local(directory)  # a store work directory: this process's mirror, each block published when written
     directory.mkdir(parents=True, exist_ok=True)
     for old in directory.glob("block_*.npz"):  # a previous run's blocks
         old.unlink()
@@ -267,6 +268,7 @@ def write_cell_pieces(cells: CellPieces, directory: str | os.PathLike) -> CellPi
             offsets = np.concatenate([[0], np.cumsum([len(v) for v in blobs])]).astype(np.int64)
             buffer = np.frombuffer(b"".join(blobs), dtype=np.uint8)
             np.savez(directory / f"block_{int(block[0])}_{int(block[1])}.npz", rows=rows.astype(np.int64), offsets=offsets, wkb=buffer)
+            wd.publish(directory / f"block_{int(block[0])}_{int(block[1])}.npz")
     return CellPieces(cells.cell_m, cells.whole, cells.x, cells.y, cells.owner, None, str(directory))
 
 
@@ -371,7 +373,7 @@ class NearUnion:
             if (bx, by) not in stored:
                 whole.append(rows)
                 continue
-            near = shapely.from_wkb((Path(self.directory) / f"near_{bx}_{by}.wkb").read_bytes())
+            near = shapely.from_wkb(wd.fetch(Path(self.directory) / f"near_{bx}_{by}.wkb").read_bytes())
             rect = _near_rect(bx, bx + 1, by, by + 1, self.block_m, self.margin_m)
             safe = _away_from_cuts(near, rect, bounds[rows])
             if safe.any():
@@ -380,7 +382,7 @@ class NearUnion:
             whole.append(rows[~safe])
         rest = np.concatenate(whole) if whole else np.empty(0, np.int64)
         if len(rest):
-            union = shapely.from_wkb((Path(self.directory) / "union.wkb").read_bytes())
+            union = shapely.from_wkb(wd.fetch(Path(self.directory) / "union.wkb").read_bytes())
             shapely.prepare(union)
             out[rest] = shapely.contains(union, geoms[rest])
         return out
@@ -425,11 +427,12 @@ def near_union(union: shapely.Geometry, cells: CellPieces, directory: str | os.P
     margin_m = block_m * NEAR_MARGIN_BLOCKS
     if directory is None:
         return NearUnion(block_m, margin_m, union)
-    directory = Path(directory)
+    directory = wd.local(directory)  # a store work directory: this process's mirror, each piece published when written
     directory.mkdir(parents=True, exist_ok=True)
     for old in directory.glob("near_*.wkb"):  # a previous run's neighbourhoods
         old.unlink()
     (directory / "union.wkb").write_bytes(shapely.to_wkb(union))
+    wd.publish(directory / "union.wkb")
     own = np.unique(np.stack([cells.x // BLOCK_CELLS, cells.y // BLOCK_CELLS], axis=1).reshape(-1, 2), axis=0)
     steps = np.array([(dx, dy) for dy in (-1, 0, 1) for dx in (-1, 0, 1)], dtype=np.int64)
     wanted = np.unique((own[:, None, :] + steps[None, :, :]).reshape(-1, 2), axis=0) if len(own) else np.empty((0, 2), np.int64)
@@ -438,6 +441,7 @@ def near_union(union: shapely.Geometry, cells: CellPieces, directory: str | os.P
         part = shapely.clip_by_rect(part, *_near_rect(bx0, bx1, by0, by1, block_m, margin_m))
         if bx1 - bx0 == 1 and by1 - by0 == 1:
             (directory / f"near_{bx0}_{by0}.wkb").write_bytes(shapely.to_wkb(part))
+            wd.publish(directory / f"near_{bx0}_{by0}.wkb")
             return
         if bx1 - bx0 >= by1 - by0:
             mid = (bx0 + bx1) // 2

@@ -107,9 +107,17 @@ def _read_metrics(output_dir: str) -> dict:
 def _print_run(metrics: dict, output_dir: str, started: float, run_log: Path) -> None:
     """The summary of a finished run and what its directory holds."""
     print(format_summary(metrics))
-    out = Path(output_dir)
-    written = [name for name in ("metrics.json", "report.html", "report.md", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet") if (out / name).exists()]
-    written += [f"{name}/" for name in ("fields", "predictions") if (out / name).is_dir()]
-    if (out / "evidence-manifest.json").exists():
+    from evalcore import remote
+
+    if remote.is_url(output_dir) and remote.is_url(remote.normalise(output_dir)):  # a run directory on a store: what it holds
+        held = set(remote.list_files(remote.normalise(output_dir)))
+        held |= {rel.split("/", 1)[0] for rel in held if "/" in rel}
+        exists, is_dir = (lambda name: name in held), (lambda name: name in held)
+    else:
+        out = Path(output_dir)
+        exists, is_dir = (lambda name: (out / name).exists()), (lambda name: (out / name).is_dir())
+    written = [name for name in ("metrics.json", "report.html", "report.md", "manifest.json", "tiles.parquet", "aois.parquet", "pr_curve.parquet") if exists(name)]
+    written += [f"{name}/" for name in ("fields", "predictions") if is_dir(name)]
+    if exists("evidence-manifest.json"):
         written.append("the evidence bundle (evidence-manifest.json; check it with evalcore verify)")
     print(f"run directory {output_dir}: {', '.join(written)}, {run_log.as_posix()} ({time.perf_counter() - started:.1f} s)")

@@ -38,6 +38,7 @@ import contextlib
 import datetime as dt
 import logging
 import shutil
+import tempfile
 import time
 import traceback
 from collections.abc import Iterator
@@ -55,9 +56,12 @@ from evalcore.distributed.runner import (
     phase_timings,
     plan_phase,
     prepare_phase,
+    release_mirrors,
     resolve_phase,
     sums_phase,
 )
+from evalcore import remote
+from evalcore.distributed import workdir as wd
 from evalcore.distributed.sources import LayerSource
 from evalcore.distributed.staging import SITE_OPTIONS, start_run
 from evalcore.distributed.values import PairsDone, ResolvedRun, RunIndex, RunSetup, SumsDone
@@ -71,8 +75,10 @@ from evalcore.outputs import (
     OutputSet,
     RunDirectoryLock,
     check_replaceable_directory,
+    check_remote_run_directory,
     check_run_directory,
     claim_workdir,
+    put_run_directory,
     release_workdir,
     remove_parts_directory,
 )
@@ -241,7 +247,7 @@ def _manifest(record: RunRecord, params: EvaluateParams, inputs: dict, status: s
         "status": status,
         "started": started,
         "finished": _now(),
-        "parameters": params.model_dump(mode="json"),
+        "parameters": shown_parameters(params),
         "inputs": inputs,
         "versions": package_versions(),
         "partition_size_m": params.partition_size_m,
@@ -259,6 +265,8 @@ def evaluate_layers(params: EvaluateParams) -> dict:
     ``partition_size_m``) and writes the run directory described in this module.
     """
     options = params.options()  # bad options fail here, before the run directory exists
+    if remote.is_url(params.output_dir) and remote.is_url(remote.normalise(params.output_dir)):
+        return _evaluate_to_store(params, options)
     out = Path(params.output_dir)
     check_run_directory(out)
     for name in ("fields", "predictions"):
@@ -267,6 +275,51 @@ def evaluate_layers(params: EvaluateParams) -> dict:
     # One run at a time in a run directory; the lock dies with this process however it ends.
     with RunDirectoryLock(out), run_log(out / RUN_LOG):
         return _evaluate(params, options, out)
+
+
+def _evaluate_to_store(params: EvaluateParams, options: EvalOptions) -> dict:
+    """:func:`evaluate_layers` with the run directory on an object store.
+
+    The run directory is written in a local staging directory and put object by object
+    when whole, ``status.json`` (the run's completion marker) last; the work directory is
+    on the store too (``RUN_DIR/work`` unless given), so the workers need no file system
+    shared with this client. A failed run puts only its ``status.json`` and ``manifest.json``.
+    """
+    url = remote.normalise(params.output_dir)
+    check_remote_run_directory(url)
+    local = Path(tempfile.mkdtemp(prefix="evalcore-run-"))
+    staged = params.model_copy(update={"output_dir": str(local), "workdir": params.workdir or remote.join(url, "work")})
+    _SHOWN[str(local)] = url
+    try:
+        with run_log(local / RUN_LOG):
+            try:
+                metrics = _evaluate(staged, options, local)
+            except BaseException:
+                for name in ("manifest.json", "status.json"):
+                    if (local / name).is_file():
+                        remote.put_file(local / name, remote.join(url, name))
+                raise
+        put_run_directory(local, url)
+        return metrics
+    except GatesNotPassed:
+        put_run_directory(local, url)
+        raise
+    finally:
+        _SHOWN.pop(str(local), None)
+        shutil.rmtree(local, ignore_errors=True)
+
+
+_SHOWN: dict[str, str] = {}
+"""Local staging directories of run directories on a store, and their URLs: what the
+manifests and the evidence record as the run directory is the URL the user gave."""
+
+
+def shown_parameters(params: EvaluateParams) -> dict:
+    """The run's parameters as recorded, with a store run directory's URL (not its local staging directory)."""
+    dumped = params.model_dump(mode="json")
+    if dumped.get("output_dir") in _SHOWN:
+        dumped["output_dir"] = _SHOWN[dumped["output_dir"]]
+    return dumped
 
 
 def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
@@ -284,7 +337,9 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
         remove_parts_directory(out / name)
     started = _now()
     write_json(out / "status.json", {"status": "running", "started": started})
-    workdir = claim_workdir(Path(params.workdir) if params.workdir else out / "work")
+    workdir = claim_workdir(params.workdir if params.workdir and remote.is_url(params.workdir) else
+                            Path(params.workdir) if params.workdir else out / "work")
+    on_store = remote.is_url(str(workdir))
     staged = OutputSet()  # fields/ and predictions/ are written aside and swapped in whole
     setup = index = done_pairs = resolved = done_sums = merge_seconds = gate_result = None
     dashboard = ""
@@ -314,16 +369,18 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
                 LayerSource(params.predicted, params.pred_layer, "predicted"),
                 LayerSource(params.reference, params.ref_layer, "reference"),
                 options,
-                workdir,
+                wd.root(workdir),
                 strata_column=params.strata_column,
                 size_bins=params.size_bins,
-                frame_dir=staged.directory(out / "fields"),
+                # A work directory on the store: the workers write the tables' parts there,
+                # and this client fetches them into the staged run directory after the merge.
+                frame_dir=wd.root(workdir) / "outputs" / "fields" if on_store else staged.directory(out / "fields"),
                 chunk_rows=params.chunk_rows,
                 log=logger.info,
                 progress=PhaseProgress(),  # the terminal's line per phase (evalcore.logs)
                 tiles_out=out / "tiles.parquet",
                 aois_out=out / "aois.parquet" if options.aoi is not None else None,
-                predictions_dir=staged.directory(out / "predictions"),
+                predictions_dir=(wd.root(workdir) / "outputs" / "predictions") if on_store else staged.directory(out / "predictions"),
                 pr_curve_out=out / "pr_curve.parquet" if options.score_column is not None else None,
             )
             recording_since = start_recording(client)
@@ -343,10 +400,15 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
             metrics = merge(client, setup, index, plan, resolved, done_sums)
             merge_seconds = time.perf_counter() - merge_started
             client_peaks["merge"] = peak_rss_mib()
+            if on_store:
+                _fetch_parts(setup.frame_dir, staged.directory(out / "fields"))
+                if setup.predictions_dir is not None:
+                    _fetch_parts(setup.predictions_dir, staged.directory(out / "predictions"))
             staged.commit()
             publish(record(), metrics, params, started, dashboard)
             gate_result = check_gates(params) if params.gates else None
             reliability = run_reliability(client, recording_since, record().timings, client_peaks, embedded=not params.cluster)
+            release_mirrors(client, workdir)  # the workers' copies of a store work directory
         evidence(params, setup, metrics, reliability, started)
         html_report(params)  # after the gates and the bundle: the decision and the identity are on the page
         if not params.keep_workdir:
@@ -376,11 +438,19 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
                 write_json(out / "manifest.json", manifest)
         staged.abort()
         raise
+    finally:
+        wd.discard(workdir)  # this client's copy of a store work directory (the store keeps it)
     logger.info("run finished: precision %.3f, recall %.3f, F1 %.3f; outputs in %s", metrics["precision"], metrics["recall"], metrics["f1"], out)
     if gate_result is not None and gate_result["decision"] != "pass":
         # After everything is written: the run ends Failed, so an automation can alert.
         raise GatesNotPassed(gate_result, metrics)
     return metrics
+
+
+def _fetch_parts(directory: Path, target: Path) -> None:
+    """Copy the ``part-*.parquet`` objects the workers put in a store work directory's ``outputs/`` into a staged local directory."""
+    for part in wd.files(directory, "part-*.parquet"):
+        shutil.copyfile(wd.fetch(part), target / part.name)
 
 
 class GatesNotPassed(RuntimeError):
@@ -438,7 +508,7 @@ def evidence(params: EvaluateParams, setup: RunSetup, metrics: dict, reliability
         layers.append(InputLayer("gates", params.gates))
     given = BundleInputs(
         inputs=layers,
-        parameters=params.model_dump(mode="json"),
+        parameters=shown_parameters(params),
         metric_parameters=params.metric_parameters(),
         labels=dict(params.labels),
         reliability=reliability,

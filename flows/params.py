@@ -12,7 +12,8 @@ from evalcore.distributed.cluster import DASHBOARD_ADDRESS, check_dashboard_addr
 from evalcore.metrics.base import Option
 from evalcore.options import EvalOptions, all_options, check_options
 from evalcore.outputs import check_not_inputs
-from evalcore.remote import check_input_urls, check_local_only
+from evalcore.remote import check_input_urls, check_local_only, check_url
+from evalcore.remote import is_url as remote_is_url
 
 __all__ = ["MetricParams", "EvaluateParams", "ReevaluateParams", "METRIC_PARAMETERS", "DEFAULT_LAYER_PATTERN"]
 
@@ -111,7 +112,11 @@ class EvaluateParams(MetricParams):
         inputs = {"predicted": self.predicted, "reference": self.reference, "gates": self.gates}
         inputs |= {name: getattr(self, name, None) for name in ("aoi", "annotated_area", "study_area", "training_area")}
         check_input_urls({name: value for name, value in inputs.items() if name != "gates"})
-        check_local_only({"output_dir": self.output_dir, "workdir": self.workdir, "gates": self.gates})
+        check_local_only({"gates": self.gates})
+        for name in ("output_dir", "workdir"):  # store URLs are checked (no credential in them) and normalised
+            value = getattr(self, name)
+            if isinstance(value, str) and remote_is_url(value):
+                check_url(value, name)
         check_not_inputs(inputs, {"output_dir": self.output_dir, "workdir": self.workdir}, directories={"output_dir", "workdir"})
         return self
 

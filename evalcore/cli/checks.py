@@ -134,12 +134,12 @@ def check_run_arguments(args: object) -> None:
     writable, must not be, hold or lie in an input, and the run directory must be new,
     empty or an earlier run's, not claimed by a run in progress (:mod:`evalcore.outputs`).
     """
+    from evalcore import remote
     from evalcore.outputs import RunDirectoryLock, check_not_inputs, check_run_directory
 
     check_input_urls({"-p/--predicted": args.predicted, "-r/--reference": args.reference, "--aoi": args.aoi,
                       "--annotated-area": args.annotated_area, "--study-area": getattr(args, "study_area", None),
                       "--training-area": getattr(args, "training_area", None)})
-    check_local_only({"-o/--output-dir": args.output_dir, "--workdir": args.workdir})
     check_output_dir(args.output_dir, "-o/--output-dir", create_parents=True)
     if args.workdir:
         check_output_dir(args.workdir, "--workdir", create_parents=True)
@@ -150,6 +150,11 @@ def check_run_arguments(args: object) -> None:
         {"-o/--output-dir": args.output_dir, "--workdir": args.workdir},
         directories={"-o/--output-dir", "--workdir"},
     )
+    if remote.is_url(args.output_dir) and remote.is_url(remote.normalise(args.output_dir)):
+        from evalcore.outputs import check_remote_run_directory
+
+        check_remote_run_directory(remote.normalise(args.output_dir))
+        return
     check_run_directory(args.output_dir)
     if Path(args.output_dir).is_dir():
         RunDirectoryLock(args.output_dir).acquire().release()  # another run holds it: refused now, not after the set-up
@@ -329,7 +334,6 @@ def check_evaluate_arguments(args: argparse.Namespace) -> str | None:
     check_input_urls({"-p/--predicted": args.predicted, "-r/--reference": args.reference, "--aoi": args.aoi,
                       "--annotated-area": args.annotated_area, "--study-area": getattr(args, "study_area", None),
                       "--training-area": getattr(args, "training_area", None)})
-    check_local_only({"--workdir": args.workdir})
     check_options(**metric_options(args))
     if not args.cluster:
         given = [flag for flag, value in (("--workers", args.workers), ("--workdir", args.workdir)) if value is not None]

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 from evalcore.bootstrap import PartitionKey
 from evalcore.distributed import storage
+from evalcore.distributed import workdir as wd
 from evalcore.distributed.reliability import PartitionMissingError
 from evalcore.distributed.tasks import select_task
 from evalcore.distributed.values import RunSetup
@@ -54,7 +55,7 @@ def partition_rounds(
         Queries to the partitions' answers, in ``keys`` order.
     """
     paths = [setup.workdir / "sums" / f"{storage.key_name(key)}.npz" for key in keys]
-    missing = [key for key, path in zip(keys, paths) if not storage.values_path(path).is_file()]
+    missing = [key for key, path in zip(keys, paths) if not wd.exists(storage.values_path(path))]
     if missing:
         raise PartitionMissingError(
             f"partition {storage.key_name(missing[0])} has no sorted values beside its sums in {setup.workdir / 'sums'}"
@@ -83,7 +84,7 @@ def partition_rounds(
                 for future in futures:
                     future.release()
         finally:
-            asked.unlink(missing_ok=True)
+            wd.remove(asked)
 
     return ask
 

@@ -47,6 +47,7 @@ import numpy as np
 
 from evalcore.bootstrap import PartitionKey, RunDraws
 from evalcore.distributed import storage
+from evalcore.distributed import workdir as wd
 from evalcore.distributed.order import select_on_partitions
 from evalcore.distributed.reliability import PartitionMissingError
 from evalcore.distributed.sources import Chunk, LayerSource, plan_chunks
@@ -190,7 +191,8 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
     started = time.perf_counter()
     check_workers_see(
         client,
-        {"predicted layer": setup.predicted.path, "reference layer": setup.reference.path, "work directory": setup.workdir},
+        {"predicted layer": setup.predicted.path, "reference layer": setup.reference.path,
+         "work directory": wd.url_of(setup.workdir) or setup.workdir},
     )
     index_path = setup.workdir / "prepared" / "index.json"
     record = setup.workdir / "prepared" / "done.json"
@@ -199,13 +201,13 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
     # block) written to the work directory, read by extent (evalcore.site_cells).
     sites = prepare_sites(setup.options, setup.options.equal_area_crs, setup.workdir / "sites")
     study = prepare_study(setup.options, setup.options.equal_area_crs, setup.workdir / "sites")
-    if storage.done_record_valid(record, setup.signature) and index_path.exists():
+    if storage.done_record_valid(record, setup.signature) and wd.exists(index_path):
         if setup.log:
             setup.log("prepare: reusing the prepared partitions of the interrupted run (checksums verified)")
-        return RunIndex(storage.index_from_json(json.loads(index_path.read_text())), True, time.perf_counter() - started, sites, study)
+        return RunIndex(storage.index_from_json(json.loads(wd.fetch(index_path).read_text())), True, time.perf_counter() - started, sites, study)
     sites_future = client.scatter(sites, broadcast=True, hash=False) if sites.aois is not None or sites.annotated is not None else sites
     study_future = client.scatter(study, broadcast=True, hash=False) if study.active else None
-    shutil.rmtree(setup.workdir / "prepared", ignore_errors=True)
+    wd.remove_tree(setup.workdir / "prepared")
     options = setup.options
     futures = {}
     planned = _balanced_chunks(client, setup)
@@ -264,6 +266,7 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
     checksums = {f: sha for entry in entries.values() for f, sha in entry["checksums"].items()}
     files = [Path(f) for f in checksums]
     write_json(index_path, storage.index_to_json(index))
+    wd.publish(index_path)
     storage.write_done_record(record, setup.signature, files + [index_path], base=setup.workdir / "prepared", checksums=checksums)
     return RunIndex(index, False, time.perf_counter() - started, sites, study)
 
@@ -418,7 +421,7 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     for key in sorted(pairs.keys, key=lambda k: -index.rows(k)):
         out = resolve_dir / f"by-{storage.key_name(key)}"
         if storage.done_record_valid(out.with_suffix(".done.json"), setup.signature):
-            finished = resolve_done(out, json.loads((out / "listing.json").read_text()))
+            finished = resolve_done(out, json.loads(wd.fetch(out / "listing.json").read_text()))
             if finished["with_preds"] or not with_preds:
                 done[key] = finished
                 continue
@@ -519,8 +522,8 @@ def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolve
     """The per-prediction table, one GeoParquet part per partition holding predictions."""
     out = setup.predictions_dir
     out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("part-*.parquet"):
-        stale.unlink()
+    for stale in wd.files(out, "part-*.parquet"):
+        wd.remove(stale)
     pred_info = index.info("predicted")
     ea = setup.ea_crs.to_wkt()
     preds = resolved.resolved.preds
@@ -569,7 +572,7 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
     paths = {key: setup.workdir / "sums" / f"{storage.key_name(key)}.npz" for key in keys}
     # Every missing partition is named, not only the first: after a failure the
     # others may have been cancelled, and the user wants the one that failed.
-    missing = [key for key in keys if not paths[key].exists()]
+    missing = [key for key in keys if not wd.exists(paths[key])]
     if missing:
         names = ", ".join(storage.key_name(k) for k in missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
         raise PartitionMissingError(
@@ -751,7 +754,8 @@ def run_distributed(
     import tempfile
 
     own_tmp = workdir is None
-    work = Path(tempfile.mkdtemp(prefix="evalcore-")) if own_tmp else Path(workdir)
+    # A store URL is used through this process's mirror of it (evalcore.distributed.workdir).
+    work = Path(tempfile.mkdtemp(prefix="evalcore-")) if own_tmp else wd.root(workdir)
     try:
         strata_column = None
         strata_label = strata if isinstance(strata, str) else None
@@ -792,3 +796,16 @@ def run_distributed(
     finally:
         if own_tmp:
             shutil.rmtree(work, ignore_errors=True)
+        wd.discard(work)  # this client's copy of a store work directory
+        release_mirrors(client, work)
+
+
+def release_mirrors(client: object, workdir: str | Path) -> None:
+    """Ask every worker to remove its copy of a store work directory (a worker outlives the run; the store keeps everything)."""
+    if not wd.is_remote(workdir):
+        return
+    url = wd.url_of(workdir)
+    try:
+        client.run(wd.discard, url)
+    except Exception:  # noqa: BLE001  (a worker gone or a cluster closing: its copy goes with it)
+        logger.debug("workers' copies of %s not removed", url, exc_info=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -21,6 +20,7 @@ import geopandas
 import numpy as np
 
 from evalcore._version import __version__
+from evalcore.distributed import workdir as wd
 from evalcore.distributed.sources import LABEL_COLUMN, LayerSource
 from evalcore.distributed.values import ProgressCallback, RunSetup
 from evalcore.errors import EvalInputError
@@ -66,9 +66,10 @@ def _signature_of_run(
         "strata_column": strata_column,
         "size_bins": size_bins,
         "chunk_rows": chunk_rows,
-        "frame_dir": str(frame_dir.resolve()) if frame_dir is not None else None,
+        # A store work directory's parts are named by their URL (the mirror's path is this process's).
+        "frame_dir": (wd.url_of(frame_dir) or str(frame_dir.resolve())) if frame_dir is not None else None,
         "sites": {name: input_sha256.get(name) for name in SITE_OPTIONS},
-        "table_outputs": [str(p) if p is not None else None for p in table_outputs],
+        "table_outputs": [(wd.url_of(p) or str(p)) if p is not None else None for p in table_outputs],
         "evalcore": __version__,
         # Partition summaries hold exact digit sums (evalcore.exact); an older work
         # directory's summaries are not reused.
@@ -90,7 +91,8 @@ def _stage_site_layers(options: EvalOptions, workdir: Path) -> EvalOptions:
             from evalcore.writers import atomic_path
 
             atomic_path(path, lambda tmp, f=frame: f.to_parquet(tmp, index=False))
-            values[name] = str(path)
+            wd.publish(path)
+            values[name] = wd.url_of(path) or str(path)
         elif isinstance(value, str) and "://" not in value:
             values[name] = str(Path(value).resolve())
     return EvalOptions(values)
@@ -194,26 +196,32 @@ def start_run(
     tiles_out, aois_out, predictions_dir, pr_curve_out = (
         Path(p).resolve() if p is not None else None for p in (tiles_out, aois_out, predictions_dir, pr_curve_out)
     )
+    table_outputs = (tiles_out, aois_out, predictions_dir, pr_curve_out)
+    if wd.is_remote(workdir):
+        # A store run's tables are written in a local staging directory made anew by each
+        # client process: what they are, not where, is part of the run's identity.
+        table_outputs = tuple(p if p is None or wd.is_remote(p) else Path(p.name) for p in table_outputs)
     signature, input_sha256 = _signature_of_run(
-        predicted, reference, options, strata_column, size_bins, chunk_rows, frame_dir, (tiles_out, aois_out, predictions_dir, pr_curve_out)
+        predicted, reference, options, strata_column, size_bins, chunk_rows, frame_dir, table_outputs
     )
     workdir.mkdir(parents=True, exist_ok=True)
     run_file = workdir / "run.json"
     previous = None
-    if run_file.exists():
+    if wd.exists(run_file):
         try:
-            previous = json.loads(run_file.read_text()).get("signature")
+            previous = json.loads(wd.fetch(run_file, fresh=True).read_text()).get("signature")
         except ValueError:
             previous = None
     if previous != signature:
         for sub in WORKDIR_PHASE_ENTRIES:
-            shutil.rmtree(workdir / sub, ignore_errors=True)
+            wd.remove_tree(workdir / sub)
         if frame_dir is not None:
-            for stale in Path(frame_dir).glob("part-*.parquet"):
-                stale.unlink()
+            for stale in wd.files(frame_dir, "part-*.parquet"):
+                wd.remove(stale)
         if previous is not None:
             logger.info("work directory %s held another run (inputs or parameters changed): starting afresh", workdir)
         write_json(run_file, {"signature": signature})
+        wd.publish(run_file)
     label = strata_label if strata_label is not None else (strata_column if strata_column != STAGED_STRATA_COLUMN else None)
     return RunSetup(
         predicted=predicted,
@@ -260,4 +268,5 @@ def stage_layer(
     from evalcore.writers import atomic_path
 
     atomic_path(path, lambda tmp: frame.to_parquet(tmp, index=False, row_group_size=chunk_rows))
-    return LayerSource(str(path), None, role)
+    wd.publish(path)
+    return LayerSource(wd.url_of(path) or str(path), None, role)  # the workers read a store's copy by its URL

@@ -15,7 +15,9 @@ WKB geometries: the repaired source geometry (the GeoParquet primary column, in 
 layer's CRS), the equal-area geometry and the UTM geometry. WKB stores doubles as they
 are, so a partition read back is bit-identical to the rows prepared.
 
-Every file is written to a temporary name and renamed when whole.
+Every file is written to a temporary name and renamed when whole. Every read and write
+goes through :mod:`evalcore.distributed.workdir` (``wd.fetch`` before a read,
+``wd.publish`` after a write), so a work directory on an object store works the same.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pyproj import CRS
 from evalcore._typing import F64Array
 from evalcore.bootstrap import PartitionKey, ReplicateSums, RowDraws
 from evalcore.engine.pairing import PAIR_ARRAYS, PRED_ARRAYS, REF_ARRAYS, PairResults
+from evalcore.distributed import workdir as wd
 from evalcore.distributed.reliability import PartitionMissingError
 from evalcore.engine.sums import PartitionSummary
 from evalcore.writers import atomic_path
@@ -201,13 +204,13 @@ def write_prepared_chunk(
     }
     table = pa.table(columns)
     table = table.replace_schema_metadata({b"geo": _geo_metadata(layer.crs)})
-    directory.mkdir(parents=True, exist_ok=True)
-    target = directory / f"chunk-{int(layer.positions[rows[0]]):012d}.parquet"
-    return atomic_path(target, lambda tmp: pq.write_table(table, tmp, row_group_size=16_384, **_WKB_WRITE_OPTIONS))
+    target = wd.local(directory) / f"chunk-{int(layer.positions[rows[0]]):012d}.parquet"
+    atomic_path(target, lambda tmp: pq.write_table(table, tmp, row_group_size=16_384, **_WKB_WRITE_OPTIONS))
+    return wd.publish(target)
 
 
 def partition_files(workdir: Path, layer_name: str, key: PartitionKey) -> list[Path]:
-    return sorted((workdir / "prepared" / layer_name / key_name(key)).glob("chunk-*.parquet"))
+    return wd.files(Path(workdir) / "prepared" / layer_name / key_name(key), "chunk-*.parquet")
 
 
 def _geometries(table: pa.Table, column: str) -> np.ndarray:
@@ -266,6 +269,7 @@ def read_partition(
     files = partition_files(workdir, layer_name, key)
     if not files:
         raise FileNotFoundError(f"partition {key_name(key)} of the {layer_name} layer has no prepared rows in {workdir}")
+    files = [wd.fetch(f) for f in files]
     columns = [c for c in pq.read_schema(files[0]).names if c not in GEOMETRY_COLUMNS or c in geometries]
     tables = []
     for path in files:
@@ -320,11 +324,12 @@ def write_summary(path: Path, arrays: dict[str, np.ndarray]) -> Path:
         with open(tmp, "wb") as handle:
             np.savez(handle, **arrays)
 
-    return atomic_path(path, _write)
+    atomic_path(wd.local(path), _write)
+    return wd.publish(path)
 
 
 def read_summary(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as data:
+    with np.load(wd.fetch(path), allow_pickle=False) as data:
         return {name: data[name] for name in data.files}
 
 
@@ -354,29 +359,42 @@ def write_done_record(
     wrote the file (in parallel, while the file is still in the page cache); the others
     are computed here.
     """
-    base = record_path.parent if base is None else base
-    known = checksums or {}
+    # Paths another process wrote (a worker's, in a store work directory's mirror) are this
+    # process's paths of the same objects (wd.local); base is kept relative to the record,
+    # so a record read by another process, or in a moved work directory, finds its files.
+    record_path = wd.local(record_path)
+    base = record_path.parent if base is None else wd.local(base)
+    known = {str(wd.local(k)): v for k, v in (checksums or {}).items()}
+    files = [wd.local(f) for f in files]
     record = {
         "signature": signature,
-        "base": str(base),
+        "base": os.path.relpath(base, record_path.parent),
         "files": {os.path.relpath(f, base): known.get(str(f)) or file_sha256(f) for f in files},
     }
+    if wd.is_remote(record_path):
+        # On a store the files' version tags prove them unchanged without downloading them.
+        record["etags"] = {os.path.relpath(f, base): wd.etag(f) for f in files if wd.is_remote(f)}
     text = json.dumps(record, indent=1)
-    return atomic_path(record_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    atomic_path(record_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    return wd.publish(record_path)  # last: the files it names are on the store already
 
 
 def done_record_valid(record_path: Path, signature: str) -> bool:
     """True when the record exists, names ``signature`` and every file still has its checksum."""
     try:
-        record = json.loads(record_path.read_text(encoding="utf-8"))
+        record = json.loads(wd.fetch(record_path, fresh=True).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     if record.get("signature") != signature:
         return False
-    base = Path(record.get("base", record_path.parent))
+    base = wd.local(record_path).parent / record.get("base", ".")
+    etags = record.get("etags")
     for name, sha in record.get("files", {}).items():
-        path = base / name
-        if not path.is_file() or file_sha256(path) != sha:
+        path = Path(os.path.normpath(base / name))
+        if etags is not None and etags.get(name) is not None:
+            if wd.etag(path) != etags[name]:
+                return False
+        elif not path.is_file() or file_sha256(path) != sha:
             return False
     return True
 
@@ -390,7 +408,7 @@ def write_pair_results(directory: Path, key: PartitionKey, results: object, sign
     """Persist a partition's :class:`~evalcore.engine.pairing.PairResults` as three Parquet tables
     (per pair, per reference row, per prediction row)."""
     name = key_name(key)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = wd.local(directory)
     p = results.pairs
 
     def column(array_name: str) -> pa.Array:
@@ -406,7 +424,8 @@ def write_pair_results(directory: Path, key: PartitionKey, results: object, sign
     preds = pa.table({c: column(c) for c in PRED_ARRAYS})
     files = []
     for part, table in (("pairs", pairs), ("refs", refs), ("preds", preds)):
-        files.append(atomic_path(directory / f"{name}.{part}.parquet", lambda tmp, t=table: pq.write_table(t, tmp)))
+        atomic_path(directory / f"{name}.{part}.parquet", lambda tmp, t=table: pq.write_table(t, tmp))
+        files.append(wd.publish(directory / f"{name}.{part}.parquet"))
     write_done_record(directory / f"{name}.done.json", signature, files)
 
 
@@ -415,7 +434,7 @@ def read_pair_results(directory: Path, key: PartitionKey, signature: str) -> obj
     name = key_name(key)
     if not done_record_valid(directory / f"{name}.done.json", signature):
         return None
-    tables = {part: pq.read_table(directory / f"{name}.{part}.parquet") for part in ("pairs", "refs", "preds")}
+    tables = {part: pq.read_table(wd.fetch(Path(directory) / f"{name}.{part}.parquet")) for part in ("pairs", "refs", "preds")}
 
     def col(table: pa.Table, column: str, dtype: type | None = None) -> np.ndarray:
         if column in _LABEL_ARRAYS or column in _TEXT_ARRAYS:
@@ -702,12 +721,13 @@ def write_frame(path: Path, frame: pd.DataFrame) -> Path:
     for c in frame.columns:
         arrays[str(c)] = _labels_array(pd.Index(frame[c].to_numpy())) if c in objects else pa.array(frame[c].to_numpy())
     table = pa.table(arrays).replace_schema_metadata({b"evalcore_objects": json.dumps(objects).encode()})
-    return atomic_path(path, lambda tmp: pq.write_table(table, tmp))
+    atomic_path(wd.local(path), lambda tmp: pq.write_table(table, tmp))
+    return wd.publish(path)
 
 
 def read_frame(path: Path) -> pd.DataFrame:
     """The inverse of :func:`write_frame`."""
-    table = pq.read_table(path)
+    table = pq.read_table(wd.fetch(path))
     objects = set(json.loads(table.schema.metadata[b"evalcore_objects"]))
     columns = {
         c: np.asarray(table[c].to_pylist(), dtype=object) if c in objects else table[c].to_numpy(zero_copy_only=False)

@@ -21,6 +21,7 @@ from pyproj import CRS
 from evalcore import boundary
 from evalcore.bootstrap import PartitionKey, block_draws, pool_id
 from evalcore.distributed import storage
+from evalcore.distributed import workdir as wd
 from evalcore.distributed.reliability import PartitionMissingError, inject_fault
 from evalcore.distributed.sources import Chunk, LayerSource, read_chunk
 from evalcore.distributed.values import Box, LayerInfo, boxes_overlap
@@ -329,7 +330,7 @@ def resolve_task(
     # Each pair and contribution goes to its reference field's partition (route()).
     held, renumbered = np.unique(ref_part, return_inverse=True)
     routing = route(results.ref_pos, np.asarray(renumbered).ravel(), len(held), results.pairs.ref_pos, resolved.contributions.ref_pos)
-    out = Path(workdir) / "resolve" / f"by-{name}"
+    out = wd.local(Path(workdir) / "resolve" / f"by-{name}")
     out.mkdir(parents=True, exist_ok=True)
     shares: dict = {}
     for i, source in enumerate(held.tolist()):
@@ -353,6 +354,7 @@ def resolve_task(
                "preds": {storage.key_name(k): v.name for k, v in preds.items()}}
     meta = out / "listing.json"
     atomic_path(meta, lambda tmp: tmp.write_text(json.dumps(listing)))
+    wd.publish(meta)
     storage.write_done_record(out.with_suffix(".done.json"), signature, [*map(Path, shares.values()), *preds.values(), homeless, meta],
                               base=out)
     return resolve_done(out, listing)
@@ -450,7 +452,7 @@ def sums_task(
         )
         table = output_table(table, "fields", ref_id_column=id_column, pred_id_column=pred_id_column)
         frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=ref_info.crs)
-        written.append(write_geoparquet(Path(frame_dir) / f"part-{storage.key_name(key)}.parquet", frame))
+        written.append(wd.publish(write_geoparquet(wd.local(Path(frame_dir) / f"part-{storage.key_name(key)}.parquet"), frame)))
     path = Path(workdir) / "sums" / f"{storage.key_name(key)}.npz"
     written.append(storage.write_summary(path, storage.summary_to_arrays(summary)))
     # The gathered values stay here, sorted; the merge's selection rounds read them (select_task).
@@ -530,7 +532,7 @@ def predictions_task(
                              classed=classed)
     table = output_table(table, "predictions", ref_id_column=ref_id_column, pred_id_column=id_column)
     frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=pred_info.crs)
-    path = write_geoparquet(Path(out_dir) / f"part-{storage.key_name(key)}.parquet", frame)
+    path = wd.publish(write_geoparquet(wd.local(Path(out_dir) / f"part-{storage.key_name(key)}.parquet"), frame))
     return {"key": key, "n_pred": len(frame), "path": str(path)}
 
 
