@@ -4,16 +4,17 @@
 # in directories of their own. N=50000 bash deploy/object-store/measure-s3.sh (prints both wall times).
 set -euo pipefail
 N=${N:-50000}
-B=/tmp/r30bench
+B=${B:-/tmp/evalcore-s3-bench}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf $B; mkdir -p $B
-cd /work/wt/r30work
+cd "$ROOT"
 export PYTHONPATH=$PWD
-PY=/work/wt/r30work/.venv/bin/python
-EV=/work/wt/r30work/.venv/bin/evalcore
+PY=$ROOT/.venv/bin/python
+EV=$ROOT/.venv/bin/evalcore
 MOTO_PORT=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 DPORT=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=benchsecret AWS_DEFAULT_REGION=us-east-1 AWS_ENDPOINT_URL=http://127.0.0.1:$MOTO_PORT AWS_EC2_METADATA_DISABLED=true
-( cd $B && exec /work/wt/r30work/.venv/bin/moto_server -H 127.0.0.1 -p $MOTO_PORT ) > $B/moto.log 2>&1 &
+( cd $B && exec $ROOT/.venv/bin/moto_server -H 127.0.0.1 -p $MOTO_PORT ) > $B/moto.log 2>&1 &
 MOTO=$!
 trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT
 for i in $(seq 60); do curl -s http://127.0.0.1:$MOTO_PORT >/dev/null && break; sleep 1; done
@@ -32,8 +33,8 @@ for n in ("predicted.parquet", "reference.parquet", "aoi.parquet"):
 print("uploaded")
 PY
 mkdir -p $B/sched $B/w0/tmp $B/w1/tmp $B/client
-( cd $B/sched && exec /work/wt/r30work/.venv/bin/dask scheduler --host 127.0.0.1 --port $DPORT --dashboard-address 127.0.0.1:0 ) > $B/sched.log 2>&1 &
-for w in w0 w1; do ( cd $B/$w && TMPDIR=$B/$w/tmp exec /work/wt/r30work/.venv/bin/dask worker tcp://127.0.0.1:$DPORT --nthreads 1 --name $w --host 127.0.0.1 ) > $B/$w.log 2>&1 & done
+( cd $B/sched && exec $ROOT/.venv/bin/dask scheduler --host 127.0.0.1 --port $DPORT --dashboard-address 127.0.0.1:0 ) > $B/sched.log 2>&1 &
+for w in w0 w1; do ( cd $B/$w && TMPDIR=$B/$w/tmp exec $ROOT/.venv/bin/dask worker tcp://127.0.0.1:$DPORT --nthreads 1 --name $w --host 127.0.0.1 ) > $B/$w.log 2>&1 & done
 $PY -c "from distributed import Client; Client('tcp://127.0.0.1:$DPORT', timeout='60s').wait_for_workers(2, timeout=120)"
 COMMON="--aoi-id-column aoi_id --score-column score --cluster tcp://127.0.0.1:$DPORT"
 uptime
