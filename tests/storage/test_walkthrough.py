@@ -17,6 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "deploy" / "object-store" / "walkthrough-s3.sh"
 
 
+# The walkthrough repeats what test_remote_workdir checks with a whole `evalcore run` (about 45 s):
+# make slow.
+@pytest.mark.slow
 def test_the_s3_walkthrough_runs_as_written(tmp_path: Path, s3_store, prefect_server: str) -> None:
     env = s3_store.env(BUCKET=s3_store.bucket, PREFIX="walkthrough", N_REF="400", TMPDIR=str(tmp_path), PREFECT_API_URL=prefect_server,
                        PYTHONPATH=str(ROOT), PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
