@@ -44,6 +44,7 @@ from evalcore.errors import EvalInputError
 
 __all__ = [
     "SCHEMES",
+    "file_sha256",
     "is_url",
     "check_url",
     "normalise",
@@ -501,7 +502,9 @@ def check_writable(url: str, option: str) -> None:
 # --------------------------------------------------------------------------- run directories
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a local file, read in 1 MiB blocks (the one local file hash: done records,
+    run directories, input manifests)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -539,12 +542,12 @@ def run_directory(path: str, *, write: bool = False) -> Iterator[Path]:
                 fs.get_file(f"{inner}/{rel}", str(target))
             except Exception as exc:
                 raise store_error(join(url, rel), exc) from None
-        before = {rel: _file_sha256(local / rel) for rel in names}
+        before = {rel: file_sha256(local / rel) for rel in names}
         yield local
         if write:
             for found in sorted(q for q in local.rglob("*") if q.is_file()):
                 rel = found.relative_to(local).as_posix()
-                if before.get(rel) != _file_sha256(found):
+                if before.get(rel) != file_sha256(found):
                     put_file(found, join(url, rel))
     finally:
         shutil.rmtree(local, ignore_errors=True)

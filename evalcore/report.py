@@ -43,11 +43,7 @@ def sha256_path(path: str | Path) -> str:
     p = Path(remote.normalise(str(path))) if remote.is_url(str(path)) else Path(path)
     if p.is_dir():
         return sha256_of_parts((str(child.relative_to(p)), sha256_path(child)) for child in sorted(q for q in p.rglob("*") if q.is_file()))
-    digest = hashlib.sha256()
-    with open(p, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return remote.file_sha256(p)
 
 
 def sha256_of_parts(parts: Iterable[tuple[str, str]]) -> str:

@@ -39,6 +39,7 @@ from evalcore.engine.pairing import PAIR_ARRAYS, PRED_ARRAYS, REF_ARRAYS, PairRe
 from evalcore.distributed import workdir as wd
 from evalcore.distributed.reliability import PartitionMissingError
 from evalcore.engine.sums import PartitionSummary
+from evalcore.remote import file_sha256
 from evalcore.writers import atomic_path
 from evalcore.layer import PreparedLayer
 from evalcore.levels import UnitSums
@@ -337,16 +338,6 @@ def read_summary(path: Path) -> dict[str, np.ndarray]:
 # A partition's output counts as done only when its record names the run signature
 # (inputs' checksums and every parameter) and the SHA-256 of each file it wrote still
 # matches: presence alone proves nothing after an interrupted or changed run.
-
-
-def file_sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_done_record(
