@@ -34,7 +34,7 @@ import shapely
 
 from evalcore.distributed import workdir as wd
 from evalcore._typing import GeomArray, IdArray
-from evalcore.sites import GRID_CELL_M, cell_boxes, grid_cells, whole_cells
+from evalcore.sites import GRID_CELL_M, cell_boxes, grid_cells, halves, whole_cells
 
 __all__ = [
     "BLOCK_CELLS",
@@ -443,13 +443,7 @@ def near_union(union: shapely.Geometry, cells: CellPieces, directory: str | os.P
             (directory / f"near_{bx0}_{by0}.wkb").write_bytes(shapely.to_wkb(part))
             wd.publish(directory / f"near_{bx0}_{by0}.wkb")
             return
-        if bx1 - bx0 >= by1 - by0:
-            mid = (bx0 + bx1) // 2
-            halves = ((bx0, mid, by0, by1), (mid, bx1, by0, by1))
-        else:
-            mid = (by0 + by1) // 2
-            halves = ((bx0, bx1, by0, mid), (bx0, bx1, mid, by1))
-        for a0, a1, b0, b1 in halves:
+        for a0, a1, b0, b1 in halves(bx0, bx1, by0, by1):
             inside = blocks[(blocks[:, 0] >= a0) & (blocks[:, 0] < a1) & (blocks[:, 1] >= b0) & (blocks[:, 1] < b1)]
             if len(inside):
                 cut(part, a0, a1, b0, b1, inside)

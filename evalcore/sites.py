@@ -58,6 +58,7 @@ __all__ = [
     "check_site_layers",
     "GRID_CELL_M",
     "grid_cells",
+    "halves",
     "whole_cells",
     "cell_boxes",
     "grid_pieces",
@@ -405,13 +406,7 @@ def grid_cells(geoms_ea: GeomArray, cell_m: float = GRID_CELL_M) -> tuple[IdArra
             if not piece.is_empty:
                 found.append((y0, x0, piece))
             return
-        if x1 - x0 >= y1 - y0:
-            mid = (x0 + x1) // 2
-            halves = ((x0, mid, y0, y1), (mid, x1, y0, y1))
-        else:
-            mid = (y0 + y1) // 2
-            halves = ((x0, x1, y0, mid), (x0, x1, mid, y1))
-        for a0, a1, b0, b1 in halves:
+        for a0, a1, b0, b1 in halves(x0, x1, y0, y1):
             sub = shapely.clip_by_rect(part, a0 * cell_m, b0 * cell_m, a1 * cell_m, b1 * cell_m)
             if not sub.is_empty:
                 cut(sub, a0, a1, b0, b1)
@@ -432,6 +427,20 @@ def whole_cells(whole: IdArray) -> tuple[IdArray, IdArray, IdArray]:
     k = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
     width = (whole[:, 1] - whole[:, 0])[which]
     return whole[which, 0] + k % width, whole[which, 2] + k // width, which
+
+
+def halves(x0: int, x1: int, y0: int, y1: int) -> tuple[tuple[int, int, int, int], tuple[int, int, int, int]]:
+    """The two halves ``(x0, x1, y0, y1)`` of a range of cells (or blocks), cut across its
+    longer side (x on a tie): the step of the recursive cuts by cell range.
+
+    >>> halves(0, 4, 0, 2)
+    ((0, 2, 0, 2), (2, 4, 0, 2))
+    """
+    if x1 - x0 >= y1 - y0:
+        mid = (x0 + x1) // 2
+        return (x0, mid, y0, y1), (mid, x1, y0, y1)
+    mid = (y0 + y1) // 2
+    return (x0, x1, y0, mid), (x0, x1, mid, y1)
 
 
 def cell_boxes(x: IdArray, y: IdArray, cell_m: float = GRID_CELL_M) -> GeomArray:
