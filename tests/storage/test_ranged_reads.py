@@ -83,3 +83,39 @@ def test_a_chunk_reads_its_row_groups_not_the_whole_file(tmp_path, store_env, mo
     assert planned < size / 10, (planned, size)
     assert fetched < 1.2 * size / N_GROUPS, (fetched, size)
     print(f"file {size / 1e6:.1f} MB; planning fetched {planned / 1e6:.2f} MB, one chunk {fetched / 1e6:.2f} MB")
+
+
+def test_an_object_is_hashed_once_per_version(store_env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run hashes each input for its signature and again for its input manifest: the second
+    time the object's ETag names the version already streamed; a rewritten object is streamed anew."""
+    import hashlib
+
+    fs = store_env.fs()
+    url = store_env.url("facts", "layer.bin")
+    first, second = b"a" * 3000, b"b" * 3000
+    fs.pipe_file(url[len("s3://"):], first)
+    remote._FACTS.clear()
+    opened = []
+
+    def count_opens() -> None:  # on the file system object_facts gets (one per process and credentials)
+        found, _ = remote.filesystem(url)
+        original = found.open
+
+        def opening(p, *args, **kwargs):
+            opened.append(p)
+            return original(p, *args, **kwargs)
+
+        monkeypatch.setattr(found, "open", opening)
+
+    count_opens()
+    assert remote.object_facts(url)["sha256"] == hashlib.sha256(first).hexdigest()
+    assert remote.object_facts(url)["sha256"] == hashlib.sha256(first).hexdigest()
+    assert len(opened) == 1
+    fs.pipe_file(url[len("s3://"):], second)
+    remote._filesystem.cache_clear()  # a fresh file system, as a new listing would see the new ETag
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    count_opens()
+    assert remote.object_facts(url)["sha256"] == hashlib.sha256(second).hexdigest()
+    assert len(opened) == 2
