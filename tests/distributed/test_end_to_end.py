@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -16,6 +14,8 @@ import pytest
 
 import evalcore
 
+from tests.dask_processes import dask_processes as start_dask
+
 from .seams import seam_layers
 from .test_differential import differences
 
@@ -24,53 +24,13 @@ BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.cluster  # dask scheduler and worker processes, or the session's LocalCluster
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for_workers(address: str, n: int, timeout: float = 60.0) -> None:
-    from distributed import Client
-
-    with Client(address, timeout="30s") as client:
-        client.wait_for_workers(n, timeout=timeout)
-
-
 @pytest.fixture(scope="module")
 def dask_processes(tmp_path_factory):
     """One scheduler and two workers for the module's command-line runs (each run has its
     own work directory and task keys); stopped, and checked gone, after the last one."""
-    tmp_path = tmp_path_factory.mktemp("dask-processes")
-    port, dash = _free_port(), _free_port()
-    address = f"tcp://127.0.0.1:{port}"
     env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False")
-    procs = [
-        subprocess.Popen(
-            [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port), "--dashboard-address", f"127.0.0.1:{dash}"],
-            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "scheduler.log", "w"), env=env,
-        )
-    ]
-    try:
-        for k in range(2):
-            procs.append(
-                subprocess.Popen(
-                    [str(BIN / "dask"), "worker", address, "--nthreads", "1", "--host", "127.0.0.1", "--name", f"w{k}"],
-                    stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"worker{k}.log", "w"), env=env,
-                )
-            )
-        _wait_for_workers(address, 2)
-        yield address, f"http://127.0.0.1:{dash}"
-    finally:
-        for p in reversed(procs):
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-    assert all(p.poll() is not None for p in procs)
+    with start_dask(tmp_path_factory.mktemp("dask-processes"), 2, lambda name, cwd: env) as (address, dashboard):
+        yield address, dashboard
 
 
 def test_cli_against_real_scheduler_and_workers(dask_processes, tmp_path):

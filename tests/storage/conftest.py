@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from dataclasses import dataclass
 
 import pytest
+
+from tests.dask_processes import free_port
 
 BUCKET = "evalcore-data"
 
@@ -51,12 +52,6 @@ class S3Store:
         return sorted(self.fs().find(self.bucket))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def s3_store() -> S3Store:
     """The server, a bucket and the key of a user allowed ``s3:*``; requests are authenticated."""
@@ -65,7 +60,7 @@ def s3_store() -> S3Store:
     import moto.settings
     from moto.server import ThreadedMotoServer
 
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +21,7 @@ import pandas as pd
 import pytest
 
 from evalcore.synth import write_layers
+from tests.dask_processes import dask_processes, free_port
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.cli]  # every test runs the evalcore command in a subprocess
 
@@ -171,12 +170,6 @@ def test_an_output_that_is_an_input_is_refused_by_normalised_url(tmp_path: Path,
     assert s3_store.listing() == before
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("case", ["wrong key", "missing bucket", "missing object", "unreachable endpoint", "read-only output"])
 def test_store_failures_end_with_one_line_naming_the_url_and_leave_nothing(tmp_path: Path, layers: Path, s3_store, case: str) -> None:
     env = s3_store.env()
@@ -191,7 +184,7 @@ def test_store_failures_end_with_one_line_naming_the_url_and_leave_nothing(tmp_p
     elif case == "missing object":
         pred = named = s3_store.url("in", "no-such-layer.parquet")
     elif case == "unreachable endpoint":
-        env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+        env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"  # nothing listens there
         named = out
     else:  # a user who may read the inputs but not write the output: found by the probe, before any work
         env.update(AWS_ACCESS_KEY_ID=s3_store.reader_key_id, AWS_SECRET_ACCESS_KEY=s3_store.reader_secret)
@@ -226,32 +219,9 @@ def test_a_url_with_an_embedded_credential_is_refused_without_repeating_it(tmp_p
 def dask_on_store(tmp_path_factory: pytest.TempPathFactory, s3_store):
     """A ``dask scheduler`` and a ``dask worker`` in working directories of their own, whose
     credentials for the store come from their own environment."""
-    base = tmp_path_factory.mktemp("dask")
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
     env = s3_store.env(DASK_DISTRIBUTED__WORKER__DAEMON="False", PYTHONPATH=str(ROOT))
-    procs = []
-    for name, argv in (("scheduler", ["scheduler", "--host", "127.0.0.1", "--port", str(port), "--dashboard-address", f"127.0.0.1:{_free_port()}"]),
-                       ("worker", ["worker", address, "--nthreads", "1", "--host", "127.0.0.1", "--name", "w0"])):
-        cwd = base / name
-        cwd.mkdir()
-        procs.append(subprocess.Popen([str(BIN / "dask"), *argv], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                                      stderr=open(base / f"{name}.log", "w")))
-    try:
-        from distributed import Client
-
-        with Client(address, timeout="60s") as client:
-            client.wait_for_workers(1, timeout=120)
+    with dask_processes(tmp_path_factory.mktemp("dask"), 1, lambda name, cwd: env) as (address, _):
         yield address
-    finally:
-        for p in reversed(procs):
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
 
 
 def _run_files(run_dir: Path) -> list[Path]:

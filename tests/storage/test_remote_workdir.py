@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.storage.test_object_store import BIN, LAYERS, ROOT, _evalcore, _free_port, _one_line_error, layers  # noqa: F401
+from tests.dask_processes import dask_processes, free_port
+from tests.storage.test_object_store import BIN, LAYERS, ROOT, _evalcore, _one_line_error, layers  # noqa: F401
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.cli, pytest.mark.cluster]
 
@@ -28,32 +29,13 @@ pytestmark = [pytest.mark.timeout(900), pytest.mark.cli, pytest.mark.cluster]
 def two_workers(tmp_path_factory: pytest.TempPathFactory, s3_store):
     """A scheduler and two workers, each with its own working and temporary directory; credentials from their environment."""
     base = tmp_path_factory.mktemp("dask2")
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    procs = []
-    for name, argv in (("scheduler", ["scheduler", "--host", "127.0.0.1", "--port", str(port), "--dashboard-address", f"127.0.0.1:{_free_port()}"]),
-                       ("w0", ["worker", address, "--nthreads", "1", "--host", "127.0.0.1", "--name", "w0"]),
-                       ("w1", ["worker", address, "--nthreads", "1", "--host", "127.0.0.1", "--name", "w1"])):
-        cwd = base / name
-        (cwd / "tmp").mkdir(parents=True)
-        env = s3_store.env(DASK_DISTRIBUTED__WORKER__DAEMON="False", PYTHONPATH=str(ROOT), TMPDIR=str(cwd / "tmp"))
-        procs.append(subprocess.Popen([str(BIN / "dask"), *argv], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                                      stderr=open(base / f"{name}.log", "w")))
-    try:
-        from distributed import Client
 
-        with Client(address, timeout="60s") as client:
-            client.wait_for_workers(2, timeout=120)
+    def env_of(name: str, cwd: Path) -> dict:
+        (cwd / "tmp").mkdir(exist_ok=True)
+        return s3_store.env(DASK_DISTRIBUTED__WORKER__DAEMON="False", PYTHONPATH=str(ROOT), TMPDIR=str(cwd / "tmp"))
+
+    with dask_processes(base, 2, env_of) as (address, _):
         yield address, base
-    finally:
-        for p in reversed(procs):
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
 
 
 def _inputs(s3_store) -> list[str]:
@@ -151,7 +133,7 @@ def test_a_workdir_the_store_refuses_ends_with_one_line_naming_it(tmp_path: Path
     elif case == "missing bucket":
         work = "s3://no-such-bucket-evalcore/work"
     else:
-        env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{_free_port()}"
+        env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"
     args = ["evaluate", "-p", str(layers / "predicted.parquet"), "-r", str(layers / "reference.gpkg"), "--cluster", "local",
             "--workers", "1", "--workdir", work, "-o", str(tmp_path / "m.json"), "-q"]
     result = _evalcore(args, env, tmp_path / "tmp")
