@@ -13,8 +13,10 @@ def test_a_local_work_directory_is_used_as_it_is(tmp_path: Path) -> None:
     assert wd.root(tmp_path / "work") == tmp_path / "work"
     assert wd.local(path) == path and wd.fetch(path) == path and wd.publish(path) == path
     assert wd.url_of(path) is None and not wd.is_remote(path)
+    path.parent.mkdir(parents=True)
+    path.write_text("{}")
     wd.discard(tmp_path / "work")  # nothing of a local work directory is removed
-    assert tmp_path.is_dir()
+    assert path.read_text() == "{}"
 
 
 def test_a_url_is_used_through_this_processs_mirror(monkeypatch, tmp_path: Path) -> None:
