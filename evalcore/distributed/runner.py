@@ -15,12 +15,14 @@ orchestrator (the Prefect flow) passes the values along:
   distances of eligible pairs and tolerance lengths back;
 * :func:`resolve_phase` -> :class:`ResolvedRun`: the matching and homes, the families'
   per-pair values, the contributions and the routing (:func:`evalcore.engine.resolve.route`).
-  Where :func:`resolves_on_workers` allows (no field bootstrap, no run-level family), on the
-  workers by connected components (:func:`_resolve_on_workers`: ``components-<key>``
-  tasks return seam connectors, the client unions them into seam components with one
-  owner each, ``resolve-<key>`` tasks resolve what each partition owns and write every
-  partition's share, a ``homeless`` task adds the homeless predictions in position
-  order); otherwise on the client from every partition's pairs;
+  Where :func:`resolves_on_workers` allows (no field bootstrap, no run-level family but
+  the scores without a bootstrap), on the workers by connected components
+  (:func:`_resolve_on_workers`: ``components-<key>`` tasks return seam connectors, the
+  client unions them into seam components with one owner each, ``resolve-<key>`` tasks
+  resolve what each partition owns and write every partition's share, a ``homeless``
+  task adds the homeless predictions in position order; the scores' AP, PR curves and
+  risk-coverage by score ranges, :func:`_scores_on_workers`); otherwise on the client
+  from every partition's pairs;
 * :func:`sums_phase` -> :class:`SumsDone`: one task per partition reads its share(s) of
   the resolve and writes its per-field table part and its partial sums;
 * :func:`merge_phase` -> the summary dict: checks that every partition is there with the

@@ -29,14 +29,18 @@ With a confidence column on the predictions (``score_column``, finite, in [0, 1]
   operating points: for each target, the step of largest coverage whose retained
   precision meets it. Overall and per stratum (a prediction in its home's stratum).
 
-AP is not a sum: it is computed once, centrally, from the pairs and the scores (never
-the geometries) by :meth:`Scores.global_values`. Its bootstrap intervals hold the
+AP is not a sum: it is read along the run's score order, from the pairs and the scores
+(never the geometries), by score ranges (:mod:`evalcore.metrics.score_ranges`): the
+single process is one range (:meth:`Scores.global_values`); a distributed run without a
+bootstrap computes the COCO true positives per connected component in the resolves
+(:meth:`Scores.run_level_rows`) and the curves range by range on the workers, to the same
+bits. With a bootstrap it is computed on the client from every prediction. Its bootstrap intervals hold the
 matching fixed and weigh each prediction by the draws of its home reference (homeless
 predictions weigh 1), the reference count being the resample's. So are the risk-coverage
 curves and their ``aurc`` intervals (a prediction weighs as it is drawn; the steps stay
 those of the distinct scores).
 
-The module stays whole at about 700 lines: AP, the PR curves, calibration and
+The module stays whole at about 750 lines: AP, the PR curves, calibration and
 risk-coverage are one family (one score column, one set of options, sums and replicates
 drawn together), and the family interface wants it in one module.
 """
