@@ -118,3 +118,21 @@ def test_range_of_and_splitters():
     assert np.all(np.diff(cuts) < 0) and len(cuts) <= 2
     assert len(splitters(np.array([0.3, 0.3]), 4)) == 0 and len(splitters(np.array([0.3, 0.4]), 1)) == 0
     assert RangeCounts.zero(2).n == 0
+
+
+def test_long_curves_thin_to_the_same_points_whatever_the_cuts():
+    """Over :data:`MAX_CURVE_POINTS` distinct scores the summary shows evenly spread rows of
+    the whole curve: each range must pick those falling in it, from its offset."""
+    rng = np.random.default_rng(7)
+    n = 3000
+    score = np.round(rng.random(n), 4)  # about 2,600 distinct scores, some ties
+    base = rng.random(n)
+    tp = np.stack([base < 0.7 - 0.05 * k for k in range(len(AP_THRESHOLDS))])
+    rows = ScoreRows(np.arange(n, dtype=np.int64), score, tp, rng.random(n) < 0.3, rng.integers(-1, 2, n)).in_score_order()
+    whole = _by_ranges(rows, np.empty(0), 2000, 0.5, (0.7, 0.8), 3)
+    assert whole[3].steps > 1000 and len(whole[0]["pr_curve"]["0.5"]["score"]) == 1000
+    for n_cuts in (1, 7, 40):
+        cuts = np.sort(rng.choice(np.unique(score), n_cuts, replace=False))[::-1]
+        split = _by_ranges(rows, cuts, 2000, 0.5, (0.7, 0.8), 3)
+        assert split[0] == whole[0]
+        pd.testing.assert_frame_equal(split[1], whole[1], check_exact=True)
