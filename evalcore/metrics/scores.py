@@ -62,7 +62,6 @@ from evalcore.metrics.base import NULL, GlobalContext, GroupView, MetricFamily, 
 from evalcore.metrics.checks import choice, optional_text, positive_int
 from evalcore.metrics.score_ranges import (
     AP_THRESHOLDS,
-    MAX_CURVE_POINTS,
     PR_THRESHOLDS,
     REC_THRS,
     RangeCounts,
@@ -240,9 +239,6 @@ def pr_curve(tp: np.ndarray, score_sorted: np.ndarray, n_ref: int) -> pd.DataFra
     return pr_rows(tp, score_sorted, n_ref)
 
 
-_step_ends = step_ends
-
-
 def _weighted_curve(error_sorted: np.ndarray, weights_sorted: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     """Retained weight and errors at each step, and the aurc (NaN when nothing weighs)."""
     retained = np.cumsum(weights_sorted)[last]
@@ -304,7 +300,7 @@ def aurc(score: np.ndarray, correct: np.ndarray, weights: np.ndarray | None = No
     order = np.lexsort((np.arange(len(score)), -score))
     w = np.ones(len(score)) if weights is None else np.asarray(weights, dtype=np.float64)[order]
     error = (~np.asarray(correct, dtype=bool)[order]).astype(np.float64)
-    return _weighted_curve(error, w, _step_ends(score[order]))[2]
+    return _weighted_curve(error, w, step_ends(score[order]))[2]
 
 
 def operating_points(curve: pd.DataFrame, targets: tuple[float, ...]) -> list[dict[str, object]]:
@@ -330,11 +326,8 @@ def operating_points(curve: pd.DataFrame, targets: tuple[float, ...]) -> list[di
     return out
 
 
-_thinned_rows = thinned_rows
-
-
 def _thinned(curve: pd.DataFrame, keys: tuple[str, ...] = ("score", "precision", "recall", "f1")) -> dict[str, list]:
-    part = curve.iloc[_thinned_rows(len(curve))]
+    part = curve.iloc[thinned_rows(len(curve))]
     return {k: [_none(v) for v in part[k].to_numpy(np.float64)] for k in keys}
 
 
@@ -730,7 +723,7 @@ class _RiskGroups:
         self.error = error_sorted
         self.strata = strata  # group k + 1 is the stratum of code k
         self.members = [np.arange(len(order))] + [np.flatnonzero(code_sorted == k) for k in range(len(strata))]
-        self.last = [_step_ends(score_sorted[m]) for m in self.members]
+        self.last = [step_ends(score_sorted[m]) for m in self.members]
 
     @property
     def n_groups(self) -> int:
