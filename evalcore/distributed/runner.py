@@ -426,11 +426,13 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     with_preds = setup.predictions_dir is not None
     done: dict = {}
     futures = {}
+    # The families whose run-level rows the resolves hand on (a finished resolve without them is redone).
+    rows_wanted = {f.name for f in enabled_families(setup.options) if f.run_level_on_workers(setup.options)}
     for key in sorted(pairs.keys, key=lambda k: -index.rows(k)):
         out = resolve_dir / f"by-{storage.key_name(key)}"
         if storage.done_record_valid(out.with_suffix(".done.json"), setup.signature):
             finished = resolve_done(out, json.loads(wd.fetch(out / "listing.json").read_text()))
-            if finished["with_preds"] or not with_preds:
+            if (finished["with_preds"] or not with_preds) and rows_wanted <= set(finished["run_level"]):
                 done[key] = finished
                 continue
         futures[key] = client.submit(
@@ -458,7 +460,7 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     empty = resolve_run(concat_pair_results([])[0], without_draws(options), None,
                         plan.strata_names if plan is not None else None, plan.sizes if plan is not None else None, run_level=False)
     global_values = empty.global_values
-    if any(f.run_level_on_workers(options) for f in enabled_families(options)):
+    if "scores" in rows_wanted:
         global_values = _scores_on_workers(client, setup, index, plan, [done[key] for key in sorted(done)])
     # The run's draws as the merge and the sums tasks need them: the units (block draws are
     # made from them and the seed where they are used).

@@ -85,3 +85,18 @@ def test_scores_on_the_workers_equal_single_process(layers, expected, client, pa
         assert result["per_stratum"][name]["calibration"] == entry["calibration"], name
     curve = pd.read_parquet(curve_path)
     pd.testing.assert_frame_equal(curve, single.pr_curve.reset_index(drop=True), check_exact=True)
+
+
+@pytest.mark.parametrize("client", [2], indirect=True, ids=["2workers"])
+def test_a_rerun_reusing_the_resolves_gives_the_same_scores(layers, expected, client, tmp_path):
+    """A second run into the same work directory reuses the finished resolves (their score rows
+    included) and computes the score ranges anew: the same keys."""
+    predicted, reference = layers
+    options = {**OPTIONS, "partition_size_m": PARTITIONS[0]}
+    first = evalcore.evaluate(predicted, reference, client=client, workdir=tmp_path / "work", **options)
+    listing = next((tmp_path / "work" / "resolve").glob("by-*/listing.json"))
+    stamp = listing.stat().st_mtime_ns
+    again = evalcore.evaluate(predicted, reference, client=client, workdir=tmp_path / "work", **options)
+    assert listing.stat().st_mtime_ns == stamp  # reused, not rewritten
+    for key in SCORE_KEYS:
+        assert again[key] == first[key] == expected[PARTITIONS[0]].summary[key], key
