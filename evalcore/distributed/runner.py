@@ -15,12 +15,14 @@ orchestrator (the Prefect flow) passes the values along:
   distances of eligible pairs and tolerance lengths back;
 * :func:`resolve_phase` -> :class:`ResolvedRun`: the matching and homes, the families'
   per-pair values, the contributions and the routing (:func:`evalcore.engine.resolve.route`).
-  Where :func:`resolves_on_workers` allows (no field bootstrap, no run-level family), on the
-  workers by connected components (:func:`_resolve_on_workers`: ``components-<key>``
-  tasks return seam connectors, the client unions them into seam components with one
-  owner each, ``resolve-<key>`` tasks resolve what each partition owns and write every
-  partition's share, a ``homeless`` task adds the homeless predictions in position
-  order); otherwise on the client from every partition's pairs;
+  Where :func:`resolves_on_workers` allows (no field bootstrap, no run-level family but
+  the scores without a bootstrap), on the workers by connected components
+  (:func:`_resolve_on_workers`: ``components-<key>`` tasks return seam connectors, the
+  client unions them into seam components with one owner each, ``resolve-<key>`` tasks
+  resolve what each partition owns and write every partition's share, a ``homeless``
+  task adds the homeless predictions in position order; the scores' AP, PR curves and
+  risk-coverage by score ranges, :func:`_scores_on_workers`); otherwise on the client
+  from every partition's pairs;
 * :func:`sums_phase` -> :class:`SumsDone`: one task per partition reads its share(s) of
   the resolve and writes its per-field table part and its partial sums;
 * :func:`merge_phase` -> the summary dict: checks that every partition is there with the
@@ -61,6 +63,9 @@ from evalcore.distributed.tasks import (
     prepare_chunk_task,
     resolve_done,
     resolve_task,
+    score_range_task,
+    score_split_task,
+    score_values_task,
     seam_labels_task,
     sums_task,
     without_draws,
@@ -319,13 +324,16 @@ def resolves_on_workers(options: EvalOptions, predictions_dir: Path | None = Non
 
     Not yet with a field bootstrap (its draws rank every field of a pool and reporting
     tile in position order, across partitions; a block bootstrap's draws need only the
-    run's units), with a family that has run-level values needing every prediction
-    at once (AP, PR curves, risk-coverage, calibration, the classes' rates: they override
-    ``global_values``), or with the units of a paired comparison: those resolve on the
-    client, from every partition's pairs. ``predictions_dir`` does not matter: the
+    run's units), with a family whose run-level values need every prediction at once
+    (it overrides ``global_values`` and not :meth:`MetricFamily.run_level_on_workers`:
+    the classes' rates; the scores' AP, PR curves and risk-coverage with a bootstrap),
+    or with the units of a paired comparison: those resolve on the client, from every
+    partition's pairs. The scores without a bootstrap are computed on the workers by
+    score ranges (:func:`_scores_on_workers`). ``predictions_dir`` does not matter: the
     resolves write the per-prediction frame's parts too.
     """
-    run_level = [f for f in enabled_families(options) if type(f).global_values is not MetricFamily.global_values]
+    run_level = [f for f in enabled_families(options)
+                 if type(f).global_values is not MetricFamily.global_values and not f.run_level_on_workers(options)]
     return (options.bootstrap == 0 or options.bootstrap_unit != "field") and not run_level and unit_keys is None
 
 
@@ -418,11 +426,13 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     with_preds = setup.predictions_dir is not None
     done: dict = {}
     futures = {}
+    # The families whose run-level rows the resolves hand on (a finished resolve without them is redone).
+    rows_wanted = {f.name for f in enabled_families(setup.options) if f.run_level_on_workers(setup.options)}
     for key in sorted(pairs.keys, key=lambda k: -index.rows(k)):
         out = resolve_dir / f"by-{storage.key_name(key)}"
         if storage.done_record_valid(out.with_suffix(".done.json"), setup.signature):
             finished = resolve_done(out, json.loads(wd.fetch(out / "listing.json").read_text()))
-            if finished["with_preds"] or not with_preds:
+            if (finished["with_preds"] or not with_preds) and rows_wanted <= set(finished["run_level"]):
                 done[key] = finished
                 continue
         futures[key] = client.submit(
@@ -448,14 +458,75 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
         homeless_task, homeless, options, ref_units, key=setup.task_key("homeless"), retries=2,
     ).result()
     empty = resolve_run(concat_pair_results([])[0], without_draws(options), None,
-                        plan.strata_names if plan is not None else None, plan.sizes if plan is not None else None)
+                        plan.strata_names if plan is not None else None, plan.sizes if plan is not None else None, run_level=False)
+    global_values = empty.global_values
+    if "scores" in rows_wanted:
+        global_values = _scores_on_workers(client, setup, index, plan, [done[key] for key in sorted(done)])
     # The run's draws as the merge and the sums tasks need them: the units (block draws are
     # made from them and the seed where they are used).
     draws = None if unit_keys is None else RunDraws(options.bootstrap_unit, options.bootstrap, options.bootstrap_seed, len(unit_keys),
                                                     unit_keys=unit_keys)
-    run_level = Resolved(None, {}, empty.preds, empty.contributions, unassigned, tiles, aois, empty.global_values, draws,
+    run_level = Resolved(None, {}, empty.preds, empty.contributions, unassigned, tiles, aois, global_values, draws,
                          empty.columns, replicates)
     return ResolvedRun(run_level, tuple(sorted(ref_parts)), None, time.perf_counter() - started, pred_shares, shares)
+
+
+SCORE_RANGE_ROWS = 250_000
+"""Predictions per score range aimed at (at least two ranges per worker thread)."""
+
+
+def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan | None, resolves: list[dict]) -> dict:
+    """The scores' run-level values (AP, PR curves, best F1, operating point, risk-coverage)
+    by score ranges on the workers (:mod:`evalcore.metrics.score_ranges`).
+
+    1. the client cuts score space at the resolves' sampled scores (a few per resolve);
+    2. ``score-split-<key>``: each resolve's score rows go to their ranges' files;
+    3. ``score-range-<k>``: each range sorts its rows and returns its counts; the client
+       adds them up into the counts ahead of each range (a few numbers per range);
+    4. ``score-values-<k>``: each range computes its share of the curves and writes its
+       rows of the exact PR curve; the client merges the shares in score order.
+
+    Returns the ``global_values`` dict of the run (its PR curve table as
+    :class:`~evalcore.distributed.storage.TableParts`).
+    """
+    from evalcore.metrics.score_ranges import prefix_counts, run_keys, splitters
+
+    options = setup.options
+    out = setup.workdir / "resolve" / "scores"
+    wd.remove_tree(out)
+    strata = list(plan.strata_names) if plan is not None and plan.strata_names is not None else None
+    n_groups = 1 + len(strata or ())
+    n_pred, n_ref = index.layers["predicted"]["n_kept"], index.layers["reference"]["n_kept"]
+    parts = {r["key"]: r["run_level"]["scores"] for r in resolves if "scores" in r["run_level"]}
+    samples = np.asarray([v for r in resolves for v in r["score_sample"]], dtype=np.float64)
+    cuts = splitters(samples, max(2 * _threads(client), -(-n_pred // SCORE_RANGE_ROWS)))
+    futures = {key: client.submit(score_split_task, path, cuts, str(out), storage.key_name(key),
+                                  key=setup.task_key("score-split", *key), retries=2) for key, path in parts.items()}
+    split = _gather(setup, "score-split", futures, show=False)
+    n_ranges = len(cuts) + 1
+    futures = {}
+    for k in range(n_ranges):
+        paths = [str(out / f"split-{storage.key_name(key)}-{k}.npz") for key in sorted(split) if split[key][k] > 0]
+        futures[(k,)] = client.submit(score_range_task, paths, str(out / f"range-{k}.npz"), n_groups,
+                                      key=setup.task_key("score-range", k), retries=2)
+    counts = _gather(setup, "score-range", futures, show=False)
+    before, total = prefix_counts([counts[(k,)] for k in range(n_ranges)], n_groups)
+    if total.n != n_pred:
+        raise PartitionMissingError(f"the score ranges hold {total.n} predictions but {n_pred} were prepared")
+    futures = {
+        (k,): client.submit(score_values_task, str(out / f"range-{k}.npz"), before[k], total, n_ref, options.score_threshold,
+                            options.precision_targets, str(out), k, key=setup.task_key("score-values", k), retries=2)
+        for k in range(n_ranges)
+    }
+    shares = _gather(setup, "score-values", futures, show=False)
+    merged = shares[(0,)][0]
+    for k in range(1, n_ranges):
+        merged = merged + shares[(k,)][0]
+    keys, _ = run_keys(merged, total, n_ref, options.score_threshold, options.precision_targets, strata)
+    # The exact curve's parts: every range's rows at the first threshold, then at the second.
+    table = storage.TableParts([shares[(k,)][1][i] for i in range(len(shares[(0,)][1])) for k in range(n_ranges)])
+    logger.info("scores: %d predictions in %d score ranges", total.n, n_ranges)
+    return {"keys": keys, "ci": {}, "n_undefined": {}, "tables": {"pr_curve": table}, "replicates": {}}
 
 
 def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun) -> SumsDone:

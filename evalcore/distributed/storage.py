@@ -65,6 +65,8 @@ __all__ = [
     "read_sorted_values",
     "write_queries",
     "read_queries",
+    "write_table_part",
+    "TableParts",
 ]
 
 
@@ -725,3 +727,42 @@ def read_frame(path: Path) -> pd.DataFrame:
         for c in table.column_names if c != "__index"
     }
     return pd.DataFrame(columns, index=pd.Index(table["__index"].to_numpy(), dtype=np.int64))
+
+
+# ----------------------------------------------------------------------------- table parts
+# A run-level table too long for the client (the exact PR curve: a row per distinct score)
+# is written by the tasks that compute it, a part each, and joined where it is published.
+
+
+def write_table_part(path: Path, frame: pd.DataFrame) -> Path:
+    """One part of a table as Parquet (plain columns, no index), atomically."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    atomic_path(wd.local(path), lambda tmp: pq.write_table(table, tmp))
+    return wd.publish(path)
+
+
+class TableParts:
+    """A table as its parts in the work directory, in order (:func:`write_table_part`).
+
+    ``to_parquet`` writes them as one file, a part at a time: the client never holds more
+    than one part.
+    """
+
+    def __init__(self, paths: list[str]):
+        self.paths = [str(p) for p in paths]
+
+    def to_parquet(self, path: str | os.PathLike, index: bool = False) -> None:
+        writer = None
+        try:
+            for part in self.paths:
+                table = pq.read_table(wd.fetch(part))
+                if writer is None:
+                    writer = pq.ParquetWriter(str(path), table.schema)
+                writer.write_table(table)
+        finally:
+            if writer is not None:
+                writer.close()
+
+    def to_pandas(self) -> pd.DataFrame:
+        """Every part at once (tests and small runs)."""
+        return pd.concat([pq.read_table(wd.fetch(p)).to_pandas() for p in self.paths], ignore_index=True)

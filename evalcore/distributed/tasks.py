@@ -33,6 +33,7 @@ from evalcore.engine.tables import field_table, output_table, prediction_table
 from evalcore.errors import EvalInputError
 from evalcore.groups import strata_values
 from evalcore.layer import PreparedLayer, empty_layer
+from evalcore.metrics.score_ranges import RangeCounts, RangeValues, ScoreRows, range_counts, range_of, range_values
 from evalcore.levels import Sites
 from evalcore.options import EvalOptions, RunPlan
 from evalcore.prepare import prepare_layer
@@ -41,7 +42,10 @@ from evalcore.study import Study
 from evalcore.writers import atomic_path, write_geoparquet
 
 __all__ = ["prepare_chunk_task", "pairs_task", "components_task", "seam_labels_task", "resolve_task", "homeless_task", "sums_task",
-           "select_task", "predictions_task", "pixels_task"]
+           "select_task", "predictions_task", "pixels_task", "score_split_task", "score_range_task", "score_values_task"]
+
+SCORE_SAMPLE = 64
+"""Scores at evenly spaced ranks a resolve reports of its predictions: the client cuts score space at them."""
 
 
 def _concat_layers(layers: list[PreparedLayer]) -> PreparedLayer:
@@ -326,7 +330,7 @@ def resolve_task(
     del parts, own
     # The draws are the run's, not these components' (a block bootstrap's are made from the
     # run's units by the homeless and sums tasks): none here, and nothing here depends on them.
-    resolved = resolve_run(results, without_draws(options), None, strata_names, sizes)
+    resolved = resolve_run(results, without_draws(options), None, strata_names, sizes, run_level=False)
     # Each pair and contribution goes to its reference field's partition (route()).
     held, renumbered = np.unique(ref_part, return_inverse=True)
     routing = route(results.ref_pos, np.asarray(renumbered).ravel(), len(held), results.pairs.ref_pos, resolved.contributions.ref_pos)
@@ -349,14 +353,22 @@ def resolve_task(
             rows = np.flatnonzero(pred_part == source)
             preds[sources[source]] = storage.write_frame(out / f"preds-{storage.key_name(sources[source])}.parquet",
                                                          resolved.preds.iloc[rows])
+    # The families' run-level rows (the scores': score, COCO true positives, error, stratum
+    # of every prediction resolved here) and, for the score ranges, a sample of the scores.
+    run_level = {name: storage.write_summary(out / f"run-level-{name}.npz", rows) for name, rows in resolved.run_level_rows.items()}
+    sample: list[float] = []
+    if "scores" in resolved.run_level_rows:
+        score = np.sort(resolved.run_level_rows["scores"]["score"])
+        sample = score[np.round(np.linspace(0, len(score) - 1, min(len(score), SCORE_SAMPLE))).astype(np.int64)].tolist()
     listing = {"shares": {storage.key_name(k): Path(v).name for k, v in shares.items()}, "n_pairs": len(results.pairs),
                "n_homeless": len(resolved.homeless_pos), "with_preds": with_preds,
-               "preds": {storage.key_name(k): v.name for k, v in preds.items()}}
+               "preds": {storage.key_name(k): v.name for k, v in preds.items()},
+               "run_level": {name: path.name for name, path in run_level.items()}, "score_sample": sample}
     meta = out / "listing.json"
     atomic_path(meta, lambda tmp: tmp.write_text(json.dumps(listing)))
     wd.publish(meta)
-    storage.write_done_record(out.with_suffix(".done.json"), signature, [*map(Path, shares.values()), *preds.values(), homeless, meta],
-                              base=out)
+    storage.write_done_record(out.with_suffix(".done.json"), signature,
+                              [*map(Path, shares.values()), *preds.values(), *run_level.values(), homeless, meta], base=out)
     return resolve_done(out, listing)
 
 
@@ -370,7 +382,43 @@ def resolve_done(out: Path, listing: dict) -> dict:
         "homeless": str(out / "homeless.npz"),
         "with_preds": bool(listing.get("with_preds")),
         "preds": {storage.parse_key_name(k): str(out / v) for k, v in listing.get("preds", {}).items()},
+        "run_level": {name: str(out / v) for name, v in listing.get("run_level", {}).items()},
+        "score_sample": listing.get("score_sample", []),
     }
+
+
+def score_split_task(path: str, cuts: np.ndarray, out_dir: str, name: str) -> list[int]:
+    """One resolve's score rows cut into the score ranges (``cuts``, decreasing;
+    :func:`evalcore.metrics.score_ranges.range_of`): a file per non-empty range,
+    ``<out_dir>/split-<name>-<range>.npz``. Returns the rows per range."""
+    rows = ScoreRows.from_arrays(storage.read_summary(Path(path)))
+    which = range_of(rows.score, cuts)
+    counts = np.bincount(which, minlength=len(cuts) + 1)
+    for k in np.flatnonzero(counts).tolist():
+        storage.write_summary(Path(out_dir) / f"split-{name}-{k}.npz", rows.take(np.flatnonzero(which == k)).as_arrays())
+    return counts.tolist()
+
+
+def score_range_task(paths: list[str], out: str, n_groups: int) -> RangeCounts:
+    """One score range: its rows from every resolve (``paths``) in score order, written to
+    ``out``; returns its counts (:func:`evalcore.metrics.score_ranges.range_counts`)."""
+    rows = ScoreRows.concat([ScoreRows.from_arrays(storage.read_summary(Path(p))) for p in paths]).in_score_order()
+    storage.write_summary(Path(out), rows.as_arrays())
+    return range_counts(rows, n_groups)
+
+
+def score_values_task(
+    path: str, before: RangeCounts, total: RangeCounts, n_ref: int, score_threshold: float | None,
+    precision_targets: tuple[float, ...] | None, out_dir: str, k: int,
+) -> tuple[RangeValues, list[str]]:
+    """One score range's share of the run-level score values, from the counts of the ranges
+    ahead of it (:func:`evalcore.metrics.score_ranges.range_values`); writes its rows of
+    the exact PR curve at each threshold (``<out_dir>/pr-<i>-<k>.parquet``) and returns
+    them with the values."""
+    rows = ScoreRows.from_arrays(storage.read_summary(Path(path)))
+    values, pr_parts, _ = range_values(rows, before, total, n_ref, score_threshold, precision_targets)
+    paths = [str(storage.write_table_part(Path(out_dir) / f"pr-{i}-{k}.parquet", part)) for i, part in enumerate(pr_parts)]
+    return values, paths
 
 
 def homeless_task(paths: list[str], options: EvalOptions, ref_unit_keys: np.ndarray | None = None) -> tuple:

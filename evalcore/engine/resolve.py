@@ -81,11 +81,12 @@ class Resolved:
     unassigned_replicates: F64Array | None = None
     homeless_pos: IdArray | None = None
     homeless_rows: F64Array | None = None
+    run_level_rows: dict = field(default_factory=dict)
 
 
 def resolve_run(
     results: PairResults, options: EvalOptions, unit_keys: IdArray | None = None, strata_names: list[str] | None = None,
-    sizes: SizeClasses | None = None,
+    sizes: SizeClasses | None = None, run_level: bool = True,
 ) -> Resolved:
     """Phase 3: match every pair of the run and decide what each prediction adds where.
 
@@ -103,6 +104,10 @@ def resolve_run(
     sizes : SizeClasses, optional
         The run's size classes (:attr:`RunPlan.sizes`): the families' per-pair step gets
         each pair's reference size class (a distinct count per group, SPEC 6.2).
+    run_level : bool
+        Compute the families' run-level values (:meth:`MetricFamily.global_values`); False
+        for a resolve of some components on a worker, which hands on instead what the
+        families that compute them on the workers need (:attr:`Resolved.run_level_rows`).
     """
     pairs = results.pairs
     resolution = resolve(pairs, options.iou_threshold, options.matching, base_threshold(options))
@@ -159,13 +164,18 @@ def resolve_run(
     ctx = GlobalContext(
         preds, pairs, results.ref_pos, home_row, options, _pred_weight_stream(draws, home_row, pred_units), ref_strata,
         pair_values, results.ref_area_of_pair, results.ref_class, _pred_weight_stream(draws, home_row, pred_units, with_refs=True),
+        tuple(strata_names) if strata_names is not None else None,
     )
     global_values: dict = {"keys": {}, "ci": {}, "n_undefined": {}, "tables": {}, "replicates": {}}
+    rows: dict = {}
     for family in enabled_families(options):
-        for part, values in family.global_values(ctx).items():
-            global_values[part].update(values)
+        if run_level:
+            for part, values in family.global_values(ctx).items():
+                global_values[part].update(values)
+        elif family.run_level_on_workers(options):
+            rows[family.name] = family.run_level_rows(ctx)
     return Resolved(resolution, pair_values, preds, contributions, unassigned, tiles, aois, global_values, draws,
-                    contributions.columns, unassigned_replicates, positions[homeless], homeless_rows)
+                    contributions.columns, unassigned_replicates, positions[homeless], homeless_rows, rows)
 
 
 def homeless_units(rows: F64Array, columns: tuple[str, ...], tile_keys: IdArray, aoi: IdArray, weights: F64Array | None,

@@ -248,6 +248,9 @@ class GlobalContext:
     replicate_draws : callable, optional
         Like ``replicate_weights`` but yielding, per replicate, ``(weight of every
         prediction, weight of every reference row of ref_pos)``; None without a bootstrap.
+    strata_names : tuple of str, optional
+        The run's strata (:attr:`RunPlan.strata_names`), sorted: a resolve of some
+        components sees only some of them in ``ref_strata``.
     """
 
     preds: pd.DataFrame
@@ -261,6 +264,7 @@ class GlobalContext:
     ref_area_of_pair: F64Array | None = None
     ref_class: np.ndarray | None = None
     replicate_draws: Callable[[], object] | None = None
+    strata_names: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,6 +439,17 @@ class MetricFamily:
         "tables": {name: DataFrame}}`` (empty: nothing).
         """
         return {}
+
+    def run_level_on_workers(self, options: object) -> bool:
+        """Whether the workers compute this family's run-level values (:meth:`run_level_rows`
+        on each resolve of some components, merged by the distributed run) instead of the
+        client from every prediction and pair (:meth:`global_values`)."""
+        return False
+
+    def run_level_rows(self, ctx: GlobalContext) -> dict[str, np.ndarray] | None:
+        """What a resolve of some components hands on for the run-level values, as plain arrays
+        (with :meth:`run_level_on_workers`); None: nothing."""
+        return None
 
 
 def ratio(num: F64Array, den: F64Array) -> Value:

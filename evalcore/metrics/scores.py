@@ -29,14 +29,18 @@ With a confidence column on the predictions (``score_column``, finite, in [0, 1]
   operating points: for each target, the step of largest coverage whose retained
   precision meets it. Overall and per stratum (a prediction in its home's stratum).
 
-AP is not a sum: it is computed once, centrally, from the pairs and the scores (never
-the geometries) by :meth:`Scores.global_values`. Its bootstrap intervals hold the
+AP is not a sum: it is read along the run's score order, from the pairs and the scores
+(never the geometries), by score ranges (:mod:`evalcore.metrics.score_ranges`): the
+single process is one range (:meth:`Scores.global_values`); a distributed run without a
+bootstrap computes the COCO true positives per connected component in the resolves
+(:meth:`Scores.run_level_rows`) and the curves range by range on the workers, to the same
+bits. With a bootstrap it is computed on the client from every prediction. Its bootstrap intervals hold the
 matching fixed and weigh each prediction by the draws of its home reference (homeless
 predictions weigh 1), the reference count being the resample's. So are the risk-coverage
 curves and their ``aurc`` intervals (a prediction weighs as it is drawn; the steps stay
 those of the distinct scores).
 
-The module stays whole at about 700 lines: AP, the PR curves, calibration and
+The module stays whole at about 750 lines: AP, the PR curves, calibration and
 risk-coverage are one family (one score column, one set of options, sums and replicates
 drawn together), and the family interface wants it in one module.
 """
@@ -51,10 +55,26 @@ import pandas as pd
 from evalcore._score_kernels import _coco_match, _replicate_ap, _replicate_aurc, _weighted_ap
 from evalcore.arrays import index_of
 from evalcore.bootstrap import bias_corrected_intervals, percentile_intervals, replicates_per_chunk
-from evalcore.config import IOU_MATCH_RTOL, IOU_SWEEP_THRESHOLDS
+from evalcore.config import IOU_MATCH_RTOL
+from evalcore.exact import digits, value_of
 from evalcore.errors import EvalInputError
 from evalcore.metrics.base import NULL, GlobalContext, GroupView, MetricFamily, Option, PredContext, ratio
 from evalcore.metrics.checks import choice, optional_text, positive_int
+from evalcore.metrics.score_ranges import (
+    AP_THRESHOLDS,
+    PR_THRESHOLDS,
+    REC_THRS,
+    RangeCounts,
+    ScoreRows,
+    _none,
+    pr_rows,
+    range_counts,
+    range_values,
+    risk_rows,
+    run_keys,
+    step_ends,
+    thinned_rows,
+)
 from evalcore.present import LOWER, OVERALL, Row, Shown, interval_text, markdown_text, number, row_text, with_interval
 
 __all__ = [
@@ -62,20 +82,8 @@ __all__ = [
     "operating_points", "AP_KEYS",
 ]
 
-AP_THRESHOLDS: tuple[float, ...] = IOU_SWEEP_THRESHOLDS
-"""The ten IoU thresholds of AP (SPEC 6: the decimals 0.50 ... 0.95)."""
-
 AP_KEYS: tuple[str, ...] = ("ap50", "ap75", "ap50_95")
 """The AP keys: at IoU 0.5, at 0.75, and averaged over :data:`AP_THRESHOLDS`."""
-
-REC_THRS = np.linspace(0.0, 1.0, 101)
-"""COCO's 101 recall points (as pycocotools builds them)."""
-
-PR_THRESHOLDS: tuple[float, ...] = (0.5, 0.75)
-"""IoU thresholds of the published precision-recall curves."""
-
-MAX_CURVE_POINTS = 1000
-"""Points of a PR curve in the summary (the exact curve goes to a Parquet file)."""
 
 
 def _score_or_none(name: str, value: object) -> float | None:
@@ -228,23 +236,7 @@ def coco_ap(tp: np.ndarray, n_ref: float, weights: np.ndarray | None = None) -> 
 
 def pr_curve(tp: np.ndarray, score_sorted: np.ndarray, n_ref: int) -> pd.DataFrame:
     """Precision, recall and F1 after every distinct score (descending), from TP flags in score order."""
-    tps = np.cumsum(tp).astype(np.float64)
-    fps = np.cumsum(~tp).astype(np.float64)
-    last = np.ones(len(score_sorted), dtype=bool)
-    last[:-1] = score_sorted[1:] != score_sorted[:-1]
-    tps, fps, s = tps[last], fps[last], score_sorted[last]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        precision = tps / (tps + fps)
-        recall = tps / n_ref if n_ref > 0 else np.full(len(tps), np.nan)
-        f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), np.where(np.isnan(recall), np.nan, 0.0))
-    return pd.DataFrame({"score": s, "precision": precision, "recall": recall, "f1": f1, "tp": tps.astype(np.int64), "fp": fps.astype(np.int64)})
-
-
-def _step_ends(score_sorted: np.ndarray) -> np.ndarray:
-    """Whether each row (scores descending) is the last of its distinct score."""
-    last = np.ones(len(score_sorted), dtype=bool)
-    last[:-1] = score_sorted[1:] != score_sorted[:-1]
-    return last
+    return pr_rows(tp, score_sorted, n_ref)
 
 
 def _weighted_curve(error_sorted: np.ndarray, weights_sorted: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
@@ -257,7 +249,9 @@ def _weighted_curve(error_sorted: np.ndarray, weights_sorted: np.ndarray, last: 
     with np.errstate(divide="ignore", invalid="ignore"):
         risk = np.where(retained > 0.0, errors / np.where(retained > 0.0, retained, 1.0), 0.0)
     grown = np.diff(retained, prepend=0.0)
-    return retained, errors, float(np.sum(grown * risk) / total)
+    # An exact sum (evalcore.exact): the curve computed by score ranges adds the same
+    # terms in other groupings (evalcore.metrics.score_ranges).
+    return retained, errors, float(value_of(digits(grown * risk).sum(axis=0))) / total
 
 
 def risk_coverage(score: np.ndarray, correct: np.ndarray) -> pd.DataFrame:
@@ -286,21 +280,7 @@ def risk_coverage(score: np.ndarray, correct: np.ndarray) -> pd.DataFrame:
     """
     score = np.asarray(score, dtype=np.float64)
     order = np.lexsort((np.arange(len(score)), -score))
-    s = score[order]
-    last = _step_ends(s)
-    error = (~np.asarray(correct, dtype=bool)[order]).astype(np.float64)
-    retained, errors, _ = _weighted_curve(error, np.ones(len(s)), last)
-    n = len(s)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        risk = errors / retained
-    return pd.DataFrame({
-        "score": s[last],
-        "n_retained": retained.astype(np.int64),
-        "n_errors": errors.astype(np.int64),
-        "coverage": retained / n if n else retained,
-        "risk": risk,
-        "precision": (retained - errors) / retained,
-    })
+    return risk_rows(score[order], ~np.asarray(correct, dtype=bool)[order], len(score))[0]
 
 
 def aurc(score: np.ndarray, correct: np.ndarray, weights: np.ndarray | None = None) -> float:
@@ -320,7 +300,7 @@ def aurc(score: np.ndarray, correct: np.ndarray, weights: np.ndarray | None = No
     order = np.lexsort((np.arange(len(score)), -score))
     w = np.ones(len(score)) if weights is None else np.asarray(weights, dtype=np.float64)[order]
     error = (~np.asarray(correct, dtype=bool)[order]).astype(np.float64)
-    return _weighted_curve(error, w, _step_ends(score[order]))[2]
+    return _weighted_curve(error, w, step_ends(score[order]))[2]
 
 
 def operating_points(curve: pd.DataFrame, targets: tuple[float, ...]) -> list[dict[str, object]]:
@@ -346,26 +326,9 @@ def operating_points(curve: pd.DataFrame, targets: tuple[float, ...]) -> list[di
     return out
 
 
-def _thinned_rows(n: int) -> np.ndarray:
-    if n > MAX_CURVE_POINTS:
-        return np.unique(np.round(np.linspace(0, n - 1, MAX_CURVE_POINTS)).astype(np.int64))
-    return np.arange(n)
-
-
-def _none(v: float) -> float | None:
-    return None if v is None or not np.isfinite(v) else float(v)
-
-
 def _thinned(curve: pd.DataFrame, keys: tuple[str, ...] = ("score", "precision", "recall", "f1")) -> dict[str, list]:
-    part = curve.iloc[_thinned_rows(len(curve))]
+    part = curve.iloc[thinned_rows(len(curve))]
     return {k: [_none(v) for v in part[k].to_numpy(np.float64)] for k in keys}
-
-
-def _point(curve: pd.DataFrame, row: int | None, n_ref: int) -> dict[str, float | None]:
-    if row is None:
-        return {"score": None, "precision": None, "recall": 0.0 if n_ref > 0 else None, "f1": None}
-    r = curve.iloc[row]
-    return {k: _none(float(r[k])) for k in ("score", "precision", "recall", "f1")}
 
 
 class Scores(MetricFamily):
@@ -573,42 +536,44 @@ class Scores(MetricFamily):
     def run_keys(self, options: object) -> dict[str, object]:
         return {"score_column": options.score_column}
 
-    def global_values(self, ctx: GlobalContext) -> dict[str, object]:
-        """AP, the PR curves, the best F1, the operating point and risk-coverage; the exact curves as tables."""
+    def run_level_rows(self, ctx: GlobalContext) -> dict[str, np.ndarray]:
+        """Each prediction's score, COCO true positives, error and stratum (:class:`ScoreRows`), for the
+        run-level values computed by score ranges on the workers (a resolve of some components:
+        the score-ordered matching couples only predictions and references that are connected)."""
+        return self._score_rows(ctx)[0].as_arrays()
+
+    def run_level_on_workers(self, options: object) -> bool:
+        """Without a bootstrap: the replicates still need every prediction at once."""
+        return options.bootstrap == 0
+
+    @staticmethod
+    def _score_rows(ctx: GlobalContext) -> tuple[ScoreRows, list[str] | None, np.ndarray, np.ndarray]:
+        """The context's predictions as :class:`ScoreRows` in score order, the strata, the order and the TP flags."""
         p = ctx.preds
-        options = ctx.options
         score = p["score"].to_numpy(np.float64)
         positions = p.index.to_numpy(np.int64)
-        n_ref = len(ctx.ref_pos)
         order, tp = coco_true_positives(score, positions, ctx.ref_pos, ctx.pairs)
-        ap = coco_ap(tp, n_ref)
-        keys: dict[str, object] = {
-            "ap50": _none(ap[0]),
-            "ap75": _none(ap[AP_THRESHOLDS.index(0.75)]),
-            "ap50_95": _none(float(np.mean(ap))) if n_ref > 0 else None,
-            "ap_per_threshold": [_none(v) for v in ap],
-            "ap_iou_thresholds": list(AP_THRESHOLDS),
-        }
-        curves, best, operating, tables = {}, {}, {}, []
-        score_sorted = score[order]
-        for t in PR_THRESHOLDS:
-            curve = pr_curve(tp[AP_THRESHOLDS.index(t)], score_sorted, n_ref)
-            name = f"{t:g}"
-            curves[name] = _thinned(curve)
-            f1 = curve["f1"].to_numpy(np.float64)
-            best[name] = _point(curve, int(np.nanargmax(f1)) if np.isfinite(f1).any() else None, n_ref)
-            if options.score_threshold is not None:
-                kept = np.flatnonzero(curve["score"].to_numpy() >= options.score_threshold)
-                point = _point(curve, int(kept[-1]) if len(kept) else None, n_ref)
-                operating[name] = {**point, "score_threshold": options.score_threshold}
-            tables.append(curve.assign(iou_threshold=t))
-        keys["pr_curve"] = curves
-        keys["best_f1"] = best
-        if options.score_threshold is not None:
-            keys["operating_point"] = operating
+        strata = _strata(ctx)
+        code = _stratum_codes(strata, ctx.home_ref_row, ctx.ref_strata)
+        rows = ScoreRows(positions[order], score[order], tp, ~p["matched"].to_numpy(bool)[order], code[order])
+        return rows, strata, order, tp
 
-        groups = _RiskGroups.of(score, p["matched"].to_numpy(bool), ctx.home_ref_row, ctx.ref_strata)
-        blocks = [groups.block(g, options.precision_targets) for g in range(groups.n_groups)]
+    def global_values(self, ctx: GlobalContext) -> dict[str, object]:
+        """AP, the PR curves, the best F1, the operating point and risk-coverage; the exact curves as tables.
+
+        The whole run as one score range (:mod:`evalcore.metrics.score_ranges`), so the
+        distributed run, by many ranges, gives the same bits.
+        """
+        options = ctx.options
+        n_ref = len(ctx.ref_pos)
+        rows, strata, order, tp = self._score_rows(ctx)
+        n_groups = 1 + len(strata or ())
+        total = range_counts(rows, n_groups)
+        values, pr_parts, risk_parts = range_values(rows, RangeCounts.zero(n_groups), total, n_ref, options.score_threshold,
+                                                    options.precision_targets)
+        keys, blocks = run_keys(values, total, n_ref, options.score_threshold, options.precision_targets, strata)
+        score = ctx.preds["score"].to_numpy(np.float64)
+        groups = _RiskGroups.of(score, ctx.preds["matched"].to_numpy(bool), ctx.home_ref_row, ctx.ref_strata, strata)
 
         ci, n_undefined, replicates = {}, {}, {}
         if ctx.replicate_weights is not None and n_ref == 0:
@@ -641,19 +606,31 @@ class Scores(MetricFamily):
                     block["ci_n_undefined"] = {"aurc": group_undefined[g]}
             replicates["aurc"] = per_group[:, 0]
             ci["aurc"], n_undefined["aurc"] = group_ci[0], group_undefined[0]
-        keys["aurc"] = blocks[0]["aurc"]
-        risk: dict[str, object] = {"overall": blocks[0]}
-        if ctx.ref_strata is not None:
-            risk["per_stratum"] = dict(zip(groups.strata, blocks[1:]))
-        if options.precision_targets is not None:
-            risk["precision_targets"] = list(options.precision_targets)
-        keys["risk_coverage"] = risk
-        table = pd.concat(tables, ignore_index=True)[["iou_threshold", "score", "precision", "recall", "f1", "tp", "fp"]]
-        risk_table = pd.concat(
-            [groups.curve(g).assign(stratum=name) for g, name in enumerate([None, *groups.strata])], ignore_index=True
-        )
+        table = pd.concat(pr_parts, ignore_index=True)
+        risk_table = pd.concat([part.assign(stratum=name) for part, name in zip(risk_parts, [None, *(strata or ())])], ignore_index=True)
         return {"keys": keys, "ci": ci, "n_undefined": n_undefined, "tables": {"pr_curve": table, "risk_coverage": risk_table},
                 "replicates": replicates}
+
+
+def _strata(ctx: GlobalContext) -> list[str] | None:
+    """The run's strata (None: a run without strata): the plan's, else those of the context's references, sorted."""
+    if ctx.ref_strata is None:
+        return None
+    if ctx.strata_names is not None:
+        return [str(v) for v in ctx.strata_names]
+    return sorted({str(v) for v in ctx.ref_strata.tolist() if v is not None})
+
+
+def _stratum_codes(strata: list[str] | None, home_ref_row: np.ndarray, ref_strata: np.ndarray | None) -> np.ndarray:
+    """Each prediction's stratum (index in ``strata``), its home reference's; -1 without a home or a stratum."""
+    code = np.full(len(home_ref_row), -1, dtype=np.int64)
+    if ref_strata is None or not strata:
+        return code
+    lookup = {name: k for k, name in enumerate(strata)}
+    ref_code = np.array([-1 if v is None else lookup.get(str(v), -1) for v in ref_strata.tolist()], dtype=np.int64)
+    has = home_ref_row >= 0
+    code[has] = ref_code[home_ref_row[has]]
+    return code
 
 
 REPLICATE_CHUNK_BYTES = 32 * 2**20
@@ -746,24 +723,21 @@ class _RiskGroups:
         self.error = error_sorted
         self.strata = strata  # group k + 1 is the stratum of code k
         self.members = [np.arange(len(order))] + [np.flatnonzero(code_sorted == k) for k in range(len(strata))]
-        self.last = [_step_ends(score_sorted[m]) for m in self.members]
+        self.last = [step_ends(score_sorted[m]) for m in self.members]
 
     @property
     def n_groups(self) -> int:
         return len(self.members)
 
     @classmethod
-    def of(cls, score: np.ndarray, matched: np.ndarray, home_ref_row: np.ndarray, ref_strata: np.ndarray | None) -> _RiskGroups:
+    def of(cls, score: np.ndarray, matched: np.ndarray, home_ref_row: np.ndarray, ref_strata: np.ndarray | None,
+           strata: list[str] | None = None) -> _RiskGroups:
+        """``strata``: the run's (default: those of ``ref_strata``, sorted)."""
         order = np.lexsort((np.arange(len(score)), -score)).astype(np.int64)
-        code = np.full(len(score), -1, dtype=np.int64)
-        strata: list[str] = []
-        if ref_strata is not None:
+        if strata is None and ref_strata is not None:
             strata = sorted({str(v) for v in ref_strata.tolist() if v is not None})
-            lookup = {name: k for k, name in enumerate(strata)}
-            ref_code = np.array([-1 if v is None else lookup[str(v)] for v in ref_strata.tolist()], dtype=np.int64)
-            has = home_ref_row >= 0
-            code[has] = ref_code[home_ref_row[has]]
-        return cls(order, score[order], (~matched[order]).astype(np.float64), code[order], strata)
+        code = _stratum_codes(strata, home_ref_row, ref_strata)
+        return cls(order, score[order], (~matched[order]).astype(np.float64), code[order], list(strata or ()))
 
     def curve(self, g: int) -> pd.DataFrame:
         m = self.members[g]
