@@ -401,13 +401,13 @@ def _score_rows(path: Path, what: str, n: int | None = None) -> ScoreRows:
         rows = ScoreRows.from_arrays(a)
         lengths = {len(rows.pos), len(rows.score), rows.tp.shape[1], len(rows.error), len(rows.group)}
     except FileNotFoundError:
-        raise PartitionMissingError(f"{what}: {path} is missing") from None
+        raise PartitionMissingError(f"{what} ({path}) is missing") from None
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise PartitionMissingError(f"{what}: {path} cannot be read ({type(exc).__name__}: {exc})") from None
+        raise PartitionMissingError(f"{what} ({path}) cannot be read ({type(exc).__name__}: {exc})") from None
     if len(lengths) != 1:
-        raise PartitionMissingError(f"{what}: {path} is not whole (its columns have {sorted(lengths)} rows)")
+        raise PartitionMissingError(f"{what} ({path}) is not whole (its columns have {sorted(lengths)} rows)")
     if n is not None and len(rows) != n:
-        raise PartitionMissingError(f"{what}: {path} holds {len(rows)} predictions but {n} were written there")
+        raise PartitionMissingError(f"{what} ({path}) holds {len(rows)} predictions but {n} were written there")
     return rows
 
 
@@ -425,7 +425,7 @@ def score_split_task(path: str, cuts: np.ndarray, out_dir: str, name: str) -> li
     are a :class:`PartitionMissingError` naming it and the file.
     """
     inject_fault("score-split", name)
-    rows = _score_rows(Path(path), f"partition {name}: its resolve's score rows")
+    rows = _score_rows(Path(path), f"partition {name}: the score file of its resolve")
     which = range_of(rows.score, cuts)
     counts = np.bincount(which, minlength=len(cuts) + 1)
     for k in np.flatnonzero(counts).tolist():
@@ -442,7 +442,7 @@ def score_range_task(splits: list[tuple[str, str, int]], out: str, n_groups: int
     is a :class:`PartitionMissingError` naming the range, the partition and the file.
     """
     inject_fault("score-range", _range_name(k))
-    parts = [_score_rows(Path(path), f"score range {k}: the split of partition {name}", n) for name, path, n in splits]
+    parts = [_score_rows(Path(path), f"score range {k}: the split file of partition {name}", n) for name, path, n in splits]
     rows = ScoreRows.concat(parts).in_score_order()
     storage.write_summary(Path(out), rows.as_arrays())
     return range_counts(rows, n_groups)
@@ -462,7 +462,7 @@ def score_values_task(
     :class:`PartitionMissingError` naming the range and the file.
     """
     inject_fault("score-values", _range_name(k))
-    rows = _score_rows(Path(path), f"score range {k}: its rows", n)
+    rows = _score_rows(Path(path), f"score range {k}: its rows file", n)
     values, pr_parts, _ = range_values(rows, before, total, n_ref, score_threshold, precision_targets)
     paths = [str(storage.write_table_part(Path(out_dir) / f"pr-{i}-{k}.parquet", part)) for i, part in enumerate(pr_parts)]
     return values, paths
