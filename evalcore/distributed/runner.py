@@ -532,7 +532,7 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
     # The exact curve's parts: every range's rows at the first threshold, then at the second.
     table = storage.TableParts(
         [shares[(k,)][1][i] for i in range(len(PR_THRESHOLDS)) for k in range(n_ranges)],
-        [f"score range {k} at IoU {t}" for t in PR_THRESHOLDS for k in range(n_ranges)],
+        [f"PR curve of score range {k} at IoU {t}" for t in PR_THRESHOLDS for k in range(n_ranges)],
     )
     logger.info("scores: %d predictions in %d score ranges", total.n, n_ranges)
     return {"keys": keys, "ci": {}, "n_undefined": {}, "tables": {"pr_curve": table}, "replicates": {}}

@@ -744,7 +744,7 @@ def write_table_part(path: Path, frame: pd.DataFrame) -> Path:
 class TableParts:
     """A table as its parts in the work directory, in order (:func:`write_table_part`).
 
-    ``labels`` say what each part is (``score range 3 at IoU 0.5``): a part missing,
+    ``labels`` say what each part is (``PR curve of score range 3 at IoU 0.5``): a part missing,
     unreadable or with other columns than the first is a :class:`PartitionMissingError`
     naming its label and file. ``to_parquet`` writes them as one file, a part at a time
     (the client never holds more than one part), under a temporary name renamed to

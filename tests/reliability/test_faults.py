@@ -429,7 +429,7 @@ def test_missing_pr_curve_part_leaves_no_curve_file_and_names_the_part(cluster_c
     n_ranges = len(parts.paths) // 2
     lost = parts.paths[n_ranges + 1]  # score range 1's rows at IoU 0.75
     Path(lost).unlink()
-    with pytest.raises(PartitionMissingError, match=rf"score range 1 at IoU 0.75: its table part {lost} is missing"):
+    with pytest.raises(PartitionMissingError, match=rf"PR curve of score range 1 at IoU 0.75: its table part {lost} is missing"):
         merge_phase(setup, index, plan, resolved, sums)
     out = setup.pr_curve_out.parent
     assert not out.exists() or not list(out.iterdir())  # neither the curve nor a temporary file

@@ -65,7 +65,7 @@ def _through_the_tasks(resolves: dict, out: Path) -> tuple[list, storage.TablePa
     shares = [score_values_task(str(out / f"range-{k}.npz"), counts[k].n, before[k], total, 50, 0.5, (0.6,), str(out), k)
               for k in range(n_ranges)]
     parts = storage.TableParts([shares[k][1][i] for i in range(len(PR_THRESHOLDS)) for k in range(n_ranges)],
-                               [f"score range {k} at IoU {t}" for t in PR_THRESHOLDS for k in range(n_ranges)])
+                               [f"PR curve of score range {k} at IoU {t}" for t in PR_THRESHOLDS for k in range(n_ranges)])
     return shares, parts
 
 
@@ -143,7 +143,7 @@ def test_a_missing_pr_part_leaves_no_curve_file_and_names_the_part(resolves, tmp
     missing = parts.paths[4]  # score range 1 at IoU 0.75
     Path(missing).unlink()
     target = tmp_path / "out" / "pr.parquet"
-    with pytest.raises(PartitionMissingError, match=rf"score range 1 at IoU 0.75: its table part {missing} is missing"):
+    with pytest.raises(PartitionMissingError, match=rf"PR curve of score range 1 at IoU 0.75: its table part {missing} is missing"):
         parts.to_parquet(target)
     assert not target.parent.exists() or not list(target.parent.iterdir())  # neither the file nor a temporary one
     # An earlier curve file stays as it was.
@@ -159,7 +159,7 @@ def test_a_missing_pr_part_leaves_no_curve_file_and_names_the_part(resolves, tmp
 def test_a_broken_or_different_pr_part_names_the_part(resolves, tmp_path):
     _, parts = _through_the_tasks(resolves, tmp_path / "scores")
     Path(parts.paths[2]).write_bytes(b"not parquet")
-    with pytest.raises(PartitionMissingError, match=rf"score range 2 at IoU 0.5: its table part {parts.paths[2]} cannot be read"):
+    with pytest.raises(PartitionMissingError, match=rf"PR curve of score range 2 at IoU 0.5: its table part {parts.paths[2]} cannot be read"):
         parts.to_parquet(tmp_path / "pr.parquet")
     storage.write_table_part(Path(parts.paths[2]), pd.DataFrame({"score": ["a"]}))
     with pytest.raises(PartitionMissingError, match=r"score range 2 at IoU 0.5: its table part .* has columns \['score'\]"):
