@@ -31,6 +31,7 @@ __all__ = [
     "peak_rss_mib",
     "PartitionMissingError",
     "FAULT_ENV",
+    "FAULT_PHASES",
     "InjectedFault",
     "inject_fault",
 ]
@@ -140,6 +141,16 @@ once (the marker file records that it did) or every time; ``die``: the worker pr
 kills itself once (the marker records it), as a lost worker. docs/reliability.md."""
 
 
+FAULT_PHASES = (
+    "prepare", "pairs", "components", "seams", "resolve", "sums", "select", "predictions", "pixels",
+    "score-split", "score-range", "score-values",
+)
+"""The worker tasks that call :func:`inject_fault`, by the phase name a fault names.
+
+What each one's ``partition`` is (a partition key ``32633_4_51``, a prepare chunk
+``reference-0``, a score range ``range-3``) is in docs/reliability.md's fault table."""
+
+
 class InjectedFault(RuntimeError):
     """The failure a test asked for through :data:`FAULT_ENV`."""
 
@@ -148,12 +159,17 @@ def inject_fault(phase: str, partition: str) -> None:
     """Raise :class:`InjectedFault` when :data:`FAULT_ENV` names this phase and partition.
 
     Called by every worker task before it writes anything; a no-op when the variable
-    is not set.
+    is not set. A fault that names no phase of :data:`FAULT_PHASES` (or a task that calls
+    with one) is a ``ValueError``: a misspelt phase would otherwise never fire, and the
+    test asking for it would pass without a fault.
     """
     spec_text = os.environ.get(FAULT_ENV)
     if not spec_text:
         return
     spec = json.loads(spec_text)
+    for asked in (phase, spec.get("phase")):
+        if asked not in FAULT_PHASES:
+            raise ValueError(f"{FAULT_ENV}: no worker task injects faults in phase {asked!r}; the phases are {', '.join(FAULT_PHASES)}")
     if spec.get("phase") != phase or spec.get("partition") != partition:
         return
     if spec.get("mode") in ("once", "die"):

@@ -129,7 +129,8 @@ def _gather(setup: RunSetup, phase: str, futures: dict, show: bool = True) -> di
     from distributed import as_completed
 
     total = len(futures)
-    unit = "chunk" if phase == "prepare" else "partition"  # prepare works on input chunks
+    # prepare works on input chunks, the scores' range and values tasks on score ranges
+    unit = {"prepare": "chunk", "score-range": "score range", "score-values": "score range"}.get(phase, "partition")
     by_future = {f: k for k, f in futures.items()}
     out = {}
     done = 0
@@ -154,7 +155,9 @@ def _gather(setup: RunSetup, phase: str, futures: dict, show: bool = True) -> di
             if isinstance(exc, EvalInputError):
                 raise  # already names the file, layer, row or column
             name = _partition_name(k)
-            raise RuntimeError(f"{phase} failed for {unit} {name}: {type(exc).__name__}: {exc}") from exc
+            # A missing or broken work file stays a PartitionMissingError (still a RuntimeError).
+            error = PartitionMissingError if isinstance(exc, PartitionMissingError) else RuntimeError
+            raise error(f"{phase} failed for {unit} {name}: {type(exc).__name__}: {exc}") from exc
         done += 1
         if progress:
             progress(phase, done, total)
@@ -489,7 +492,7 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
     Returns the ``global_values`` dict of the run (its PR curve table as
     :class:`~evalcore.distributed.storage.TableParts`).
     """
-    from evalcore.metrics.score_ranges import prefix_counts, run_keys, splitters
+    from evalcore.metrics.score_ranges import PR_THRESHOLDS, prefix_counts, run_keys, splitters
 
     options = setup.options
     out = setup.workdir / "resolve" / "scores"
@@ -506,16 +509,19 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
     n_ranges = len(cuts) + 1
     futures = {}
     for k in range(n_ranges):
-        paths = [str(out / f"split-{storage.key_name(key)}-{k}.npz") for key in sorted(split) if split[key][k] > 0]
-        futures[(k,)] = client.submit(score_range_task, paths, str(out / f"range-{k}.npz"), n_groups,
+        # Each split file with the rows its task reported: the range task checks it holds them.
+        splits = [(storage.key_name(key), str(out / f"split-{storage.key_name(key)}-{k}.npz"), split[key][k])
+                  for key in sorted(split) if split[key][k] > 0]
+        futures[(k,)] = client.submit(score_range_task, splits, str(out / f"range-{k}.npz"), n_groups, k,
                                       key=setup.task_key("score-range", k), retries=2)
     counts = _gather(setup, "score-range", futures, show=False)
     before, total = prefix_counts([counts[(k,)] for k in range(n_ranges)], n_groups)
     if total.n != n_pred:
         raise PartitionMissingError(f"the score ranges hold {total.n} predictions but {n_pred} were prepared")
     futures = {
-        (k,): client.submit(score_values_task, str(out / f"range-{k}.npz"), before[k], total, n_ref, options.score_threshold,
-                            options.precision_targets, str(out), k, key=setup.task_key("score-values", k), retries=2)
+        (k,): client.submit(score_values_task, str(out / f"range-{k}.npz"), counts[(k,)].n, before[k], total, n_ref,
+                            options.score_threshold, options.precision_targets, str(out), k,
+                            key=setup.task_key("score-values", k), retries=2)
         for k in range(n_ranges)
     }
     shares = _gather(setup, "score-values", futures, show=False)
@@ -524,7 +530,10 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
         merged = merged + shares[(k,)][0]
     keys, _ = run_keys(merged, total, n_ref, options.score_threshold, options.precision_targets, strata)
     # The exact curve's parts: every range's rows at the first threshold, then at the second.
-    table = storage.TableParts([shares[(k,)][1][i] for i in range(len(shares[(0,)][1])) for k in range(n_ranges)])
+    table = storage.TableParts(
+        [shares[(k,)][1][i] for i in range(len(PR_THRESHOLDS)) for k in range(n_ranges)],
+        [f"PR curve of score range {k} at IoU {t}" for t in PR_THRESHOLDS for k in range(n_ranges)],
+    )
     logger.info("scores: %d predictions in %d score ranges", total.n, n_ranges)
     return {"keys": keys, "ci": {}, "n_undefined": {}, "tables": {"pr_curve": table}, "replicates": {}}
 

@@ -744,25 +744,50 @@ def write_table_part(path: Path, frame: pd.DataFrame) -> Path:
 class TableParts:
     """A table as its parts in the work directory, in order (:func:`write_table_part`).
 
-    ``to_parquet`` writes them as one file, a part at a time: the client never holds more
-    than one part.
+    ``labels`` say what each part is (``PR curve of score range 3 at IoU 0.5``): a part missing,
+    unreadable or with other columns than the first is a :class:`PartitionMissingError`
+    naming its label and file. ``to_parquet`` writes them as one file, a part at a time
+    (the client never holds more than one part), under a temporary name renamed to
+    ``path`` when every part is in it: a failure leaves no file, or the old one, there.
     """
 
-    def __init__(self, paths: list[str]):
+    def __init__(self, paths: list[str], labels: list[str] | None = None):
         self.paths = [str(p) for p in paths]
+        self.labels = [str(v) for v in labels] if labels is not None else [f"part {i}" for i in range(len(self.paths))]
+        if len(self.labels) != len(self.paths):
+            raise ValueError(f"TableParts: {len(self.paths)} parts but {len(self.labels)} labels")
+
+    def _read(self, i: int, schema: pa.Schema | None = None) -> pa.Table:
+        label, path = self.labels[i], self.paths[i]
+        try:
+            table = pq.read_table(wd.fetch(path))
+        except FileNotFoundError:
+            raise PartitionMissingError(f"{label}: its table part {path} is missing") from None
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise PartitionMissingError(f"{label}: its table part {path} cannot be read ({type(exc).__name__}: {exc})") from None
+        if schema is not None and not table.schema.equals(schema, check_metadata=False):
+            raise PartitionMissingError(f"{label}: its table part {path} has columns {table.schema.names} "
+                                        f"({', '.join(map(str, table.schema.types))}), not the first part's "
+                                        f"{schema.names} ({', '.join(map(str, schema.types))})")
+        return table
 
     def to_parquet(self, path: str | os.PathLike, index: bool = False) -> None:
-        writer = None
-        try:
-            for part in self.paths:
-                table = pq.read_table(wd.fetch(part))
-                if writer is None:
-                    writer = pq.ParquetWriter(str(path), table.schema)
-                writer.write_table(table)
-        finally:
-            if writer is not None:
-                writer.close()
+        def _write(tmp: Path) -> None:
+            writer = None
+            try:
+                for i in range(len(self.paths)):
+                    table = self._read(i, writer.schema if writer is not None else None)
+                    if writer is None:
+                        writer = pq.ParquetWriter(str(tmp), table.schema)
+                    writer.write_table(table)
+            finally:
+                if writer is not None:
+                    writer.close()
+
+        atomic_path(path, _write)
 
     def to_pandas(self) -> pd.DataFrame:
         """Every part at once (tests and small runs)."""
-        return pd.concat([pq.read_table(wd.fetch(p)).to_pandas() for p in self.paths], ignore_index=True)
+        first = self._read(0) if self.paths else None
+        tables = [first, *(self._read(i, first.schema) for i in range(1, len(self.paths)))] if first is not None else []
+        return pd.concat([t.to_pandas() for t in tables], ignore_index=True)

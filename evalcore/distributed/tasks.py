@@ -9,6 +9,7 @@ phases that submit them are in :mod:`evalcore.distributed.runner`.
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -387,11 +388,44 @@ def resolve_done(out: Path, listing: dict) -> dict:
     }
 
 
+def _score_rows(path: Path, what: str, n: int | None = None) -> ScoreRows:
+    """Score rows a score task reads from the work directory (:meth:`ScoreRows.from_arrays`).
+
+    A file that is missing, cannot be read, or does not hold the ``n`` predictions
+    written there is a :class:`PartitionMissingError` naming ``what`` (the partition or
+    score range it belongs to) and the file: the run stops rather than compute curves
+    from part of the predictions.
+    """
+    try:
+        a = storage.read_summary(path)
+        rows = ScoreRows.from_arrays(a)
+        lengths = {len(rows.pos), len(rows.score), rows.tp.shape[1], len(rows.error), len(rows.group)}
+    except FileNotFoundError:
+        raise PartitionMissingError(f"{what} ({path}) is missing") from None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise PartitionMissingError(f"{what} ({path}) cannot be read ({type(exc).__name__}: {exc})") from None
+    if len(lengths) != 1:
+        raise PartitionMissingError(f"{what} ({path}) is not whole (its columns have {sorted(lengths)} rows)")
+    if n is not None and len(rows) != n:
+        raise PartitionMissingError(f"{what} ({path}) holds {len(rows)} predictions but {n} were written there")
+    return rows
+
+
+def _range_name(k: int) -> str:
+    """``range-3``: how a score range is named in its tasks' faults and errors."""
+    return f"range-{k}"
+
+
 def score_split_task(path: str, cuts: np.ndarray, out_dir: str, name: str) -> list[int]:
     """One resolve's score rows cut into the score ranges (``cuts``, decreasing;
     :func:`evalcore.metrics.score_ranges.range_of`): a file per non-empty range,
-    ``<out_dir>/split-<name>-<range>.npz``. Returns the rows per range."""
-    rows = ScoreRows.from_arrays(storage.read_summary(Path(path)))
+    ``<out_dir>/split-<name>-<range>.npz``. Returns the rows per range.
+
+    ``name`` is the resolving partition's; its resolve's score rows missing or unreadable
+    are a :class:`PartitionMissingError` naming it and the file.
+    """
+    inject_fault("score-split", name)
+    rows = _score_rows(Path(path), f"partition {name}: the score file of its resolve")
     which = range_of(rows.score, cuts)
     counts = np.bincount(which, minlength=len(cuts) + 1)
     for k in np.flatnonzero(counts).tolist():
@@ -399,23 +433,36 @@ def score_split_task(path: str, cuts: np.ndarray, out_dir: str, name: str) -> li
     return counts.tolist()
 
 
-def score_range_task(paths: list[str], out: str, n_groups: int) -> RangeCounts:
-    """One score range: its rows from every resolve (``paths``) in score order, written to
-    ``out``; returns its counts (:func:`evalcore.metrics.score_ranges.range_counts`)."""
-    rows = ScoreRows.concat([ScoreRows.from_arrays(storage.read_summary(Path(p))) for p in paths]).in_score_order()
+def score_range_task(splits: list[tuple[str, str, int]], out: str, n_groups: int, k: int) -> RangeCounts:
+    """Score range ``k``: its rows from every resolve in score order, written to ``out``;
+    returns its counts (:func:`evalcore.metrics.score_ranges.range_counts`).
+
+    ``splits`` are ``(partition, path, rows)``: each resolve's split file for this range
+    and the rows its split task reported. One missing, unreadable or holding other rows
+    is a :class:`PartitionMissingError` naming the range, the partition and the file.
+    """
+    inject_fault("score-range", _range_name(k))
+    parts = [_score_rows(Path(path), f"score range {k}: the split file of partition {name}", n) for name, path, n in splits]
+    rows = ScoreRows.concat(parts).in_score_order()
     storage.write_summary(Path(out), rows.as_arrays())
     return range_counts(rows, n_groups)
 
 
 def score_values_task(
-    path: str, before: RangeCounts, total: RangeCounts, n_ref: int, score_threshold: float | None,
+    path: str, n: int, before: RangeCounts, total: RangeCounts, n_ref: int, score_threshold: float | None,
     precision_targets: tuple[float, ...] | None, out_dir: str, k: int,
 ) -> tuple[RangeValues, list[str]]:
-    """One score range's share of the run-level score values, from the counts of the ranges
-    ahead of it (:func:`evalcore.metrics.score_ranges.range_values`); writes its rows of
-    the exact PR curve at each threshold (``<out_dir>/pr-<i>-<k>.parquet``) and returns
-    them with the values."""
-    rows = ScoreRows.from_arrays(storage.read_summary(Path(path)))
+    """Score range ``k``'s share of the run-level score values, from the counts of the
+    ranges ahead of it (:func:`evalcore.metrics.score_ranges.range_values`); writes its rows
+    of the exact PR curve at each threshold (``<out_dir>/pr-<i>-<k>.parquet``) and returns
+    them with the values.
+
+    ``path`` is the range's rows as its range task wrote them, ``n`` how many it counted:
+    a file missing, unreadable or holding another number is a
+    :class:`PartitionMissingError` naming the range and the file.
+    """
+    inject_fault("score-values", _range_name(k))
+    rows = _score_rows(Path(path), f"score range {k}: its rows file", n)
     values, pr_parts, _ = range_values(rows, before, total, n_ref, score_threshold, precision_targets)
     paths = [str(storage.write_table_part(Path(out_dir) / f"pr-{i}-{k}.parquet", part)) for i, part in enumerate(pr_parts)]
     return values, paths

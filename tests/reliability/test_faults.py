@@ -16,6 +16,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
 
@@ -355,3 +356,80 @@ with prefect_test_harness(server_startup_timeout=300):
     assert to_jsonable(metrics) == expected
     assert json.loads((out / "metrics.json").read_text()) == expected
     assert json.loads((out / "status.json").read_text())["status"] == "succeeded"
+
+
+# --------------------------------------------------------------------------- the score tasks on the workers
+# The scores' run-level values (AP, PR curves, risk-coverage) without a bootstrap are computed
+# by score ranges on the workers (runner._scores_on_workers): score-split per resolve,
+# score-range and score-values per range (range-0 ...). A worker lost in any of them changes
+# nothing; a permanent fault names the range; a missing PR-curve part leaves no curve file.
+
+SCORES = dict(bootstrap=0, score_column="score")
+"""The scores without a bootstrap: their run-level values are computed on the workers."""
+
+
+@pytest.fixture(scope="module")
+def expected_scores(data):
+    """The single process's metrics and exact PR curve."""
+    pred, ref = data
+    tables = evalcore.evaluate_tables(str(pred), str(ref), **{**OPTIONS, **SCORES})
+    return to_jsonable(tables.summary), tables.pr_curve.reset_index(drop=True)
+
+
+def _score_setup(data, work: Path) -> RunSetup:
+    pred, ref = data
+    options = check_options(boundary_tolerance_m=10.0, partition_size_m=OPTIONS["partition_size_m"], **SCORES)
+    return start_run(LayerSource(str(pred), None, "predicted"), LayerSource(str(ref), None, "reference"), options, work,
+                     strata_column="stratum", size_bins="auto", pr_curve_out=work.parent / "out" / "pr_curve.parquet")
+
+
+def _score_phases(client, setup: RunSetup, fault: dict | None = None, marker: Path | None = None) -> dict:
+    """Every phase, the score tasks on the workers; ``fault`` (``phase``, and ``partition``
+    or None for the first resolving partition) set on the workers just before the resolve."""
+    index = prepare_phase(client, setup)
+    plan = plan_phase(setup, index)
+    pairs = pairs_phase(client, setup, index)
+    if fault is not None:
+        partition = fault.get("partition") or "_".join(map(str, sorted(pairs.keys)[0]))
+        _set_fault(client, phase=fault["phase"], partition=partition, mode=fault["mode"], marker=str(marker))
+    resolved = resolve_phase(setup, index, pairs, plan, client=client)
+    assert resolved.shares is not None and len(list((setup.workdir / "resolve" / "scores").glob("range-*.npz"))) >= 2
+    sums = sums_phase(client, setup, index, plan, resolved)
+    return to_jsonable(merge_phase(setup, index, plan, resolved, sums))
+
+
+@pytest.mark.parametrize("phase, partition", [("score-split", None), ("score-range", "range-0"), ("score-values", "range-1")])
+def test_worker_lost_in_a_score_task_gives_identical_scores_and_pr_curve(cluster_client, data, expected_scores, tmp_path, phase,
+                                                                          partition):
+    setup = _score_setup(data, tmp_path / "work")
+    marker = tmp_path / "died"
+    metrics = _score_phases(cluster_client, setup, {"phase": phase, "partition": partition, "mode": "die"}, marker)
+    assert marker.exists()  # the worker process really died in that task
+    expected_metrics, expected_curve = expected_scores
+    assert metrics == expected_metrics
+    assert metrics["ap50"] == expected_metrics["ap50"] and metrics["pr_curve"]  # the scores were computed
+    pd.testing.assert_frame_equal(pd.read_parquet(setup.pr_curve_out), expected_curve, check_exact=True)
+
+
+def test_permanent_score_range_fault_names_the_range(cluster_client, data, tmp_path):
+    setup = _score_setup(data, tmp_path / "work")
+    with pytest.raises(RuntimeError, match=r"score-range failed for score range 1: InjectedFault: injected always fault in "
+                                           r"score-range of partition range-1"):
+        _score_phases(cluster_client, setup, {"phase": "score-range", "partition": "range-1", "mode": "always"}, tmp_path / "m")
+    assert not setup.pr_curve_out.exists()
+
+
+def test_missing_pr_curve_part_leaves_no_curve_file_and_names_the_part(cluster_client, data, tmp_path):
+    setup = _score_setup(data, tmp_path / "work")
+    index = prepare_phase(cluster_client, setup)
+    plan = plan_phase(setup, index)
+    resolved = resolve_phase(setup, index, pairs_phase(cluster_client, setup, index), plan, client=cluster_client)
+    sums = sums_phase(cluster_client, setup, index, plan, resolved)
+    parts = resolved.resolved.global_values["tables"]["pr_curve"]
+    n_ranges = len(parts.paths) // 2
+    lost = parts.paths[n_ranges + 1]  # score range 1's rows at IoU 0.75
+    Path(lost).unlink()
+    with pytest.raises(PartitionMissingError, match=rf"PR curve of score range 1 at IoU 0.75: its table part {lost} is missing"):
+        merge_phase(setup, index, plan, resolved, sums)
+    out = setup.pr_curve_out.parent
+    assert not out.exists() or not list(out.iterdir())  # neither the curve nor a temporary file
