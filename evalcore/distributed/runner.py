@@ -388,8 +388,13 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
        a finished resolve whose done record is valid is reused;
     4. ``homeless``: one task adds the homeless predictions' rows in position order.
 
+    With a field bootstrap the components tasks also return their (pool, reporting tile)
+    groups' sizes and write their fields' positions; the client makes each group's counts
+    for the sums tasks (:func:`_field_groups_of`).
+
     Nothing per pair or per field reaches the client: it receives the connectors, the
-    share paths and the run's unassigned, tile and AOI sums of the homeless predictions.
+    share paths, the group sizes and the run's unassigned, tile and AOI sums of the
+    homeless predictions.
     """
     started = time.perf_counter()
     ref_parts = index.layers["reference"]["partitions"]
