@@ -16,7 +16,12 @@ rows (:func:`partition_replicate_sums`); the centre adds them and the unassigned
 predictions' row, which is the same in every replicate. The same seed and the same
 partition keys give the same intervals for any number of workers.
 
-The module stays whole at about 520 lines: the field and block draws and the replicate
+A run keys both stages by (pool, reporting tile) instead of partition (:func:`field_draws`),
+so nothing depends on the partitioning: the centre needs only each group's size
+(:func:`partition_groups_draws`), and a partition ranks its fields among the positions of
+the group's fields in the other partitions holding some (:func:`partition_field_draws`).
+
+The module stays whole at about 650 lines: the field and block draws and the replicate
 sums are the two halves of the one exact split described above.
 """
 
