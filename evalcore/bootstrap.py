@@ -21,7 +21,7 @@ so nothing depends on the partitioning: the centre needs only each group's size
 (:func:`partition_groups_draws`), and a partition ranks its fields among the positions of
 the group's fields in the other partitions holding some (:func:`partition_field_draws`).
 
-The module stays whole at about 650 lines: the field and block draws and the replicate
+The module stays whole at about 720 lines: the field and block draws and the replicate
 sums are the two halves of the one exact split described above.
 """
 
