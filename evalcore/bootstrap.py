@@ -16,7 +16,12 @@ rows (:func:`partition_replicate_sums`); the centre adds them and the unassigned
 predictions' row, which is the same in every replicate. The same seed and the same
 partition keys give the same intervals for any number of workers.
 
-The module stays whole at about 520 lines: the field and block draws and the replicate
+A run keys both stages by (pool, reporting tile) instead of partition (:func:`field_draws`),
+so nothing depends on the partitioning: the centre needs only each group's size
+(:func:`partition_groups_draws`), and a partition ranks its fields among the positions of
+the group's fields in the other partitions holding some (:func:`partition_field_draws`).
+
+The module stays whole at about 720 lines: the field and block draws and the replicate
 sums are the two halves of the one exact split described above.
 """
 
@@ -45,6 +50,9 @@ __all__ = [
     "RowDraws",
     "RunDraws",
     "field_draws",
+    "field_group_sizes",
+    "partition_groups_draws",
+    "partition_field_draws",
     "block_draws",
     "block_counts",
     "percentile_intervals",
@@ -462,7 +470,6 @@ def field_draws(ref_pos: IdArray, ref_pools: IdArray, ref_tiles: IdArray, n_repl
     """
     n = len(ref_pos)
     ranks = np.zeros(n, dtype=np.int64)
-    pool_sizes: dict[int, dict[PartitionKey, int]] = {}
     sizes: dict = {}
     if n:
         keys = np.column_stack([ref_pools, ref_tiles])
@@ -476,12 +483,130 @@ def field_draws(ref_pos: IdArray, ref_pools: IdArray, ref_tiles: IdArray, n_repl
         ends = np.append(starts[1:], n)
         for s0, e0 in zip(starts.tolist(), ends.tolist()):
             pool, tile = int(k[s0, 0]), (int(k[s0, 1]), int(k[s0, 2]), int(k[s0, 3]))
-            pool_sizes.setdefault(pool, {})[tile] = e0 - s0
             sizes[(pool, tile)] = e0 - s0
-    counts = draw_partition_counts(pool_sizes, n_replicates, seed)
-    groups = {key: (size, counts[key]) for key, size in sizes.items()}
+    groups = partition_groups_draws(sizes, n_replicates, seed)
     return RunDraws("field", n_replicates, seed, n, ref_pools=np.asarray(ref_pools, np.int64),
                     ref_tiles=np.asarray(ref_tiles, np.int64).reshape(n, 3), ref_ranks=ranks, groups=groups)
+
+
+def field_group_sizes(pools: IdArray, tiles: IdArray) -> dict[tuple[int, PartitionKey], int]:
+    """How many of some reference rows each (pool, reporting tile) group holds.
+
+    Parameters
+    ----------
+    pools : ndarray of int64, shape (n,)
+    tiles : ndarray of int64, shape (n, 3)
+        Each row's reporting tile (EPSG, tile x, tile y).
+
+    Returns
+    -------
+    dict
+        ``{(pool, tile key): n_rows}`` of the groups present.
+    """
+    return {(pool, tile): len(rows) for pool, tile, rows in _field_groups(np.asarray(pools, np.int64),
+                                                                          np.asarray(tiles, np.int64).reshape(-1, 3))}
+
+
+def partition_groups_draws(sizes: dict[tuple[int, PartitionKey], int], n_replicates: int, seed: int) -> dict:
+    """The field bootstrap's central draws from the (pool, reporting tile) groups' sizes alone.
+
+    The same multinomial split of each pool's draws over its tiles as :func:`field_draws`
+    makes (:func:`draw_partition_counts` with tile keys): the sizes may be added up from
+    any partitioning of the run, the counts do not depend on it.
+
+    Parameters
+    ----------
+    sizes : dict
+        ``{(pool, tile key): n_fields}`` of every group of the run.
+    n_replicates, seed : int
+
+    Returns
+    -------
+    dict
+        ``{(pool, tile key): (size, counts)}``, counts int64 of shape (n_replicates,):
+        what :attr:`RowDraws.groups` holds.
+    """
+    pool_sizes: dict[int, dict[PartitionKey, int]] = {}
+    for (pool, tile), n in sizes.items():
+        pool_sizes.setdefault(int(pool), {})[tuple(int(v) for v in tile)] = int(n)
+    counts = draw_partition_counts(pool_sizes, n_replicates, seed)
+    return {key: (int(n), counts[key]) for key, n in sizes.items() if n > 0}
+
+
+def partition_field_draws(
+    ref_pos: IdArray,
+    ref_pools: IdArray,
+    ref_tiles: IdArray,
+    groups: dict,
+    others: list[tuple[IdArray, IdArray, IdArray]],
+    n_replicates: int,
+    seed: int,
+) -> RowDraws:
+    """The field draws of one partition's reference fields, made where the fields are.
+
+    A field's rank in its (pool, reporting tile) group counts the group's fields at a
+    smaller position, in this partition and in the others holding fields of the group
+    (``others``); with the group's counts (:func:`partition_groups_draws`) and its own
+    generator, every partition holding the group regenerates the same draws, so the
+    weights equal those of :meth:`RunDraws.rows` for the same fields to the bit.
+
+    Parameters
+    ----------
+    ref_pos : ndarray of int64, shape (n,)
+        The partition's reference fields' positions.
+    ref_pools : ndarray of int64, shape (n,)
+    ref_tiles : ndarray of int64, shape (n, 3)
+    groups : dict
+        ``{(pool, tile key): (size, counts)}`` of (at least) the groups of these fields.
+    others : list of (positions, pools, tiles)
+        Reference fields of other partitions (any groups: those of no group here are
+        ignored); no field may be listed twice.
+    n_replicates, seed : int
+
+    Returns
+    -------
+    RowDraws
+        Rows in the order given.
+
+    Raises
+    ------
+    ValueError
+        When a group's fields found here and in ``others`` are not the group's size
+        (a partition's positions are missing or stale).
+    """
+    n = len(ref_pos)
+    pools = np.asarray(ref_pools, np.int64)
+    tiles = np.asarray(ref_tiles, np.int64).reshape(n, 3)
+    pos = [np.asarray(ref_pos, np.int64)] + [np.asarray(o[0], np.int64) for o in others]
+    keys = np.concatenate([np.column_stack([pools, tiles])] + [np.column_stack([np.asarray(o[1], np.int64),
+                                                                                np.asarray(o[2], np.int64).reshape(-1, 3)])
+                                                               for o in others]).reshape(-1, 4)
+    pos = np.concatenate(pos)
+    ranks = np.zeros(n, dtype=np.int64)
+    if n:
+        # Group ids over this partition's groups; other partitions' fields of other groups drop out.
+        own_keys = np.unique(keys[:n], axis=0)
+        both, inverse = np.unique(np.concatenate([own_keys, keys]), axis=0, return_inverse=True)
+        inverse = np.asarray(inverse).ravel()
+        group_of_unique = np.full(len(both), -1, dtype=np.int64)
+        group_of_unique[inverse[: len(own_keys)]] = np.arange(len(own_keys))
+        group = group_of_unique[inverse[len(own_keys):]]
+        mine = np.flatnonzero(group >= 0)
+        # Rank inside the group by position, as field_draws ranks them over the whole run.
+        order = mine[np.lexsort((pos[mine], group[mine]))]
+        g = group[order]
+        starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+        found = np.diff(np.r_[starts, len(order)])
+        rank_sorted = np.arange(len(order)) - np.repeat(starts, found)
+        own = order < n
+        ranks[order[own]] = rank_sorted[own]
+        for k, row in enumerate(own_keys.tolist()):
+            key = (int(row[0]), (int(row[1]), int(row[2]), int(row[3])))
+            size = int(groups[key][0]) if key in groups else -1
+            if size != int(found[k]):
+                raise ValueError(f"pool {key[0]}, reporting tile {key[1]}: {int(found[k])} fields found but the run has {size}")
+    needed = {(pool, tile): groups[(pool, tile)] for pool, tile, _ in _field_groups(pools, tiles)}
+    return RowDraws("field", n_replicates, seed, pools=pools, ranks=ranks, tiles=tiles, groups=needed)
 
 
 def block_draws(unit: str, unit_keys: IdArray, ref_units: IdArray, n_replicates: int, seed: int) -> RunDraws:

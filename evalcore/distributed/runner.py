@@ -15,8 +15,8 @@ orchestrator (the Prefect flow) passes the values along:
   distances of eligible pairs and tolerance lengths back;
 * :func:`resolve_phase` -> :class:`ResolvedRun`: the matching and homes, the families'
   per-pair values, the contributions and the routing (:func:`evalcore.engine.resolve.route`).
-  Where :func:`resolves_on_workers` allows (no field bootstrap, no run-level family but
-  the scores without a bootstrap), on the workers by connected components
+  Where :func:`resolves_on_workers` allows (no run-level family but the scores without a
+  bootstrap, no paired comparison's units), on the workers by connected components
   (:func:`_resolve_on_workers`: ``components-<key>`` tasks return seam connectors, the
   client unions them into seam components with one owner each, ``resolve-<key>`` tasks
   resolve what each partition owns and write every partition's share, a ``homeless``
@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evalcore.bootstrap import PartitionKey, RunDraws
+from evalcore.bootstrap import PartitionKey, RunDraws, partition_groups_draws
 from evalcore.distributed import storage
 from evalcore.distributed import workdir as wd
 from evalcore.distributed.order import select_on_partitions
@@ -325,9 +325,11 @@ def pairs_phase(client: object, setup: RunSetup, index: RunIndex) -> PairsDone:
 def resolves_on_workers(options: EvalOptions, predictions_dir: Path | None = None, unit_keys: np.ndarray | None = None) -> bool:
     """Whether the resolve runs on the workers, by connected components (the one routing).
 
-    Not yet with a field bootstrap (its draws rank every field of a pool and reporting
-    tile in position order, across partitions; a block bootstrap's draws need only the
-    run's units), with a family whose run-level values need every prediction at once
+    Any bootstrap unit: a block bootstrap's draws need only the run's units; a field
+    bootstrap's only the sizes of the (pool, reporting tile) groups on the client, each
+    partition ranking its fields among the positions of the partitions sharing its groups
+    (:func:`_field_groups_of`, :func:`evalcore.bootstrap.partition_field_draws`). Not with
+    a family whose run-level values need every prediction at once
     (it overrides ``global_values`` and not :meth:`MetricFamily.run_level_on_workers`:
     the classes' rates; the scores' AP, PR curves and risk-coverage with a bootstrap),
     or with the units of a paired comparison: those resolve on the client, from every
@@ -337,7 +339,7 @@ def resolves_on_workers(options: EvalOptions, predictions_dir: Path | None = Non
     """
     run_level = [f for f in enabled_families(options)
                  if type(f).global_values is not MetricFamily.global_values and not f.run_level_on_workers(options)]
-    return (options.bootstrap == 0 or options.bootstrap_unit != "field") and not run_level and unit_keys is None
+    return not run_level and unit_keys is None
 
 
 def resolve_phase(
@@ -389,8 +391,13 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
        a finished resolve whose done record is valid is reused;
     4. ``homeless``: one task adds the homeless predictions' rows in position order.
 
+    With a field bootstrap the components tasks also return their (pool, reporting tile)
+    groups' sizes and write their fields' positions; the client makes each group's counts
+    for the sums tasks (:func:`_field_groups_of`).
+
     Nothing per pair or per field reaches the client: it receives the connectors, the
-    share paths and the run's unassigned, tile and AOI sums of the homeless predictions.
+    share paths, the group sizes and the run's unassigned, tile and AOI sums of the
+    homeless predictions.
     """
     started = time.perf_counter()
     ref_parts = index.layers["reference"]["partitions"]
@@ -424,6 +431,7 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     del connectors, own
     units = [done["units"] for done in labelled.values() if done["units"] is not None]
     ref_units = np.unique(np.concatenate(units), axis=0) if units else None  # a block bootstrap: a few per partition
+    field_groups = _field_groups_of(setup.options, {key: done["groups"] for key, done in labelled.items()})
     del labelled
     resolve_dir = setup.workdir / "resolve"
     with_preds = setup.predictions_dir is not None
@@ -455,7 +463,7 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
             pred_shares.setdefault(target, []).append(path)
     homeless = [done[key]["homeless"] for key in sorted(done)]
     options = setup.options
-    if options.bootstrap > 0 and ref_units is None:  # no reference field anywhere: no unit of a field
+    if options.bootstrap > 0 and options.bootstrap_unit != "field" and ref_units is None:  # no reference field anywhere: no unit of a field
         ref_units = np.empty((0, 3 if options.bootstrap_unit == "tile" else 1), np.int64)
     unassigned, tiles, aois, replicates, unit_keys = client.submit(
         homeless_task, homeless, options, ref_units, key=setup.task_key("homeless"), retries=2,
@@ -466,12 +474,42 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     if "scores" in rows_wanted:
         global_values = _scores_on_workers(client, setup, index, plan, [done[key] for key in sorted(done)])
     # The run's draws as the merge and the sums tasks need them: the units (block draws are
-    # made from them and the seed where they are used).
+    # made from them and the seed where they are used); field draws: their count (the sums
+    # tasks make them from field_groups).
     draws = None if unit_keys is None else RunDraws(options.bootstrap_unit, options.bootstrap, options.bootstrap_seed, len(unit_keys),
                                                     unit_keys=unit_keys)
+    if field_groups is not None:
+        draws = RunDraws("field", options.bootstrap, options.bootstrap_seed, index.layers["reference"]["n_kept"])
     run_level = Resolved(None, {}, empty.preds, empty.contributions, unassigned, tiles, aois, global_values, draws,
                          empty.columns, replicates)
-    return ResolvedRun(run_level, tuple(sorted(ref_parts)), None, time.perf_counter() - started, pred_shares, shares)
+    return ResolvedRun(run_level, tuple(sorted(ref_parts)), None, time.perf_counter() - started, pred_shares, shares, field_groups)
+
+
+def _field_groups_of(options: EvalOptions, sizes: dict) -> dict | None:
+    """Each partition's field bootstrap groups with their counts, and the other partitions
+    holding fields of them (``{key: (groups, holders)}``), from the components tasks'
+    group sizes (``{key: {(pool, tile): n}}``); None without a field bootstrap.
+
+    The client holds a few numbers per group (its size, and its count in each replicate,
+    :func:`evalcore.bootstrap.partition_groups_draws`), never a number per field.
+    """
+    if options.bootstrap <= 0 or options.bootstrap_unit != "field":
+        return None
+    totals: dict = {}
+    holders: dict = {}
+    for key in sorted(sizes):
+        for group, n in (sizes[key] or {}).items():
+            totals[group] = totals.get(group, 0) + n
+            holders.setdefault(group, []).append(key)
+    draws = partition_groups_draws(totals, options.bootstrap, options.bootstrap_seed)
+    out = {}
+    for key in sorted(sizes):
+        mine = sizes[key] or {}
+        others = sorted({other for group in mine for other in holders[group] if other != key})
+        out[key] = ({group: draws[group] for group in mine}, others)
+    shared = sum(len(h) > 1 for h in holders.values())
+    logger.info("resolve: %d field bootstrap groups, %d held by more than one partition", len(totals), shared)
+    return out
 
 
 SCORE_RANGE_ROWS = 250_000
@@ -581,6 +619,7 @@ def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, 
             _aoi_keys(index),
             setup.predicted.id_column,
             r.draws.unit_keys if resolved.shares is not None and r.draws is not None else None,
+            resolved.field_groups.get(key) if resolved.field_groups is not None else None,
             key=setup.task_key("sums", *key),
             retries=2,
             priority=index.rows(key),

@@ -600,6 +600,35 @@ def write_labels(directory: Path, key: PartitionKey, labels: object, pred_pos: n
     return path
 
 
+def ref_positions_path(workdir: Path, key: PartitionKey) -> Path:
+    """Where a partition's reference fields' (pool, reporting tile, position) are written for a field bootstrap."""
+    return workdir / "resolve" / "positions" / f"{key_name(key)}.npz"
+
+
+def write_ref_positions(workdir: Path, key: PartitionKey, pos: np.ndarray, pools: np.ndarray, tiles: np.ndarray,
+                        signature: str) -> Path:
+    """A partition's reference fields' positions, pools and reporting tiles (n, 3), with a done record:
+    the other partitions holding fields of the same (pool, tile) groups rank theirs among them."""
+    path = ref_positions_path(workdir, key)
+    write_summary(path, {"pos": np.asarray(pos, np.int64), "pool": np.asarray(pools, np.int64),
+                         "tile": np.asarray(tiles, np.int64).reshape(-1, 3)})
+    write_done_record(path.with_suffix(".done.json"), signature, [path])
+    return path
+
+
+def read_ref_positions(workdir: Path, key: PartitionKey, signature: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(positions, pools, tiles)`` of :func:`write_ref_positions`; a file missing, changed or of
+    another run raises :class:`PartitionMissingError` naming the partition."""
+    path = ref_positions_path(workdir, key)
+    if not done_record_valid(path.with_suffix(".done.json"), signature):
+        raise PartitionMissingError(
+            f"partition {key_name(key)}: its reference positions (field bootstrap) are missing or do not match "
+            f"their checksums in {path.parent}; rerun to recompute them."
+        )
+    a = read_summary(path)
+    return a["pos"], a["pool"], a["tile"]
+
+
 def read_labels(directory: Path, key: PartitionKey, signature: str, own: bool = False) -> tuple | None:
     """``(pair_label, pred_label)`` of :func:`write_labels` (``own``: ``(pred_pos, pred_label,
     label_min_ref)``), or None when absent or not valid."""

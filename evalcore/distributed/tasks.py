@@ -20,7 +20,7 @@ import shapely
 from pyproj import CRS
 
 from evalcore import boundary
-from evalcore.bootstrap import PartitionKey, block_draws, pool_id
+from evalcore.bootstrap import PartitionKey, RowDraws, block_draws, field_group_sizes, partition_field_draws, pool_id
 from evalcore.distributed import storage
 from evalcore.distributed import workdir as wd
 from evalcore.distributed.reliability import PartitionMissingError, inject_fault
@@ -242,9 +242,12 @@ def components_task(workdir: str, key: PartitionKey, signature: str, options: Ev
     Returns
     -------
     dict
-        ``{"key", "n_labels", "connectors": (pos, label, min_ref), "units"}``: its halo
-        predictions in its pairs only (:func:`evalcore.engine.components.label_partition`),
-        and with a block bootstrap in ``options`` its reference fields' units (unique).
+        ``{"key", "n_labels", "connectors": (pos, label, min_ref), "units", "groups"}``: its
+        halo predictions in its pairs only (:func:`evalcore.engine.components.label_partition`),
+        with a block bootstrap in ``options`` its reference fields' units (unique), and with a
+        field bootstrap the sizes of its fields' (pool, reporting tile) groups
+        (:func:`evalcore.bootstrap.field_group_sizes`; their positions are written to
+        :func:`storage.ref_positions_path` for the partitions sharing a group).
     """
     inject_fault("components", storage.key_name(key))
     results = _pair_results(workdir, key, signature)
@@ -255,7 +258,39 @@ def components_task(workdir: str, key: PartitionKey, signature: str, options: Ev
     if options is not None and options.bootstrap > 0 and options.bootstrap_unit != "field":
         r = results
         units = np.unique(block_unit_keys(options, r.ref_utm_epsg, r.ref_tile_x, r.ref_tile_y, r.ref_aoi), axis=0)
-    return {"key": key, "n_labels": labels.n_labels, "connectors": connectors, "units": units}
+    groups = None
+    if options is not None and options.bootstrap > 0 and options.bootstrap_unit == "field":
+        tiles = _ref_tiles(results)
+        storage.write_ref_positions(Path(workdir), key, results.ref_pos, results.ref_pool, tiles, signature)
+        groups = field_group_sizes(results.ref_pool, tiles)
+    return {"key": key, "n_labels": labels.n_labels, "connectors": connectors, "units": units, "groups": groups}
+
+
+def _ref_tiles(results: object) -> np.ndarray:
+    """The reporting tile (EPSG, tile x, tile y) of each reference field of some pair results."""
+    return np.stack([results.ref_utm_epsg, results.ref_tile_x, results.ref_tile_y], axis=1).astype(np.int64).reshape(-1, 3)
+
+
+def _field_draws(workdir: str, key: PartitionKey, results: object, field_groups: tuple | None, options: EvalOptions,
+                 signature: str) -> RowDraws:
+    """A partition's field bootstrap draws, made here (:func:`evalcore.bootstrap.partition_field_draws`)
+    from its groups' counts and the positions of the other partitions holding fields of its groups.
+
+    ``field_groups`` is ``({(pool, tile): (size, counts)}, [partition keys])``.
+    """
+    if field_groups is None:
+        raise ValueError("a field bootstrap resolved on the workers needs its groups' draws")
+    groups, holders = field_groups
+    others = [storage.read_ref_positions(Path(workdir), tuple(k), signature) for k in holders]
+    try:
+        return partition_field_draws(results.ref_pos, results.ref_pool, _ref_tiles(results), groups, others,
+                                     options.bootstrap, options.bootstrap_seed)
+    except ValueError as exc:
+        names = ", ".join(storage.key_name(tuple(k)) for k in holders) or "none"
+        raise PartitionMissingError(
+            f"partition {storage.key_name(key)}: its field bootstrap groups do not add up with the positions of "
+            f"partitions {names}: {exc}"
+        ) from exc
 
 
 def seam_labels_task(workdir: str, key: PartitionKey, asked: np.ndarray, signature: str) -> tuple:
@@ -496,12 +531,16 @@ def sums_task(
     aoi_keys: list[str] | None = None,
     pred_id_column: str | None = None,
     block_units: np.ndarray | None = None,
+    field_groups: tuple | None = None,
 ) -> dict:
     """The sums phase of one partition: write its field table part and its partial sums.
 
     Resolved on the workers, ``resolved_path`` is the list of the shares the resolves
     wrote for it, and with a block bootstrap ``block_units`` the run's units (the draws
-    are made here from them and the seed, as :func:`evalcore.bootstrap.block_draws` makes them).
+    are made here from them and the seed, as :func:`evalcore.bootstrap.block_draws` makes them);
+    with a field bootstrap ``field_groups`` is ``(groups, holders)``: the counts of its
+    fields' (pool, tile) groups and the other partitions holding fields of them, whose
+    positions rank its fields (:func:`_field_draws`).
 
     Reads the partition's own pairs phase output and what the resolve phase decided for
     it (per-pair values in the same (reference, prediction) order, the predictions'
@@ -517,7 +556,9 @@ def sums_task(
         # The resolve on the workers: the shares the resolves wrote for this partition.
         pair_values, contributions = _read_shares(key, resolved_path, results.pairs, options, plan, signature)
         draws = None
-        if options.bootstrap > 0:
+        if options.bootstrap > 0 and options.bootstrap_unit == "field":
+            draws = _field_draws(workdir, key, results, field_groups, options, signature)
+        elif options.bootstrap > 0:
             if block_units is None:
                 raise ValueError("a bootstrap resolved on the workers needs the run's units (block draws)")
             r = results

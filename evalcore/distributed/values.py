@@ -203,6 +203,11 @@ class ResolvedRun:
         Resolved on the workers: ``{partition key: [paths]}`` of the shares the resolves
         wrote for each partition's sums task (``resolved`` then holds only the run-level
         values: the homeless predictions' sums, the column names; ``routing`` is None).
+    field_groups : dict, optional
+        Resolved on the workers with a field bootstrap: ``{partition key: (groups, holders)}``,
+        the counts of the (pool, reporting tile) groups of its reference fields
+        (:func:`evalcore.bootstrap.partition_groups_draws`) and the other partitions holding
+        fields of them, for its sums task.
     """
 
     resolved: Resolved
@@ -211,6 +216,7 @@ class ResolvedRun:
     seconds: float = 0.0
     pred_rows: dict = field(default_factory=dict, repr=False)
     shares: dict | None = field(default=None, repr=False)
+    field_groups: dict | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -210,8 +210,9 @@ def block_unit_keys(options: EvalOptions, utm_epsg: IdArray, tile_x: IdArray, ti
 def homeless_sums(pos: IdArray, rows: F64Array, columns: tuple[str, ...], tile_keys: IdArray, aoi: IdArray,
                   options: EvalOptions, ref_unit_keys: IdArray | None = None):
     """The run's ``unassigned``, ``homeless_tiles`` and ``homeless_aois`` from the homeless
-    predictions' rows gathered from several resolves; with a block bootstrap, also the
-    run's units and the homeless predictions' replicates.
+    predictions' rows gathered from several resolves; with a bootstrap, also the homeless
+    predictions' replicates (each taken once in every replicate of a field bootstrap) and,
+    with a block bootstrap, the run's units.
 
     The rows are added in position order, as :func:`~evalcore.quantities.prediction_contributions`
     adds them in one resolve of the whole run (each family's column has one target, so a
@@ -233,7 +234,7 @@ def homeless_sums(pos: IdArray, rows: F64Array, columns: tuple[str, ...], tile_k
     homeless_tiles, homeless_aois : UnitSums
     unassigned_replicates : ndarray of float64, shape (n_replicates, len(columns)), or None
     unit_keys : ndarray of int64, or None
-        The run's units (sorted, unique): those of the reference fields and of the
+        A block bootstrap: the run's units (sorted, unique): those of the reference fields and of the
         homeless predictions (a prediction with a home is in its home's unit), as
         :func:`run_draws` makes them.
     """
@@ -245,9 +246,14 @@ def homeless_sums(pos: IdArray, rows: F64Array, columns: tuple[str, ...], tile_k
         total[k] += np.bincount(np.zeros(len(rows), np.int64), weights=rows[:, k], minlength=1)[0]
     unassigned = {c: float(total[k]) for k, c in enumerate(columns)}
     weights = replicates = unit_keys = None
-    if options.bootstrap > 0:
-        if options.bootstrap_unit == "field" or ref_unit_keys is None:
-            raise ValueError("homeless_sums draws block bootstraps only, from the reference fields' units")
+    if options.bootstrap > 0 and options.bootstrap_unit == "field":
+        # A field bootstrap leaves the homeless predictions in every replicate once, summed
+        # with weight 1 as resolve_run sums them.
+        weights = np.ones((options.bootstrap, len(rows)))
+        replicates = replicate_group_sums(weights, rows, np.full((len(rows), 0), -1, np.int64), 1).groups[0]
+    elif options.bootstrap > 0:
+        if ref_unit_keys is None:
+            raise ValueError("homeless_sums draws a block bootstrap from the reference fields' units")
         own = block_unit_keys(options, tile_keys[:, 0], tile_keys[:, 1], tile_keys[:, 2], aoi)
         unit_keys = np.unique(np.concatenate([np.asarray(ref_unit_keys, np.int64).reshape(-1, own.shape[1]), own]), axis=0)
         draws = block_draws(options.bootstrap_unit, unit_keys, np.empty(0, np.int64), options.bootstrap, options.bootstrap_seed)

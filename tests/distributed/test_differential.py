@@ -135,6 +135,34 @@ def test_block_bootstrap_resolved_on_the_workers_equals_single_process_exactly(l
     assert result["bootstrap"]["ci"]
 
 
+@pytest.mark.parametrize("partition_size_m", [2_000.0, 1_000.0], ids=lambda t: f"tile{int(t)}m")
+def test_field_bootstrap_resolved_on_the_workers_equals_single_process_exactly(layers, client, partition_size_m, tmp_path):
+    """The field bootstrap (the default unit): the components tasks report their (pool,
+    reporting tile) groups' sizes, the client makes each group's counts, each sums task
+    ranks its fields among the positions of the partitions sharing its groups. Several
+    pools (strata), groups spanning 3+ partitions; intervals and every key to the last bit."""
+    import numpy as np
+
+    from evalcore.distributed.runner import resolves_on_workers
+
+    predicted, reference = layers
+    options = dict(WORKER_OPTIONS, bootstrap=40)
+    assert resolves_on_workers(check_options(bootstrap=40, boundary_tolerance_m=10.0))
+    expected = evalcore.evaluate(predicted, reference, partition_size_m=partition_size_m, **options)
+    work = tmp_path / "work"
+    result = evalcore.evaluate(predicted, reference, partition_size_m=partition_size_m, client=client, workdir=work, **options)
+    assert list(work.glob("resolve/by-*.done.json"))  # resolved on the workers
+    assert differences(result, expected, rtol=0.0) == []
+    assert result["bootstrap"]["ci"] and len(result["per_stratum"]) >= 2
+    # The groups really span partitions: some (pool, tile) is held by 3 or more of them.
+    holders: dict = {}
+    for path in work.glob("resolve/positions/*.npz"):
+        with np.load(path) as a:
+            for group in set(map(tuple, np.column_stack([a["pool"], a["tile"]]).tolist())):
+                holders[group] = holders.get(group, 0) + 1
+    assert len({p for p, *_ in holders}) >= 2 and max(holders.values()) >= 3
+
+
 @pytest.mark.parametrize("matching", ["many_to_one", "max_weight"])
 @pytest.mark.parametrize("partition_size_m", [2_000.0, 1_000.0], ids=lambda t: f"tile{int(t)}m")
 def test_components_spanning_many_partitions_resolve_exactly(client, partition_size_m, matching, tmp_path):

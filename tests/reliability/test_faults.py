@@ -314,6 +314,52 @@ def test_resume_reuses_finished_resolves(cluster_client, data, expected_worker_r
     assert to_jsonable(merge_phase(setup, index, plan, resolved, sums)) == expected_worker_resolve
 
 
+# --------------------------------------------------------------------------- the field bootstrap on the workers
+# OPTIONS' bootstrap draws fields (the default unit): the resolve runs on the workers too,
+# each sums task ranking its fields among the positions of the partitions sharing its
+# (pool, reporting tile) groups. Partitions of 5 km cut the 10 km reporting tiles: groups
+# span partitions.
+
+FIELD_SPLIT = dict(partition_size_m=5_000.0)
+
+
+@pytest.fixture(scope="module")
+def expected_field_split(data):
+    pred, ref = data
+    return to_jsonable(evalcore.evaluate(str(pred), str(ref), **{**OPTIONS, **FIELD_SPLIT}))
+
+
+@pytest.mark.parametrize("phase", ["components", "resolve"])
+def test_worker_lost_in_the_resolve_with_a_field_bootstrap_gives_identical_metrics(cluster_client, data, expected_field_split,
+                                                                                   tmp_path, phase):
+    first = _setup(data, tmp_path / "first", **FIELD_SPLIT)
+    _worker_resolve_phases(cluster_client, first)
+    owner, _ = _seam_owner(tmp_path / "first")
+    setup = _setup(data, tmp_path / "work", **FIELD_SPLIT)
+    marker = tmp_path / "died"
+    _set_fault(cluster_client, phase=phase, partition=owner, mode="die", marker=str(marker))
+    index, plan, pairs, resolved = _worker_resolve_phases(cluster_client, setup)
+    assert marker.exists()  # the worker really died there
+    assert any(others for _, others in resolved.field_groups.values())  # groups shared by partitions
+    sums = sums_phase(cluster_client, setup, index, plan, resolved)
+    assert to_jsonable(merge_phase(setup, index, plan, resolved, sums)) == expected_field_split
+
+
+def test_missing_positions_of_a_field_bootstrap_fail_the_run_naming_the_partition(cluster_client, data, tmp_path):
+    from evalcore.distributed import storage
+
+    work = tmp_path / "work"
+    setup = _setup(data, work, **FIELD_SPLIT)
+    index, plan, pairs, resolved = _worker_resolve_phases(cluster_client, setup)
+    # A partition whose positions another partition's sums task reads (a group they share).
+    shared = sorted({other for _, others in resolved.field_groups.values() for other in others})
+    assert shared, "no (pool, reporting tile) group spans partitions in this data"
+    victim = storage.key_name(shared[0])
+    (work / "resolve" / "positions" / f"{victim}.npz").unlink()
+    with pytest.raises(RuntimeError, match=rf"sums failed for partition \S+: PartitionMissingError: partition {victim}: its reference positions"):
+        sums_phase(cluster_client, setup, index, plan, resolved)
+
+
 @pytest.mark.prefect  # the evaluate_layers flow, in a subprocess
 @pytest.mark.slow  # 100 s: a client killed mid-run, then a rerun (make slow); worker kills are tested in make test
 def test_killed_client_leaves_nothing_complete_looking_and_rerun_is_identical(data, expected, tmp_path):
