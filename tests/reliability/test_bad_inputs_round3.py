@@ -20,8 +20,6 @@ Expected values are worked out by hand from the layers built here.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -40,8 +38,8 @@ import shapely
 from pyproj import CRS
 from shapely.geometry import LineString, box
 
-from evalcore.cli import main
 from tests.common import FILLER, UTM, WGS84, X0, Y0
+from tests.common import cli_in_process
 from tests.common import full_disk as common_full_disk
 
 # A run's line per phase (evalcore.logs.PhaseProgress), printed before a later phase fails.
@@ -84,17 +82,12 @@ def pred(tmp_path: Path) -> Path:
 
 
 def cli(*args: str | bytes | Path) -> subprocess.CompletedProcess:
-    """``evalcore ARGS`` in this process: :func:`main`'s exit status, standard output and error.
+    """``evalcore ARGS`` in this process (:func:`tests.common.cli_in_process`).
 
-    A subprocess pays 1-2 s of imports per case; :func:`cli_subprocess` keeps one refusal
-    and the ``run`` cases on the real command. A bytes argument becomes what Python makes
-    of it in ``sys.argv`` (:func:`os.fsdecode`, undecodable bytes as surrogate escapes).
+    A subprocess pays 1-2 s of imports per case (far more on loaded cores);
+    :func:`cli_subprocess` keeps one refusal and the ``run`` cases on the real command.
     """
-    argv = [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in args]
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(argv)
-    return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
+    return cli_in_process(*args)
 
 
 def cli_subprocess(*args: str | bytes | Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
