@@ -283,7 +283,7 @@ def run_cli(*args: str, cwd: str | Path | None = None, timeout: float = 300) -> 
     )
 
 
-def cli_in_process(*args: str | bytes | Path) -> subprocess.CompletedProcess:
+def cli_in_process(*args: str | bytes | Path, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
     """``evalcore ARGS`` in this process: :func:`evalcore.cli.main`'s exit status and what it printed.
 
     No 1-2 s of imports per call, as :func:`run_cli` pays (much more on loaded cores).
@@ -291,7 +291,8 @@ def cli_in_process(*args: str | bytes | Path) -> subprocess.CompletedProcess:
     terminal handler would print go to the captured standard error too: under pytest
     the root logger has pytest's handlers, so :func:`evalcore.logs.configure_logging`
     adds none. A bytes argument becomes what Python makes of it in ``sys.argv``
-    (:func:`os.fsdecode`: undecodable bytes as surrogate escapes).
+    (:func:`os.fsdecode`: undecodable bytes as surrogate escapes); ``cwd``, the working
+    directory during the call; ``--help`` (argparse's ``SystemExit``) gives its exit status.
     """
     import io
     import logging
@@ -305,8 +306,10 @@ def cli_in_process(*args: str | bytes | Path) -> subprocess.CompletedProcess:
     root = logging.getLogger()
     root.addHandler(handler)
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), contextlib.chdir(cwd or os.getcwd()):
             status = main(argv)
+    except SystemExit as exc:  # what the interpreter would make of it
+        status = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     finally:
         root.removeHandler(handler)
     return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
