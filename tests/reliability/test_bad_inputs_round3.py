@@ -1,9 +1,10 @@
 """Bad input, round 3 (issue 27, items 13 and 14): through the real command line.
 
-Item 13, errors: each case runs the command line (:func:`evalcore.cli.main`, in this
-process with standard output and error captured; ``python -m evalcore.cli`` in a
-subprocess for one refusal and for the cases of ``evalcore run``) and checks exit status 2, exactly one error line on standard error naming the file or flag at
-fault, no traceback, and no output written. Cases: duplicate column names (also on a
+Item 13, errors: each case runs the command line (:func:`evalcore.cli.main` in this
+process, standard output and error captured; ``python -m evalcore.cli`` in a subprocess
+for one refusal and for the cases of ``evalcore run``) and checks exit status 2,
+exactly one error line on standard error naming the file or flag at fault, no
+traceback, and no output written. Cases: duplicate column names (also on a
 cluster), a local engineering CRS, a file name that is not UTF-8, a partition size
 of 1e-20 km, the geometry column given as --strata-column or --aoi-id-column, a FIFO
 given as a layer, a full disk (a 1 MiB tmpfs filled up), and an input error found on
@@ -38,8 +39,7 @@ import shapely
 from pyproj import CRS
 from shapely.geometry import LineString, box
 
-from tests.common import FILLER, UTM, WGS84, X0, Y0
-from tests.common import cli_in_process
+from tests.common import FILLER, UTM, WGS84, X0, Y0, cli_in_process
 from tests.common import full_disk as common_full_disk
 
 # A run's line per phase (evalcore.logs.PhaseProgress), printed before a later phase fails.
