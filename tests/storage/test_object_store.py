@@ -3,7 +3,8 @@ S3-compatible server on 127.0.0.1 (moto's server mode, tests/storage/conftest.py
 
 The subprocesses find the store through the standard variables only (AWS_ENDPOINT_URL,
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION). Each test checks what a
-user sees: the numbers equal a local run's exactly; a failure is exit status 2 with one
+user sees: the numbers equal a local run's exactly (the local baselines, and the URLs
+refused before anything is read, run in this process); a failure is exit status 2 with one
 line that names the URL and never the secret; nothing is left behind, on the store or
 on the local disk.
 """
