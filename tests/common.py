@@ -58,6 +58,7 @@ __all__ = [
     "LEAKAGE_KEYS",
     "GROUP_KEYS",
     "run_cli",
+    "cli_in_process",
     "INTERVAL_BLOCKS",
     "BOUNDARY_VALUE_KEYS",
     "FRAME_COLUMNS",
@@ -280,6 +281,38 @@ def run_cli(*args: str, cwd: str | Path | None = None, timeout: float = 300) -> 
     return subprocess.run(
         [sys.executable, "-m", "evalcore.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd or _ROOT
     )
+
+
+def cli_in_process(*args: str | bytes | Path, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+    """``evalcore ARGS`` in this process: :func:`evalcore.cli.main`'s exit status and what it printed.
+
+    No 1-2 s of imports per call, as :func:`run_cli` pays (much more on loaded cores).
+    Standard output and error are captured, and the records that the command's own
+    terminal handler would print go to the captured standard error too: under pytest
+    the root logger has pytest's handlers, so :func:`evalcore.logs.configure_logging`
+    adds none. A bytes argument becomes what Python makes of it in ``sys.argv``
+    (:func:`os.fsdecode`: undecodable bytes as surrogate escapes); ``cwd``, the working
+    directory during the call; ``--help`` (argparse's ``SystemExit``) gives its exit status.
+    """
+    import io
+    import logging
+
+    from evalcore.cli import main
+    from evalcore.logs import TerminalHandler
+
+    argv = [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    handler = TerminalHandler(0)  # writes to whatever sys.stderr is: ``err`` below
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), contextlib.chdir(cwd or os.getcwd()):
+            status = main(argv)
+    except SystemExit as exc:  # what the interpreter would make of it
+        status = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    finally:
+        root.removeHandler(handler)
+    return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
 
 
 def naive_sha256(path: str | Path) -> str:

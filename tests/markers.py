@@ -13,6 +13,12 @@ marked in one of two ways:
   own (a ``LocalCluster``, an ``evalcore ... --cluster local`` or ``evalcore run``
   subprocess, a flow called in this process), and ``cli`` where it runs ``evalcore``.
 
+A test of what a command prints, writes or refuses calls it in this process
+(:func:`tests.common.cli_in_process`: ``main(argv)``, its exit status and streams)
+and needs no marker; a subprocess is kept where the process itself is under test
+(its exit status, a signal, the sockets of its tree, what it reads from its
+environment) and for ``evalcore run``, once per distinct mechanism.
+
 With ``EVALCORE_CHECK_MARKERS=1`` (set by ``make quick``) tests/conftest.py watches
 every test that lacks a marker and fails it when it starts what the marker stands for:
 a ``LocalCluster`` in this process (``cluster``), a Prefect flow in this process

@@ -6,6 +6,7 @@ intervals identical to the last bit (the same draws, summed in the same order).
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -67,6 +68,25 @@ def expected(layers):
     return {tile: evalcore.evaluate(predicted, reference, partition_size_m=tile, **OPTIONS) for tile in TILE_SIZES}
 
 
+@pytest.fixture(scope="module")
+def single_process():
+    """``evalcore.evaluate`` in this process, each distinct call made once per module.
+
+    The cluster tests run once per cluster size; the single-process result they are
+    compared with does not depend on it. Called as ``single_process(name, layers, **options)``
+    with ``name`` naming the layers (they are not hashable).
+    """
+    cache: dict[tuple, dict] = {}
+
+    def evaluate(name: str, layers: tuple, **options: object) -> dict:
+        key = (name, tuple(sorted(options.items())))
+        if key not in cache:
+            cache[key] = evalcore.evaluate(*layers, **options)
+        return copy.deepcopy(cache[key])  # a test may change what it is given
+
+    return evaluate
+
+
 @pytest.fixture(scope="module", params=[1, 2, 3], ids=lambda n: f"{n}workers")
 def client(request, local_clients):
     """A real LocalCluster of 1, 2 or 3 worker processes (the session's, tests/conftest.py)."""
@@ -122,12 +142,12 @@ def test_resolve_on_the_workers_equals_single_process_exactly(layers, expected_w
     assert len(list((tmp_path / "work" / "resolve").glob("by-*.done.json"))) >= (8 if partition_size_m == 2_000.0 else 1)
 
 
-def test_block_bootstrap_resolved_on_the_workers_equals_single_process_exactly(layers, client, tmp_path):
+def test_block_bootstrap_resolved_on_the_workers_equals_single_process_exactly(layers, single_process, client, tmp_path):
     """A tile bootstrap: the resolves make no draws, the homeless task and the sums tasks draw
     from the run's units and the seed; intervals and every key to the last bit."""
     predicted, reference = layers
     options = dict(WORKER_OPTIONS, bootstrap=40, bootstrap_unit="tile")
-    expected = evalcore.evaluate(predicted, reference, partition_size_m=2_000.0, **options)
+    expected = single_process("seams", layers, partition_size_m=2_000.0, **options)
     work = tmp_path / "work"
     result = evalcore.evaluate(predicted, reference, partition_size_m=2_000.0, client=client, workdir=work, **options)
     assert list(work.glob("resolve/by-*.done.json"))  # resolved on the workers
@@ -165,14 +185,14 @@ def test_field_bootstrap_resolved_on_the_workers_equals_single_process_exactly(l
 
 @pytest.mark.parametrize("matching", ["many_to_one", "max_weight"])
 @pytest.mark.parametrize("partition_size_m", [2_000.0, 1_000.0], ids=lambda t: f"tile{int(t)}m")
-def test_components_spanning_many_partitions_resolve_exactly(client, partition_size_m, matching, tmp_path):
+def test_components_spanning_many_partitions_resolve_exactly(single_process, client, partition_size_m, matching, tmp_path):
     """Long thin predictions chained over rows of fields: components across 3+ partitions,
     resolved once by their owner from every partition's pairs; every key to the last bit."""
     from evalcore.engine.components import seam_plan  # noqa: F401  (the union under test)
 
     predicted, reference = strip_layers(seed=5)
     options = dict(WORKER_OPTIONS, matching=matching)
-    expected = evalcore.evaluate(predicted, reference, partition_size_m=partition_size_m, **options)
+    expected = single_process("strips-5", (predicted, reference), partition_size_m=partition_size_m, **options)
     work = tmp_path / "work"
     result = evalcore.evaluate(predicted, reference, partition_size_m=partition_size_m, client=client, workdir=work, **options)
     assert differences(result, expected, rtol=0.0) == []
@@ -247,21 +267,33 @@ def test_seams_are_present(layers):
     assert max(len(k) for k in keys_per_pred.values()) >= 3
 
 
-@pytest.mark.parametrize("output", ["sums", "sorted values"])
-def test_missing_partition_fails_the_merge(layers, client, tmp_path, output):
+@pytest.fixture(scope="module")
+def phases_before_merge(layers, client, tmp_path_factory):
+    """The phases up to the merge, run once per cluster; each missing-partition case takes one output away and puts it back."""
     predicted, reference = layers
-    work = tmp_path / "work"
+    work = tmp_path_factory.mktemp("work")
     options = check_options(bootstrap=0, partition_size_m=2_000.0)
     setup = start_run(stage_layer(predicted, "predicted", work), stage_layer(reference, "reference", work), options, work)
     index = prepare_phase(client, setup)
     plan = plan_phase(setup, index)
     resolved = resolve_phase(setup, index, pairs_phase(client, setup, index))
     sums = sums_phase(client, setup, index, plan, resolved)
+    return work, (setup, index, plan, resolved, sums)
+
+
+@pytest.mark.parametrize("output", ["sums", "sorted values"])
+def test_missing_partition_fails_the_merge(phases_before_merge, tmp_path, output):
+    import shutil
+
+    work, (setup, index, plan, resolved, sums) = phases_before_merge
     pattern = "*.values.npz" if output == "sorted values" else "*_*_*[0-9].npz"
     victim = sorted((work / "sums").glob(pattern))[3]
-    victim.unlink()
-    with pytest.raises(PartitionMissingError, match=victim.name.split(".")[0]):
-        merge_phase(setup, index, plan, resolved, sums)
+    aside = shutil.move(victim, tmp_path / victim.name)
+    try:
+        with pytest.raises(PartitionMissingError, match=victim.name.split(".")[0]):
+            merge_phase(setup, index, plan, resolved, sums)
+    finally:
+        shutil.move(aside, victim)  # whole again for the other case
 
 
 def test_a_client_that_is_not_the_default_runs_the_phases(layers, expected, local_clients, tmp_path, monkeypatch):

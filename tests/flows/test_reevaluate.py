@@ -340,6 +340,10 @@ def test_failed_evaluation_is_recorded_and_retried(scenario, tmp_path):
     status = json.loads((Path(run.output_dir) / "status.json").read_text())
     assert status["status"] == "failed"
     assert not (Path(run.output_dir) / "comparison.json").exists()
-    assert reevaluate_new_imagery(params, return_state=True).is_failed()  # a failed layer is tried again
+    # A failed layer is tried again. On the session's cluster: the flow's own LocalCluster was
+    # tested above, and the cluster is not among the parameters that identify a run.
+    again = params.model_copy(update={"cluster": scenario.params.cluster})
+    assert again.params_hash() == params.params_hash()
+    assert reevaluate_new_imagery(again, return_state=True).is_failed()
     with open_registry(default_registry_url(tmp_path / "out")) as registry:
         assert [r.status for r in registry.runs()] == ["failed", "failed"]

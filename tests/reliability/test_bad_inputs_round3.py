@@ -1,8 +1,10 @@
 """Bad input, round 3 (issue 27, items 13 and 14): through the real command line.
 
-Item 13, errors: each case runs ``python -m evalcore.cli`` in a subprocess and checks
-exit status 2, exactly one error line on standard error naming the file or flag at
-fault, no traceback, and no output written. Cases: duplicate column names (also on a
+Item 13, errors: each case runs the command line (:func:`evalcore.cli.main` in this
+process, standard output and error captured; ``python -m evalcore.cli`` in a subprocess
+for one refusal and for the cases of ``evalcore run``) and checks exit status 2,
+exactly one error line on standard error naming the file or flag at fault, no
+traceback, and no output written. Cases: duplicate column names (also on a
 cluster), a local engineering CRS, a file name that is not UTF-8, a partition size
 of 1e-20 km, the geometry column given as --strata-column or --aoi-id-column, a FIFO
 given as a layer, a full disk (a 1 MiB tmpfs filled up), and an input error found on
@@ -25,6 +27,7 @@ import re
 import subprocess
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import geopandas
@@ -36,14 +39,13 @@ import shapely
 from pyproj import CRS
 from shapely.geometry import LineString, box
 
-from tests.common import FILLER, UTM, WGS84, X0, Y0
+from tests.common import FILLER, UTM, WGS84, X0, Y0, cli_in_process
 from tests.common import full_disk as common_full_disk
 
 # A run's line per phase (evalcore.logs.PhaseProgress), printed before a later phase fails.
 PHASE_LINE = re.compile(r"(prepare|pairs|sums|predictions) +\d+ (chunks|partitions) in \d+\.\d s")
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.cli  # each test runs the evalcore command in a subprocess (tests/markers.py)
 CLUSTER = ["--cluster", "local", "--workers", "1", "--in-process-below", "0"]
 
 
@@ -79,7 +81,17 @@ def pred(tmp_path: Path) -> Path:
     return path
 
 
-def cli(*args: str | bytes | Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def cli(*args: str | bytes | Path) -> subprocess.CompletedProcess:
+    """``evalcore ARGS`` in this process (:func:`tests.common.cli_in_process`).
+
+    A subprocess pays 1-2 s of imports per case (far more on loaded cores);
+    :func:`cli_subprocess` keeps one refusal and the ``run`` cases on the real command.
+    """
+    return cli_in_process(*args)
+
+
+def cli_subprocess(*args: str | bytes | Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m evalcore.cli ARGS`` in a subprocess: the real exit status and streams."""
     return subprocess.run([sys.executable, "-m", "evalcore.cli", *map(_arg, args)], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, env=env)
 
@@ -102,13 +114,15 @@ def error_line(proc: subprocess.CompletedProcess, status: int = 2) -> str:
     return lines[0]
 
 
-def refused(tmp_path: Path, *args: str | bytes | Path, needles: tuple[str, ...], command: str = "evaluate") -> str:
-    """Run a command that must be refused: exit 2, one line with every needle, nothing written."""
+def refused(tmp_path: Path, *args: str | bytes | Path, needles: tuple[str, ...], command: str = "evaluate",
+            run: Callable[..., subprocess.CompletedProcess] = cli) -> str:
+    """Run a command that must be refused (``run``: :func:`cli` or :func:`cli_subprocess`):
+    exit 2, one line with every needle, nothing written."""
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     before = files(tmp_path)
     tail = ["-q", *args, "-o", out / "metrics.json"] if command == "evaluate" else [*args]
-    line = error_line(cli(command, *tail))
+    line = error_line(run(command, *tail))
     for needle in needles:
         assert needle in line, (needle, line)
     assert files(tmp_path) == before, "an output was left behind"
@@ -138,6 +152,15 @@ def _write(gdf: geopandas.GeoDataFrame, path: Path) -> Path:
 def test_duplicate_column_names(tmp_path: Path, ref: Path):
     dup = _duplicate_columns(tmp_path / "in" / "dup.parquet")
     refused(tmp_path, "-p", dup, "-r", ref, needles=(str(dup), "two columns named 'score'"))
+
+
+@pytest.mark.cli
+def test_a_refusal_through_the_real_command(tmp_path: Path, ref: Path):
+    """The cases here call :func:`main` in this process; once through ``python -m evalcore.cli``:
+    the process's own exit status 2 and its standard error, the same line as in process."""
+    dup = _duplicate_columns(tmp_path / "in" / "dup.parquet")
+    in_process = refused(tmp_path, "-p", dup, "-r", ref, needles=(str(dup), "two columns named 'score'"))
+    assert refused(tmp_path, "-p", dup, "-r", ref, needles=(str(dup),), run=cli_subprocess) == in_process
 
 
 @pytest.mark.cluster
@@ -190,12 +213,13 @@ def test_geometry_column_as_aoi_id_column(tmp_path: Path, ref: Path, pred: Path)
             needles=("--aoi-id-column 'geometry'", "geometry column", str(aoi), "'name'"))
 
 
+@pytest.mark.timeout(120)  # opening the FIFO would block: a hang fails
 @pytest.mark.parametrize("role", ["-p", "-r"])
 def test_fifo_is_refused_without_being_opened(tmp_path: Path, ref: Path, pred: Path, role: str):
     fifo = tmp_path / "in" / "layer.parquet"
     os.mkfifo(fifo)
     args = ("-p", fifo, "-r", ref) if role == "-p" else ("-p", pred, "-r", fifo)
-    refused(tmp_path, *args, needles=(str(fifo), "not a regular file or directory", "FIFO"))  # cli()'s timeout: a hang fails
+    refused(tmp_path, *args, needles=(str(fifo), "not a regular file or directory", "FIFO"))
 
 
 # ---- a full disk: a 1 MiB tmpfs, filled
@@ -218,14 +242,18 @@ def test_full_disk(tmp_path: Path, ref: Path, pred: Path, full_disk: Path, targe
     assert files(full_disk) == {full_disk / FILLER} and files(out) == set()
 
 
+@pytest.mark.cli
+@pytest.mark.cluster  # evalcore run: a flow on a LocalCluster, in a subprocess
 def test_full_disk_in_run(tmp_path: Path, ref: Path, pred: Path, full_disk: Path, prefect_server: str):
     run_dir = full_disk / "run"
     env = dict(os.environ, PREFECT_API_URL=prefect_server, PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    line = error_line(cli("run", "-p", pred, "-r", ref, "-o", run_dir, "--workers", "1", env=env, timeout=300))
+    line = error_line(cli_subprocess("run", "-p", pred, "-r", ref, "-o", run_dir, "--workers", "1", env=env, timeout=300))
     assert f"cannot write '{run_dir}" in line and "the disk is full" in line, line
     assert not (run_dir / "metrics.json").exists() and not (run_dir / "manifest.json").exists()
 
 
+@pytest.mark.cli
+@pytest.mark.cluster  # evalcore run: a flow on a LocalCluster, in a subprocess
 def test_worker_side_bad_input_in_run(tmp_path: Path, ref: Path, prefect_server: str):
     """NaN coordinates are found only when a worker prepares the layer, after every check of `run`."""
     import struct
@@ -237,7 +265,7 @@ def test_worker_side_bad_input_in_run(tmp_path: Path, ref: Path, prefect_server:
     bad = _write(frame([squares(1, 10.0)[0], nan_square]), tmp_path / "in" / "nan.parquet")
     run_dir = tmp_path / "run"
     env = dict(os.environ, PREFECT_API_URL=prefect_server, PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    line = error_line(cli("run", "-p", bad, "-r", ref, "-o", run_dir, "--workers", "1", env=env, timeout=300))
+    line = error_line(cli_subprocess("run", "-p", bad, "-r", ref, "-o", run_dir, "--workers", "1", env=env, timeout=300))
     assert str(bad) in line and "NaN or infinite coordinates in row 1" in line, line
     assert not (run_dir / "metrics.json").exists()
     assert "Traceback" in (run_dir / "logs" / "run.log").read_text()  # the whole story stays in the run's log

@@ -5,6 +5,8 @@ or :func:`evalcore.distributed.cluster.local_cluster`) and, while it runs, reads
 listening sockets of the process and its children (psutil): the dashboard's port is
 bound to 127.0.0.1 only, never to 0.0.0.0 or ``::``, and so is every other listening
 socket of the tree (the scheduler's and the workers' comms, LocalCluster's default host).
+A dashboard address that cannot be used is refused before any cluster starts (those
+cases call the command line in this process).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import geopandas
 import psutil
 import pytest
 from shapely.geometry import box
+
+from tests.common import cli_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 X0, Y0 = 500_000.0, 4_400_000.0
@@ -144,7 +148,6 @@ def test_run_passes_the_dashboard_address_to_its_cluster(tmp_path, prefect_serve
     _assert_loopback_only(port, sockets, done.stdout)
 
 
-@pytest.mark.cluster  # refused before a cluster starts, but given --cluster local (tests/markers.py)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("args, says", [
     (["--cluster", "tcp://127.0.0.1:1", "--dashboard-address", "127.0.0.1:0"], "external scheduler"),
@@ -154,8 +157,9 @@ def test_run_passes_the_dashboard_address_to_its_cluster(tmp_path, prefect_serve
 ])
 def test_a_dashboard_address_without_an_embedded_cluster_or_malformed_is_refused(tmp_path, args, says):
     pred, ref = _layers(tmp_path / "in", n=4)
-    proc = subprocess.run([sys.executable, "-m", "evalcore.cli", "evaluate", "-p", str(pred), "-r", str(ref), *args, "-o", str(tmp_path / "m.json")],
-                          capture_output=True, text=True, timeout=100, cwd=ROOT)
+    # In this process (no subprocess's imports to pay): refused before any cluster starts,
+    # which EVALCORE_CHECK_MARKERS=1 checks, as the test has no cluster marker.
+    proc = cli_in_process("evaluate", "-p", pred, "-r", ref, *args, "-o", tmp_path / "m.json")
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and says in lines[0], proc.stderr

@@ -1,7 +1,9 @@
 """Nothing a user owns is lost (issue 27, items 1-8), through the real command line.
 
-Each test runs ``evalcore`` in a subprocess as a user would, and checks the files on disk
-afterwards: what evalcore did not create is still there byte for byte, an output is
+Each test runs ``evalcore`` as a user would, and checks the files on disk afterwards
+(the runs that do work, and a killed run, in a subprocess; the refusals, ``synth`` and
+``evaluate`` in this process, :func:`tests.common.cli_in_process`, the flow of a refused
+run replaced by one that fails the test): what evalcore did not create is still there byte for byte, an output is
 either the old one or a whole new one, a directory output holds one run's parts, a run
 directory is held by one run at a time, its ``status.json`` is written last and agrees
 with the exit status and the Prefect flow's state, and the Prefect server a run started
@@ -27,9 +29,9 @@ import geopandas
 import pytest
 
 from evalcore.synth import write_layers
-from tests.common import FILLER, full_disk, naive_sha256, run_cli
+from tests.common import FILLER, cli_in_process, full_disk, naive_sha256, run_cli
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.cli]  # each test runs the evalcore command in a subprocess
+pytestmark = pytest.mark.timeout(600)
 
 N_REF = 300
 
@@ -70,6 +72,17 @@ def _run_env(prefect_server: str | None) -> dict[str, str]:
     return env
 
 
+@pytest.fixture()
+def no_flow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For an ``evalcore run`` that must be refused before any work: its flow fails the test if it starts."""
+    import flows.evaluate
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the flow started")
+
+    monkeypatch.setattr(flows.evaluate, "evaluate_layers", never)
+
+
 def _evalcore_run(args: list[str], prefect_server: str | None, **popen: object) -> subprocess.Popen:
     popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **popen}
     return subprocess.Popen(
@@ -80,19 +93,20 @@ def _evalcore_run(args: list[str], prefect_server: str | None, **popen: object) 
 # --------------------------------------------------------------------------- item 1: the work directory
 
 
-@pytest.mark.prefect  # an evalcore run, refused before its flow starts (the rule goes by the command: tests/markers.py)
-def test_run_refuses_a_workdir_holding_its_inputs_and_deletes_nothing(tmp_path: Path, layers: tuple[Path, Path]) -> None:
+def test_run_refuses_a_workdir_holding_its_inputs_and_deletes_nothing(tmp_path: Path, layers: tuple[Path, Path], no_flow: None) -> None:
     proj = tmp_path / "proj"
     pred, ref = _copy(layers[0], proj / "pred.parquet"), _copy(layers[1], proj / "ref.parquet")
     (proj / "NOTES.txt").write_text("x\n")
     before = _tree(proj)
     (tmp_path / "runs").mkdir()
-    result = run_cli("run", "-p", str(pred), "-r", str(ref), "--workdir", str(proj), "-o", str(tmp_path / "runs" / "p"))
+    result = cli_in_process("run", "-p", pred, "-r", ref, "--workdir", proj, "-o", tmp_path / "runs" / "p")
     _one_line_error(result, "workdir", "input")
     assert _tree(proj) == before
     assert not any((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.cli
+@pytest.mark.cluster  # evalcore run in a subprocess: a flow on a LocalCluster
 @pytest.mark.prefect
 def test_run_removes_only_what_it_wrote_in_a_users_workdir(tmp_path: Path, layers: tuple[Path, Path], prefect_server: str) -> None:
     proj = tmp_path / "proj"
@@ -117,9 +131,8 @@ def test_run_removes_only_what_it_wrote_in_a_users_workdir(tmp_path: Path, layer
 # --------------------------------------------------------------------------- item 2: outputs are not inputs
 
 
-@pytest.mark.prefect  # as above
 @pytest.mark.parametrize("case", ["aoi-inside-out", "parts-inside-out", "input-in-work-of-out", "workdir-is-input-dir"])
-def test_run_refuses_outputs_that_hold_inputs_before_any_work(tmp_path: Path, layers: tuple[Path, Path], case: str) -> None:
+def test_run_refuses_outputs_that_hold_inputs_before_any_work(tmp_path: Path, layers: tuple[Path, Path], case: str, no_flow: None) -> None:
     proj = tmp_path / "proj"
     pred, ref = _copy(layers[0], tmp_path / "in" / "pred.parquet"), _copy(layers[1], tmp_path / "in" / "ref.parquet")
     args = ["-r", str(ref)]
@@ -139,28 +152,27 @@ def test_run_refuses_outputs_that_hold_inputs_before_any_work(tmp_path: Path, la
         args += ["-p", str(pred), "--workdir", str(tmp_path / "in"), "-o", str(tmp_path / "out")]
         flag = "predicted"
     before = _tree(tmp_path)
-    result = run_cli("run", *args)
+    result = cli_in_process("run", *args)
     _one_line_error(result, flag)
     assert _tree(tmp_path) == before
 
 
-@pytest.mark.prefect  # as above
-def test_run_refuses_a_directory_that_is_not_a_run(tmp_path: Path, layers: tuple[Path, Path]) -> None:
+def test_run_refuses_a_directory_that_is_not_a_run(tmp_path: Path, layers: tuple[Path, Path], no_flow: None) -> None:
     out = tmp_path / "mine"
     out.mkdir()
     (out / "metrics.json").write_text('{"mine": true}\n')
-    result = run_cli("run", "-p", str(layers[0]), "-r", str(layers[1]), "-o", str(out))
+    result = cli_in_process("run", "-p", str(layers[0]), "-r", str(layers[1]), "-o", str(out))
     _one_line_error(result, "-o/--output-dir", "not an evalcore run")
     assert (out / "metrics.json").read_text() == '{"mine": true}\n'
 
 
-def test_run_refuses_to_replace_a_run_that_holds_a_human_review(tmp_path: Path, layers: tuple[Path, Path]) -> None:
+def test_run_refuses_to_replace_a_run_that_holds_a_human_review(tmp_path: Path, layers: tuple[Path, Path], no_flow: None) -> None:
     out = tmp_path / "reviewed"
     (out / "review").mkdir(parents=True)
     (out / "status.json").write_text('{"state": "completed"}\n')  # an earlier run's mark
     decisions = out / "review" / "decisions-ana.csv"
     decisions.write_text("item_id,reviewer,code,severity,agrees,comment,decided_at\n")
-    result = run_cli("run", "-p", str(layers[0]), "-r", str(layers[1]), "-o", str(out))
+    result = cli_in_process("run", "-p", str(layers[0]), "-r", str(layers[1]), "-o", str(out))
     _one_line_error(result, "-o/--output-dir", "human review", "review/")
     assert decisions.read_text().startswith("item_id,reviewer")
     assert sorted(p.name for p in out.iterdir()) == ["review", "status.json"]
@@ -170,10 +182,10 @@ def test_synth_refuses_a_non_empty_directory_unless_forced(tmp_path: Path) -> No
     out = tmp_path / "parts"
     out.mkdir()
     (out / "part-0.parquet").write_bytes(b"PAR1 not really")
-    result = run_cli("synth", "--n-ref", "50", "--out", str(out))
+    result = cli_in_process("synth", "--n-ref", "50", "--out", out)
     _one_line_error(result, "--out", "not empty", "--force")
     assert sorted(p.name for p in out.iterdir()) == ["part-0.parquet"]
-    forced = run_cli("synth", "--n-ref", "50", "--out", str(out), "--force")
+    forced = cli_in_process("synth", "--n-ref", "50", "--out", out, "--force")
     assert forced.returncode == 0, forced.stderr
     assert (out / "part-0.parquet").read_bytes() == b"PAR1 not really"  # not synth's file: left alone
     assert len(geopandas.read_parquet(out / "reference.parquet")) >= 50  # 50 fields, and the generator's few bad rows
@@ -185,14 +197,14 @@ def test_synth_refuses_a_non_empty_directory_unless_forced(tmp_path: Path) -> No
 def test_failed_evaluate_keeps_the_older_outputs(tmp_path: Path, layers: tuple[Path, Path]) -> None:
     keep = tmp_path / "keep"
     keep.mkdir()
-    first = run_cli("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), "--frame-out", str(keep / "fields.parquet"),
-                    "--tiles-out", str(keep / "tiles.parquet"), "-o", str(keep / "metrics.json"))
+    first = cli_in_process("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), "--frame-out", str(keep / "fields.parquet"),
+                           "--tiles-out", str(keep / "tiles.parquet"), "-o", str(keep / "metrics.json"))
     assert first.returncode == 0, first.stderr
     before = _tree(keep)
     with full_disk(tmp_path / "full") as full:
-        result = run_cli("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), "--iou-threshold", "0.6",
-                         "--frame-out", str(keep / "fields.parquet"), "--tiles-out", str(keep / "tiles.parquet"),
-                         "-o", str(full / "metrics.json"))
+        result = cli_in_process("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), "--iou-threshold", "0.6",
+                                "--frame-out", str(keep / "fields.parquet"), "--tiles-out", str(keep / "tiles.parquet"),
+                                "-o", str(full / "metrics.json"))
         assert result.returncode != 0
         assert sorted(p.name for p in full.iterdir()) == [FILLER]
     assert _tree(keep) == before  # the old outputs, byte for byte, and no staged leftovers
@@ -204,16 +216,16 @@ def test_directory_outputs_hold_one_run_and_a_failed_cluster_run_leaves_nothing(
     cluster = ["--cluster", "local", "--workers", "1", "--in-process-below", "0", "--partition-km", "5"]
     # A cluster run whose last write fails on a full disk: no fields/ parts, no tiles.parquet.
     with full_disk(tmp_path / "full") as full:
-        failed = run_cli("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), *cluster, "--frame-out", f"{fields}/",
-                         "--tiles-out", str(tmp_path / "tiles.parquet"), "-o", str(full / "metrics.json"))
+        failed = cli_in_process("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), *cluster, "--frame-out", f"{fields}/",
+                                "--tiles-out", str(tmp_path / "tiles.parquet"), "-o", str(full / "metrics.json"))
         assert failed.returncode != 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]
     # A cluster run writes several parts; an in-process run into the same directory replaces them all.
-    done = run_cli("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), *cluster, "--frame-out", f"{fields}/", "-o", str(tmp_path / "m1.json"))
+    done = cli_in_process("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), *cluster, "--frame-out", f"{fields}/", "-o", str(tmp_path / "m1.json"))
     assert done.returncode == 0, done.stderr
     assert len(list(fields.glob("part-*.parquet"))) > 1
     n_fields = len(geopandas.read_parquet(fields))
-    again = run_cli("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), "--frame-out", f"{fields}/", "-o", str(tmp_path / "m2.json"))
+    again = cli_in_process("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), "--frame-out", f"{fields}/", "-o", str(tmp_path / "m2.json"))
     assert again.returncode == 0, again.stderr
     table = geopandas.read_parquet(fields)
     assert len(table) == n_fields and table["ref_index"].is_unique
@@ -224,14 +236,14 @@ def test_a_directory_output_with_foreign_files_is_refused(tmp_path: Path, layers
     fields = tmp_path / "fields"
     fields.mkdir()
     (fields / "README.txt").write_text("mine\n")
-    result = run_cli("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), "--frame-out", f"{fields}/", "-o", str(tmp_path / "m.json"))
+    result = cli_in_process("evaluate", "-p", str(layers[0]), "-r", str(layers[1]), "--frame-out", f"{fields}/", "-o", str(tmp_path / "m.json"))
     _one_line_error(result, "--frame-out", "README.txt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fields"] and [p.name for p in fields.iterdir()] == ["README.txt"]
 
 
 def test_failed_synth_leaves_no_directory(tmp_path: Path) -> None:
     with full_disk(tmp_path / "full") as full:
-        result = run_cli("synth", "--n-ref", "2000", "--out", str(full / "data"))
+        result = cli_in_process("synth", "--n-ref", "2000", "--out", full / "data")
         assert result.returncode != 0
         assert sorted(p.name for p in full.iterdir()) == [FILLER]
 
@@ -262,6 +274,8 @@ def _flow_run_states(api_url: str) -> list[tuple[str, str]]:
             if isinstance(run.get("parameters", {}).get("params"), dict) and "output_dir" in run["parameters"]["params"]]
 
 
+@pytest.mark.cli
+@pytest.mark.cluster  # evalcore run in a subprocess: a flow on a LocalCluster
 @pytest.mark.prefect
 def test_second_run_into_a_run_directory_is_refused_and_gates_end_the_run_failed(tmp_path: Path, layers: tuple[Path, Path], prefect_server: str) -> None:
     out = tmp_path / "run"
@@ -313,6 +327,8 @@ def _cmdline(process: object) -> list[str]:
         return []
 
 
+@pytest.mark.cli
+@pytest.mark.cluster  # evalcore run in a subprocess: a flow on a LocalCluster
 @pytest.mark.prefect
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killed_run_leaves_no_prefect_server(tmp_path: Path, layers: tuple[Path, Path], sig: signal.Signals) -> None:

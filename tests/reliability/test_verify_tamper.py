@@ -6,21 +6,22 @@ metrics, then the evidence bundle sealed by :func:`evalcore.evidence.write_bundl
 the flow's ``evidence`` and ``seal_evidence`` tasks do, without a Prefect server). Each
 test tampers with a copy the way the issue did and runs ``evalcore verify`` as a user
 would: exit status 1 ("NOT intact") and a line naming the file, quickly, every time.
+The commands run in this process (:func:`tests.common.cli_in_process`, what they print
+captured); one case runs ``evalcore verify`` in a subprocess, for the real exit status.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from evalcore.evidence import BundleInputs, InputLayer, write_bundle
-from tests.common import naive_sha256, run_cli
-
-pytestmark = pytest.mark.cli  # each test runs the evalcore command in a subprocess (tests/markers.py)
+from tests.common import cli_in_process, naive_sha256, run_cli
 
 FIRST = "evidence-manifest.json"
 GATES = "gates:\n  - id: G-F1\n    metric: f1\n    op: '>='\n    threshold: 0.1\n"
@@ -30,13 +31,13 @@ GATES = "gates:\n  - id: G-F1\n    metric: f1\n    op: '>='\n    threshold: 0.1\
 def sealed(tmp_path_factory) -> Path:
     """A sealed run directory (never tampered with: tests work on copies)."""
     tmp = tmp_path_factory.mktemp("verify-tamper")
-    made = run_cli("synth", "--n-ref", "300", "--seed", "3", "--out", str(tmp / "data"))
+    made = cli_in_process("synth", "--n-ref", "300", "--seed", "3", "--out", tmp / "data")
     assert made.returncode == 0, made.stderr
     out = tmp / "run"
     out.mkdir()
     data = tmp / "data"
-    done = run_cli("evaluate", "-p", str(data / "predicted.parquet"), "-r", str(data / "reference.parquet"),
-                   "--frame-out", f"{out / 'fields'}/", "--tiles-out", str(out / "tiles.parquet"), "-o", str(out / "metrics.json"))
+    done = cli_in_process("evaluate", "-p", data / "predicted.parquet", "-r", data / "reference.parquet",
+                          "--frame-out", f"{out / 'fields'}/", "--tiles-out", out / "tiles.parquet", "-o", out / "metrics.json")
     assert done.returncode == 0, done.stderr
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     given = BundleInputs(
@@ -56,9 +57,18 @@ def run(sealed, tmp_path) -> Path:
     return copy
 
 
-def _verify(run: Path, *extra: str):
-    # A verify that loops must fail the test, not hang it: the subprocess has 60 s.
-    return run_cli("verify", str(run), "--skip-inputs", *extra, timeout=60)
+def _verify(run: Path, *extra: str, real: bool = False):
+    """``evalcore verify RUN --skip-inputs EXTRA``, in this process unless ``real`` (a subprocess).
+
+    A verify that loops must fail the test, not hang it: each test has a timeout (the
+    subprocess, 60 s of its own), and a verify that takes 60 s fails too.
+    """
+    if real:
+        return run_cli("verify", str(run), "--skip-inputs", *extra, timeout=60)
+    started = time.monotonic()
+    result = cli_in_process("verify", run, "--skip-inputs", *extra)
+    assert time.monotonic() - started < 60, "verify took over 60 s"
+    return result
 
 
 def _not_intact(result, *needles: str) -> None:
@@ -76,7 +86,7 @@ def _amend(run: Path, tmp_path: Path) -> None:
     """A real amendment: ``evalcore gate`` on the sealed run (acceptance-gates.vN.json, evidence-manifest.vN.json)."""
     gates = tmp_path / "gates.yaml"
     gates.write_text(GATES, encoding="utf-8")
-    result = run_cli("gate", str(run), str(gates), timeout=120)
+    result = cli_in_process("gate", run, gates)
     assert result.returncode == 0, result.stderr
 
 
@@ -88,6 +98,7 @@ def test_the_untouched_run_is_intact_and_prints_the_first_manifest_hash(run):
     assert naive_sha256(run / FIRST) in result.stdout  # so the user can store it
 
 
+@pytest.mark.cli  # one verify in a subprocess
 @pytest.mark.timeout(120)
 def test_an_added_part_file_is_an_error(run):
     assert _rows(run) == 301  # synth's 300 fields and one more (see evalcore.synth)
@@ -95,6 +106,8 @@ def test_an_added_part_file_is_an_error(run):
     first.iloc[:149].to_parquet(run / "fields" / "part-1.parquet")
     assert _rows(run) == 301 + 149  # what a reader of fields/ now gets
     _not_intact(_verify(run), "fields/part-1.parquet")
+    # The same through the real command: its process's exit status and output.
+    _not_intact(_verify(run, real=True), "fields/part-1.parquet")
 
 
 @pytest.mark.timeout(120)
@@ -165,7 +178,7 @@ def test_gate_refuses_to_amend_a_sealed_file(run, tmp_path):
     (run / "acceptance-gates.json").unlink()  # the next gates file would be acceptance-gates.json again
     gates = tmp_path / "gates.yaml"
     gates.write_text(GATES, encoding="utf-8")
-    result = run_cli("gate", str(run), str(gates), timeout=120)
+    result = cli_in_process("gate", run, gates)
     assert result.returncode == 2 and "acceptance-gates.json is sealed by evidence-manifest.json" in result.stderr
     assert not (run / "acceptance-gates.json").exists() and not (run / "evidence-manifest.v2.json").exists()
 

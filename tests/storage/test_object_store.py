@@ -3,7 +3,8 @@ S3-compatible server on 127.0.0.1 (moto's server mode, tests/storage/conftest.py
 
 The subprocesses find the store through the standard variables only (AWS_ENDPOINT_URL,
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION). Each test checks what a
-user sees: the numbers equal a local run's exactly; a failure is exit status 2 with one
+user sees: the numbers equal a local run's exactly (the local baselines, and the URLs
+refused before anything is read, run in this process); a failure is exit status 2 with one
 line that names the URL and never the secret; nothing is left behind, on the store or
 on the local disk.
 """
@@ -21,9 +22,10 @@ import pandas as pd
 import pytest
 
 from evalcore.synth import write_layers
+from tests.common import cli_in_process
 from tests.dask_processes import dask_processes, free_port
 
-pytestmark = [pytest.mark.timeout(900), pytest.mark.cli]  # every test runs the evalcore command in a subprocess
+pytestmark = [pytest.mark.timeout(900), pytest.mark.cli]  # the tests run the evalcore command in a subprocess
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,6 +52,13 @@ def _evalcore(args: list[str], env: dict[str, str], tmp: Path, timeout: float = 
     env = dict(env, TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, "-m", "evalcore.cli", *args], capture_output=True, text=True, env=env,
                           timeout=timeout, cwd=str(tmp))
+
+
+def _evalcore_here(args: list[str]) -> subprocess.CompletedProcess:
+    """``evalcore ARGS`` in this process (:func:`tests.common.cli_in_process`): for the local
+    baselines and the checks made before any file is touched. What reads or writes the store
+    runs in a subprocess (:func:`_evalcore`), which finds it through its environment only."""
+    return cli_in_process(*args)
 
 
 def _one_line_error(result: subprocess.CompletedProcess, *needles: str) -> str:
@@ -105,8 +114,7 @@ def _read_object(fs: object, key: str) -> pd.DataFrame:
 def test_evaluate_with_every_input_and_output_on_the_store_equals_the_local_run(tmp_path: Path, layers: Path, s3_store) -> None:
     local_out = tmp_path / "local"
     local_out.mkdir()
-    local = _evalcore(_evaluate_args({n: str(layers / n) for n in LAYERS}, {k: f"{local_out}/{v}" for k, v in OUTPUT_NAMES.items()}),
-                      s3_store.env(), tmp_path / "tmp-local")
+    local = _evalcore_here(_evaluate_args({n: str(layers / n) for n in LAYERS}, {k: f"{local_out}/{v}" for k, v in OUTPUT_NAMES.items()}))
     assert local.returncode == 0, local.stderr[-3000:]
     remote_out = {k: s3_store.url("out-evaluate", v) for k, v in OUTPUT_NAMES.items()}
     remote = _evalcore(_evaluate_args({n: s3_store.url("in", n) for n in LAYERS}, remote_out), s3_store.env(), tmp_path / "tmp-remote")
@@ -151,8 +159,8 @@ def test_compare_reads_models_from_the_store_and_writes_its_output_there(tmp_pat
             "-r", s3_store.url("in", "reference.gpkg"), "--bootstrap", "20", "-q", "-o", s3_store.url("out-compare", "delta.json")]
     result = _evalcore(args, s3_store.env(), tmp_path / "tmp")
     assert result.returncode == 0, result.stderr[-3000:]
-    local = _evalcore(["compare", "-p", f"A={layers / 'predicted.parquet'}", "-p", f"B={layers / 'predicted.parquet'}",
-                       "-r", str(layers / "reference.gpkg"), "--bootstrap", "20", "-q", "-o", str(tmp_path / "delta.json")], s3_store.env(), tmp_path / "tmp2")
+    local = _evalcore_here(["compare", "-p", f"A={layers / 'predicted.parquet'}", "-p", f"B={layers / 'predicted.parquet'}",
+                            "-r", str(layers / "reference.gpkg"), "--bootstrap", "20", "-q", "-o", str(tmp_path / "delta.json")])
     assert local.returncode == 0, local.stderr[-3000:]
     remote = json.loads(s3_store.fs().cat_file(f"{s3_store.bucket}/out-compare/delta.json"))
     expected = json.loads((tmp_path / "delta.json").read_text())
@@ -209,7 +217,7 @@ def test_store_failures_end_with_one_line_naming_the_url_and_leave_nothing(tmp_p
     "az://container/predicted.parquet?sv=2024&sig=SECRETsentinel42",
 ])
 def test_a_url_with_an_embedded_credential_is_refused_without_repeating_it(tmp_path: Path, url: str) -> None:
-    result = _evalcore(["evaluate", "-p", url, "-r", "x.parquet", "-o", str(tmp_path / "m.json")], dict(os.environ), tmp_path / "tmp")
+    result = _evalcore_here(["evaluate", "-p", url, "-r", "x.parquet", "-o", str(tmp_path / "m.json")])
     line = _one_line_error(result, "-p/--predicted", "credential" if "@" in url else "token")
     assert "SECRETsentinel42" not in result.stderr + result.stdout and "AKIAEXAMPLEKEY" not in line
     assert not (tmp_path / "m.json").exists()

@@ -44,6 +44,16 @@ def _inputs(s3_store) -> list[str]:
             "--strata-column", "stratum", "--partition-km", "2"]
 
 
+@pytest.fixture(scope="module")
+def single_metrics(tmp_path_factory: pytest.TempPathFactory, layers: Path, s3_store) -> dict:
+    """The single-process ``evaluate`` of :func:`_inputs` (an ``evalcore`` subprocess), run once for the
+    module: the result every cluster run here must equal."""
+    tmp = tmp_path_factory.mktemp("single")
+    single = _evalcore(["evaluate", *_inputs(s3_store), "-o", str(tmp / "single.json"), "-q"], s3_store.env(), tmp / "tmp-single")
+    assert single.returncode == 0, single.stderr[-3000:]
+    return json.loads((tmp / "single.json").read_text())
+
+
 def _written(fs: object, prefix: str) -> dict[str, tuple]:
     """ETag and time of every prepared, pairs and sums object under a store work directory."""
     return {k: (v["ETag"], v["LastModified"]) for k, v in fs.find(prefix, detail=True).items()
@@ -56,12 +66,10 @@ def _mirrors(base: Path) -> list[Path]:
 
 
 def test_evaluate_with_the_workdir_on_the_store_equals_the_single_process_and_resumes(
-    tmp_path: Path, layers: Path, s3_store, two_workers,
+    tmp_path: Path, layers: Path, s3_store, two_workers, single_metrics: dict,
 ) -> None:
     address, base = two_workers
-    single = _evalcore(["evaluate", *_inputs(s3_store), "-o", str(tmp_path / "single.json"), "-q"], s3_store.env(), tmp_path / "tmp-single")
-    assert single.returncode == 0, single.stderr[-3000:]
-    expected = json.loads((tmp_path / "single.json").read_text())
+    expected = single_metrics
     work = s3_store.url("work-evaluate")
     args = ["evaluate", *_inputs(s3_store), "--cluster", address, "--workdir", work, "-o", s3_store.url("out-wd", "metrics.json")]
     first = _evalcore(args, s3_store.env(), tmp_path / "tmp-a")
@@ -92,7 +100,9 @@ def test_evaluate_with_the_workdir_on_the_store_equals_the_single_process_and_re
     assert differences(json.loads(fs.cat_file(f"{s3_store.bucket}/out-wd/metrics-2.json")), expected) == []
 
 
-def test_a_run_killed_after_the_pairs_phase_resumes_from_the_store(tmp_path: Path, layers: Path, s3_store, two_workers) -> None:
+def test_a_run_killed_after_the_pairs_phase_resumes_from_the_store(
+    tmp_path: Path, layers: Path, s3_store, two_workers, single_metrics: dict,
+) -> None:
     address, _ = two_workers
     work = s3_store.url("work-killed")
     args = ["evaluate", *_inputs(s3_store), "--cluster", address, "--workdir", work, "-o", str(tmp_path / "m.json")]
@@ -117,11 +127,9 @@ def test_a_run_killed_after_the_pairs_phase_resumes_from_the_store(tmp_path: Pat
     resumed = _evalcore(args, s3_store.env(), tmp_path / "tmp-resumed")
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert _written(fs, f"{s3_store.bucket}/work-killed/pairs") == pairs_before  # the pairs were reused, not recomputed
-    single = _evalcore(["evaluate", *_inputs(s3_store), "-o", str(tmp_path / "single.json"), "-q"], s3_store.env(), tmp_path / "tmp-single")
-    assert single.returncode == 0
     from tests.distributed.test_differential import differences
 
-    assert differences(json.loads((tmp_path / "m.json").read_text()), json.loads((tmp_path / "single.json").read_text())) == []
+    assert differences(json.loads((tmp_path / "m.json").read_text()), single_metrics) == []
 
 
 @pytest.mark.parametrize("case", ["wrong key", "missing bucket", "unreachable endpoint"])

@@ -26,7 +26,7 @@ from evalcore import evaluate_frame
 from evalcore.cli import main
 from evalcore.compare import compare
 from evalcore.synth import make_layers, make_site_layers
-from tests.common import grid_layers, run_cli
+from tests.common import grid_layers, cli_in_process
 
 N_RESAMPLES = 60
 LEVELS = ("per_stratum", "per_size_class", "per_tile", "per_aoi")
@@ -264,11 +264,10 @@ def _main(capsys, *argv: str) -> tuple[int, str]:
     return status, capsys.readouterr().err
 
 
-@pytest.mark.cli
 def test_cli_aoi_unit_without_an_aoi_layer(files, tmp_path, capsys):
     out = tmp_path / "out.json"
     # What a user sees: a process of its own.
-    proc = run_cli("compare", "-p", files["cand"], "-i", files["pred"], "-r", files["ref"], "--bootstrap", "20",
+    proc = cli_in_process("compare", "-p", files["cand"], "-i", files["pred"], "-r", files["ref"], "--bootstrap", "20",
                    "--bootstrap-unit", "aoi", "-o", str(out))
     line = _one_line_error(proc.returncode, proc.stderr)
     assert "aoi" in line.lower() and "AOI layer" in line
@@ -312,10 +311,9 @@ def _all_intervals(entry: object, path: str = ""):
             yield from _all_intervals(value, f"{path}[{i}]")
 
 
-@pytest.mark.cli
 def test_cli_tile_unit_with_one_tile_leaves_the_intervals_undefined(files, tmp_path):
     out = tmp_path / "metrics.json"
-    proc = run_cli("evaluate", "-p", files["one_tile_pred"], "-r", files["one_tile_ref"], "--bootstrap", "20",
+    proc = cli_in_process("evaluate", "-p", files["one_tile_pred"], "-r", files["one_tile_ref"], "--bootstrap", "20",
                    "--bootstrap-unit", "tile", "--tile-km", "10", "-o", str(out), "-q")
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr

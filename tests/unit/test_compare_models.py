@@ -23,7 +23,7 @@ import evalcore
 from evalcore.cli import main
 from evalcore.compare import compare, compare_models
 from evalcore.synth import make_layers, make_site_layers
-from tests.common import assert_metrics_equal, run_cli
+from tests.common import assert_metrics_equal, cli_in_process
 
 N_RESAMPLES = 40
 OPTIONS = {"strata": "stratum", "size_bins": "auto", "bootstrap": N_RESAMPLES, "score_column": "score",
@@ -212,10 +212,9 @@ def test_cli_three_models(files, layers, capsys):
     assert "3 models against one reference, baseline b" in printed and "a − b:" in printed and "c − b:" in printed
 
 
-@pytest.mark.cli
 def test_cli_a_bare_path_is_named_by_itself(files):
     out = files["dir"] / "bare.json"
-    proc = run_cli("compare", "-p", files["a"], "-p", files["b"], "-r", files["ref"], "--bootstrap", "10", "-o", str(out), "-q")
+    proc = cli_in_process("compare", "-p", files["a"], "-p", files["b"], "-r", files["ref"], "--bootstrap", "10", "-o", str(out), "-q")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     assert list(result["table"]) == [files["a"], files["b"]] and result["baseline"] == files["a"]
@@ -232,22 +231,20 @@ def test_cli_a_bare_path_is_named_by_itself(files):
         (["-p", "x="], ["names no path"]),
     ],
 )
-@pytest.mark.cli
 def test_cli_bad_models(files, argv, words):
     paths = {"A": files["a"], "B": files["b"]}
     argv = [next((a.replace(k, v) for k, v in paths.items() if a.endswith(k)), a) for a in argv]
     out = files["dir"] / "bad.json"
-    proc = run_cli("compare", *argv, "-r", files["ref"], "--bootstrap", "10", "-o", str(out))
+    proc = cli_in_process("compare", *argv, "-r", files["ref"], "--bootstrap", "10", "-o", str(out))
     line = _one_line_error(proc)
     for word in words:
         assert word in line, (word, line)
     assert not out.exists()
 
 
-@pytest.mark.cli
 def test_cli_bad_precision_targets_in_compare(files):
     out = files["dir"] / "bad.json"
-    proc = run_cli("compare", "-p", f"a={files['a']}", "-p", f"b={files['b']}", "-r", files["ref"], "--bootstrap", "10",
+    proc = cli_in_process("compare", "-p", f"a={files['a']}", "-p", f"b={files['b']}", "-r", files["ref"], "--bootstrap", "10",
                    "--score-column", "score", "--precision-targets", "0.9,0.8", "-o", str(out))
     assert "precision-targets" in _one_line_error(proc)
     assert not out.exists()

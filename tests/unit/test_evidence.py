@@ -20,7 +20,7 @@ from evalcore.evidence import (
     write_evidence_manifest,
 )
 from evalcore.writers import to_jsonable, write_json
-from tests.common import layer, naive_sha256, run_cli, strict_json, strips
+from tests.common import cli_in_process, layer, naive_sha256, strict_json, strips
 
 REF = [(0, 1), (2, 3), (4, 5), (6, 7)]
 PRED = [(0, 1), (2.5, 3.5), (10, 11)]
@@ -122,15 +122,13 @@ def test_error_taxonomy_file_matches_the_summary(run_dir):
     assert tile["M-FP-BACKGROUND"] == 1 and tile["TP"] == 1
 
 
-@pytest.mark.cli
 def test_verify_intact(run_dir):
     out, _, _ = run_dir
     found = verify(out)
     assert found.ok and not found.unlisted and found.checked == len(BUNDLE_FILES) - 1 + 2
-    assert run_cli("verify", str(out)).returncode == 0
+    assert cli_in_process("verify", str(out)).returncode == 0
 
 
-@pytest.mark.cli
 def test_verify_finds_a_changed_output(run_dir):
     out, _, _ = run_dir
     path = out / "object-metrics.json"
@@ -139,7 +137,7 @@ def test_verify_finds_a_changed_output(run_dir):
     path.write_text(json.dumps(content))
     found = verify(out)
     assert not found.ok and found.changed == ["object-metrics.json"]
-    result = run_cli("verify", str(out))
+    result = cli_in_process("verify", str(out))
     assert result.returncode == 1 and "changed: object-metrics.json" in result.stdout
 
 
@@ -179,26 +177,24 @@ def test_an_amendment_adds_a_version_and_links_its_predecessor(run_dir):
     assert not found.ok
 
 
-@pytest.mark.cli
 def test_gate_on_a_bundle_writes_an_amended_manifest(run_dir, tmp_path):
     out, _, _ = run_dir
     gates = tmp_path / "gates.yaml"
     gates.write_text("gates:\n  - id: G-F1\n    metric: f1\n    op: '>='\n    threshold: 0.1\n", encoding="utf-8")
-    result = run_cli("gate", str(out), str(gates))
+    result = cli_in_process("gate", str(out), str(gates))
     assert result.returncode == 0, result.stderr
     assert (out / "acceptance-gates.v2.json").exists() and (out / "evidence-manifest.v2.json").exists()
     assert strict_json(out / "acceptance-gates.json") == {"state": "not_configured"}
     assert verify(out).ok
 
 
-@pytest.mark.cli
 def test_verify_bad_run_directory(tmp_path):
-    result = run_cli("verify", str(tmp_path / "nowhere"))
+    result = cli_in_process("verify", str(tmp_path / "nowhere"))
     assert result.returncode == 2 and "is not a run directory" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = run_cli("verify", str(empty))
+    result = cli_in_process("verify", str(empty))
     assert result.returncode == 2 and "evidence-manifest.json" in result.stderr
 
 
@@ -217,7 +213,6 @@ def test_an_input_changed_during_the_run_is_refused(run_dir, tmp_path):
     assert not (fresh / EVIDENCE_MANIFEST).exists()
 
 
-@pytest.mark.cli
 def test_gates_reach_every_tile_through_the_tile_layer(run_dir, tmp_path):
     out, _, _ = run_dir
     gates = tmp_path / "tiles.yaml"
@@ -225,7 +220,7 @@ def test_gates_reach_every_tile_through_the_tile_layer(run_dir, tmp_path):
                      "  - id: G-TILES-SUPPORTED\n    metric: tiles.*.recall\n    op: '>='\n    threshold: 0.2\n    min_support: 5\n",
                      encoding="utf-8")
     # The tile below min_support is reported, not blocking (below_support: report, the default).
-    assert run_cli("gate", str(out), str(gates)).returncode == 0
+    assert cli_in_process("gate", str(out), str(gates)).returncode == 0
     rules = strict_json(out / "acceptance-gates.v2.json")["rules"]
     # One tile holds the four fields: recall 1/4 passes; it has 4 fields, below a minimum of 5.
     (tile,) = [r for r in rules if r["id"] == "G-TILES"]

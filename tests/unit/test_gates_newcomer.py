@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from evalcore.gates import Gate, check_metric_paths
+from tests.common import cli_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "gates.example.yaml"
@@ -36,8 +37,11 @@ def _evalcore() -> str:
 
 
 def _cli(*args: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([_evalcore(), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env=env or dict(os.environ, PYTHONPATH=str(ROOT)))
+    """The command in this process (:func:`tests.common.cli_in_process`); with ``env``, the
+    installed ``evalcore`` in a subprocess of that environment (``evalcore run`` here)."""
+    if env is None:
+        return cli_in_process(*args, cwd=ROOT)
+    return subprocess.run([_evalcore(), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
 
 
 def _run_dir(tmp_path: Path) -> Path:
@@ -55,7 +59,6 @@ def _gates(tmp_path: Path, text: str, name: str = "gates.yaml") -> Path:
     return path
 
 
-@pytest.mark.cli
 def test_ci_lower_prints_the_bound_and_the_value(tmp_path):
     run = _run_dir(tmp_path)
     gates = _gates(tmp_path, "gates:\n  - {id: G-R, metric: recall, op: '>=', threshold: 0.75, use: ci_lower}\n")
@@ -66,7 +69,6 @@ def test_ci_lower_prints_the_bound_and_the_value(tmp_path):
     assert written["rules"][0]["observed"] == 0.81 and written["rules"][0]["value"] == 0.816
 
 
-@pytest.mark.cli
 def test_a_path_no_run_can_hold_is_refused_naming_the_closest(tmp_path):
     run = _run_dir(tmp_path)
     for metric, closest in (("recal", "recall"), ("per_stratum.*.f11", "per_stratum.*.f1")):
@@ -79,7 +81,6 @@ def test_a_path_no_run_can_hold_is_refused_naming_the_closest(tmp_path):
         assert not list(run.glob("acceptance-gates*.json"))
 
 
-@pytest.mark.cli
 def test_a_path_this_run_lacks_stays_not_evaluable(tmp_path):
     run = _run_dir(tmp_path)
     gates = _gates(tmp_path, "gates:\n  - {id: G-AP, metric: ap50, op: '>=', threshold: 0.5}\n"
@@ -89,7 +90,6 @@ def test_a_path_this_run_lacks_stays_not_evaluable(tmp_path):
     assert "value is null" in done.stdout and "no metric at this path" in done.stdout
 
 
-@pytest.mark.cli
 def test_an_unquoted_comparison_says_to_quote_it(tmp_path):
     run = _run_dir(tmp_path)
     gates = _gates(tmp_path, "gates:\n  - id: G\n    metric: recall\n    op: >=\n    threshold: 0.5\n")
@@ -99,7 +99,6 @@ def test_an_unquoted_comparison_says_to_quote_it(tmp_path):
     assert "chomping" not in done.stderr
 
 
-@pytest.mark.cli
 def test_the_example_names_the_files_gate_writes(tmp_path):
     text = EXAMPLE.read_text(encoding="utf-8")
     assert "acceptance-gates.vN.json" in text and "acceptance-gates.json" in text
@@ -138,7 +137,6 @@ def _paths(node: object, prefix: tuple[str, ...] = ()) -> list[str]:
     return [".".join(prefix)]
 
 
-@pytest.mark.cli
 def test_every_path_of_a_real_run_is_a_path_a_run_can_hold(every_option_metrics):
     paths = _paths(every_option_metrics)
     assert len(paths) > 300
@@ -147,6 +145,7 @@ def test_every_path_of_a_real_run_is_a_path_a_run_can_hold(every_option_metrics)
 
 
 @pytest.mark.cli
+@pytest.mark.cluster  # evalcore run: a flow on a LocalCluster, in a subprocess
 @pytest.mark.prefect
 def test_run_with_gates_that_fail_prints_the_summary_and_the_failing_rules(tmp_path, prefect_server):
     data = tmp_path / "data"
@@ -167,7 +166,6 @@ def test_run_with_gates_that_fail_prints_the_summary_and_the_failing_rules(tmp_p
     assert status["status"] == "failed" and status["failure"] == "gates"
 
 
-@pytest.mark.cli
 def test_an_empty_aoi_is_reported_not_blocking(tmp_path):
     # Issue 33 item 2: an AOI with no field made the example's decision not_evaluable.
     run = _run_dir(tmp_path)

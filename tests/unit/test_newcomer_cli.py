@@ -1,4 +1,6 @@
-"""A newcomer's first hour, through the real command line (a subprocess each): outputs
+"""A newcomer's first hour, through the command line (``main(argv)`` in this process,
+streams captured: :func:`tests.common.cli_in_process`; the umask case in a real
+subprocess, as the process's umask is what it tests): outputs
 that never destroy an input, outputs checked before any work and readable by colleagues,
 formats that follow the file name, no silent no-ops, help that helps, early argument
 checks, joinable tables and a summary that reads right."""
@@ -16,7 +18,7 @@ import pyogrio
 import pytest
 
 from evalcore.synth import write_layers
-from tests.common import run_cli
+from tests.common import cli_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +30,7 @@ def data(tmp_path_factory):
     return Path(pred), Path(ref)
 
 
-cli = run_cli
+cli = cli_in_process
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
@@ -45,7 +47,6 @@ def files(root: Path) -> dict[Path, bytes]:
 # 1. -o never destroys an input, and two outputs never share a path
 
 
-@pytest.mark.cli
 @pytest.mark.parametrize("target", ["reference", "predicted"])
 def test_an_output_that_is_an_input_is_refused_before_any_work(data, tmp_path, target):
     pred, ref = data
@@ -56,7 +57,6 @@ def test_an_output_that_is_an_input_is_refused_before_any_work(data, tmp_path, t
     assert victim.read_bytes() == before
 
 
-@pytest.mark.cli
 def test_an_output_given_twice_and_an_input_reached_by_another_spelling_are_refused(data, tmp_path):
     pred, ref = data
     same = tmp_path / "same.parquet"
@@ -79,7 +79,6 @@ def unreadable(tmp_path) -> Path:
     return path
 
 
-@pytest.mark.cli
 def test_an_unwritable_output_is_found_before_any_work_and_named(data, unreadable, tmp_path):
     pred, ref = data
     line = one_error_line(cli("evaluate", "-p", str(unreadable), "-r", str(ref), "-o", "/proc/x.json"))
@@ -89,7 +88,6 @@ def test_an_unwritable_output_is_found_before_any_work_and_named(data, unreadabl
     assert "Cannot read" in line and "corrupt.parquet" in line
 
 
-@pytest.mark.cli
 def test_a_missing_parent_directory_is_refused_not_created(data, tmp_path):
     pred, ref = data
     target = tmp_path / "nonexistent" / "dir" / "x.json"
@@ -117,7 +115,6 @@ def test_outputs_get_the_permissions_the_umask_implies(data, tmp_path):
 # 6. The output format follows the file name
 
 
-@pytest.mark.cli
 @pytest.mark.parametrize(("name", "driver"), [("f.parquet", None), ("f.gpkg", "GPKG"), ("f.fgb", "FlatGeobuf")])
 def test_frame_out_writes_what_its_extension_says(data, tmp_path, name, driver):
     pred, ref = data
@@ -134,7 +131,6 @@ def test_frame_out_writes_what_its_extension_says(data, tmp_path, name, driver):
     assert "ref_index" in frame.columns and "__index_level_0__" not in frame.columns
 
 
-@pytest.mark.cli
 def test_frame_out_with_a_trailing_slash_is_a_directory_of_parts(data, tmp_path):
     pred, ref = data
     proc = cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(tmp_path / "m.json"), "--frame-out", f"{tmp_path / 'parts'}/", "-q")
@@ -144,7 +140,6 @@ def test_frame_out_with_a_trailing_slash_is_a_directory_of_parts(data, tmp_path)
     assert len(geopandas.read_parquet(tmp_path / "parts")) == json.loads((tmp_path / "m.json").read_text())["count_reference"]
 
 
-@pytest.mark.cli
 def test_an_unknown_table_format_is_refused(data, tmp_path):
     pred, ref = data
     line = one_error_line(cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(tmp_path / "m.json"), "--frame-out", str(tmp_path / "f.csv")))
@@ -155,7 +150,6 @@ def test_an_unknown_table_format_is_refused(data, tmp_path):
 # 8. No silent no-ops
 
 
-@pytest.mark.cli
 @pytest.mark.parametrize("extra", [["--workers", "2"], ["--workdir", "work"]])
 def test_cluster_only_options_without_cluster_are_refused(data, tmp_path, extra):
     pred, ref = data
@@ -166,7 +160,6 @@ def test_cluster_only_options_without_cluster_are_refused(data, tmp_path, extra)
 # 9. Help that helps
 
 
-@pytest.mark.cli
 @pytest.mark.parametrize("command", ["evaluate", "run"])
 def test_every_option_has_one_line_of_help(command):
     from evalcore.cli import build_parser
@@ -185,7 +178,6 @@ def test_every_option_has_one_line_of_help(command):
 # 10. Argument checks happen before any data is read, with one prefix
 
 
-@pytest.mark.cli
 def test_bad_size_bins_are_refused_before_any_data_is_read_with_one_prefix(data, unreadable, tmp_path):
     pred, ref = data
     line = one_error_line(cli("evaluate", "-p", str(unreadable), "-r", str(ref), "-o", str(tmp_path / "m.json"), "--size-bins", "5,2,1"))
@@ -196,7 +188,6 @@ def test_bad_size_bins_are_refused_before_any_data_is_read_with_one_prefix(data,
 # 11. Tables users can join
 
 
-@pytest.mark.cli
 def test_the_per_field_table_carries_the_reference_id_and_the_prediction_ids(tmp_path):
     from shapely.geometry import box
 
@@ -232,7 +223,6 @@ def test_the_per_field_table_carries_the_reference_id_and_the_prediction_ids(tmp
     assert preds["pred_index"].tolist() == [0, 1] and preds["home_ref_index"].tolist()[0] == 0 and "home_ref_id" not in preds
 
 
-@pytest.mark.cli
 def test_duplicate_or_missing_ids_are_refused(tmp_path):
     from shapely.geometry import box
 
@@ -259,7 +249,6 @@ def test_evaluate_frame_offers_the_geodataframe():
 # 13. The summary reads right
 
 
-@pytest.mark.cli
 def test_no_match_reads_na_not_zero_and_the_group_precision_note(tmp_path):
     from shapely.geometry import box
 

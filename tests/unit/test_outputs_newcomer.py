@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import geopandas
@@ -26,20 +25,16 @@ from shapely.geometry import box
 from evalcore.layer_warnings import MAX_PAIRS_NAMED, aoi_overlap_warning
 from evalcore.levels import AoiLayer, overlapping_aois
 from evalcore.sites import GRID_CELL_M, grid_pieces
+from tests.common import cli_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
-_BIN = Path(sys.executable).parent
 UTM = "EPSG:32613"
 X0, Y0 = 500_000.0, 4_500_000.0
 
 
-def _evalcore() -> str:
-    exe = _BIN / "evalcore"
-    return str(exe) if exe.exists() else "evalcore"
-
-
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([_evalcore(), *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    """The command in this process, what it prints captured (:func:`tests.common.cli_in_process`)."""
+    return cli_in_process(*args, cwd=ROOT)
 
 
 def _layer(geoms: list, pieces: bool = True) -> AoiLayer:
@@ -106,7 +101,6 @@ def _aoi_run(tmp_path: Path, aois: list, name: str) -> subprocess.CompletedProce
                 "--aoi-id-column", "aoi_id", "--tiles-out", str(tmp_path / f"{name}-tiles.parquet"), "-o", str(tmp_path / f"{name}.json"))
 
 
-@pytest.mark.cli
 def test_overlapping_aois_warn_once_naming_the_pairs(tmp_path):
     # east0 holds fields 0-2, east1 fields 2-5: field 2 (centroid x0+240) lies in both and counts in east0.
     aois = [box(X0 - 10, Y0 - 10, X0 + 290, Y0 + 90), box(X0 + 190, Y0 - 10, X0 + 600, Y0 + 90), box(X0 + 5000, Y0, X0 + 5100, Y0 + 100)]
@@ -129,7 +123,6 @@ def test_overlapping_aois_warn_once_naming_the_pairs(tmp_path):
     assert json.loads((tmp_path / "apart.json").read_text())["warnings"] == []
 
 
-@pytest.mark.cli
 def test_the_tile_table_has_the_key_the_summary_prints(tmp_path):
     data = tmp_path / "data"
     assert _cli("synth", "--n-ref", "400", "--seed", "5", "--out", str(data)).returncode == 0

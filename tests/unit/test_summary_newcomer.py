@@ -14,7 +14,7 @@ import pytest
 from evalcore.cli.text import format_summary
 from evalcore.present import number
 from evalcore.report import render_report
-from tests.common import run_cli
+from tests.common import cli_in_process
 
 MIN_SUPPORT = 40
 
@@ -24,10 +24,10 @@ def run(tmp_path_factory):
     """One ``evaluate`` of 300 synthetic fields: its stdout and its metrics dict."""
     tmp = tmp_path_factory.mktemp("summary")
     data = tmp / "data"
-    synth = run_cli("synth", "--n-ref", "300", "--out", str(data))
+    synth = cli_in_process("synth", "--n-ref", "300", "--out", str(data))
     assert synth.returncode == 0, synth.stderr
     out = tmp / "metrics.json"
-    proc = run_cli(
+    proc = cli_in_process(
         "evaluate", "-p", str(data / "predicted.parquet"), "-r", str(data / "reference.parquet"),
         "--strata-column", "stratum", "--score-column", "score", "--score-threshold", "0.5",
         "--precision-targets", "0.8,0.9", "--annotated-area", str(data / "annotated.parquet"),
@@ -41,7 +41,6 @@ def f3(value: float) -> str:
     return f"{value:.3f}"
 
 
-@pytest.mark.cli
 def test_terminal_shows_the_operating_point(run):
     stdout, m = run
     op = m["operating_point"]["0.5"]
@@ -49,7 +48,6 @@ def test_terminal_shows_the_operating_point(run):
             in stdout.splitlines())
 
 
-@pytest.mark.cli
 def test_terminal_shows_each_precision_target(run):
     stdout, m = run
     points = m["risk_coverage"]["overall"]["operating_points"]
@@ -60,7 +58,6 @@ def test_terminal_shows_each_precision_target(run):
         f"({p['n_retained']} predictions kept, precision {f3(p['precision'])})" for p in points)
 
 
-@pytest.mark.cli
 def test_a_target_not_reached_says_so(run):
     _, m = run
     m = copy.deepcopy(m)
@@ -72,7 +69,6 @@ def test_a_target_not_reached_says_so(run):
     assert "| Lowest score threshold with precision ≥ 0.99 | not reached |" in render_report(m)
 
 
-@pytest.mark.cli
 def test_terminal_shows_precision_in_the_annotated_area_with_its_interval(run):
     stdout, m = run
     lo, hi = m["bootstrap"]["ci"]["precision_annotated"]
@@ -80,7 +76,6 @@ def test_terminal_shows_precision_in_the_annotated_area_with_its_interval(run):
     assert any(expected in line for line in stdout.splitlines())
 
 
-@pytest.mark.cli
 def test_terminal_marks_groups_below_min_support(run):
     stdout, m = run
     lines = stdout.splitlines()
@@ -92,7 +87,6 @@ def test_terminal_marks_groups_below_min_support(run):
     assert "* fewer reference fields than --min-support: the group's numbers are shown but too uncertain to rank it" in lines
 
 
-@pytest.mark.cli
 def test_report_headline_has_the_operating_point_targets_and_annotated_precision(run):
     _, m = run
     report = render_report(m)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from shapely.geometry import box
 
 from evalcore import evaluate
-from tests.common import run_cli, EA, EA_X0, EA_Y0, empty_layer, layer, scenario_a, strips
+from tests.common import cli_in_process, EA, EA_X0, EA_Y0, empty_layer, layer, scenario_a, strips
 
 SWEEP_KEYS = ("precision", "recall", "f1", "iou_mean", "count_tp", "count_fp", "count_fn")
 ENTRY_KEYS = {"iou_threshold", *SWEEP_KEYS}
@@ -477,11 +477,10 @@ def layer_files(tmp_path):
     return pred_path, ref_path
 
 
-@pytest.mark.cli
 def test_cli_sweep_thresholds(layer_files, tmp_path):
     pred, ref = layer_files
     out = tmp_path / "m.json"
-    done = run_cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "-q", "--strata-column", "crop", "--iou-sweep-thresholds", "0.5,0.8")
+    done = cli_in_process("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "-q", "--strata-column", "crop", "--iou-sweep-thresholds", "0.5,0.8")
     assert done.returncode == 0, done.stderr
     metrics = json.loads(out.read_text())
     assert [e["iou_threshold"] for e in metrics["iou_sweep"]] == [0.5, 0.8]
@@ -491,23 +490,21 @@ def test_cli_sweep_thresholds(layer_files, tmp_path):
         assert_entry(entry, dict(zip(SWEEP_KEYS, HAND_Y[entry["iou_threshold"]])), "cli y")
 
 
-@pytest.mark.cli
 def test_cli_sweep_none(layer_files, tmp_path):
     pred, ref = layer_files
     out = tmp_path / "m.json"
-    done = run_cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "-q", "--iou-sweep-thresholds", "none")
+    done = cli_in_process("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "-q", "--iou-sweep-thresholds", "none")
     assert done.returncode == 0, done.stderr
     metrics = json.loads(out.read_text())
     assert "iou_sweep" not in metrics
     assert metrics["count_tp"] == 2
 
 
-@pytest.mark.cli
 @pytest.mark.parametrize("value", ["0.75,0.5"])
 def test_cli_bad_sweep_thresholds_exit_2_with_one_line(layer_files, tmp_path, value):
     pred, ref = layer_files
     out = tmp_path / "m.json"
-    done = run_cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "--iou-sweep-thresholds", value)
+    done = cli_in_process("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "--iou-sweep-thresholds", value)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("evalcore: error:")
     assert "unrecognized arguments" not in done.stderr  # the option must exist

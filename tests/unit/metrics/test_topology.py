@@ -28,7 +28,7 @@ from shapely.geometry import box
 
 from evalcore import evaluate
 from evalcore.writers import write_json
-from tests.common import run_cli, EA, EA_X0, EA_Y0, empty_layer, layer, scenario_a, strip, strips
+from tests.common import cli_in_process, EA, EA_X0, EA_Y0, empty_layer, layer, scenario_a, strip, strips
 from tests.reference import naive_topology
 
 TOPOLOGY_KEYS = ("count_merges", "count_merged_reference", "count_splits", "count_split_predictions")
@@ -475,11 +475,10 @@ def merge_files(tmp_path):
     return pred_path, ref_path
 
 
-@pytest.mark.cli
 def test_cli_majority_fraction(merge_files, tmp_path):
     pred, ref = merge_files
     out = tmp_path / "m.json"
-    done = run_cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "-q", "--majority-fraction", "0.6")
+    done = cli_in_process("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "-q", "--majority-fraction", "0.6")
     assert done.returncode == 0, done.stderr
     metrics = json.loads(out.read_text())
     assert topology(metrics) == (0, 0, 0, 0)
@@ -488,12 +487,11 @@ def test_cli_majority_fraction(merge_files, tmp_path):
     assert topology(evaluate(str(pred), str(ref))) == (1, 2, 0, 0)
 
 
-@pytest.mark.cli
 @pytest.mark.parametrize("value", ["1.5"])
 def test_cli_bad_majority_fraction_exits_2_with_one_line(merge_files, tmp_path, value):
     pred, ref = merge_files
     out = tmp_path / "m.json"
-    done = run_cli("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "--majority-fraction", value)
+    done = cli_in_process("evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out), "--majority-fraction", value)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("evalcore: error:")
     assert "unrecognized arguments" not in done.stderr  # the option must exist
