@@ -284,12 +284,12 @@ def plot_task_stream(stream: Sequence[Mapping], path: Path, title: str) -> Path 
         transfers = [(s["start"] - t0, s["stop"] - s["start"], workers.index(r["worker"])) for r in stream
                      if phase_of(r["key"]) == p for s in r["startstops"] if s["action"] != "compute"]
         for start, width, w_index in transfers:
-            ax.broken_barh([(start, width)], (w_index - 0.4, 0.8), facecolors="red", alpha=0.6, label="transfer / disk")
+            ax.broken_barh([(start, width)], (w_index - 0.4, 0.8), facecolors="black", alpha=0.5, label="transfer / disk")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))  # one legend entry per phase, not per worker
     ax.legend(unique.values(), unique.keys(), loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(unique), frameon=False)
     ax.set_yticks(range(len(workers)), [f"worker {k}" for k in range(len(workers))])
-    ax.set_xlabel("seconds since the first task (red: transfers / disk)")
+    ax.set_xlabel("seconds since the first task (grey: transfers / disk)")
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -321,26 +321,38 @@ class PhaseCost:
     max_task_s: float
 
 
-def project(phases: Mapping[str, PhaseCost], n_ref: int, workers: int, target_n_ref: int, target_workers: int) -> dict:
+def _serial(c: PhaseCost, workers: int) -> float:
+    """The part of a phase's wall time its tasks, spread over ``workers``, do not explain, s."""
+    return max(c.wall_s - c.task_s / workers, 0.0)
+
+
+def project(phases: Mapping[str, PhaseCost], n_ref: int, workers: int, target_n_ref: int, target_workers: int,
+            smaller: tuple[Mapping[str, PhaseCost], int] | None = None) -> dict:
     """Projected wall time of a run of ``target_n_ref`` fields on ``target_workers`` workers.
 
     A model, not a measurement. Per phase, the measured wall time splits into the tasks'
-    share, ``task_s / workers`` (spread over the workers), and the rest, ``wall_s -
-    task_s / workers`` (the client, scheduling, the phase's last tasks' imbalance). The
-    projection scales both linearly with the fields (the partitions are fixed-size tiles,
-    so their number grows with the country), spreads the tasks' share over
-    ``target_workers`` but never below the longest task, and keeps the rest serial
-    (which the flow's client work is, and which overstates the scheduling and
-    imbalance: an upper bound).
+    share, ``task_s / workers``, and the rest, ``wall_s - task_s / workers`` (the client,
+    scheduling, the phase's last tasks' imbalance: "serial").
+
+    * The tasks' share grows linearly with the fields (the partitions are fixed-size
+      tiles, so their number grows with the country) and is spread over
+      ``target_workers``, but never below the longest task.
+    * The serial rest is ``a + b * fields`` with ``a, b >= 0``: from two measured sizes
+      (``smaller``, measured on the same number of workers) when given; otherwise
+      proportional to the fields for the phases and constant for :data:`OTHER` (start
+      and publication). Keeping it serial overstates the scheduling and the imbalance,
+      which more workers also spread: an upper bound.
 
     Parameters
     ----------
     phases : mapping of str to PhaseCost
-        The measured phases (including :data:`OTHER` for the time outside them).
+        The measured phases (with :data:`OTHER` for the wall time outside them).
     n_ref, workers : int
         The measured run's reference fields and workers.
     target_n_ref, target_workers : int
         The projected run's.
+    smaller : (mapping of str to PhaseCost, int), optional
+        The phases and reference fields of a smaller measured run, to fit ``a`` and ``b``.
 
     Returns
     -------
@@ -349,11 +361,22 @@ def project(phases: Mapping[str, PhaseCost], n_ref: int, workers: int, target_n_
     """
     if n_ref <= 0 or workers <= 0 or target_n_ref <= 0 or target_workers <= 0:
         raise ValueError("sizes and worker counts must be positive")
+    if smaller is not None and not 0 < smaller[1] < n_ref:
+        raise ValueError(f"the smaller run's size must be in (0, {n_ref}), not {smaller[1]}")
     k = target_n_ref / n_ref
     out, spread_total, serial_total = {}, 0.0, 0.0
     for name, c in phases.items():
         spread = max(c.task_s * k / target_workers, c.max_task_s) if c.task_s > 0 else 0.0
-        serial = max(c.wall_s - c.task_s / workers, 0.0) * k
+        s_big = _serial(c, workers)
+        if smaller is not None and name in smaller[0]:
+            s_small = _serial(smaller[0][name], workers)
+            b = max((s_big - s_small) / (n_ref - smaller[1]), 0.0)
+            a = max(s_big - b * n_ref, 0.0)
+        elif name == OTHER:
+            a, b = s_big, 0.0
+        else:
+            a, b = 0.0, s_big / n_ref
+        serial = a + b * target_n_ref
         out[name] = spread + serial
         spread_total += spread
         serial_total += serial
@@ -536,10 +559,15 @@ def measure_size(n_ref: int, base: Path, stamp: str, workers: int = 2, interval_
 # Several sizes, printing
 
 
-def projections(row: Mapping, sizes: Sequence[int] = (16_000_000, 50_000_000), workers: Sequence[int] = (32, 128)) -> list[dict]:
-    """:func:`project` from one measured size to each of ``sizes`` x ``workers``."""
-    costs = phase_costs(row)
-    return [project(costs, row["n_ref"], row["workers"], n, w) for n in sizes for w in workers]
+def projections(rows: Sequence[Mapping], sizes: Sequence[int] = (16_000_000, 50_000_000), workers: Sequence[int] = (32, 128)) -> list[dict]:
+    """:func:`project` from the largest measured size (and the smallest, when another was run) to ``sizes`` x ``workers``."""
+    if not rows:
+        return []
+    big, small = max(rows, key=lambda r: r["n_ref"]), min(rows, key=lambda r: r["n_ref"])
+    smaller = (phase_costs(small), small["n_ref"]) if small["n_ref"] < big["n_ref"] else None
+    costs = phase_costs(big)
+    return [project(costs, big["n_ref"], big["workers"], n, w, smaller) | {"from_n_ref": [small["n_ref"], big["n_ref"]] if smaller else [big["n_ref"]]}
+            for n in sizes for w in workers]
 
 
 def print_rows(rows: Sequence[Mapping]) -> None:
@@ -560,9 +588,10 @@ def print_rows(rows: Sequence[Mapping]) -> None:
     print("\ntargets (ratios from sizes of this run)")
     print(targets_table(targets(rows)))
     if rows:
-        big = max(rows, key=lambda r: r["n_ref"])
-        print(f"\nprojection (a model, not a measurement; from the {big['n_ref']:,}-field run, benchmarks.scale.project)")
-        for p in projections(big):
+        found = projections(rows)
+        print(f"\nprojection (a model, not a measurement: benchmarks.scale.project, from the runs of "
+              f"{' and '.join(f'{n:,}' for n in found[0]['from_n_ref'])} fields; the serial part is an upper bound)")
+        for p in found:
             print(f"  {p['n_ref']:>11,} fields on {p['workers']:>3} workers: {p['wall_s']:>8.0f} s "
                   f"(spread over workers {p['spread_s']:.0f} s, serial {p['serial_s']:.0f} s)")
 
@@ -590,7 +619,7 @@ def run_sizes(sizes: Sequence[int], workers: int = 2, tmp: str | None = None, in
             if not keep:
                 shutil.rmtree(base, ignore_errors=True)
         record["targets"] = [dataclasses.asdict(t) | {"verdict": t.verdict} for t in targets(record["rows"])]
-        record["projections"] = projections(max(record["rows"], key=lambda r: r["n_ref"])) if record["rows"] else []
+        record["projections"] = projections(record["rows"])
         out.write_text(json.dumps(record, indent=2) + "\n")  # after each size: a long study stopped midway keeps its sizes
     record["load_average_end"] = os.getloadavg()
     out.write_text(json.dumps(record, indent=2) + "\n")

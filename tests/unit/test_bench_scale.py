@@ -117,6 +117,29 @@ def test_projection_never_below_the_longest_task():
 def test_projection_rejects_non_positive_sizes():
     with pytest.raises(ValueError):
         project({}, 0, 2, 1, 1)
+    with pytest.raises(ValueError, match="smaller run"):
+        project({}, 100, 2, 1000, 2, smaller=({}, 100))
+
+
+def test_projection_of_one_size_keeps_the_time_outside_the_phases_fixed():
+    phases = {"pairs": PhaseCost(100.0, 160.0, 2.0), OTHER: PhaseCost(30.0, 0.0, 0.0)}
+    p = project(phases, 1_000_000, 2, 4_000_000, 2)
+    assert p["phases_s"][OTHER] == pytest.approx(30.0)  # start and publication: not per field
+    assert p["phases_s"]["pairs"] == pytest.approx(4 * 100.0)
+
+
+def test_projection_from_two_sizes_fits_a_fixed_and_a_per_field_serial_part():
+    # Serial rest: 25 s at 250k, 40 s at 1M -> 20 s + 20 s per million fields.
+    small = {"resolve": PhaseCost(wall_s=25.0 + 5.0, task_s=10.0, max_task_s=1.0)}
+    big = {"resolve": PhaseCost(wall_s=40.0 + 20.0, task_s=40.0, max_task_s=1.0)}
+    again = project(big, 1_000_000, 2, 1_000_000, 2, smaller=(small, 250_000))
+    assert again["wall_s"] == pytest.approx(60.0)
+    p = project(big, 1_000_000, 2, 16_000_000, 32, smaller=(small, 250_000))
+    assert p["serial_s"] == pytest.approx(20.0 + 20.0 * 16)
+    assert p["spread_s"] == pytest.approx(40.0 * 16 / 32)
+    # A serial part that shrank with the size (noise) is not extrapolated downwards.
+    shrinking = project(small, 250_000, 2, 16_000_000, 2, smaller=({"resolve": PhaseCost(100.0, 0.0, 0.0)}, 100_000))
+    assert shrinking["serial_s"] == pytest.approx(25.0)
 
 
 def test_phase_costs_puts_the_rest_of_the_wall_in_other():
