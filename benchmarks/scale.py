@@ -219,8 +219,17 @@ def _run_sampled(argv: Sequence[str], roles: Mapping[str, int], log: Path, sampl
     started = time.perf_counter()
     with open(log, "w") as out:
         proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT)
-        sampler.watch(sampler_role, proc.pid)
-        code = proc.wait()
+        try:
+            sampler.watch(sampler_role, proc.pid)
+            code = proc.wait()
+        finally:  # interrupted (Ctrl-C): the run does not outlive the benchmark
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
     wall = time.perf_counter() - started
     return wall, sampler.stop(), code
 
@@ -257,6 +266,30 @@ def task_costs(stream: Iterable[Mapping]) -> dict[str, dict[str, float]]:
     for row in out.values():
         row["mean_task_s"] = row["task_s"] / row["tasks"]
     return out
+
+
+def busy_seconds(stream: Iterable[Mapping], workers: int) -> dict[str, float]:
+    """How long at least one worker, and how long every worker, was computing a task, s.
+
+    The difference between a run's wall time and ``any_s`` is when only the client and the
+    scheduler worked (start, the client's phases, publication); ``any_s - all_s`` is when
+    part of the workers waited (the end of a phase, too few tasks).
+    """
+    events = []
+    for record in stream:
+        for s in record["startstops"]:
+            if s["action"] == "compute" and s["stop"] > s["start"]:
+                events += [(s["start"], 1), (s["stop"], -1)]
+    events.sort()
+    any_s = all_s = 0.0
+    running, last = 0, None
+    for t, step in events:
+        if last is not None:
+            any_s += (t - last) if running > 0 else 0.0
+            all_s += (t - last) if running >= workers else 0.0
+        running += step
+        last = t
+    return {"any_s": any_s, "all_s": all_s}
 
 
 def plot_task_stream(stream: Sequence[Mapping], path: Path, title: str) -> Path | None:
@@ -545,7 +578,7 @@ def measure_size(n_ref: int, base: Path, stamp: str, workers: int = 2, interval_
         "partitions": len(manifest["partitions"]),
         "client_mib": mem["client"]["peak_mib"], "worker_mib": [mem[f"w{k}"]["peak_mib"] for k in range(workers)],
         "memory": mem, "dashboard": dashboard, "task_stream_tasks": len(stream),
-        "tasks": task_costs(stream),
+        "tasks": task_costs(stream), "busy_s": busy_seconds(stream, workers),
     })
     row["tasks_complete"] = len(stream) < TASK_STREAM_LENGTH
     if picture:
@@ -585,6 +618,10 @@ def print_rows(rows: Sequence[Mapping]) -> None:
         print(f"\n  per-partition costs at {r['n_ref']:,} fields ({r['partitions']} partitions; compute seconds from the task stream):")
         for name, t in sorted(r["tasks"].items(), key=lambda kv: (PHASES + (kv[0],)).index(kv[0])):
             print(f"    {name:<12} {t['tasks']:>6} tasks  {t['task_s']:>9.1f} task-s  mean {t['mean_task_s']:>7.2f} s  max {t['max_task_s']:>7.2f} s")
+        if "busy_s" in r:
+            b = r["busy_s"]
+            print(f"    no worker computing {r['wall_s'] - b['any_s']:.1f} s of the {r['wall_s']:.1f} s (client, scheduler, start, publication); "
+                  f"some but not all {b['any_s'] - b['all_s']:.1f} s")
     print("\ntargets (ratios from sizes of this run)")
     print(targets_table(targets(rows)))
     if rows:

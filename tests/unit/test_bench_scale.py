@@ -14,6 +14,7 @@ from benchmarks.scale import (
     OTHER,
     PhaseCost,
     Sampler,
+    busy_seconds,
     children_of,
     parse_stat_ppid,
     parse_status,
@@ -179,3 +180,14 @@ def test_targets_of_sizes_not_run_are_not_measured():
     assert found["each worker, any size, MiB"].verdict == "PASS"
     table = targets_table(list(found.values()))
     assert "not measured" in table and "PASS" in table and table.count("\n") == len(found)
+
+
+def test_busy_seconds_any_and_all_workers():
+    stream = [
+        _record("pairs-a", 0.0, 4.0, worker="w0"),
+        _record("pairs-b", 1.0, 3.0, worker="w1"),
+        _record("sums-a", 6.0, 7.0, worker="w1"),
+        {"key": "sums-b", "worker": "w0", "startstops": ({"action": "transfer", "start": 7.0, "stop": 9.0},)},
+    ]
+    assert busy_seconds(stream, 2) == {"any_s": 5.0, "all_s": 2.0}
+    assert busy_seconds([], 2) == {"any_s": 0.0, "all_s": 0.0}
