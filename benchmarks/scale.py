@@ -313,7 +313,7 @@ def plot_task_stream(stream: Sequence[Mapping], path: Path, title: str) -> Path 
             bars = [(s["start"] - t0, s["stop"] - s["start"]) for r in stream if r["worker"] == w and phase_of(r["key"]) == p
                     for s in r["startstops"] if s["action"] == "compute"]
             if bars:
-                ax.broken_barh(bars, (w_index - 0.4, 0.8), facecolors=colours[p], label=p)
+                ax.broken_barh(bars, (w_index - 0.4, 0.8), facecolors=colours[p], edgecolor="white", linewidth=0.3, label=p)
         transfers = [(s["start"] - t0, s["stop"] - s["start"], workers.index(r["worker"])) for r in stream
                      if phase_of(r["key"]) == p for s in r["startstops"] if s["action"] != "compute"]
         for start, width, w_index in transfers:
