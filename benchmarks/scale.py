@@ -218,7 +218,8 @@ def _run_sampled(argv: Sequence[str], roles: Mapping[str, int], log: Path, sampl
     # ends (a zombie's status has no memory lines; nothing is taken from the exit status).
     started = time.perf_counter()
     with open(log, "w") as out:
-        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT)
+        # This checkout's code, whatever the installed evalcore points at (an editable install of another copy).
+        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, env=_env(sampler_role, log.parent))
         try:
             sampler.watch(sampler_role, proc.pid)
             code = proc.wait()
@@ -505,6 +506,7 @@ def targets_table(found: Sequence[Target]) -> str:
 
 
 def _env(name: str, cwd: Path) -> dict:
+    """The environment of the processes the benchmark starts: this checkout first on the path; the scheduler keeps a long task stream."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")]))
     if name == "scheduler":
