@@ -20,10 +20,11 @@ Sections (``--sections``, default all):
   options on the same 50,000 generated fields (:mod:`benchmarks.agribound_peer`; agribound in
   its own virtual environment, made on first use), with every value agribound writes
   compared.
-* ``scale``: 250k generated reference fields (``--scale-sizes`` for more) end to end
-  through the ``evaluate-layers`` flow with full options and the families on 2 workers
-  (each size in a fresh process): wall time, fields per second, peak RSS of each worker
-  and of the client, time per phase.
+* ``scale``: 250k generated reference fields (``--scale-sizes`` for more), :mod:`benchmarks.scale`:
+  ``evalcore synth`` then ``evalcore run`` with full options, scores and AOIs against a
+  ``dask scheduler`` and 2 one-thread ``dask worker`` processes: wall time, time per phase,
+  peak memory of synth, the client and each worker sampled from ``/proc``, per-partition
+  costs from the task stream (and its picture), the targets PASS / FAIL and a projection.
 
 Results print as tables and go to ``benchmarks/results/<date>.json``.
 """
@@ -35,7 +36,6 @@ import datetime as dt
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -215,51 +215,11 @@ def section_workers(workers: list[int], repeat: int) -> dict:
     return out
 
 
-def _scale_child(n_ref: int, data: str, out: str) -> None:
-    """Run in a fresh process: the flow on a LocalCluster we can ask for the workers' peak RSS."""
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from distributed import Client
+def section_scale(sizes: list[int]) -> dict:
+    """The scale benchmark (:mod:`benchmarks.scale`): its record, also written to its own file."""
+    from benchmarks.scale import run_sizes
 
-    from evalcore.distributed.cluster import local_cluster
-    from prefect.testing.utilities import prefect_test_harness
-
-    from flows.evaluate import evaluate_layers
-    from flows.params import EvaluateParams
-
-    with local_cluster(2, memory_limit=0) as cluster, Client(cluster) as client:
-        with prefect_test_harness():
-            started = time.perf_counter()
-            metrics = evaluate_layers(
-                EvaluateParams(
-                    predicted=f"{data}/predicted.parquet", reference=f"{data}/reference.parquet", output_dir=out,
-                    strata_column="stratum", size_bins=FULL["size_bins"], bootstrap=1000, boundary_tolerance_m=10.0,
-                    score_column="score", aoi=f"{data}/aoi.parquet", aoi_id_column="aoi_id",
-                    annotated_area=f"{data}/annotated.parquet", cluster=cluster.scheduler_address,
-                )
-            )
-            wall = time.perf_counter() - started
-        workers = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
-    manifest = json.loads(Path(out, "manifest.json").read_text())
-    print(json.dumps({
-        "n_ref": n_ref, "wall_s": wall, "fields_per_s": metrics["count_reference"] / wall,
-        "phases_s": manifest["timings_s"], "partitions": len(manifest["partitions"]),
-        "worker_peak_rss_mib": sorted(workers.values()),
-        "client_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-    }))
-
-
-def section_scale(sizes: list[int]) -> list[dict]:
-    rows = []
-    for n in sizes:
-        with tempfile.TemporaryDirectory(prefix="evalcore-scale-") as tmp:
-            subprocess.run([sys.executable, "-m", "evalcore.cli", "synth", "--n-ref", str(n), "--seed", "3", "--out", f"{tmp}/data"], check=True, stdout=subprocess.DEVNULL)
-            proc = subprocess.run(
-                [sys.executable, "-m", "benchmarks", "--scale-child", str(n), f"{tmp}/data", f"{tmp}/run"],
-                check=True, capture_output=True, text=True,
-            )
-            rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-        print(f"  scale {n}: {rows[-1]['wall_s']:.1f} s", file=sys.stderr, flush=True)
-    return rows
+    return run_sizes(sizes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,12 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--scale-sizes", default="250000",
                         help="comma-separated reference field counts of the scale section (default 250000; "
-                        "250000,1000000,4000000 for the full study, about an hour on 2 cores)")
-    parser.add_argument("--scale-child", nargs=3, help=argparse.SUPPRESS)
+                        "250000,1000000,2000000,4000000 for the study of the national targets; 'python -m benchmarks.scale' runs it alone)")
     args = parser.parse_args(argv)
-    if args.scale_child:
-        _scale_child(int(args.scale_child[0]), args.scale_child[1], args.scale_child[2])
-        return 0
     sections = args.sections.split(",")
     record: dict = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -317,14 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         record["peer"] = section_peer(50_000, args.repeat)
         print_peer(record["peer"])
     if "scale" in sections:
-        rows = record["scale"] = section_scale([int(n) for n in args.scale_sizes.split(",")])
-        print("\nscale (flow, full options, 2 workers)")
-        print(f"  {'fields':>9} {'wall s':>8} {'fields/s':>9} {'prepare':>8} {'pairs':>8} {'resolve':>8} {'sums':>8} {'merge':>8} {'worker MiB':>12} {'client MiB':>11}")
-        for r in rows:
-            p = r["phases_s"]
-            print(f"  {r['n_ref']:>9} {r['wall_s']:>8.1f} {r['fields_per_s']:>9.0f} {p['prepare']:>8.1f} {p['pairs']:>8.1f} {p['resolve']:>8.1f} {p['sums']:>8.1f} {p['merge']:>8.1f} {max(r['worker_peak_rss_mib']):>12.0f} {r['client_peak_rss_mib']:>11.0f}")
-        if len(rows) >= 2:
-            print(f"  time({rows[-1]['n_ref']}) / time({rows[0]['n_ref']}) = {rows[-1]['wall_s'] / rows[0]['wall_s']:.2f}")
+        from benchmarks.scale import print_rows
+
+        record["scale"] = section_scale([int(n) for n in args.scale_sizes.split(",")])
+        print_rows(record["scale"]["rows"])
+        print(f"  (also in {record['scale']['path']})")
     out = Path(__file__).parent / "results" / f"{dt.date.today().isoformat()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():  # a run of some sections updates the day's file, it does not erase the others

@@ -1,0 +1,690 @@
+"""The scale benchmark: ``evalcore synth`` and ``evalcore run`` at national sizes, measured from outside.
+
+``.venv/bin/python -m benchmarks.scale --sizes 250000,1000000`` (``make bench``'s ``scale``
+section calls :func:`run_sizes`). For each size:
+
+1. ``evalcore synth --n-ref N --seed 3`` in a subprocess (streamed to GeoParquet parts
+   above 200,000 fields), its peak memory sampled;
+2. a real ``dask scheduler`` and 2 one-thread ``dask worker`` processes
+   (:func:`tests.dask_processes.dask_processes`), the scheduler keeping a long task stream;
+3. ``evalcore run`` against that scheduler in a subprocess, with full options (strata, six
+   size classes, 1000 field-bootstrap resamples, 10 m boundary tolerance) and the families
+   (scores, AOIs, annotated area);
+4. a sampler thread reading ``VmRSS`` and ``VmHWM`` from ``/proc/<pid>/status`` every
+   0.5 s for the client (the ``evalcore run`` process) and each worker (the nanny and
+   the worker process it started, with any children): memory is measured from
+   ``/proc``, never from what a process reports about itself at exit;
+5. the phase times from the run's ``manifest.json`` (``timings_s``), and the cluster's
+   task stream: per-phase task-seconds and per-partition costs, a picture of it
+   (``benchmarks/results/scale-taskstream-<N>-<timestamp>.png``, matplotlib);
+6. the targets of the national runs printed PASS / FAIL (ratios from sizes measured in
+   the same run; a target whose sizes were not run is "not measured"), and a projection
+   of the time at 16M and 50M fields on 32 and 128 workers from the per-partition costs
+   (:func:`project`; a model, labelled as such).
+
+Everything goes to ``benchmarks/results/scale-<sizes>-<timestamp>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+BIN = Path(sys.executable).parent
+SEED = 3
+PHASES: tuple[str, ...] = ("prepare", "pairs", "resolve", "sums", "merge")
+"""The run's phases, in order, as ``manifest.json``'s ``timings_s`` names them."""
+OTHER = "other"
+"""Everything of the wall time outside the phases: start, reading the inputs' metadata, publishing."""
+FULL_OPTIONS: tuple[str, ...] = (
+    "--strata-column", "stratum", "--size-bins", "0,0.5,1,2,5,10,inf", "--bootstrap", "1000",
+    "--boundary-tolerance-m", "10", "--score-column", "score", "--aoi-id-column", "aoi_id",
+)
+GIB = 1024.0  # MiB
+TASK_STREAM_LENGTH = 2_000_000
+"""Tasks the scheduler keeps for the task stream (its default, 1000, holds a few seconds of a large run)."""
+
+
+# --------------------------------------------------------------------------------------
+# /proc parsing and the sampler
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcMemory:
+    """One process's memory from ``/proc/<pid>/status``.
+
+    Attributes
+    ----------
+    rss_kib : int
+        ``VmRSS``, resident set size now, KiB (0 for a zombie or a kernel thread).
+    hwm_kib : int
+        ``VmHWM``, the process's peak resident set size so far, KiB.
+    """
+
+    rss_kib: int
+    hwm_kib: int
+
+
+def parse_status(text: str) -> ProcMemory:
+    """``VmRSS`` and ``VmHWM`` of a ``/proc/<pid>/status`` text (KiB; 0 when a line is absent).
+
+    Parameters
+    ----------
+    text : str
+        The file's content: ``Name:\\tpython\\n...\\nVmHWM:\\t  123456 kB\\n...``.
+
+    Returns
+    -------
+    ProcMemory
+    """
+    values = {"VmRSS": 0, "VmHWM": 0}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        if name in values:
+            fields = rest.split()
+            if not fields:
+                continue
+            unit = fields[1].lower() if len(fields) > 1 else "kb"
+            # The kernel writes kB; the others are accepted so a malformed line cannot mislead silently.
+            scale = {"kb": 1, "mb": 1024, "gb": 1024 * 1024, "b": 1 / 1024}.get(unit)
+            if scale is None:
+                raise ValueError(f"unknown unit {unit!r} in /proc status line {line!r}")
+            values[name] = int(int(fields[0]) * scale)
+    return ProcMemory(values["VmRSS"], values["VmHWM"])
+
+
+def parse_stat_ppid(text: str) -> int:
+    """The parent pid in a ``/proc/<pid>/stat`` text.
+
+    The command name (field 2, in parentheses) may hold spaces and parentheses, so the
+    fields are counted from the last ``)``: state, then ppid.
+    """
+    return int(text[text.rindex(")") + 2:].split()[1])
+
+
+def children_of(parents: Mapping[int, int], root: int) -> list[int]:
+    """``root`` and every descendant of it, from a ``pid -> ppid`` map; in increasing pid order."""
+    kids: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        kids.setdefault(ppid, []).append(pid)
+    tree, todo = {root}, [root]
+    while todo:
+        for child in kids.get(todo.pop(), ()):
+            if child not in tree:
+                tree.add(child)
+                todo.append(child)
+    return sorted(tree)
+
+
+def _ppids() -> dict[int, int]:
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                out[int(entry)] = parse_stat_ppid(Path(f"/proc/{entry}/stat").read_text())
+    return out
+
+
+def _memory(pid: int) -> ProcMemory | None:
+    try:
+        return parse_status(Path(f"/proc/{pid}/status").read_text())
+    except OSError:  # ended between the listing and the read
+        return None
+
+
+class Sampler(threading.Thread):
+    """Samples the memory of process trees every ``interval_s`` seconds until :meth:`stop`.
+
+    For each role (``client``, ``w0`` ...) a root pid. ``hwm_mib`` is the largest ``VmHWM``
+    of one process of the root's tree (the worker process under its nanny, the client
+    itself), which also catches a peak between two samples: the role's peak, what the
+    targets are checked against. ``tree_peak_rss_mib`` is the largest sum of ``VmRSS``
+    over the whole tree at one sample (with the nanny, or a helper process the client
+    starts). Roles can be added while it runs.
+    """
+
+    def __init__(self, interval_s: float = 0.5):
+        super().__init__(daemon=True)
+        self.interval_s = interval_s
+        self.roots: dict[str, int] = {}
+        self.peak_mib: dict[str, float] = {}
+        self.hwm_mib: dict[str, float] = {}
+        self.samples = 0
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+
+    def watch(self, role: str, pid: int) -> None:
+        with self._lock:
+            self.roots[role] = pid
+        self.sample()
+
+    def sample(self) -> None:
+        with self._lock:
+            roots = dict(self.roots)
+        if not roots:
+            return
+        parents = _ppids()
+        for role, root in roots.items():
+            mems = [m for m in map(_memory, children_of(parents, root)) if m is not None]
+            if not mems:
+                continue
+            rss = sum(m.rss_kib for m in mems) / 1024.0
+            hwm = max(max(m.hwm_kib, m.rss_kib) for m in mems) / 1024.0
+            self.peak_mib[role] = max(self.peak_mib.get(role, 0.0), rss)
+            self.hwm_mib[role] = max(self.hwm_mib.get(role, 0.0), hwm)
+        self.samples += 1
+
+    def run(self) -> None:
+        while not self._halt.wait(self.interval_s):
+            self.sample()
+
+    def stop(self) -> dict[str, dict[str, float]]:
+        """Stop (after one last sample) and return ``{role: {"peak_mib", "tree_peak_rss_mib"}}``, MiB.
+
+        ``peak_mib`` is the largest process's peak (``VmHWM``, or a sampled ``VmRSS`` if larger).
+        """
+        self.sample()
+        self._halt.set()
+        if self.is_alive():
+            self.join()
+        return {
+            role: {"peak_mib": self.hwm_mib.get(role, 0.0), "tree_peak_rss_mib": self.peak_mib.get(role, 0.0)}
+            for role in self.roots
+        }
+
+
+def _run_sampled(argv: Sequence[str], roles: Mapping[str, int], log: Path, sampler_role: str = "client",
+                 interval_s: float = 0.5) -> tuple[float, dict, int]:
+    """Run ``argv`` with its memory sampled (and the ``roles`` already running): wall s, memory, exit code."""
+    sampler = Sampler(interval_s)
+    for role, pid in roles.items():
+        sampler.watch(role, pid)
+    sampler.start()
+    # VmHWM only grows, so a peak is missed only in the last interval before the process
+    # ends (a zombie's status has no memory lines; nothing is taken from the exit status).
+    started = time.perf_counter()
+    with open(log, "w") as out:
+        # This checkout's code, whatever the installed evalcore points at (an editable install of another copy).
+        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, env=_env(sampler_role, log.parent))
+        try:
+            sampler.watch(sampler_role, proc.pid)
+            code = proc.wait()
+        finally:  # interrupted (Ctrl-C): the run does not outlive the benchmark
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+    wall = time.perf_counter() - started
+    return wall, sampler.stop(), code
+
+
+# --------------------------------------------------------------------------------------
+# Task stream: per-phase task-seconds, per-partition costs, the picture
+
+
+def phase_of(key: str) -> str:
+    """The phase a task belongs to from its key (``pairs-32612-11-77-<token>`` -> ``pairs``).
+
+    Tasks of no phase of :data:`PHASES` (the per-partition predictions, the selection of the
+    medians) are counted as :data:`OTHER` in the projection but keep their prefix here.
+    """
+    return str(key).split("-", 1)[0]
+
+
+def task_costs(stream: Iterable[Mapping]) -> dict[str, dict[str, float]]:
+    """Per task prefix: ``tasks``, ``task_s`` (compute seconds summed), ``max_task_s``, ``mean_task_s``.
+
+    Parameters
+    ----------
+    stream : iterable of dict
+        The scheduler's task stream records (``key``, ``startstops`` with ``action``,
+        ``start`` and ``stop`` in seconds since the epoch).
+    """
+    out: dict[str, dict[str, float]] = {}
+    for record in stream:
+        compute = sum(s["stop"] - s["start"] for s in record["startstops"] if s["action"] == "compute")
+        row = out.setdefault(phase_of(record["key"]), {"tasks": 0, "task_s": 0.0, "max_task_s": 0.0})
+        row["tasks"] += 1
+        row["task_s"] += compute
+        row["max_task_s"] = max(row["max_task_s"], compute)
+    for row in out.values():
+        row["mean_task_s"] = row["task_s"] / row["tasks"]
+    return out
+
+
+def busy_seconds(stream: Iterable[Mapping], workers: int) -> dict[str, float]:
+    """How long at least one worker, and how long every worker, was computing a task, s.
+
+    The difference between a run's wall time and ``any_s`` is when only the client and the
+    scheduler worked (start, the client's phases, publication); ``any_s - all_s`` is when
+    part of the workers waited (the end of a phase, too few tasks).
+    """
+    events = []
+    for record in stream:
+        for s in record["startstops"]:
+            if s["action"] == "compute" and s["stop"] > s["start"]:
+                events += [(s["start"], 1), (s["stop"], -1)]
+    events.sort()
+    any_s = all_s = 0.0
+    running, last = 0, None
+    for t, step in events:
+        if last is not None:
+            any_s += (t - last) if running > 0 else 0.0
+            all_s += (t - last) if running >= workers else 0.0
+        running += step
+        last = t
+    return {"any_s": any_s, "all_s": all_s}
+
+
+def plot_task_stream(stream: Sequence[Mapping], path: Path, title: str) -> Path | None:
+    """The task stream as a picture (one row per worker, a bar per task coloured by phase); None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    if not stream:
+        return None
+    t0 = min(s["start"] for r in stream for s in r["startstops"])
+    workers = sorted({r["worker"] for r in stream})
+    prefixes = sorted({phase_of(r["key"]) for r in stream}, key=lambda p: (PHASES + (p,)).index(p))
+    colours = dict(zip(prefixes, plt.get_cmap("tab10").colors, strict=False))
+    fig, ax = plt.subplots(figsize=(12, 1.2 + 0.9 * len(workers)))
+    for p in prefixes:
+        for w_index, w in enumerate(workers):
+            bars = [(s["start"] - t0, s["stop"] - s["start"]) for r in stream if r["worker"] == w and phase_of(r["key"]) == p
+                    for s in r["startstops"] if s["action"] == "compute"]
+            if bars:
+                ax.broken_barh(bars, (w_index - 0.4, 0.8), facecolors=colours[p], edgecolor="white", linewidth=0.3, label=p)
+        transfers = [(s["start"] - t0, s["stop"] - s["start"], workers.index(r["worker"])) for r in stream
+                     if phase_of(r["key"]) == p for s in r["startstops"] if s["action"] != "compute"]
+        for start, width, w_index in transfers:
+            ax.broken_barh([(start, width)], (w_index - 0.4, 0.8), facecolors="black", alpha=0.5, label="transfer / disk")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))  # one legend entry per phase, not per worker
+    ax.legend(unique.values(), unique.keys(), loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(unique), frameon=False)
+    ax.set_yticks(range(len(workers)), [f"worker {k}" for k in range(len(workers))])
+    ax.set_xlabel("seconds since the first task (grey: transfers / disk)")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# --------------------------------------------------------------------------------------
+# Projection and targets (pure)
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseCost:
+    """What one phase of a measured run cost.
+
+    Attributes
+    ----------
+    wall_s : float
+        The phase's wall time, s.
+    task_s : float
+        Compute seconds of the phase's tasks on the workers, summed.
+    max_task_s : float
+        The longest of those tasks, s (a partition's cost does not grow with the country:
+        the partitions are tiles of a fixed size).
+    """
+
+    wall_s: float
+    task_s: float
+    max_task_s: float
+
+
+def _serial(c: PhaseCost, workers: int) -> float:
+    """The part of a phase's wall time its tasks, spread over ``workers``, do not explain, s."""
+    return max(c.wall_s - c.task_s / workers, 0.0)
+
+
+def project(phases: Mapping[str, PhaseCost], n_ref: int, workers: int, target_n_ref: int, target_workers: int,
+            smaller: tuple[Mapping[str, PhaseCost], int] | None = None) -> dict:
+    """Projected wall time of a run of ``target_n_ref`` fields on ``target_workers`` workers.
+
+    A model, not a measurement. Per phase, the measured wall time splits into the tasks'
+    share, ``task_s / workers``, and the rest, ``wall_s - task_s / workers`` (the client,
+    scheduling, the phase's last tasks' imbalance: "serial").
+
+    * The tasks' share grows linearly with the fields (the partitions are fixed-size
+      tiles, so their number grows with the country) and is spread over
+      ``target_workers``, but never below the longest task.
+    * The serial rest is ``a + b * fields`` with ``a, b >= 0``: from two measured sizes
+      (``smaller``, measured on the same number of workers) when given; otherwise
+      proportional to the fields for the phases and constant for :data:`OTHER` (start
+      and publication). Keeping it serial overstates the scheduling and the imbalance,
+      which more workers also spread: an upper bound.
+
+    Parameters
+    ----------
+    phases : mapping of str to PhaseCost
+        The measured phases (with :data:`OTHER` for the wall time outside them).
+    n_ref, workers : int
+        The measured run's reference fields and workers.
+    target_n_ref, target_workers : int
+        The projected run's.
+    smaller : (mapping of str to PhaseCost, int), optional
+        The phases and reference fields of a smaller measured run, to fit ``a`` and ``b``.
+
+    Returns
+    -------
+    dict
+        ``{"n_ref", "workers", "phases_s": {phase: s}, "wall_s", "spread_s", "serial_s"}``.
+    """
+    if n_ref <= 0 or workers <= 0 or target_n_ref <= 0 or target_workers <= 0:
+        raise ValueError("sizes and worker counts must be positive")
+    if smaller is not None and not 0 < smaller[1] < n_ref:
+        raise ValueError(f"the smaller run's size must be in (0, {n_ref}), not {smaller[1]}")
+    k = target_n_ref / n_ref
+    out, spread_total, serial_total = {}, 0.0, 0.0
+    for name, c in phases.items():
+        spread = max(c.task_s * k / target_workers, c.max_task_s) if c.task_s > 0 else 0.0
+        s_big = _serial(c, workers)
+        if smaller is not None and name in smaller[0]:
+            s_small = _serial(smaller[0][name], workers)
+            b = max((s_big - s_small) / (n_ref - smaller[1]), 0.0)
+            a = max(s_big - b * n_ref, 0.0)
+        elif name == OTHER:
+            a, b = s_big, 0.0
+        else:
+            a, b = 0.0, s_big / n_ref
+        serial = a + b * target_n_ref
+        out[name] = spread + serial
+        spread_total += spread
+        serial_total += serial
+    return {"n_ref": target_n_ref, "workers": target_workers, "phases_s": out,
+            "wall_s": sum(out.values()), "spread_s": spread_total, "serial_s": serial_total}
+
+
+def phase_costs(row: Mapping) -> dict[str, PhaseCost]:
+    """:class:`PhaseCost` per phase of a measured size's record (:func:`measure_size`); the rest is :data:`OTHER`."""
+    tasks = row.get("tasks", {})
+    out = {}
+    for name, wall in row["phases_s"].items():
+        t = tasks.get(name, {})
+        out[name] = PhaseCost(wall, t.get("task_s", 0.0), t.get("max_task_s", 0.0))
+    other = [t for name, t in tasks.items() if name not in row["phases_s"]]
+    out[OTHER] = PhaseCost(max(row["wall_s"] - sum(row["phases_s"].values()), 0.0),
+                           sum(t["task_s"] for t in other), max((t["max_task_s"] for t in other), default=0.0))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One target of the national runs.
+
+    Attributes
+    ----------
+    name : str
+        What is checked, as printed.
+    measured : float or None
+        The value (s, a ratio or MiB); None when the sizes it needs were not run.
+    limit : str
+        The limit, as printed.
+    passed : bool or None
+        None when not measured.
+    """
+
+    name: str
+    measured: float | None
+    limit: str
+    passed: bool | None
+
+    @property
+    def verdict(self) -> str:
+        return "not measured" if self.passed is None else ("PASS" if self.passed else "FAIL")
+
+
+def targets(rows: Sequence[Mapping]) -> list[Target]:
+    """The targets (issue 29) checked on the sizes of one run; a target needing a size not run is not measured.
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        One per size: ``n_ref``, ``wall_s``, ``client_mib``, ``worker_mib`` (list, MiB),
+        ``synth_mib`` (MiB).
+    """
+    by = {r["n_ref"]: r for r in rows}
+
+    def ratio(a: int, b: int) -> float | None:
+        return by[a]["wall_s"] / by[b]["wall_s"] if a in by and b in by else None
+
+    def check(name: str, value: float | None, limit: str, ok) -> Target:
+        return Target(name, value, limit, None if value is None else bool(ok(value)))
+
+    out = [
+        check("2M fields, wall", by[2_000_000]["wall_s"] if 2_000_000 in by else None, "<= 360 s", lambda v: v <= 360),
+        check("time(2M) / time(250k)", ratio(2_000_000, 250_000), "<= 8.8", lambda v: v <= 8.8),
+        check("time(4M) / time(1M)", ratio(4_000_000, 1_000_000), "<= 4.2", lambda v: v <= 4.2),
+    ]
+    for n in (2_000_000, 4_000_000):
+        label = f"{n // 1_000_000}M"
+        value = by[n]["client_mib"] / by[250_000]["client_mib"] if n in by and 250_000 in by else None
+        out.append(check(f"client peak {label} / client peak 250k", value, "<= 1.10", lambda v: v <= 1.10))
+        out.append(check(f"client peak {label}, MiB", by[n]["client_mib"] if n in by else None, "<= 1,229 MiB (1.2 GiB)",
+                         lambda v: v <= 1.2 * GIB))
+    worst = max((max(r["worker_mib"]) for r in rows), default=None)
+    out.append(check("each worker, any size, MiB", worst, "<= 2,048 MiB (2 GiB)", lambda v: v <= 2 * GIB))
+    out.append(check("synth of 2M, MiB", by[2_000_000]["synth_mib"] if 2_000_000 in by else None, "<= 2,048 MiB (2 GiB)",
+                     lambda v: v <= 2 * GIB))
+    return out
+
+
+def targets_table(found: Sequence[Target]) -> str:
+    """The targets as printed lines: name, measured value, limit, verdict."""
+    lines = [f"  {'target':<40} {'measured':>10}  {'limit':<24} verdict"]
+    for t in found:
+        value = "-" if t.measured is None else (f"{t.measured:,.2f}" if t.measured < 100 else f"{t.measured:,.0f}")
+        lines.append(f"  {t.name:<40} {value:>10}  {t.limit:<24} {t.verdict}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
+# One size
+
+
+def _env(name: str, cwd: Path) -> dict:
+    """The environment of the processes the benchmark starts: this checkout first on the path; the scheduler keeps a long task stream."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")]))
+    if name == "scheduler":
+        env["DASK_DISTRIBUTED__SCHEDULER__DASHBOARD__TASKS__TASK_STREAM_LENGTH"] = str(TASK_STREAM_LENGTH)
+    return env
+
+
+def _tail(path: Path, n: int = 30) -> str:
+    with contextlib.suppress(OSError):
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    return ""
+
+
+def measure_size(n_ref: int, base: Path, stamp: str, workers: int = 2, interval_s: float = 0.5, data: Path | None = None,
+                 picture: bool = True) -> dict:
+    """Synth (unless ``data`` is given), cluster, ``evalcore run``: the record of one size.
+
+    Parameters
+    ----------
+    n_ref : int
+        Reference fields to generate.
+    base : Path
+        An empty directory for the data, the cluster's working directories and the run.
+    stamp : str
+        Timestamp in the names of the files written to ``benchmarks/results/``.
+    workers : int
+        One-thread worker processes.
+    interval_s : float
+        Sampling period of ``/proc``, s.
+    data : Path, optional
+        An existing ``evalcore synth`` directory to use instead of generating one.
+    picture : bool
+        Save the task stream as a PNG.
+    """
+    from distributed import Client
+
+    from tests.dask_processes import dask_processes
+
+    row: dict = {"n_ref": n_ref, "workers": workers, "seed": SEED}
+    if data is None:
+        data = base / "data"
+        wall, mem, code = _run_sampled([str(BIN / "evalcore"), "synth", "--n-ref", str(n_ref), "--seed", str(SEED), "--out", str(data)],
+                                       {}, base / "synth.log", "synth", interval_s)
+        if code:
+            raise RuntimeError(f"evalcore synth --n-ref {n_ref} failed (exit {code}); its output, {base / 'synth.log'}:\n{_tail(base / 'synth.log')}")
+        row["synth_s"], row["synth_mib"], row["synth_memory"] = wall, mem["synth"]["peak_mib"], mem["synth"]
+    else:
+        row["synth_s"] = row["synth_mib"] = None
+    layer = {name: (data / f"{name}.parquet") for name in ("predicted", "reference", "aoi", "annotated")}
+    missing = [str(p) for p in layer.values() if not p.exists()]
+    if missing:
+        raise FileNotFoundError(f"the data directory {data} lacks {', '.join(missing)} (an evalcore synth directory is expected)")
+    run_dir = base / "run"
+    argv = [str(BIN / "evalcore"), "run", "-p", str(layer["predicted"]), "-r", str(layer["reference"]), *FULL_OPTIONS,
+            "--aoi", str(layer["aoi"]), "--annotated-area", str(layer["annotated"]), "-o", str(run_dir)]
+    with dask_processes(base / "cluster", workers, _env) as (address, dashboard), Client(address, timeout="60s") as client:
+        # The worker processes run under their nannies: the nanny's tree (nanny, worker, children) is the worker's memory.
+        nannies = client.run(os.getppid)
+        roots = {f"w{k}": nannies[a] for k, a in enumerate(sorted(nannies))}
+        client.get_task_stream(start=time.time())  # the scheduler's task-stream plugin exists before the run
+        started_epoch = time.time()
+        wall, mem, code = _run_sampled([*argv, "--cluster", address], roots, base / "run.log", "client", interval_s)
+        if code:
+            raise RuntimeError(f"evalcore run at {n_ref} fields failed (exit {code}); its output, {base / 'run.log'}:\n{_tail(base / 'run.log')}")
+        stream = client.get_task_stream(start=started_epoch)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    row.update({
+        "wall_s": wall, "fields_per_s": n_ref / wall, "count_reference": metrics.get("count_reference"),
+        "phases_s": {k: v for k, v in manifest["timings_s"].items() if v is not None},
+        "partitions": len(manifest["partitions"]),
+        "client_mib": mem["client"]["peak_mib"], "worker_mib": [mem[f"w{k}"]["peak_mib"] for k in range(workers)],
+        "memory": mem, "dashboard": dashboard, "task_stream_tasks": len(stream),
+        "tasks": task_costs(stream), "busy_s": busy_seconds(stream, workers),
+    })
+    row["tasks_complete"] = len(stream) < TASK_STREAM_LENGTH
+    if picture:
+        png = plot_task_stream(stream, RESULTS / f"scale-taskstream-{n_ref}-{stamp}.png",
+                               f"evalcore run, {n_ref:,} reference fields, {workers} workers: task stream")
+        row["task_stream_png"] = None if png is None else str(png.relative_to(RESULTS.parent.parent))
+    return row
+
+
+# --------------------------------------------------------------------------------------
+# Several sizes, printing
+
+
+def projections(rows: Sequence[Mapping], sizes: Sequence[int] = (16_000_000, 50_000_000), workers: Sequence[int] = (32, 128)) -> list[dict]:
+    """:func:`project` from the largest measured size (and the smallest, when another was run) to ``sizes`` x ``workers``."""
+    if not rows:
+        return []
+    big, small = max(rows, key=lambda r: r["n_ref"]), min(rows, key=lambda r: r["n_ref"])
+    smaller = (phase_costs(small), small["n_ref"]) if small["n_ref"] < big["n_ref"] else None
+    costs = phase_costs(big)
+    return [project(costs, big["n_ref"], big["workers"], n, w, smaller) | {"from_n_ref": [small["n_ref"], big["n_ref"]] if smaller else [big["n_ref"]]}
+            for n in sizes for w in workers]
+
+
+def print_rows(rows: Sequence[Mapping]) -> None:
+    print(f"\nscale (evalcore run, full options, scores and AOIs, {rows[0]['workers'] if rows else 2} one-thread workers; memory from /proc)")
+    names = list(PHASES)
+    print(f"  {'fields':>10} {'wall s':>8} {'fields/s':>9} " + " ".join(f"{p:>8}" for p in names)
+          + f" {'parts':>6} {'client MiB':>11} {'workers MiB':>14} {'synth s':>8} {'synth MiB':>10}")
+    for r in rows:
+        p = r["phases_s"]
+        synth = (f"{r['synth_s']:>8.1f} {r['synth_mib']:>10.0f}" if r.get("synth_s") is not None else f"{'-':>8} {'-':>10}")
+        workers = " / ".join(f"{m:,.0f}" for m in r["worker_mib"])
+        print(f"  {r['n_ref']:>10,} {r['wall_s']:>8.1f} {r['fields_per_s']:>9.0f} " + " ".join(f"{p.get(n, float('nan')):>8.1f}" for n in names)
+              + f" {r['partitions']:>6} {r['client_mib']:>11,.0f} {workers:>14} {synth}")
+    for r in rows:
+        print(f"\n  per-partition costs at {r['n_ref']:,} fields ({r['partitions']} partitions; compute seconds from the task stream):")
+        for name, t in sorted(r["tasks"].items(), key=lambda kv: (PHASES + (kv[0],)).index(kv[0])):
+            print(f"    {name:<12} {t['tasks']:>6} tasks  {t['task_s']:>9.1f} task-s  mean {t['mean_task_s']:>7.2f} s  max {t['max_task_s']:>7.2f} s")
+        if "busy_s" in r:
+            b = r["busy_s"]
+            print(f"    no worker computing {r['wall_s'] - b['any_s']:.1f} s of the {r['wall_s']:.1f} s (client, scheduler, start, publication); "
+                  f"some but not all {b['any_s'] - b['all_s']:.1f} s")
+    print("\ntargets (ratios from sizes of this run)")
+    print(targets_table(targets(rows)))
+    if rows:
+        found = projections(rows)
+        print(f"\nprojection (a model, not a measurement: benchmarks.scale.project, from the runs of "
+              f"{' and '.join(f'{n:,}' for n in found[0]['from_n_ref'])} fields; the serial part is an upper bound)")
+        for p in found:
+            print(f"  {p['n_ref']:>11,} fields on {p['workers']:>3} workers: {p['wall_s']:>8.0f} s "
+                  f"(spread over workers {p['spread_s']:.0f} s, serial {p['serial_s']:.0f} s)")
+
+
+def run_sizes(sizes: Sequence[int], workers: int = 2, tmp: str | None = None, interval_s: float = 0.5, data: str | None = None,
+              keep: bool = False, picture: bool = True) -> dict:
+    """Measure every size (the smallest first); returns the record, also written to ``benchmarks/results/``."""
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    record: dict = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "load_average_start": os.getloadavg(), "sizes": list(sizes), "rows": [],
+    }
+    out = RESULTS / f"scale-{'-'.join(str(n) for n in sizes)}-{stamp}.json"
+    for n in sorted(sizes):
+        base = Path(tempfile.mkdtemp(prefix=f"evalcore-scale-{n}-", dir=tmp))
+        try:
+            print(f"  scale {n:,}: {base}", file=sys.stderr, flush=True)
+            row = measure_size(n, base, stamp, workers, interval_s, Path(data) if data else None, picture)
+            row["load_average_end"] = os.getloadavg()
+            record["rows"].append(row)
+            print(f"  scale {n:,}: {row['wall_s']:.1f} s, client {row['client_mib']:,.0f} MiB", file=sys.stderr, flush=True)
+        finally:
+            if not keep:
+                shutil.rmtree(base, ignore_errors=True)
+        record["targets"] = [dataclasses.asdict(t) | {"verdict": t.verdict} for t in targets(record["rows"])]
+        record["projections"] = projections(record["rows"])
+        out.write_text(json.dumps(record, indent=2) + "\n")  # after each size: a long study stopped midway keeps its sizes
+    record["load_average_end"] = os.getloadavg()
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    record["path"] = str(out)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="250000", help="comma-separated reference field counts (default 250000)")
+    parser.add_argument("--workers", type=int, default=2, help="one-thread dask worker processes (default 2)")
+    parser.add_argument("--tmp", help="directory for the data and the runs (default: the system's temporary directory; "
+                        "the 10M data take several GiB)")
+    parser.add_argument("--data", help="an existing evalcore synth directory to run on instead of generating one (one size)")
+    parser.add_argument("--interval", type=float, default=0.5, help="seconds between two /proc samples (default 0.5)")
+    parser.add_argument("--keep", action="store_true", help="keep the data, the cluster's logs and the run directory")
+    parser.add_argument("--no-picture", action="store_true", help="do not draw the task stream")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if args.data and len(sizes) != 1:
+        parser.error("--data takes one size")
+    record = run_sizes(sizes, args.workers, args.tmp, args.interval, args.data, args.keep, not args.no_picture)
+    print_rows(record["rows"])
+    print(f"\nresults written to {record['path']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

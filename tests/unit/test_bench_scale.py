@@ -1,0 +1,193 @@
+"""The pure parts of the scale benchmark (benchmarks/scale.py): /proc parsing, task costs, projection, targets.
+
+The benchmark itself starts a cluster and runs for minutes; it is run by hand and in
+``make bench`` (docs/performance.md), not here.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from benchmarks.scale import (
+    OTHER,
+    PhaseCost,
+    Sampler,
+    busy_seconds,
+    children_of,
+    parse_stat_ppid,
+    parse_status,
+    phase_costs,
+    project,
+    targets,
+    targets_table,
+    task_costs,
+)
+
+STATUS = """Name:\tpython
+Umask:\t0022
+State:\tS (sleeping)
+Pid:\t4242
+PPid:\t4200
+VmPeak:\t 3154944 kB
+VmSize:\t 3086336 kB
+VmHWM:\t 1234567 kB
+VmRSS:\t  987654 kB
+RssAnon:\t  900000 kB
+Threads:\t12
+"""
+
+
+def test_parse_status_reads_rss_and_hwm_in_kib():
+    m = parse_status(STATUS)
+    assert (m.rss_kib, m.hwm_kib) == (987_654, 1_234_567)
+
+
+def test_parse_status_of_a_zombie_or_kernel_thread_is_zero():
+    # A zombie's status has no Vm lines at all.
+    assert parse_status("Name:\tpython\nState:\tZ (zombie)\nPid:\t7\n") == parse_status("")
+    assert parse_status("").rss_kib == 0 and parse_status("").hwm_kib == 0
+
+
+def test_parse_status_rejects_an_unknown_unit():
+    with pytest.raises(ValueError, match="unknown unit"):
+        parse_status("VmRSS:\t 12 parsecs\n")
+
+
+def test_parse_stat_ppid_with_spaces_and_parentheses_in_the_name():
+    assert parse_stat_ppid("4242 (python) S 4200 4242 4200 0 -1") == 4200
+    assert parse_stat_ppid("4243 (dask worker (x) 1) R 17 4243 17 0 -1") == 17
+
+
+def test_children_of_walks_the_whole_tree():
+    parents = {1: 0, 10: 1, 11: 10, 12: 10, 13: 12, 20: 1, 21: 20}
+    assert children_of(parents, 10) == [10, 11, 12, 13]
+    assert children_of(parents, 21) == [21]
+    assert children_of(parents, 99) == [99]  # ended: itself only, its status read fails later
+
+
+def test_sampler_reads_this_process_from_proc():
+    sampler = Sampler(0.05)
+    sampler.watch("me", os.getpid())
+    sampler.start()
+    found = sampler.stop()["me"]
+    # This process's own view of its peak, for comparison only.
+    with open(f"/proc/{os.getpid()}/status") as f:
+        hwm = parse_status(f.read()).hwm_kib / 1024
+    assert 0 < found["peak_mib"] <= hwm + 1
+    assert found["tree_peak_rss_mib"] > 0
+
+
+def _record(key, start, stop, action="compute", worker="tcp://w0"):
+    return {"key": key, "worker": worker, "startstops": ({"action": action, "start": start, "stop": stop},)}
+
+
+def test_task_costs_by_phase_compute_only():
+    stream = [
+        _record("pairs-32612-11-77-abc", 0.0, 2.0),
+        _record("pairs-32612-11-78-abc", 2.0, 5.0),
+        {"key": "sums-32612-11-77-abc", "worker": "tcp://w1",
+         "startstops": ({"action": "transfer", "start": 5.0, "stop": 6.0}, {"action": "compute", "start": 6.0, "stop": 6.5})},
+        _record("select-5da8-1-32612-11-77-abc", 7.0, 7.25),
+    ]
+    costs = task_costs(stream)
+    assert costs["pairs"] == {"tasks": 2, "task_s": 5.0, "max_task_s": 3.0, "mean_task_s": 2.5}
+    assert costs["sums"]["task_s"] == 0.5  # the transfer is not the task's cost
+    assert costs["select"]["tasks"] == 1
+
+
+def test_projection_spreads_tasks_keeps_the_rest_serial():
+    # 100 s of wall on 2 workers: 160 task-seconds (80 s of it spread), 20 s serial.
+    phases = {"pairs": PhaseCost(wall_s=100.0, task_s=160.0, max_task_s=2.0)}
+    same = project(phases, 1_000_000, 2, 1_000_000, 2)
+    assert same["wall_s"] == pytest.approx(100.0)  # the measured run is reproduced
+    p = project(phases, 1_000_000, 2, 16_000_000, 32)
+    assert p["spread_s"] == pytest.approx(160.0 * 16 / 32)
+    assert p["serial_s"] == pytest.approx(20.0 * 16)
+    assert p["wall_s"] == pytest.approx(80.0 + 320.0)
+    assert (p["n_ref"], p["workers"]) == (16_000_000, 32)
+
+
+def test_projection_never_below_the_longest_task():
+    phases = {"prepare": PhaseCost(wall_s=10.0, task_s=20.0, max_task_s=9.0)}
+    p = project(phases, 100_000, 2, 200_000, 1000)
+    assert p["phases_s"]["prepare"] == pytest.approx(9.0)  # 40 task-s over 1000 workers is less than one task
+
+
+def test_projection_rejects_non_positive_sizes():
+    with pytest.raises(ValueError):
+        project({}, 0, 2, 1, 1)
+    with pytest.raises(ValueError, match="smaller run"):
+        project({}, 100, 2, 1000, 2, smaller=({}, 100))
+
+
+def test_projection_of_one_size_keeps_the_time_outside_the_phases_fixed():
+    phases = {"pairs": PhaseCost(100.0, 160.0, 2.0), OTHER: PhaseCost(30.0, 0.0, 0.0)}
+    p = project(phases, 1_000_000, 2, 4_000_000, 2)
+    assert p["phases_s"][OTHER] == pytest.approx(30.0)  # start and publication: not per field
+    assert p["phases_s"]["pairs"] == pytest.approx(4 * 100.0)
+
+
+def test_projection_from_two_sizes_fits_a_fixed_and_a_per_field_serial_part():
+    # Serial rest: 25 s at 250k, 40 s at 1M -> 20 s + 20 s per million fields.
+    small = {"resolve": PhaseCost(wall_s=25.0 + 5.0, task_s=10.0, max_task_s=1.0)}
+    big = {"resolve": PhaseCost(wall_s=40.0 + 20.0, task_s=40.0, max_task_s=1.0)}
+    again = project(big, 1_000_000, 2, 1_000_000, 2, smaller=(small, 250_000))
+    assert again["wall_s"] == pytest.approx(60.0)
+    p = project(big, 1_000_000, 2, 16_000_000, 32, smaller=(small, 250_000))
+    assert p["serial_s"] == pytest.approx(20.0 + 20.0 * 16)
+    assert p["spread_s"] == pytest.approx(40.0 * 16 / 32)
+    # A serial part that shrank with the size (noise) is not extrapolated downwards.
+    shrinking = project(small, 250_000, 2, 16_000_000, 2, smaller=({"resolve": PhaseCost(100.0, 0.0, 0.0)}, 100_000))
+    assert shrinking["serial_s"] == pytest.approx(25.0)
+
+
+def test_phase_costs_puts_the_rest_of_the_wall_in_other():
+    row = {
+        "wall_s": 50.0,
+        "phases_s": {"prepare": 10.0, "pairs": 20.0},
+        "tasks": {"prepare": {"task_s": 15.0, "max_task_s": 5.0}, "pairs": {"task_s": 30.0, "max_task_s": 4.0},
+                  "predictions": {"task_s": 6.0, "max_task_s": 1.0}, "select": {"task_s": 2.0, "max_task_s": 0.5}},
+    }
+    costs = phase_costs(row)
+    assert costs["prepare"] == PhaseCost(10.0, 15.0, 5.0)
+    assert costs[OTHER] == PhaseCost(20.0, 8.0, 1.0)
+
+
+def _row(n, wall, client=1000.0, workers=(1500.0, 1600.0), synth=800.0):
+    return {"n_ref": n, "wall_s": wall, "client_mib": client, "worker_mib": list(workers), "synth_mib": synth}
+
+
+def test_targets_all_sizes():
+    rows = [_row(250_000, 40.0, 1000.0), _row(1_000_000, 80.0), _row(2_000_000, 300.0, 1090.0, synth=1900.0),
+            _row(4_000_000, 400.0, 1200.0, workers=(1800.0, 2100.0))]
+    found = {t.name: t for t in targets(rows)}
+    assert found["2M fields, wall"].passed and found["2M fields, wall"].measured == 300.0
+    assert found["time(2M) / time(250k)"].measured == pytest.approx(7.5) and found["time(2M) / time(250k)"].passed
+    assert found["time(4M) / time(1M)"].measured == pytest.approx(5.0) and found["time(4M) / time(1M)"].passed is False
+    assert found["client peak 2M / client peak 250k"].passed
+    assert found["client peak 4M / client peak 250k"].measured == pytest.approx(1.2) and not found["client peak 4M / client peak 250k"].passed
+    assert found["client peak 4M, MiB"].passed  # 1200 MiB <= 1.2 GiB
+    assert found["each worker, any size, MiB"].measured == 2100.0 and found["each worker, any size, MiB"].verdict == "FAIL"
+    assert found["synth of 2M, MiB"].verdict == "PASS"
+
+
+def test_targets_of_sizes_not_run_are_not_measured():
+    found = {t.name: t for t in targets([_row(20_000, 30.0)])}
+    assert found["2M fields, wall"].passed is None and found["2M fields, wall"].verdict == "not measured"
+    assert found["time(2M) / time(250k)"].measured is None
+    assert found["each worker, any size, MiB"].verdict == "PASS"
+    table = targets_table(list(found.values()))
+    assert "not measured" in table and "PASS" in table and table.count("\n") == len(found)
+
+
+def test_busy_seconds_any_and_all_workers():
+    stream = [
+        _record("pairs-a", 0.0, 4.0, worker="w0"),
+        _record("pairs-b", 1.0, 3.0, worker="w1"),
+        _record("sums-a", 6.0, 7.0, worker="w1"),
+        {"key": "sums-b", "worker": "w0", "startstops": ({"action": "transfer", "start": 7.0, "stop": 9.0},)},
+    ]
+    assert busy_seconds(stream, 2) == {"any_s": 5.0, "all_s": 2.0}
+    assert busy_seconds([], 2) == {"any_s": 0.0, "all_s": 0.0}
