@@ -106,7 +106,7 @@ class SortedValues:
             flat_groups = flat_groups[:, None]
         pieces: list[F64Array] = []
         for values in columns.values():
-            v = np.asarray(values, dtype=np.float64)
+            v = _without_negative_zero(values)
             keep = ~np.isnan(v)
             per_group: list[F64Array] = [np.sort(v[keep])] + [np.empty(0)] * (n_groups - 1)
             for codes in flat_groups.T:
@@ -285,6 +285,16 @@ def statistic_value(statistic: Statistic, n: int, at: Mapping[int, float]) -> fl
     return _lerp(at[ranks[0]], at[ranks[1]], gamma)
 
 
+def _without_negative_zero(values: object) -> F64Array:
+    """The values as float64 with -0.0 made +0.0 (adding +0.0 does it, NaN stays NaN).
+
+    The two zeros compare equal, so which of them a sort puts first, and so which one a
+    minimum or an order statistic returns, would depend on how the values were split
+    over partitions; with one zero the answer is the same bits whatever the split.
+    """
+    return np.asarray(values, dtype=np.float64) + 0.0
+
+
 def statistics_of(values: np.ndarray, statistics: Iterable[Statistic]) -> dict[Statistic, float | int]:
     """The statistics of values held whole, with numpy directly (NaN values left out).
 
@@ -293,7 +303,7 @@ def statistics_of(values: np.ndarray, statistics: Iterable[Statistic]) -> dict[S
     >>> statistics_of(np.array([3.0, np.nan, 1.0, 2.0, 10.0]), ("count", "median", 0.5, "max"))
     {'count': 4, 'median': 2.5, 0.5: 2.5, 'max': 10.0}
     """
-    v = np.asarray(values, dtype=np.float64)
+    v = _without_negative_zero(values)
     v = v[~np.isnan(v)]
     out: dict[Statistic, float | int] = {}
     for stat in statistics:
