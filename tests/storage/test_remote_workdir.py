@@ -100,6 +100,7 @@ def test_evaluate_with_the_workdir_on_the_store_equals_the_single_process_and_re
     assert differences(json.loads(fs.cat_file(f"{s3_store.bucket}/out-wd/metrics-2.json")), expected) == []
 
 
+@pytest.mark.slow  # 44 s on 2 cores (make slow); a resume from the store is also tested above, by evaluate
 def test_a_run_killed_after_the_pairs_phase_resumes_from_the_store(
     tmp_path: Path, layers: Path, s3_store, two_workers, single_metrics: dict,
 ) -> None:
@@ -152,6 +153,7 @@ def test_a_workdir_the_store_refuses_ends_with_one_line_naming_it(tmp_path: Path
 
 
 @pytest.mark.prefect
+@pytest.mark.slow  # 88 s on 2 cores (make slow); layers on the store through evalcore run: test_object_store
 def test_run_with_its_run_and_work_directories_on_the_store_equals_the_local_run_and_verifies(
     tmp_path: Path, layers: Path, s3_store, two_workers, prefect_server: str,
 ) -> None:
