@@ -274,19 +274,27 @@ def _seam_owner(work: Path) -> tuple[str, str]:
     raise AssertionError("no seam component crosses partitions in this data")
 
 
-def test_worker_lost_while_it_resolves_a_seam_component_gives_identical_metrics(cluster_client, data, expected_worker_resolve, tmp_path):
-    # An undisturbed run names a partition owning a seam component.
-    first = _setup(data, tmp_path / "first", **WORKER_RESOLVE)
-    _worker_resolve_phases(cluster_client, first)
+def _lose_a_seam_owners_worker(cluster_client, data, tmp_path, phase: str, **options):
+    """Run the phases with a worker dying in ``phase`` of a partition owning a seam component.
+
+    An undisturbed run first names such a partition (:func:`_seam_owner`); in the second
+    run its worker process dies in that task, which runs again elsewhere. Returns the
+    resolved run and the merged metrics.
+    """
+    _worker_resolve_phases(cluster_client, _setup(data, tmp_path / "first", **options))
     owner, _ = _seam_owner(tmp_path / "first")
-    # Its worker process dies in that partition's resolve: the task runs again elsewhere.
-    setup = _setup(data, tmp_path / "work", **WORKER_RESOLVE)
+    setup = _setup(data, tmp_path / "work", **options)
     marker = tmp_path / "died"
-    _set_fault(cluster_client, phase="resolve", partition=owner, mode="die", marker=str(marker))
+    _set_fault(cluster_client, phase=phase, partition=owner, mode="die", marker=str(marker))
     index, plan, pairs, resolved = _worker_resolve_phases(cluster_client, setup)
     assert marker.exists()  # the worker really died there
     sums = sums_phase(cluster_client, setup, index, plan, resolved)
-    assert to_jsonable(merge_phase(setup, index, plan, resolved, sums)) == expected_worker_resolve
+    return resolved, to_jsonable(merge_phase(setup, index, plan, resolved, sums))
+
+
+def test_worker_lost_while_it_resolves_a_seam_component_gives_identical_metrics(cluster_client, data, expected_worker_resolve, tmp_path):
+    _, metrics = _lose_a_seam_owners_worker(cluster_client, data, tmp_path, "resolve", **WORKER_RESOLVE)
+    assert metrics == expected_worker_resolve
 
 
 def test_missing_resolve_output_fails_the_run_naming_the_partition(cluster_client, data, tmp_path):
@@ -332,17 +340,9 @@ def expected_field_split(data):
 @pytest.mark.parametrize("phase", ["components", "resolve"])
 def test_worker_lost_in_the_resolve_with_a_field_bootstrap_gives_identical_metrics(cluster_client, data, expected_field_split,
                                                                                    tmp_path, phase):
-    first = _setup(data, tmp_path / "first", **FIELD_SPLIT)
-    _worker_resolve_phases(cluster_client, first)
-    owner, _ = _seam_owner(tmp_path / "first")
-    setup = _setup(data, tmp_path / "work", **FIELD_SPLIT)
-    marker = tmp_path / "died"
-    _set_fault(cluster_client, phase=phase, partition=owner, mode="die", marker=str(marker))
-    index, plan, pairs, resolved = _worker_resolve_phases(cluster_client, setup)
-    assert marker.exists()  # the worker really died there
+    resolved, metrics = _lose_a_seam_owners_worker(cluster_client, data, tmp_path, phase, **FIELD_SPLIT)
     assert any(others for _, others in resolved.field_groups.values())  # groups shared by partitions
-    sums = sums_phase(cluster_client, setup, index, plan, resolved)
-    assert to_jsonable(merge_phase(setup, index, plan, resolved, sums)) == expected_field_split
+    assert metrics == expected_field_split
 
 
 def test_missing_positions_of_a_field_bootstrap_fail_the_run_naming_the_partition(cluster_client, data, tmp_path):
