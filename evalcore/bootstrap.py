@@ -18,8 +18,9 @@ partition keys give the same intervals for any number of workers.
 
 A run keys both stages by (pool, reporting tile) instead of partition (:func:`field_draws`),
 so nothing depends on the partitioning: the centre needs only each group's size
-(:func:`partition_groups_draws`), and a partition ranks its fields among the positions of
-the group's fields in the other partitions holding some (:func:`partition_field_draws`).
+(:func:`partition_groups_draws`; on a cluster one task per pool, :func:`draw_pool_counts`),
+and a partition ranks its fields among the positions of the group's fields in the other
+partitions holding some (:func:`partition_field_draws`).
 
 The module stays whole at about 720 lines: the field and block draws and the replicate
 sums are the two halves of the one exact split described above.
@@ -144,6 +145,14 @@ def draw_pool_counts(pool: int, sizes: dict[PartitionKey, int], n_replicates: in
     sizes : ndarray of int64, shape (n_keys,)
     counts : ndarray of int64, shape (n_replicates, n_keys)
         Each replicate's draws per key; a row adds up to ``sizes.sum()``.
+
+    Examples
+    --------
+    >>> keys, n, counts = draw_pool_counts(5, {(32633, 1, 0): 3, (32633, 0, 0): 2, (32633, 2, 0): 0}, 4, 0)
+    >>> keys, n.tolist(), counts.shape, counts.sum(axis=1).tolist()
+    ([(32633, 0, 0), (32633, 1, 0)], [2, 3], (4, 2), [5, 5, 5, 5])
+    >>> draw_pool_counts(5, {}, 4, 0)[2].shape
+    (4, 0)
     """
     keys = sorted(tuple(int(v) for v in k) for k, n in sizes.items() if n > 0)
     lookup = {tuple(int(v) for v in k): int(n) for k, n in sizes.items()}
