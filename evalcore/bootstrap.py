@@ -18,8 +18,9 @@ partition keys give the same intervals for any number of workers.
 
 A run keys both stages by (pool, reporting tile) instead of partition (:func:`field_draws`),
 so nothing depends on the partitioning: the centre needs only each group's size
-(:func:`partition_groups_draws`), and a partition ranks its fields among the positions of
-the group's fields in the other partitions holding some (:func:`partition_field_draws`).
+(:func:`partition_groups_draws`; on a cluster one task per pool, :func:`draw_pool_counts`),
+and a partition ranks its fields among the positions of the group's fields in the other
+partitions holding some (:func:`partition_field_draws`).
 
 The module stays whole at about 720 lines: the field and block draws and the replicate
 sums are the two halves of the one exact split described above.
@@ -41,6 +42,7 @@ __all__ = [
     "PartitionKey",
     "pool_id",
     "draw_partition_counts",
+    "draw_pool_counts",
     "draw_field_counts",
     "partition_replicate_sums",
     "field_weights",
@@ -114,15 +116,52 @@ def draw_partition_counts(
     """
     out: dict[tuple[int, PartitionKey], IdArray] = {}
     for pool in sorted(pool_sizes):
-        keys = sorted(k for k, n in pool_sizes[pool].items() if n > 0)
-        sizes = np.array([pool_sizes[pool][k] for k in keys], dtype=np.int64)
-        total = int(sizes.sum())
-        if total == 0:
-            continue
-        counts = _rng(seed, 0, pool).multinomial(total, sizes / total, size=n_replicates)
+        keys, _, counts = draw_pool_counts(pool, pool_sizes[pool], n_replicates, seed)
         for j, key in enumerate(keys):
             out[(pool, key)] = counts[:, j].astype(np.int64)
     return out
+
+
+def draw_pool_counts(pool: int, sizes: dict[PartitionKey, int], n_replicates: int, seed: int
+                     ) -> tuple[list[PartitionKey], IdArray, IdArray]:
+    """One pool's split of each replicate's draws over its partitions (or reporting tiles).
+
+    The one multinomial :func:`draw_partition_counts` makes per pool, from
+    ``SeedSequence(seed, spawn_key=(0, pool))`` over the keys in sorted order; a
+    cluster run's ``group-draws`` task calls it for one pool alone, with the same bits.
+
+    Parameters
+    ----------
+    pool : int
+        From :func:`pool_id`.
+    sizes : dict
+        ``{key: n_fields}`` of the pool; keys of no field are left out.
+    n_replicates, seed : int
+
+    Returns
+    -------
+    keys : list of PartitionKey
+        Sorted, those with fields.
+    sizes : ndarray of int64, shape (n_keys,)
+    counts : ndarray of int64, shape (n_replicates, n_keys)
+        Each replicate's draws per key; a row adds up to ``sizes.sum()``.
+
+    Examples
+    --------
+    >>> keys, n, counts = draw_pool_counts(5, {(32633, 1, 0): 3, (32633, 0, 0): 2, (32633, 2, 0): 0}, 4, 0)
+    >>> keys, n.tolist(), counts.shape, counts.sum(axis=1).tolist()
+    ([(32633, 0, 0), (32633, 1, 0)], [2, 3], (4, 2), [5, 5, 5, 5])
+    >>> draw_pool_counts(5, {}, 4, 0)[2].shape
+    (4, 0)
+    """
+    keys = sorted(tuple(int(v) for v in k) for k, n in sizes.items() if n > 0)
+    lookup = {tuple(int(v) for v in k): int(n) for k, n in sizes.items()}
+    n_fields = np.array([lookup[k] for k in keys], dtype=np.int64)
+    total = int(n_fields.sum())
+    if total == 0:
+        return keys, n_fields, np.zeros((n_replicates, 0), dtype=np.int64)
+    counts = _rng(seed, 0, pool).multinomial(total, n_fields / total, size=n_replicates)
+    return keys, n_fields, counts
 
 
 def draw_field_counts(m: IdArray, n_fields: int, seed: int, pool: int, key: PartitionKey) -> np.ndarray:

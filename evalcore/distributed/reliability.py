@@ -142,7 +142,7 @@ kills itself once (the marker records it), as a lost worker. docs/reliability.md
 
 
 FAULT_PHASES = (
-    "prepare", "pairs", "components", "seams", "resolve", "sums", "select", "predictions", "pixels",
+    "prepare", "pairs", "components", "seams", "group-draws", "resolve", "sums", "select", "predictions", "pixels",
     "score-split", "score-range", "score-values",
 )
 """The worker tasks that call :func:`inject_fault`, by the phase name a fault names.

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evalcore.bootstrap import PartitionKey, RunDraws, partition_groups_draws
+from evalcore.bootstrap import PartitionKey, RunDraws
 from evalcore.distributed import storage
 from evalcore.distributed import workdir as wd
 from evalcore.distributed.order import select_on_partitions
@@ -56,6 +56,7 @@ from evalcore.distributed.sources import Chunk, LayerSource, plan_chunks
 from evalcore.distributed.staging import STAGED_STRATA_COLUMN, check_workers_see, stage_layer, start_run
 from evalcore.distributed.tasks import (
     components_task,
+    group_draws_task,
     homeless_task,
     pairs_task,
     pixels_task,
@@ -130,7 +131,7 @@ def _gather(setup: RunSetup, phase: str, futures: dict, show: bool = True) -> di
 
     total = len(futures)
     # prepare works on input chunks, the scores' range and values tasks on score ranges
-    unit = {"prepare": "chunk", "score-range": "score range", "score-values": "score range"}.get(phase, "partition")
+    unit = {"prepare": "chunk", "score-range": "score range", "score-values": "score range", "group-draws": "pool"}.get(phase, "partition")
     by_future = {f: k for k, f in futures.items()}
     out = {}
     done = 0
@@ -392,12 +393,13 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     4. ``homeless``: one task adds the homeless predictions' rows in position order.
 
     With a field bootstrap the components tasks also return their (pool, reporting tile)
-    groups' sizes and write their fields' positions; the client makes each group's counts
-    for the sums tasks (:func:`_field_groups_of`).
+    groups' sizes and write their fields' positions; the client adds the sizes
+    (:func:`_field_groups_of`) and a ``group-draws-<pool>`` task per pool writes each of
+    its groups' counts for the sums tasks (:func:`evalcore.distributed.tasks.group_draws_task`).
 
     Nothing per pair or per field reaches the client: it receives the connectors, the
-    share paths, the group sizes and the run's unassigned, tile and AOI sums of the
-    homeless predictions.
+    share paths, the group sizes (a few numbers per group, never its per-replicate counts)
+    and the run's unassigned, tile and AOI sums of the homeless predictions.
     """
     started = time.perf_counter()
     ref_parts = index.layers["reference"]["partitions"]
@@ -411,6 +413,9 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     # The terminal keeps its line per phase of the user's view (prepare, pairs, sums): the
     # resolve's steps, like the client's resolve before them, go to the run's log only.
     labelled = _gather(setup, "components", futures, show=False)
+    field_groups = _field_groups_of(setup.options, {key: done["groups"] for key, done in labelled.items()})
+    # The pools' counts are drawn while the seams are asked (they need only the groups' sizes).
+    group_futures = _submit_group_draws(client, setup, field_groups[0]) if field_groups is not None else {}
     # The own side: each partition is asked about the halo predictions of the partitions
     # that read its predictions into their halo (index.neighbours, as the pairs phase read them).
     futures = {}
@@ -431,8 +436,10 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     del connectors, own
     units = [done["units"] for done in labelled.values() if done["units"] is not None]
     ref_units = np.unique(np.concatenate(units), axis=0) if units else None  # a block bootstrap: a few per partition
-    field_groups = _field_groups_of(setup.options, {key: done["groups"] for key, done in labelled.items()})
     del labelled
+    if field_groups is not None:
+        _gather(setup, "group-draws", group_futures, show=False)
+        field_groups = field_groups[1]
     resolve_dir = setup.workdir / "resolve"
     with_preds = setup.predictions_dir is not None
     done: dict = {}
@@ -475,7 +482,7 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
         global_values = _scores_on_workers(client, setup, index, plan, [done[key] for key in sorted(done)])
     # The run's draws as the merge and the sums tasks need them: the units (block draws are
     # made from them and the seed where they are used); field draws: their count (the sums
-    # tasks make them from field_groups).
+    # tasks make them from their groups' sizes and the pools' files).
     draws = None if unit_keys is None else RunDraws(options.bootstrap_unit, options.bootstrap, options.bootstrap_seed, len(unit_keys),
                                                     unit_keys=unit_keys)
     if field_groups is not None:
@@ -485,13 +492,23 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     return ResolvedRun(run_level, tuple(sorted(ref_parts)), None, time.perf_counter() - started, pred_shares, shares, field_groups)
 
 
-def _field_groups_of(options: EvalOptions, sizes: dict) -> dict | None:
-    """Each partition's field bootstrap groups with their counts, and the other partitions
-    holding fields of them (``{key: (groups, holders)}``), from the components tasks'
-    group sizes (``{key: {(pool, tile): n}}``); None without a field bootstrap.
+def _field_groups_of(options: EvalOptions, sizes: dict) -> tuple[dict, dict] | None:
+    """The field bootstrap's groups from the components tasks' group sizes
+    (``{key: {(pool, tile): n}}``); None without a field bootstrap.
 
-    The client holds a few numbers per group (its size, and its count in each replicate,
-    :func:`evalcore.bootstrap.partition_groups_draws`), never a number per field.
+    Returns
+    -------
+    pools : dict
+        ``{pool: (tiles (n, 3), sizes (n,))}``, the run's size of each group of the pool,
+        for its ``group-draws`` task (:func:`evalcore.distributed.tasks.group_draws_task`).
+    partitions : dict
+        ``{key: (sizes, holders)}``: the run's size of each of the partition's groups
+        (``{(pool, tile): n}``) and the other partitions holding fields of them, for its
+        sums task.
+
+    The client receives and sends a few numbers per group (its sizes, a holder's key),
+    never a number per field or per replicate: each group's counts are made by its pool's
+    task and read by the sums tasks from the pool's file.
     """
     if options.bootstrap <= 0 or options.bootstrap_unit != "field":
         return None
@@ -501,15 +518,34 @@ def _field_groups_of(options: EvalOptions, sizes: dict) -> dict | None:
         for group, n in (sizes[key] or {}).items():
             totals[group] = totals.get(group, 0) + n
             holders.setdefault(group, []).append(key)
-    draws = partition_groups_draws(totals, options.bootstrap, options.bootstrap_seed)
-    out = {}
+    by_pool: dict = {}
+    for (pool, tile), n in sorted(totals.items()):
+        if n > 0:
+            by_pool.setdefault(int(pool), []).append((*tile, n))
+    pools = {pool: (np.asarray([r[:3] for r in rows], np.int64).reshape(-1, 3), np.asarray([r[3] for r in rows], np.int64))
+             for pool, rows in by_pool.items()}
+    partitions = {}
     for key in sorted(sizes):
         mine = sizes[key] or {}
+        # Only the partitions sharing a group: a partition sharing none reads no positions.
         others = sorted({other for group in mine for other in holders[group] if other != key})
-        out[key] = ({group: draws[group] for group in mine}, others)
+        partitions[key] = ({group: totals[group] for group in mine}, others)
     shared = sum(len(h) > 1 for h in holders.values())
-    logger.info("resolve: %d field bootstrap groups, %d held by more than one partition", len(totals), shared)
-    return out
+    logger.info("resolve: %d field bootstrap groups in %d pools, %d held by more than one partition", len(totals), len(pools),
+                shared)
+    return pools, partitions
+
+
+def _submit_group_draws(client: object, setup: RunSetup, pools: dict) -> dict:
+    """One ``group-draws-<pool>`` task per field bootstrap pool (largest first), its counts
+    written to the work directory (:func:`evalcore.distributed.tasks.group_draws_task`)."""
+    options = setup.options
+    return {
+        (pool,): client.submit(group_draws_task, str(setup.workdir), pool, tiles, sizes, options.bootstrap,
+                               options.bootstrap_seed, setup.signature, key=setup.task_key("group-draws", pool), retries=2,
+                               priority=len(tiles))
+        for pool, (tiles, sizes) in sorted(pools.items(), key=lambda kv: -len(kv[1][0]))
+    }
 
 
 SCORE_RANGE_ROWS = 250_000

@@ -629,6 +629,40 @@ def read_ref_positions(workdir: Path, key: PartitionKey, signature: str) -> tupl
     return a["pos"], a["pool"], a["tile"]
 
 
+def group_draws_path(workdir: Path, pool: int) -> Path:
+    """Where a field bootstrap pool's per-replicate counts of its reporting tiles are written."""
+    return workdir / "resolve" / "groups" / f"{int(pool)}.npz"
+
+
+def count_dtype(total: int) -> np.dtype:
+    """int32 when no count can exceed it (a count is at most the pool's size), else int64."""
+    return np.dtype(np.int32) if int(total) <= np.iinfo(np.int32).max else np.dtype(np.int64)
+
+
+def write_group_draws(workdir: Path, pool: int, tiles: np.ndarray, sizes: np.ndarray, counts: np.ndarray,
+                      signature: str) -> Path:
+    """A pool's reporting tiles (n, 3, sorted), their sizes (n,) and each replicate's draws per
+    tile (n_replicates, n), with a done record: the sums tasks read their groups' columns.
+
+    The counts are stored as int32 when the pool's size allows it (half the bytes)."""
+    path = group_draws_path(workdir, pool)
+    sizes = np.asarray(sizes, np.int64)
+    write_summary(path, {"tile": np.asarray(tiles, np.int64).reshape(-1, 3), "size": sizes,
+                         "counts": np.asarray(counts).astype(count_dtype(sizes.sum()), copy=False)})
+    write_done_record(path.with_suffix(".done.json"), signature, [path])
+    return path
+
+
+def read_group_draws(workdir: Path, pool: int, signature: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(tiles, sizes, counts)`` of :func:`write_group_draws`, or None when the file is
+    missing, changed or of another run (the caller names the partition that needed it)."""
+    path = group_draws_path(workdir, pool)
+    if not done_record_valid(path.with_suffix(".done.json"), signature):
+        return None
+    a = read_summary(path)
+    return a["tile"], a["size"], a["counts"]
+
+
 def read_labels(directory: Path, key: PartitionKey, signature: str, own: bool = False) -> tuple | None:
     """``(pair_label, pred_label)`` of :func:`write_labels` (``own``: ``(pred_pos, pred_label,
     label_min_ref)``), or None when absent or not valid."""

@@ -20,7 +20,15 @@ import shapely
 from pyproj import CRS
 
 from evalcore import boundary
-from evalcore.bootstrap import PartitionKey, RowDraws, block_draws, field_group_sizes, partition_field_draws, pool_id
+from evalcore.bootstrap import (
+    PartitionKey,
+    RowDraws,
+    block_draws,
+    draw_pool_counts,
+    field_group_sizes,
+    partition_field_draws,
+    pool_id,
+)
 from evalcore.distributed import storage
 from evalcore.distributed import workdir as wd
 from evalcore.distributed.reliability import PartitionMissingError, inject_fault
@@ -42,7 +50,8 @@ from evalcore.selection import Answers, answer
 from evalcore.study import Study
 from evalcore.writers import atomic_path, write_geoparquet
 
-__all__ = ["prepare_chunk_task", "pairs_task", "components_task", "seam_labels_task", "resolve_task", "homeless_task", "sums_task",
+__all__ = ["prepare_chunk_task", "pairs_task", "components_task", "seam_labels_task", "group_draws_task", "resolve_task",
+           "homeless_task", "sums_task",
            "select_task", "predictions_task", "pixels_task", "score_split_task", "score_range_task", "score_values_task"]
 
 SCORE_SAMPLE = 64
@@ -271,16 +280,85 @@ def _ref_tiles(results: object) -> np.ndarray:
     return np.stack([results.ref_utm_epsg, results.ref_tile_x, results.ref_tile_y], axis=1).astype(np.int64).reshape(-1, 3)
 
 
+def group_draws_task(workdir: str, pool: int, tiles: np.ndarray, sizes: np.ndarray, n_replicates: int, seed: int,
+                     signature: str) -> dict:
+    """A field bootstrap pool's split of each replicate's draws over its reporting tiles,
+    written to :func:`storage.group_draws_path` for the sums tasks.
+
+    The multinomial of :func:`evalcore.bootstrap.draw_pool_counts` (the same generator,
+    tiles in sorted order: the bits of :func:`evalcore.bootstrap.partition_groups_draws`),
+    made on a worker so that no group's counts pass through the client.
+
+    Parameters
+    ----------
+    pool : int
+        The pool (:func:`evalcore.bootstrap.pool_id`).
+    tiles : ndarray of int64, shape (n, 3)
+        The pool's reporting tiles (EPSG, tile x, tile y).
+    sizes : ndarray of int64, shape (n,)
+        The run's reference fields of the pool in each tile (added up over the partitions).
+
+    Returns
+    -------
+    dict
+        ``{"pool", "n_tiles", "path"}``.
+    """
+    inject_fault("group-draws", str(int(pool)))
+    tiles = np.asarray(tiles, np.int64).reshape(-1, 3)
+    keys, n_fields, counts = draw_pool_counts(int(pool), dict(zip(map(tuple, tiles.tolist()), np.asarray(sizes).tolist())),
+                                              n_replicates, seed)
+    path = storage.write_group_draws(Path(workdir), int(pool), np.asarray(keys, np.int64).reshape(-1, 3), n_fields, counts,
+                                     signature)
+    return {"pool": int(pool), "n_tiles": len(keys), "path": str(path)}
+
+
+def _group_counts(workdir: str, key: PartitionKey, sizes: dict, n_replicates: int, signature: str) -> dict:
+    """``{(pool, tile): (size, counts)}`` of a partition's field bootstrap groups, the counts
+    (int64, shape (n_replicates,)) read from their pools' files (:func:`group_draws_task`).
+
+    ``sizes`` is ``{(pool, tile): n}``, the run's size of each group (the client's sum).
+    A pool file missing, changed, of another run, without one of the groups, with another
+    size for one (stale) or with fewer or more replicates (short) is a
+    :class:`PartitionMissingError` naming the file and the partition.
+    """
+    out: dict = {}
+    by_pool: dict = {}
+    for (pool, tile), n in sizes.items():
+        by_pool.setdefault(int(pool), []).append((tuple(int(v) for v in tile), int(n)))
+    for pool in sorted(by_pool):
+        path = storage.group_draws_path(Path(workdir), pool)
+        found = storage.read_group_draws(Path(workdir), pool, signature)
+        where = f"partition {storage.key_name(key)}: the field bootstrap counts of pool {pool} ({path})"
+        if found is None:
+            raise PartitionMissingError(f"{where} are missing or do not match their checksums; rerun to recompute them.")
+        tiles, tile_sizes, counts = found
+        if counts.ndim != 2 or counts.shape != (n_replicates, len(tiles)) or len(tile_sizes) != len(tiles):
+            raise PartitionMissingError(f"{where} hold {counts.shape} counts for {len(tiles)} tiles and {n_replicates} "
+                                        "replicates; rerun to recompute them.")
+        column = {tuple(t): j for j, t in enumerate(tiles.tolist())}
+        for tile, n in sorted(by_pool[pool]):
+            j = column.get(tile)
+            if j is None or int(tile_sizes[j]) != n:
+                held = "none" if j is None else int(tile_sizes[j])
+                raise PartitionMissingError(f"{where} are stale: reporting tile {tile} holds {held} fields there but "
+                                            f"{n} in this run; rerun to recompute them.")
+            out[(pool, tile)] = (n, counts[:, j].astype(np.int64))
+    return out
+
+
 def _field_draws(workdir: str, key: PartitionKey, results: object, field_groups: tuple | None, options: EvalOptions,
                  signature: str) -> RowDraws:
     """A partition's field bootstrap draws, made here (:func:`evalcore.bootstrap.partition_field_draws`)
-    from its groups' counts and the positions of the other partitions holding fields of its groups.
+    from its groups' counts (read from their pools' files, :func:`_group_counts`) and the
+    positions of the other partitions holding fields of its groups.
 
-    ``field_groups`` is ``({(pool, tile): (size, counts)}, [partition keys])``.
+    ``field_groups`` is ``({(pool, tile): size}, [partition keys])``: the run's size of each
+    of its groups and the partitions sharing them (none: no positions are read).
     """
     if field_groups is None:
-        raise ValueError("a field bootstrap resolved on the workers needs its groups' draws")
-    groups, holders = field_groups
+        raise ValueError("a field bootstrap resolved on the workers needs its groups' sizes")
+    sizes, holders = field_groups
+    groups = _group_counts(workdir, key, sizes, options.bootstrap, signature)
     others = [storage.read_ref_positions(Path(workdir), tuple(k), signature) for k in holders]
     try:
         return partition_field_draws(results.ref_pos, results.ref_pool, _ref_tiles(results), groups, others,
@@ -538,9 +616,9 @@ def sums_task(
     Resolved on the workers, ``resolved_path`` is the list of the shares the resolves
     wrote for it, and with a block bootstrap ``block_units`` the run's units (the draws
     are made here from them and the seed, as :func:`evalcore.bootstrap.block_draws` makes them);
-    with a field bootstrap ``field_groups`` is ``(groups, holders)``: the counts of its
-    fields' (pool, tile) groups and the other partitions holding fields of them, whose
-    positions rank its fields (:func:`_field_draws`).
+    with a field bootstrap ``field_groups`` is ``(sizes, holders)``: the run's sizes of its
+    fields' (pool, tile) groups, whose counts it reads from the pools' files, and the other
+    partitions holding fields of them, whose positions rank its fields (:func:`_field_draws`).
 
     Reads the partition's own pairs phase output and what the resolve phase decided for
     it (per-pair values in the same (reference, prediction) order, the predictions'

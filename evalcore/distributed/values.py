@@ -204,10 +204,10 @@ class ResolvedRun:
         wrote for each partition's sums task (``resolved`` then holds only the run-level
         values: the homeless predictions' sums, the column names; ``routing`` is None).
     field_groups : dict, optional
-        Resolved on the workers with a field bootstrap: ``{partition key: (groups, holders)}``,
-        the counts of the (pool, reporting tile) groups of its reference fields
-        (:func:`evalcore.bootstrap.partition_groups_draws`) and the other partitions holding
-        fields of them, for its sums task.
+        Resolved on the workers with a field bootstrap: ``{partition key: (sizes, holders)}``,
+        the run's sizes of the (pool, reporting tile) groups of its reference fields
+        (``{(pool, tile): n}``; their counts are in the pools' files the ``group-draws``
+        tasks wrote) and the other partitions holding fields of them, for its sums task.
     """
 
     resolved: Resolved

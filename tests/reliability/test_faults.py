@@ -360,6 +360,47 @@ def test_missing_positions_of_a_field_bootstrap_fail_the_run_naming_the_partitio
         sums_phase(cluster_client, setup, index, plan, resolved)
 
 
+def _largest_pool(data) -> int:
+    """The bootstrap pool of the data's most common stratum (it has a ``group-draws`` task)."""
+    import pyarrow.parquet as pq
+
+    from evalcore.bootstrap import pool_id
+
+    strata = pd.Series(pq.read_table(str(data[1]), columns=["stratum"]).column("stratum").to_pylist())
+    return pool_id(strata.value_counts(dropna=False).index[0], True)
+
+
+def test_worker_lost_in_a_group_draws_task_gives_identical_metrics(cluster_client, data, expected_field_split, tmp_path):
+    """A worker dies while it draws a pool's counts: the task runs again elsewhere, the
+    pool's file is whole and the metrics are the single process's."""
+    pool = _largest_pool(data)
+    work = tmp_path / "work"
+    setup = _setup(data, work, **FIELD_SPLIT)
+    marker = tmp_path / "died"
+    _set_fault(cluster_client, phase="group-draws", partition=str(pool), mode="die", marker=str(marker))
+    index, plan, pairs, resolved = _worker_resolve_phases(cluster_client, setup)
+    assert marker.exists()  # the worker really died there
+    assert (work / "resolve" / "groups" / f"{pool}.done.json").exists()
+    # The sums tasks get sizes and keys only: each group's counts are read from its pool's file.
+    assert all(all(isinstance(n, int) for n in sizes.values()) for sizes, _ in resolved.field_groups.values())
+    sums = sums_phase(cluster_client, setup, index, plan, resolved)
+    assert to_jsonable(merge_phase(setup, index, plan, resolved, sums)) == expected_field_split
+
+
+def test_missing_pool_counts_of_a_field_bootstrap_fail_the_run_naming_the_file(cluster_client, data, tmp_path):
+    import re
+
+    work = tmp_path / "work"
+    setup = _setup(data, work, **FIELD_SPLIT)
+    index, plan, pairs, resolved = _worker_resolve_phases(cluster_client, setup)
+    pool = _largest_pool(data)
+    path = work / "resolve" / "groups" / f"{pool}.npz"
+    path.unlink()
+    with pytest.raises(PartitionMissingError, match=rf"sums failed for partition \S+: PartitionMissingError: partition \S+: "
+                                                    rf"the field bootstrap counts of pool {pool} \({re.escape(str(path))}\) are missing"):
+        sums_phase(cluster_client, setup, index, plan, resolved)
+
+
 @pytest.mark.prefect  # the evaluate_layers flow, in a subprocess
 @pytest.mark.slow  # 100 s: a client killed mid-run, then a rerun (make slow); worker kills are tested in make test
 def test_killed_client_leaves_nothing_complete_looking_and_rerun_is_identical(data, expected, tmp_path):
