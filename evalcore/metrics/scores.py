@@ -52,16 +52,17 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from evalcore._score_kernels import _coco_match, _replicate_ap, _replicate_aurc, _weighted_ap
+from evalcore._score_kernels import _coco_match, _replicate_ap_of, _replicate_aurc_digits, _replicate_envelope, _weighted_ap
 from evalcore.arrays import index_of
 from evalcore.bootstrap import bias_corrected_intervals, percentile_intervals, replicates_per_chunk
 from evalcore.config import IOU_MATCH_RTOL
-from evalcore.exact import digits, value_of
+from evalcore.exact import _UNITS, digits, value_of
 from evalcore.errors import EvalInputError
 from evalcore.metrics.base import NULL, GlobalContext, GroupView, MetricFamily, Option, PredContext, ratio
 from evalcore.metrics.checks import choice, optional_text, positive_int
 from evalcore.metrics.score_ranges import (
     AP_THRESHOLDS,
+    NO_POINT,
     PR_THRESHOLDS,
     REC_THRS,
     RangeCounts,
@@ -650,9 +651,13 @@ def replicate_ap_and_aurc(
     The replicates' weights are generated one after the other (each regenerates its
     draws, :attr:`GlobalContext.replicate_weights`) into chunks of
     :data:`REPLICATE_CHUNK_BYTES`; while this thread fills the next chunk, two others
-    run the kernels (:func:`evalcore._score_kernels._replicate_ap`, ``_replicate_aurc``,
-    which release the GIL) on the two halves of the last, so the draws and the arithmetic
-    use the cores the workers leave idle during the resolve phase.
+    run the kernels (:func:`evalcore._score_kernels._replicate_envelope`,
+    ``_replicate_ap_of``, ``_replicate_aurc_digits``, which release the GIL) on the two
+    halves of the last, so the draws and the arithmetic use the cores the workers leave
+    idle during the resolve phase. The run is one score range of
+    :mod:`evalcore.metrics.score_ranges`' replicates (nothing ahead of it): the same
+    kernels as a run by ranges on the workers, so the same bits. The aurc is
+    ``_weighted_curve``'s (its terms' exact sum over the group's weight).
 
     Returns
     -------
@@ -671,9 +676,24 @@ def replicate_ap_and_aurc(
     eps = float(np.spacing(1))
     tp_by_pred = np.ascontiguousarray(tp.T, dtype=np.float64)
 
+    units = np.asarray(_UNITS)
+    n_thr = tp.shape[0]
+
     def kernels(weights: np.ndarray, n_refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ap = _replicate_ap(tp_by_pred, weights, n_refs, REC_THRS, eps) if with_ap else np.empty((len(weights), tp.shape[0]))
-        return ap, _replicate_aurc(error, weights, members, member_start, last)
+        # The whole run as one score range: nothing ahead of it (score_ranges' replicates).
+        n = len(weights)
+        if with_ap:
+            nothing = np.zeros((n, n_thr))
+            envelope = _replicate_envelope(tp_by_pred, weights, n_refs, nothing, nothing, REC_THRS, eps, NO_POINT)
+            ap = _replicate_ap_of(envelope, n_refs, NO_POINT)
+        else:
+            ap = np.empty((n, n_thr))
+        nothing = np.zeros((n, groups.n_groups))
+        aurc_digits = _replicate_aurc_digits(error, weights, members, member_start, last, nothing, nothing, units)
+        weight = np.stack([weights[:, m].sum(axis=1) for m in groups.members], axis=1)  # whole numbers: exact
+        with np.errstate(divide="ignore", invalid="ignore"):
+            aurc = np.where(weight > 0.0, value_of(aurc_digits) / np.where(weight > 0.0, weight, 1.0), np.nan)
+        return ap, aurc
 
     def submit(pool, weights: np.ndarray, n_refs: np.ndarray) -> list:
         # Two halves of the chunk on two threads: each replicate is computed on its own,
