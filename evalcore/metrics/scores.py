@@ -544,8 +544,9 @@ class Scores(MetricFamily):
         return self._score_rows(ctx)[0].as_arrays()
 
     def run_level_on_workers(self, options: object) -> bool:
-        """Without a bootstrap: the replicates still need every prediction at once."""
-        return options.bootstrap == 0
+        """Always: with a bootstrap too, the replicates' AP and aurc are computed by score
+        ranges (:mod:`evalcore.metrics.score_ranges`), each prediction weighed as drawn."""
+        return True
 
     @staticmethod
     def _score_rows(ctx: GlobalContext) -> tuple[ScoreRows, list[str] | None, np.ndarray, np.ndarray]:
@@ -576,41 +577,65 @@ class Scores(MetricFamily):
         score = ctx.preds["score"].to_numpy(np.float64)
         groups = _RiskGroups.of(score, ctx.preds["matched"].to_numpy(bool), ctx.home_ref_row, ctx.ref_strata, strata)
 
-        ci, n_undefined, replicates = {}, {}, {}
-        if ctx.replicate_weights is not None and n_ref == 0:
-            # Undefined in every resample, like any rate without a denominator.
-            ci = {k: [float("nan"), float("nan")] for k in AP_KEYS}
-            n_undefined = dict.fromkeys(ci, options.bootstrap)
-        ap_values, aurc_values = [], []
+        ap_values, aurc_values = np.empty((0, len(AP_THRESHOLDS))), np.empty((0, groups.n_groups))
         if ctx.replicate_weights is not None and n_ref == 0 and options.bootstrap_unit == "field":
             # No reference field to draw: every prediction is homeless and weighs 1 in every resample.
-            aurc_values = [groups.replicate_aurc(np.ones(len(score)))] * options.bootstrap
+            aurc_values = np.array([groups.replicate_aurc(np.ones(len(score)))] * options.bootstrap)
         elif ctx.replicate_weights is not None:
             ap_values, aurc_values = replicate_ap_and_aurc(ctx.replicate_weights, tp, order, groups, n_ref > 0)
-        if len(ap_values):
-            reps = np.asarray(ap_values)
-            replicates = {"ap50": reps[:, 0], "ap75": reps[:, AP_THRESHOLDS.index(0.75)], "ap50_95": reps.mean(axis=1)}
-            ci, n_undefined = percentile_intervals({k: (v, ~np.isnan(v)) for k, v in replicates.items()})
-            if options.ap_interval == "bc":
-                # The percentile bounds stay in ap_interval.percentile; ci holds the BC ones.
-                points = {k: np.nan if keys[k] is None else float(keys[k]) for k in replicates}
-                bc, _, where = bias_corrected_intervals({k: (v, ~np.isnan(v)) for k, v in replicates.items()}, points)
-                keys["ap_interval"] = {"method": "bc", "percentile": {k: [_none(b) for b in ci[k]] for k in replicates},
-                                       "point_quantile": {k: _none(q) for k, q in where.items()}}
-                ci = {**ci, **bc}
-        if len(aurc_values):
-            per_group = np.asarray(aurc_values)  # (replicates, groups)
-            group_ci, group_undefined = percentile_intervals({g: (per_group[:, g], ~np.isnan(per_group[:, g])) for g in range(groups.n_groups)})
-            for g, block in enumerate(blocks):
-                block["ci"] = {"aurc": [_none(v) for v in group_ci[g]]}
-                if group_undefined[g]:
-                    block["ci_n_undefined"] = {"aurc": group_undefined[g]}
-            replicates["aurc"] = per_group[:, 0]
-            ci["aurc"], n_undefined["aurc"] = group_ci[0], group_undefined[0]
+        ci, n_undefined, replicates = replicate_keys(keys, blocks, ap_values, aurc_values, options, n_ref,
+                                                     ctx.replicate_weights is not None)
         table = pd.concat(pr_parts, ignore_index=True)
         risk_table = pd.concat([part.assign(stratum=name) for part, name in zip(risk_parts, [None, *(strata or ())])], ignore_index=True)
         return {"keys": keys, "ci": ci, "n_undefined": n_undefined, "tables": {"pr_curve": table, "risk_coverage": risk_table},
                 "replicates": replicates}
+
+
+def replicate_keys(keys: dict, blocks: list[dict], ap_values: np.ndarray, aurc_values: np.ndarray, options: object,
+                   n_ref: int, bootstrap: bool) -> tuple[dict, dict, dict]:
+    """The intervals of AP and aurc from their replicates (the single process's and the
+    score ranges' on the workers alike): adds ``ap_interval`` to ``keys`` (the bias-corrected
+    intervals) and each risk group's ``ci`` to ``blocks``.
+
+    Parameters
+    ----------
+    ap_values : ndarray, shape (n_replicates or 0, len(AP_THRESHOLDS))
+        Empty when the run has no reference field (AP undefined in every resample).
+    aurc_values : ndarray, shape (n_replicates or 0, n_groups)
+    bootstrap : bool
+        Whether the run has a bootstrap.
+
+    Returns
+    -------
+    ci, n_undefined, replicates : dict
+    """
+    ci, n_undefined, replicates = {}, {}, {}
+    if bootstrap and n_ref == 0:
+        # Undefined in every resample, like any rate without a denominator.
+        ci = {k: [float("nan"), float("nan")] for k in AP_KEYS}
+        n_undefined = dict.fromkeys(ci, options.bootstrap)
+    if len(ap_values):
+        reps = np.asarray(ap_values)
+        replicates = {"ap50": reps[:, 0], "ap75": reps[:, AP_THRESHOLDS.index(0.75)], "ap50_95": reps.mean(axis=1)}
+        ci, n_undefined = percentile_intervals({k: (v, ~np.isnan(v)) for k, v in replicates.items()})
+        if options.ap_interval == "bc":
+            # The percentile bounds stay in ap_interval.percentile; ci holds the BC ones.
+            points = {k: np.nan if keys[k] is None else float(keys[k]) for k in replicates}
+            bc, _, where = bias_corrected_intervals({k: (v, ~np.isnan(v)) for k, v in replicates.items()}, points)
+            keys["ap_interval"] = {"method": "bc", "percentile": {k: [_none(b) for b in ci[k]] for k in replicates},
+                                   "point_quantile": {k: _none(q) for k, q in where.items()}}
+            ci = {**ci, **bc}
+    if len(aurc_values):
+        per_group = np.asarray(aurc_values)  # (replicates, groups)
+        n_groups = per_group.shape[1]
+        group_ci, group_undefined = percentile_intervals({g: (per_group[:, g], ~np.isnan(per_group[:, g])) for g in range(n_groups)})
+        for g, block in enumerate(blocks):
+            block["ci"] = {"aurc": [_none(v) for v in group_ci[g]]}
+            if group_undefined[g]:
+                block["ci_n_undefined"] = {"aurc": group_undefined[g]}
+        replicates["aurc"] = per_group[:, 0]
+        ci["aurc"], n_undefined["aurc"] = group_ci[0], group_undefined[0]
+    return ci, n_undefined, replicates
 
 
 def _strata(ctx: GlobalContext) -> list[str] | None:
