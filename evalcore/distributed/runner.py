@@ -15,13 +15,13 @@ orchestrator (the Prefect flow) passes the values along:
   distances of eligible pairs and tolerance lengths back;
 * :func:`resolve_phase` -> :class:`ResolvedRun`: the matching and homes, the families'
   per-pair values, the contributions and the routing (:func:`evalcore.engine.resolve.route`).
-  Where :func:`resolves_on_workers` allows (no run-level family but the scores without a
-  bootstrap, no paired comparison's units), on the workers by connected components
+  Where :func:`resolves_on_workers` allows (no run-level family but the scores, no paired
+  comparison's units), on the workers by connected components
   (:func:`_resolve_on_workers`: ``components-<key>`` tasks return seam connectors, the
   client unions them into seam components with one owner each, ``resolve-<key>`` tasks
   resolve what each partition owns and write every partition's share, a ``homeless``
   task adds the homeless predictions in position order; the scores' AP, PR curves and
-  risk-coverage by score ranges, :func:`_scores_on_workers`); otherwise on the client
+  risk-coverage, and their bootstrap replicates, by score ranges, :func:`_scores_on_workers`); otherwise on the client
   from every partition's pairs;
 * :func:`sums_phase` -> :class:`SumsDone`: one task per partition reads its share(s) of
   the resolve and writes its per-field table part and its partial sums;
@@ -333,11 +333,12 @@ def resolves_on_workers(options: EvalOptions, predictions_dir: Path | None = Non
     (:func:`_field_groups_of`, :func:`evalcore.bootstrap.partition_field_draws`). Not with
     a family whose run-level values need every prediction at once
     (it overrides ``global_values`` and not :meth:`MetricFamily.run_level_on_workers`:
-    the classes' rates; the scores' AP, PR curves and risk-coverage with a bootstrap),
-    or with the units of a paired comparison: those resolve on the client, from every
-    partition's pairs. The scores without a bootstrap are computed on the workers by
-    score ranges (:func:`_scores_on_workers`). ``predictions_dir`` does not matter: the
-    resolves write the per-prediction frame's parts too.
+    the classes' rates), or with the units of a paired comparison: those resolve on the
+    client, from every partition's pairs. The scores (AP, PR curves, risk-coverage, and
+    with a bootstrap every resample's AP and aurc, each prediction weighed by its home's
+    or its unit's draws) are computed on the workers by score ranges
+    (:func:`_scores_on_workers`). ``predictions_dir`` does not matter: the resolves write
+    the per-prediction frame's parts too.
     """
     run_level = [f for f in enabled_families(options)
                  if type(f).global_values is not MetricFamily.global_values and not f.run_level_on_workers(options)]
