@@ -20,6 +20,7 @@ import shapely
 from pyproj import CRS
 
 from evalcore import boundary
+from evalcore.arrays import index_of
 from evalcore.bootstrap import PartitionKey, RowDraws, block_draws, field_group_sizes, partition_field_draws, pool_id
 from evalcore.distributed import storage
 from evalcore.distributed import workdir as wd
@@ -28,7 +29,6 @@ from evalcore.distributed.sources import Chunk, LayerSource, read_chunk
 from evalcore.distributed.values import Box, LayerInfo, boxes_overlap
 from evalcore.engine.components import component_results, label_partition, own_connectors
 from evalcore.engine.pairing import compute_pairs
-from evalcore.arrays import index_of
 from evalcore.engine.resolve import _unit_index, block_unit_keys, homeless_sums, resolve_run, route
 from evalcore.engine.sums import RefRows, summarize_partition
 from evalcore.engine.tables import field_table, output_table, prediction_table
@@ -36,8 +36,8 @@ from evalcore.errors import EvalInputError
 from evalcore.groups import strata_values
 from evalcore.layer import PreparedLayer, empty_layer
 from evalcore.metrics.score_ranges import (
-    RangeCounts, RangeValues, ReplicateCounts, ReplicateShares, ScoreRows, range_counts, range_of, range_values, replicate_counts, replicate_shares,
-    replicate_values,
+    RangeCounts, RangeValues, ReplicateCounts, ReplicateShares, ScoreRows, range_counts, range_of, range_values, replicate_counts,
+    replicate_shares, replicate_values,
 )
 from evalcore.levels import Sites
 from evalcore.options import EvalOptions, RunPlan
@@ -415,8 +415,8 @@ def resolve_task(
     # of every prediction resolved here) and, for the score ranges, a sample of the scores.
     run_level_rows = dict(resolved.run_level_rows)
     if "scores" in run_level_rows and options.bootstrap > 0:
-        run_level_rows["scores"] = {**run_level_rows["scores"],
-                                    **_score_draw_keys(run_level_rows["scores"]["pos"], resolved.preds, results, ref_part, sources, options)}
+        scores = run_level_rows["scores"]
+        run_level_rows["scores"] = {**scores, **_score_draw_keys(scores["pos"], resolved.preds, results, ref_part, sources, options)}
     run_level = {name: storage.write_summary(out / f"run-level-{name}.npz", rows) for name, rows in run_level_rows.items()}
     sample: list[float] = []
     if "scores" in resolved.run_level_rows:
@@ -666,7 +666,9 @@ def _range_weights(rows: ScoreRows, extra: dict, weights: list[tuple[str, str, i
         files.append(a)
     pos = np.concatenate([a["pos"] for a in files]) if files else np.empty(0, np.int64)
     if len(pos) != len(homed):
-        raise PartitionMissingError(f"score range {k}: {len(homed)} predictions with a home but {len(pos)} weighed by their homes' partitions")
+        raise PartitionMissingError(
+            f"score range {k}: {len(homed)} predictions with a home but {len(pos)} weighed by their homes' partitions"
+        )
     if not files:
         return out
     w = np.concatenate([a["weights"] for a in files])
