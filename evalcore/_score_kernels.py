@@ -14,7 +14,7 @@ from numba import njit
 
 from evalcore.config import NUMBA_OPTIONS
 
-__all__ = ["_coco_match", "_weighted_ap", "_replicate_ap", "_replicate_aurc"]
+__all__ = ["_coco_match", "_weighted_ap", "_replicate_counts", "_replicate_envelope", "_replicate_ap_of", "_replicate_aurc_digits"]
 
 
 @njit(**NUMBA_OPTIONS)
@@ -125,16 +125,68 @@ def _weighted_ap(tp: np.ndarray, weights: np.ndarray, n_ref: float, rec_thrs: np
 
 
 @njit(**NUMBA_OPTIONS)
-def _replicate_ap(tp_by_pred: np.ndarray, weights: np.ndarray, n_refs: np.ndarray, rec_thrs: np.ndarray, eps: float) -> np.ndarray:
-    """:func:`_weighted_ap` for several replicates at once, with the same bits per replicate.
+def _replicate_counts(tp_by_pred: np.ndarray, error: np.ndarray, weights: np.ndarray, members: np.ndarray,
+                      member_start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Some predictions' weighted counts in several replicates: whole numbers, so exact.
 
-    The bootstrap asks for AP in every resample (1,000 by default), so this form is laid
-    out for speed: the thresholds are the inner loop (one weight load serves them all,
-    and their additions and divisions vectorise), the TP flags add as ``w * flag``
-    (adding 0.0 leaves a sum's bits unchanged, and no branch is mispredicted), and the
-    recall ``tp / n_ref`` is computed only where the 101 recall thresholds are looked up,
-    by bisection (it is non-decreasing: ``tp`` is, and a correctly rounded division by a
-    positive constant keeps the order). The precision envelope is the same suffix maximum.
+    Parameters
+    ----------
+    tp_by_pred : float64 (n_pred, n_thr)
+        1.0 where a prediction is a true positive at threshold t.
+    error : float64 (n_pred,)
+        1.0 for an unmatched prediction.
+    weights : float64 (n_rep, n_pred)
+        Whole numbers (draw counts): every sum below is of whole numbers under 2**53,
+        exact in any order.
+    members, member_start : int64
+        As :func:`_replicate_aurc_digits`.
+
+    Returns
+    -------
+    tp, fp : float64 (n_rep, n_thr)
+        Weighted true and false positives per threshold.
+    group_n, group_errors : float64 (n_rep, n_groups)
+        Weight and weighted errors of every risk group.
+    """
+    n_pred, n_thr = tp_by_pred.shape
+    n_rep = weights.shape[0]
+    n_groups = member_start.shape[0] - 1
+    tp = np.zeros((n_rep, n_thr))
+    fp = np.zeros((n_rep, n_thr))
+    group_n = np.zeros((n_rep, n_groups))
+    group_errors = np.zeros((n_rep, n_groups))
+    for b in range(n_rep):
+        for k in range(n_pred):
+            w = weights[b, k]
+            if w == 0.0:
+                continue
+            for t in range(n_thr):
+                flag = tp_by_pred[k, t]
+                tp[b, t] += w * flag
+                fp[b, t] += w * (1.0 - flag)
+        for g in range(n_groups):
+            for j in range(member_start[g], member_start[g + 1]):
+                k = members[j]
+                group_n[b, g] += weights[b, k]
+                group_errors[b, g] += weights[b, k] * error[k]
+    return tp, fp, group_n, group_errors
+
+
+@njit(**NUMBA_OPTIONS)
+def _replicate_envelope(tp_by_pred: np.ndarray, weights: np.ndarray, n_refs: np.ndarray, tp_before: np.ndarray,
+                        fp_before: np.ndarray, rec_thrs: np.ndarray, eps: float, no_point: float) -> np.ndarray:
+    """Per replicate, threshold and recall point, the largest precision among some predictions'
+    points whose recall reaches the point (``no_point``: none): a score range's share of AP.
+
+    pycocotools' arithmetic (:func:`_weighted_ap`) along the predictions in score order,
+    laid out for speed: the thresholds are the inner loop (one weight load serves them all),
+    the TP flags add as ``w * flag`` (adding 0.0 leaves a sum's bits unchanged), and the
+    recall ``tp / n_ref`` is computed only where the recall points are looked up, by
+    bisection (it is non-decreasing). The cumulative counts start from the weighted counts
+    of the predictions ahead (whole numbers: the sums are exact, so each point's precision
+    and recall have the bits of the whole run's). AP's interpolated precision at a recall
+    point is the largest precision at a recall at or beyond it: the maximum of these over
+    the ranges (exact), read by :func:`_replicate_ap_of`.
 
     Parameters
     ----------
@@ -143,16 +195,18 @@ def _replicate_ap(tp_by_pred: np.ndarray, weights: np.ndarray, n_refs: np.ndarra
     weights : float64 (n_rep, n_pred)
         Each replicate's weight of every prediction, in score order.
     n_refs : float64 (n_rep,)
-        Each replicate's reference count; AP is NaN where it is not positive.
+        Each replicate's reference count; nothing is reached where it is not positive.
+    tp_before, fp_before : float64 (n_rep, n_thr)
+        Weighted true and false positives of the predictions ahead of these.
 
     Returns
     -------
-    float64 (n_rep, n_thr)
+    float64 (n_rep, n_thr, n_rec)
     """
     n_pred, n_thr = tp_by_pred.shape
     n_rep = weights.shape[0]
     n_rec = rec_thrs.shape[0]
-    out = np.empty((n_rep, n_thr))
+    out = np.full((n_rep, n_thr, n_rec), no_point)
     tps_at = np.empty((n_pred, n_thr))
     pr = np.empty((n_pred, n_thr))
     tps = np.empty(n_thr)
@@ -160,10 +214,10 @@ def _replicate_ap(tp_by_pred: np.ndarray, weights: np.ndarray, n_refs: np.ndarra
     for b in range(n_rep):
         n_ref = n_refs[b]
         if not n_ref > 0.0:
-            out[b, :] = np.nan
             continue
-        tps[:] = 0.0
-        fps[:] = 0.0
+        for t in range(n_thr):
+            tps[t] = tp_before[b, t]
+            fps[t] = fp_before[b, t]
         m = 0
         for k in range(n_pred):
             w = weights[b, k]
@@ -181,7 +235,6 @@ def _replicate_ap(tp_by_pred: np.ndarray, weights: np.ndarray, n_refs: np.ndarra
                 if pr[i, t] > pr[i - 1, t]:
                     pr[i - 1, t] = pr[i, t]
         for t in range(n_thr):
-            total = 0.0
             lo = 0
             for r in range(n_rec):
                 # first i >= lo with tps_at[i] / n_ref >= rec_thrs[r] (the thresholds increase)
@@ -193,15 +246,49 @@ def _replicate_ap(tp_by_pred: np.ndarray, weights: np.ndarray, n_refs: np.ndarra
                     else:
                         hi = mid
                 if lo < m:
-                    total += pr[lo, t]
+                    out[b, t, r] = pr[lo, t]
+    return out
+
+
+@njit(**NUMBA_OPTIONS)
+def _replicate_ap_of(envelope: np.ndarray, n_refs: np.ndarray, no_point: float) -> np.ndarray:
+    """AP per replicate and threshold from the run's envelope (the maximum over the ranges of
+    :func:`_replicate_envelope`): the mean over the recall points, added in recall order as
+    pycocotools adds them (a point nothing reaches adds nothing); NaN where the replicate
+    has no reference field.
+
+    Returns
+    -------
+    float64 (n_rep, n_thr)
+    """
+    n_rep, n_thr, n_rec = envelope.shape
+    out = np.empty((n_rep, n_thr))
+    for b in range(n_rep):
+        if not n_refs[b] > 0.0:
+            out[b, :] = np.nan
+            continue
+        for t in range(n_thr):
+            total = 0.0
+            for r in range(n_rec):
+                v = envelope[b, t, r]
+                if v != no_point:
+                    total += v
             out[b, t] = total / n_rec
     return out
 
 
 @njit(**NUMBA_OPTIONS)
-def _replicate_aurc(error: np.ndarray, weights: np.ndarray, members: np.ndarray, member_start: np.ndarray,
-                    last: np.ndarray) -> np.ndarray:
-    """Every group's weighted aurc in several replicates (``scores._weighted_curve``'s value).
+def _replicate_aurc_digits(error: np.ndarray, weights: np.ndarray, members: np.ndarray, member_start: np.ndarray,
+                           last: np.ndarray, retained_before: np.ndarray, errors_before: np.ndarray,
+                           units: np.ndarray) -> np.ndarray:
+    """Every group's weighted aurc terms in several replicates, as exact digit sums
+    (:func:`evalcore.exact.digits`, the same split of each term): a score range's share.
+
+    At each step (the last member of a distinct score within its group) the term is
+    ``(retained - previous) * risk``, ``risk = errors / retained`` (0 while nothing is
+    retained), as ``scores._weighted_curve`` makes it; the retained weight and errors
+    start from those of the group's members ahead (whole numbers, exact). The digits add
+    across ranges in any grouping; the aurc is their value over the group's weight.
 
     Parameters
     ----------
@@ -214,22 +301,25 @@ def _replicate_aurc(error: np.ndarray, weights: np.ndarray, members: np.ndarray,
         increasing.
     last : bool (n_members,)
         Whether each member is the last of its distinct score within its group.
+    retained_before, errors_before : float64 (n_rep, n_groups)
+        The weight and weighted errors of each group's members ahead of these.
+    units : float64 (n_digits,)
+        The digits' units, :data:`evalcore.exact._UNITS`.
 
     Returns
     -------
-    float64 (n_rep, n_groups)
-        NaN where a group weighs nothing. The steps' products are added one after the
-        other (``_weighted_curve`` adds them pairwise: the last bits may differ).
+    float64 (n_rep, n_groups, n_digits)
     """
     n_rep = weights.shape[0]
     n_groups = member_start.shape[0] - 1
-    out = np.empty((n_rep, n_groups))
+    n_digits = units.shape[0]
+    inverse = 1.0 / units  # powers of two: exact
+    out = np.zeros((n_rep, n_groups, n_digits))
     for b in range(n_rep):
         for g in range(n_groups):
-            retained = 0.0
-            errors = 0.0
-            previous = 0.0
-            area = 0.0
+            retained = retained_before[b, g]
+            errors = errors_before[b, g]
+            previous = retained
             for j in range(member_start[g], member_start[g + 1]):
                 k = members[j]
                 w = weights[b, k]
@@ -237,7 +327,15 @@ def _replicate_aurc(error: np.ndarray, weights: np.ndarray, members: np.ndarray,
                 errors += w * error[k]
                 if last[j]:
                     risk = errors / retained if retained > 0.0 else 0.0
-                    area += (retained - previous) * risk
+                    term = (retained - previous) * risk
                     previous = retained
-            out[b, g] = area / retained if retained > 0.0 else np.nan
+                    if term == 0.0:
+                        continue
+                    # evalcore.exact.digits of one term: every step exact
+                    rest = abs(term)
+                    sign = -1.0 if term < 0.0 else 1.0
+                    for d in range(n_digits - 1, -1, -1):
+                        digit = np.floor(rest * inverse[d])
+                        out[b, g, d] += sign * digit
+                        rest -= digit * units[d]
     return out

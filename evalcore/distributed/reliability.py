@@ -143,7 +143,7 @@ kills itself once (the marker records it), as a lost worker. docs/reliability.md
 
 FAULT_PHASES = (
     "prepare", "pairs", "components", "seams", "group-draws", "resolve", "sums", "select", "predictions", "pixels",
-    "score-split", "score-range", "score-values",
+    "score-split", "score-weights", "score-range", "score-values", "score-replicates",
 )
 """The worker tasks that call :func:`inject_fault`, by the phase name a fault names.
 

@@ -15,13 +15,13 @@ orchestrator (the Prefect flow) passes the values along:
   distances of eligible pairs and tolerance lengths back;
 * :func:`resolve_phase` -> :class:`ResolvedRun`: the matching and homes, the families'
   per-pair values, the contributions and the routing (:func:`evalcore.engine.resolve.route`).
-  Where :func:`resolves_on_workers` allows (no run-level family but the scores without a
-  bootstrap, no paired comparison's units), on the workers by connected components
+  Where :func:`resolves_on_workers` allows (no run-level family but the scores, no paired
+  comparison's units), on the workers by connected components
   (:func:`_resolve_on_workers`: ``components-<key>`` tasks return seam connectors, the
   client unions them into seam components with one owner each, ``resolve-<key>`` tasks
   resolve what each partition owns and write every partition's share, a ``homeless``
   task adds the homeless predictions in position order; the scores' AP, PR curves and
-  risk-coverage by score ranges, :func:`_scores_on_workers`); otherwise on the client
+  risk-coverage, and their bootstrap replicates, by score ranges, :func:`_scores_on_workers`); otherwise on the client
   from every partition's pairs;
 * :func:`sums_phase` -> :class:`SumsDone`: one task per partition reads its share(s) of
   the resolve and writes its per-field table part and its partial sums;
@@ -65,8 +65,10 @@ from evalcore.distributed.tasks import (
     resolve_done,
     resolve_task,
     score_range_task,
+    score_replicates_task,
     score_split_task,
     score_values_task,
+    score_weights_task,
     seam_labels_task,
     sums_task,
     without_draws,
@@ -332,11 +334,12 @@ def resolves_on_workers(options: EvalOptions, predictions_dir: Path | None = Non
     (:func:`_field_groups_of`, :func:`evalcore.bootstrap.partition_field_draws`). Not with
     a family whose run-level values need every prediction at once
     (it overrides ``global_values`` and not :meth:`MetricFamily.run_level_on_workers`:
-    the classes' rates; the scores' AP, PR curves and risk-coverage with a bootstrap),
-    or with the units of a paired comparison: those resolve on the client, from every
-    partition's pairs. The scores without a bootstrap are computed on the workers by
-    score ranges (:func:`_scores_on_workers`). ``predictions_dir`` does not matter: the
-    resolves write the per-prediction frame's parts too.
+    the classes' rates), or with the units of a paired comparison: those resolve on the
+    client, from every partition's pairs. The scores (AP, PR curves, risk-coverage, and
+    with a bootstrap every resample's AP and aurc, each prediction weighed by its home's
+    or its unit's draws) are computed on the workers by score ranges
+    (:func:`_scores_on_workers`). ``predictions_dir`` does not matter: the resolves write
+    the per-prediction frame's parts too.
     """
     run_level = [f for f in enabled_families(options)
                  if type(f).global_values is not MetricFamily.global_values and not f.run_level_on_workers(options)]
@@ -479,7 +482,7 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
                         plan.strata_names if plan is not None else None, plan.sizes if plan is not None else None, run_level=False)
     global_values = empty.global_values
     if "scores" in rows_wanted:
-        global_values = _scores_on_workers(client, setup, index, plan, [done[key] for key in sorted(done)])
+        global_values = _scores_on_workers(client, setup, index, plan, [done[key] for key in sorted(done)], field_groups, unit_keys)
     # The run's draws as the merge and the sums tasks need them: the units (block draws are
     # made from them and the seed where they are used); field draws: their count (the sums
     # tasks make them from their groups' sizes and the pools' files).
@@ -552,23 +555,40 @@ SCORE_RANGE_ROWS = 250_000
 """Predictions per score range aimed at (at least two ranges per worker thread)."""
 
 
-def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan | None, resolves: list[dict]) -> dict:
-    """The scores' run-level values (AP, PR curves, best F1, operating point, risk-coverage)
-    by score ranges on the workers (:mod:`evalcore.metrics.score_ranges`).
+def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan | None, resolves: list[dict],
+                       field_groups: dict | None = None, unit_keys: np.ndarray | None = None) -> dict:
+    """The scores' run-level values (AP, PR curves, best F1, operating point, risk-coverage,
+    and with a bootstrap the replicates' AP and aurc) by score ranges on the workers
+    (:mod:`evalcore.metrics.score_ranges`).
 
     1. the client cuts score space at the resolves' sampled scores (a few per resolve);
-    2. ``score-split-<key>``: each resolve's score rows go to their ranges' files;
-    3. ``score-range-<k>``: each range sorts its rows and returns its counts; the client
-       adds them up into the counts ahead of each range (a few numbers per range);
-    4. ``score-values-<k>``: each range computes its share of the curves and writes its
-       rows of the exact PR curve; the client merges the shares in score order.
+    2. ``score-split-<key>``: each resolve's score rows go to their ranges' files (with a
+       field bootstrap, the rows with a home also to their home partition's file);
+    3. with a bootstrap, ``score-weights-<key>``: every reference partition makes its
+       fields' draws (as its sums task does) and writes, per range, the weights of the
+       predictions homed there; it returns its fields' weight per replicate (the
+       replicates' reference counts add up on the client, a number per replicate);
+    4. ``score-range-<k>``: each range sorts its rows (and their replicate weights) and
+       returns its counts (and its weighted counts per replicate); the client adds them up
+       into the counts ahead of each range;
+    5. ``score-values-<k>``: each range computes its share of the curves and writes its
+       rows of the exact PR curve (and its share of the replicates' AP and aurc); the
+       client merges the shares in score order;
+    6. with a bootstrap, ``score-replicates``: one task merges the ranges' replicate shares
+       into every replicate's AP and aurc, which the client turns into intervals as the
+       single process does (:func:`evalcore.metrics.scores.replicate_keys`).
+
+    ``field_groups`` (a field bootstrap, :func:`_field_groups_of`) and ``unit_keys`` (a
+    block bootstrap: the run's units) are how the draws are made on the workers.
 
     Returns the ``global_values`` dict of the run (its PR curve table as
     :class:`~evalcore.distributed.storage.TableParts`).
     """
-    from evalcore.metrics.score_ranges import PR_THRESHOLDS, prefix_counts, run_keys, splitters
+    from evalcore.metrics.score_ranges import PR_THRESHOLDS, ReplicateCounts, prefix_counts, run_keys, splitters
+    from evalcore.metrics.scores import replicate_keys
 
     options = setup.options
+    bootstrap = options.bootstrap > 0
     out = setup.workdir / "resolve" / "scores"
     wd.remove_tree(out)
     strata = list(plan.strata_names) if plan is not None and plan.strata_names is not None else None
@@ -577,24 +597,56 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
     parts = {r["key"]: r["run_level"]["scores"] for r in resolves if "scores" in r["run_level"]}
     samples = np.asarray([v for r in resolves for v in r["score_sample"]], dtype=np.float64)
     cuts = splitters(samples, max(2 * _threads(client), -(-n_pred // SCORE_RANGE_ROWS)))
-    futures = {key: client.submit(score_split_task, path, cuts, str(out), storage.key_name(key),
+    futures = {key: client.submit(score_split_task, path, cuts, str(out), storage.key_name(key), bootstrap,
                                   key=setup.task_key("score-split", *key), retries=2) for key, path in parts.items()}
     split = _gather(setup, "score-split", futures, show=False)
+    homed: dict = {}
+    if bootstrap:
+        split, homed = {key: v[0] for key, v in split.items()}, {key: v[1] for key, v in split.items()}
     n_ranges = len(cuts) + 1
+    weights: dict = {}
+    n_refs = np.zeros(options.bootstrap)
+    if bootstrap:
+        block_units = unit_keys if options.bootstrap_unit != "field" else None
+        futures = {}
+        for key in sorted(index.layers["reference"]["partitions"]):
+            files = [(storage.key_name(r), str(out / f"homed-{storage.key_name(r)}-{storage.key_name(key)}.npz"), homed[r][key])
+                     for r in sorted(homed) if key in homed[r]]
+            futures[key] = client.submit(score_weights_task, str(setup.workdir), key, files, str(out), options, setup.signature,
+                                         field_groups.get(key) if field_groups is not None else None, block_units,
+                                         key=setup.task_key("score-weights", *key), retries=2, priority=index.rows(key))
+        weighed = _gather(setup, "score-weights", futures, show=False)
+        for key in sorted(weighed):  # whole numbers: exact in any order
+            n_refs = n_refs + weighed[key]["n_ref"]
+        for k in range(n_ranges):
+            weights[k] = [(storage.key_name(key), str(out / f"weights-{storage.key_name(key)}-{k}.npz"), weighed[key]["ranges"][k])
+                          for key in sorted(weighed) if k in weighed[key]["ranges"]]
+        if sum(n for r in homed.values() for n in r.values()) != sum(n for files in weights.values() for _, _, n in files):
+            raise PartitionMissingError("the reference partitions weighed other predictions than the resolves homed in them")
     futures = {}
     for k in range(n_ranges):
         # Each split file with the rows its task reported: the range task checks it holds them.
         splits = [(storage.key_name(key), str(out / f"split-{storage.key_name(key)}-{k}.npz"), split[key][k])
                   for key in sorted(split) if split[key][k] > 0]
-        futures[(k,)] = client.submit(score_range_task, splits, str(out / f"range-{k}.npz"), n_groups, k,
+        extra = (weights.get(k, []), options, unit_keys if options.bootstrap_unit != "field" else None) if bootstrap else ()
+        futures[(k,)] = client.submit(score_range_task, splits, str(out / f"range-{k}.npz"), n_groups, k, *extra,
                                       key=setup.task_key("score-range", k), retries=2)
     counts = _gather(setup, "score-range", futures, show=False)
+    replicate_counts: list = []
+    if bootstrap:
+        replicate_counts = [counts[(k,)][1] for k in range(n_ranges)]
+        counts = {k: c[0] for k, c in counts.items()}
     before, total = prefix_counts([counts[(k,)] for k in range(n_ranges)], n_groups)
     if total.n != n_pred:
         raise PartitionMissingError(f"the score ranges hold {total.n} predictions but {n_pred} were prepared")
+    before_b, total_b = [], ReplicateCounts.zero(options.bootstrap, n_groups)
+    for c in replicate_counts:  # whole numbers: exact
+        before_b.append(total_b)
+        total_b = total_b + c
     futures = {
         (k,): client.submit(score_values_task, str(out / f"range-{k}.npz"), counts[(k,)].n, before[k], total, n_ref,
                             options.score_threshold, options.precision_targets, str(out), k,
+                            (before_b[k], n_refs) if bootstrap else None,
                             key=setup.task_key("score-values", k), retries=2)
         for k in range(n_ranges)
     }
@@ -602,14 +654,21 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
     merged = shares[(0,)][0]
     for k in range(1, n_ranges):
         merged = merged + shares[(k,)][0]
-    keys, _ = run_keys(merged, total, n_ref, options.score_threshold, options.precision_targets, strata)
+    keys, blocks = run_keys(merged, total, n_ref, options.score_threshold, options.precision_targets, strata)
+    ci, n_undefined, replicates = {}, {}, {}
+    if bootstrap:
+        ap, aurc = client.submit(score_replicates_task, [shares[(k,)][2] for k in range(n_ranges)], total_b, n_refs,
+                                 key=setup.task_key("score-replicates"), retries=2).result()
+        # As the single process: no AP replicates without a reference field (AP undefined in every resample).
+        ap_values = ap if n_ref > 0 else np.empty((0, ap.shape[1]))
+        ci, n_undefined, replicates = replicate_keys(keys, blocks, ap_values, aurc, options, n_ref, True)
     # The exact curve's parts: every range's rows at the first threshold, then at the second.
     table = storage.TableParts(
         [shares[(k,)][1][i] for i in range(len(PR_THRESHOLDS)) for k in range(n_ranges)],
         [f"PR curve of score range {k} at IoU {t}" for t in PR_THRESHOLDS for k in range(n_ranges)],
     )
     logger.info("scores: %d predictions in %d score ranges", total.n, n_ranges)
-    return {"keys": keys, "ci": {}, "n_undefined": {}, "tables": {"pr_curve": table}, "replicates": {}}
+    return {"keys": keys, "ci": ci, "n_undefined": n_undefined, "tables": {"pr_curve": table}, "replicates": replicates}
 
 
 def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun) -> SumsDone:

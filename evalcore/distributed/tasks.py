@@ -20,6 +20,7 @@ import shapely
 from pyproj import CRS
 
 from evalcore import boundary
+from evalcore.arrays import index_of
 from evalcore.bootstrap import (
     PartitionKey,
     RowDraws,
@@ -42,7 +43,10 @@ from evalcore.engine.tables import field_table, output_table, prediction_table
 from evalcore.errors import EvalInputError
 from evalcore.groups import strata_values
 from evalcore.layer import PreparedLayer, empty_layer
-from evalcore.metrics.score_ranges import RangeCounts, RangeValues, ScoreRows, range_counts, range_of, range_values
+from evalcore.metrics.score_ranges import (
+    RangeCounts, RangeValues, ReplicateCounts, ReplicateShares, ScoreRows, range_counts, range_of, range_values, replicate_counts,
+    replicate_shares, replicate_values,
+)
 from evalcore.levels import Sites
 from evalcore.options import EvalOptions, RunPlan
 from evalcore.prepare import prepare_layer
@@ -51,8 +55,8 @@ from evalcore.study import Study
 from evalcore.writers import atomic_path, write_geoparquet
 
 __all__ = ["prepare_chunk_task", "pairs_task", "components_task", "seam_labels_task", "group_draws_task", "resolve_task",
-           "homeless_task", "sums_task",
-           "select_task", "predictions_task", "pixels_task", "score_split_task", "score_range_task", "score_values_task"]
+           "homeless_task", "sums_task", "select_task", "predictions_task", "pixels_task", "score_split_task", "score_weights_task",
+           "score_range_task", "score_values_task", "score_replicates_task"]
 
 SCORE_SAMPLE = 64
 """Scores at evenly spaced ranks a resolve reports of its predictions: the client cuts score space at them."""
@@ -371,6 +375,23 @@ def _field_draws(workdir: str, key: PartitionKey, results: object, field_groups:
         ) from exc
 
 
+def _partition_draws(workdir: str, key: PartitionKey, results: object, options: EvalOptions, signature: str,
+                     field_groups: tuple | None, block_units: np.ndarray | None) -> RowDraws | None:
+    """The bootstrap draws of a partition's reference fields resolved on the workers (None
+    without a bootstrap): field draws from its groups' counts (:func:`_field_draws`), block
+    draws from the run's units and the seed (as :func:`evalcore.bootstrap.block_draws` makes them)."""
+    if options.bootstrap <= 0:
+        return None
+    if options.bootstrap_unit == "field":
+        return _field_draws(workdir, key, results, field_groups, options, signature)
+    if block_units is None:
+        raise ValueError("a bootstrap resolved on the workers needs the run's units (block draws)")
+    r = results
+    own = block_unit_keys(options, r.ref_utm_epsg, r.ref_tile_x, r.ref_tile_y, r.ref_aoi)
+    return block_draws(options.bootstrap_unit, block_units, _unit_index(block_units, own), options.bootstrap,
+                       options.bootstrap_seed).rows(np.arange(len(own)))
+
+
 def seam_labels_task(workdir: str, key: PartitionKey, asked: np.ndarray, signature: str) -> tuple:
     """The own side of one partition's seam connectors: which of the halo predictions of the
     partitions that read its predictions (``asked``) are its own, and their components
@@ -469,7 +490,11 @@ def resolve_task(
                                                          resolved.preds.iloc[rows])
     # The families' run-level rows (the scores': score, COCO true positives, error, stratum
     # of every prediction resolved here) and, for the score ranges, a sample of the scores.
-    run_level = {name: storage.write_summary(out / f"run-level-{name}.npz", rows) for name, rows in resolved.run_level_rows.items()}
+    run_level_rows = dict(resolved.run_level_rows)
+    if "scores" in run_level_rows and options.bootstrap > 0:
+        scores = run_level_rows["scores"]
+        run_level_rows["scores"] = {**scores, **_score_draw_keys(scores["pos"], resolved.preds, results, ref_part, sources, options)}
+    run_level = {name: storage.write_summary(out / f"run-level-{name}.npz", rows) for name, rows in run_level_rows.items()}
     sample: list[float] = []
     if "scores" in resolved.run_level_rows:
         score = np.sort(resolved.run_level_rows["scores"]["score"])
@@ -484,6 +509,26 @@ def resolve_task(
     storage.write_done_record(out.with_suffix(".done.json"), signature,
                               [*map(Path, shares.values()), *preds.values(), *run_level.values(), homeless, meta], base=out)
     return resolve_done(out, listing)
+
+
+def _score_draw_keys(pos: np.ndarray, preds: pd.DataFrame, results: object, ref_part: np.ndarray, sources: list,
+                     options: EvalOptions) -> dict[str, np.ndarray]:
+    """What weighs the score rows ``pos`` in the bootstrap's replicates: each one's home
+    reference position (-1: none), the partition holding it (``home_key``, zeros without
+    a home), and with a block bootstrap the unit it counts in (``unit``: its home's, or its
+    own centroid's without a home, as :func:`evalcore.engine.resolve.run_draws` keys it)."""
+    at = index_of(preds.index.to_numpy(np.int64), np.asarray(pos, np.int64))
+    home = preds["home_ref_pos"].to_numpy(np.int64)[at]
+    has = home >= 0
+    home_key = np.zeros((len(pos), 3), np.int64)
+    if has.any():
+        held = np.asarray(ref_part).ravel()[index_of(results.ref_pos, home[has])]
+        home_key[has] = np.asarray([tuple(k) for k in sources], np.int64).reshape(-1, 3)[held]
+    if options.bootstrap_unit == "field":
+        unit = np.zeros((len(pos), 0), np.int64)
+    else:
+        unit = block_unit_keys(options, *(preds[c].to_numpy(np.int64)[at] for c in ("tile_epsg", "tile_x", "tile_y", "aoi")))
+    return {"home": home, "home_key": home_key, "unit": unit.reshape(len(pos), -1)}
 
 
 def resolve_done(out: Path, listing: dict) -> dict:
@@ -502,6 +547,14 @@ def resolve_done(out: Path, listing: dict) -> dict:
 
 
 def _score_rows(path: Path, what: str, n: int | None = None) -> ScoreRows:
+    return _score_arrays(path, what, n)[0]
+
+
+DRAW_KEYS = ("home", "home_key", "unit")
+"""The score rows' arrays that weigh them in the bootstrap's replicates (:func:`_score_draw_keys`)."""
+
+
+def _score_arrays(path: Path, what: str, n: int | None = None, keys: tuple[str, ...] = ()) -> tuple[ScoreRows, dict]:
     """Score rows a score task reads from the work directory (:meth:`ScoreRows.from_arrays`).
 
     A file that is missing, cannot be read, or does not hold the ``n`` predictions
@@ -512,7 +565,7 @@ def _score_rows(path: Path, what: str, n: int | None = None) -> ScoreRows:
     try:
         a = storage.read_summary(path)
         rows = ScoreRows.from_arrays(a)
-        lengths = {len(rows.pos), len(rows.score), rows.tp.shape[1], len(rows.error), len(rows.group)}
+        lengths = {len(rows.pos), len(rows.score), rows.tp.shape[1], len(rows.error), len(rows.group), *(len(a[k]) for k in keys)}
     except FileNotFoundError:
         raise PartitionMissingError(f"{what} ({path}) is missing") from None
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
@@ -521,7 +574,7 @@ def _score_rows(path: Path, what: str, n: int | None = None) -> ScoreRows:
         raise PartitionMissingError(f"{what} ({path}) is not whole (its columns have {sorted(lengths)} rows)")
     if n is not None and len(rows) != n:
         raise PartitionMissingError(f"{what} ({path}) holds {len(rows)} predictions but {n} were written there")
-    return rows
+    return rows, {k: a[k] for k in keys}
 
 
 def _range_name(k: int) -> str:
@@ -529,56 +582,230 @@ def _range_name(k: int) -> str:
     return f"range-{k}"
 
 
-def score_split_task(path: str, cuts: np.ndarray, out_dir: str, name: str) -> list[int]:
+def score_split_task(path: str, cuts: np.ndarray, out_dir: str, name: str, with_draws: bool = False) -> list[int] | tuple:
     """One resolve's score rows cut into the score ranges (``cuts``, decreasing;
     :func:`evalcore.metrics.score_ranges.range_of`): a file per non-empty range,
     ``<out_dir>/split-<name>-<range>.npz``. Returns the rows per range.
+
+    ``with_draws`` (a bootstrap): the rows keep what weighs them (:data:`DRAW_KEYS`), and
+    the rows with a home go, with their home and range, to a file per partition holding
+    their homes (``<out_dir>/homed-<name>-<partition>.npz``, read by
+    :func:`score_weights_task`); returns ``(rows per range, {partition key: rows})``.
 
     ``name`` is the resolving partition's; its resolve's score rows missing or unreadable
     are a :class:`PartitionMissingError` naming it and the file.
     """
     inject_fault("score-split", name)
-    rows = _score_rows(Path(path), f"partition {name}: the score file of its resolve")
+    rows, extra = _score_arrays(Path(path), f"partition {name}: the score file of its resolve", keys=DRAW_KEYS if with_draws else ())
     which = range_of(rows.score, cuts)
     counts = np.bincount(which, minlength=len(cuts) + 1)
     for k in np.flatnonzero(counts).tolist():
-        storage.write_summary(Path(out_dir) / f"split-{name}-{k}.npz", rows.take(np.flatnonzero(which == k)).as_arrays())
-    return counts.tolist()
+        mine = np.flatnonzero(which == k)
+        storage.write_summary(Path(out_dir) / f"split-{name}-{k}.npz",
+                              {**rows.take(mine).as_arrays(), **{c: v[mine] for c, v in extra.items()}})
+    if not with_draws:
+        return counts.tolist()
+    homed: dict = {}
+    home, home_key = extra["home"], extra["home_key"]
+    # Field draws weigh a prediction by its home's draws, made by the home's partition; block
+    # draws by its unit's, made from the run's units wherever they are needed.
+    has = np.flatnonzero(home >= 0) if extra["unit"].shape[1] == 0 else np.empty(0, np.int64)
+    keys, inverse = np.unique(home_key[has], axis=0, return_inverse=True)
+    inverse = np.asarray(inverse).ravel()
+    for i, key in enumerate(map(tuple, keys.tolist())):
+        mine = has[inverse == i]
+        storage.write_summary(Path(out_dir) / f"homed-{name}-{storage.key_name(key)}.npz",
+                              {"pos": rows.pos[mine], "home": home[mine], "range": which[mine]})
+        homed[key] = len(mine)
+    return counts.tolist(), homed
 
 
-def score_range_task(splits: list[tuple[str, str, int]], out: str, n_groups: int, k: int) -> RangeCounts:
+def score_weights_task(
+    workdir: str, key: PartitionKey, homed: list[tuple[str, str, int]], out_dir: str, options: EvalOptions, signature: str,
+    field_groups: tuple | None = None, block_units: np.ndarray | None = None,
+) -> dict:
+    """A reference partition's part of the bootstrap's replicate weights for the score ranges.
+
+    Makes its fields' draws as its sums task makes them (:func:`_partition_draws`); each
+    prediction homed in one of them weighs that field's draw count in every replicate.
+    ``homed`` are ``(resolving partition, path, rows)``: the split tasks' files of the
+    predictions homed here. Writes, per score range, their positions and weights
+    (``<out_dir>/weights-<partition>-<range>.npz``, replicates as columns, the smallest
+    unsigned integer type holding them).
+
+    Returns
+    -------
+    dict
+        ``{"key", "n_ref": its fields' weight in each replicate (float64, n_replicates),
+        "ranges": {range: rows written}}``.
+    """
+    name = storage.key_name(key)
+    inject_fault("score-weights", name)
+    results = _pair_results(workdir, key, signature)
+    draws = _partition_draws(workdir, key, results, options, signature, field_groups, block_units)
+    weights = draws.weights()  # (replicates, fields)
+    parts = []
+    for resolver, path, n in homed:
+        try:
+            a = storage.read_summary(Path(path))
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+            raise PartitionMissingError(f"partition {name}: the homed score rows of partition {resolver} ({path}) cannot be read "
+                                        f"({type(exc).__name__}: {exc})") from None
+        if len(a["pos"]) != n:
+            raise PartitionMissingError(f"partition {name}: {path} holds {len(a['pos'])} homed score rows but {n} were written there")
+        parts.append(a)
+    pos = np.concatenate([a["pos"] for a in parts]) if parts else np.empty(0, np.int64)
+    home = np.concatenate([a["home"] for a in parts]) if parts else np.empty(0, np.int64)
+    which = np.concatenate([a["range"] for a in parts]) if parts else np.empty(0, np.int64)
+    try:
+        columns = index_of(results.ref_pos, home)
+    except KeyError:
+        raise PartitionMissingError(f"partition {name}: some score rows are homed at reference fields it does not hold") from None
+    written = {}
+    for k in np.unique(which).tolist():
+        mine = np.flatnonzero(which == k)
+        w = _small_counts(weights[:, columns[mine]].T, f"partition {name}")
+        storage.write_summary(Path(out_dir) / f"weights-{name}-{k}.npz", {"pos": pos[mine], "weights": w})
+        written[int(k)] = len(mine)
+    return {"key": key, "n_ref": weights.sum(axis=1), "ranges": written}
+
+
+def _small_counts(weights: np.ndarray, what: str) -> np.ndarray:
+    """Draw counts (whole numbers) in the smallest unsigned integer type holding them: a
+    replicate's weights of 250,000 predictions and 1,000 replicates take 250 MB as uint8."""
+    top = float(weights.max(initial=0.0))
+    if top > np.iinfo(np.uint32).max or not np.array_equal(weights, np.floor(weights)) or (weights < 0).any():
+        raise ValueError(f"{what}: replicate weights are not small whole numbers (largest {top})")
+    dtype = np.uint8 if top <= np.iinfo(np.uint8).max else np.uint16 if top <= np.iinfo(np.uint16).max else np.uint32
+    return np.ascontiguousarray(weights, dtype=dtype)
+
+
+def score_range_task(
+    splits: list[tuple[str, str, int]], out: str, n_groups: int, k: int, weights: list[tuple[str, str, int]] | None = None,
+    options: EvalOptions | None = None, block_units: np.ndarray | None = None,
+) -> RangeCounts | tuple[RangeCounts, ReplicateCounts]:
     """Score range ``k``: its rows from every resolve in score order, written to ``out``;
     returns its counts (:func:`evalcore.metrics.score_ranges.range_counts`).
 
     ``splits`` are ``(partition, path, rows)``: each resolve's split file for this range
     and the rows its split task reported. One missing, unreadable or holding other rows
     is a :class:`PartitionMissingError` naming the range, the partition and the file.
+
+    With a bootstrap (``weights`` not None) the rows' replicate weights are written beside
+    them (``weights``, rows x replicates) and their counts in every replicate returned too
+    (:func:`evalcore.metrics.score_ranges.replicate_counts`): field draws from ``weights``,
+    ``(partition, path, rows)`` of the :func:`score_weights_task` files for this range (a
+    prediction without a home weighs 1); block draws from ``block_units``, the run's units.
     """
     inject_fault("score-range", _range_name(k))
-    parts = [_score_rows(Path(path), f"score range {k}: the split file of partition {name}", n) for name, path, n in splits]
-    rows = ScoreRows.concat(parts).in_score_order()
-    storage.write_summary(Path(out), rows.as_arrays())
-    return range_counts(rows, n_groups)
+    keys = DRAW_KEYS if weights is not None else ()
+    parts = [_score_arrays(Path(path), f"score range {k}: the split file of partition {name}", n, keys) for name, path, n in splits]
+    rows = ScoreRows.concat([p[0] for p in parts])
+    order = np.lexsort((rows.pos, -rows.score))
+    rows = rows.take(order)
+    if weights is None:
+        storage.write_summary(Path(out), rows.as_arrays())
+        return range_counts(rows, n_groups)
+    extra = {c: (np.concatenate([p[1][c] for p in parts]) if parts else np.empty((0,) if c == "home" else (0, 3), np.int64))[order]
+             for c in DRAW_KEYS}
+    w = _range_weights(rows, extra, weights, options, block_units, k)
+    storage.write_summary(Path(out), {**rows.as_arrays(), "weights": w})
+    return range_counts(rows, n_groups), replicate_counts(rows, w.T, n_groups)
+
+
+def _range_weights(rows: ScoreRows, extra: dict, weights: list[tuple[str, str, int]], options: EvalOptions,
+                   block_units: np.ndarray | None, k: int) -> np.ndarray:
+    """Score range ``k``'s rows' weights in every replicate, rows x replicates (as
+    :func:`evalcore.engine.resolve._pred_weight_stream` weighs every prediction)."""
+    B = options.bootstrap
+    if len(rows) == 0:
+        return np.zeros((0, B), np.uint8)
+    if options.bootstrap_unit != "field":
+        if block_units is None:
+            raise ValueError("a block bootstrap of the score ranges needs the run's units")
+        unit = extra["unit"].reshape(len(rows), -1)
+        at = _unit_index(block_units, unit)
+        if len(at) and (at.max() >= len(block_units) or not np.array_equal(block_units[at], unit)):
+            raise PartitionMissingError(f"score range {k}: some predictions count in units the run does not hold")
+        counts = block_draws(options.bootstrap_unit, block_units, np.empty(0, np.int64), B, options.bootstrap_seed).counts
+        return _small_counts(counts[:, at].T, f"score range {k}")
+    out = np.ones((len(rows), B), np.uint8)  # a prediction without a home weighs 1 in every replicate
+    homed = np.flatnonzero(extra["home"] >= 0)
+    files = []
+    for name, path, n in weights:
+        try:
+            a = storage.read_summary(Path(path))
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+            raise PartitionMissingError(f"score range {k}: the weights file of partition {name} ({path}) cannot be read "
+                                        f"({type(exc).__name__}: {exc})") from None
+        if len(a["pos"]) != n or a["weights"].shape != (n, B):
+            raise PartitionMissingError(f"score range {k}: the weights file of partition {name} ({path}) does not hold its {n} rows")
+        files.append(a)
+    pos = np.concatenate([a["pos"] for a in files]) if files else np.empty(0, np.int64)
+    if len(pos) != len(homed):
+        raise PartitionMissingError(
+            f"score range {k}: {len(homed)} predictions with a home but {len(pos)} weighed by their homes' partitions"
+        )
+    if not files:
+        return out
+    w = np.concatenate([a["weights"] for a in files])
+    by_pos = np.argsort(pos, kind="stable")
+    try:
+        at = by_pos[index_of(pos[by_pos], rows.pos[homed])]
+    except KeyError:
+        raise PartitionMissingError(f"score range {k}: some predictions with a home have no weights from their homes' partitions") from None
+    if w.dtype.itemsize > out.dtype.itemsize:
+        out = out.astype(w.dtype)
+    out[homed] = w[at]
+    return out
 
 
 def score_values_task(
     path: str, n: int, before: RangeCounts, total: RangeCounts, n_ref: int, score_threshold: float | None,
-    precision_targets: tuple[float, ...] | None, out_dir: str, k: int,
-) -> tuple[RangeValues, list[str]]:
+    precision_targets: tuple[float, ...] | None, out_dir: str, k: int, replicates: tuple | None = None,
+) -> tuple[RangeValues, list[str]] | tuple[RangeValues, list[str], str]:
     """Score range ``k``'s share of the run-level score values, from the counts of the
     ranges ahead of it (:func:`evalcore.metrics.score_ranges.range_values`); writes its rows
     of the exact PR curve at each threshold (``<out_dir>/pr-<i>-<k>.parquet``) and returns
     them with the values.
+
+    With a bootstrap, ``replicates`` is ``(counts ahead in every replicate, each replicate's
+    reference count)``: the range's share of the replicates' AP and aurc
+    (:func:`evalcore.metrics.score_ranges.replicate_shares`) goes to
+    ``<out_dir>/replicates-<k>.npz``, whose path is returned third.
 
     ``path`` is the range's rows as its range task wrote them, ``n`` how many it counted:
     a file missing, unreadable or holding another number is a
     :class:`PartitionMissingError` naming the range and the file.
     """
     inject_fault("score-values", _range_name(k))
-    rows = _score_rows(Path(path), f"score range {k}: its rows file", n)
+    rows, extra = _score_arrays(Path(path), f"score range {k}: its rows file", n, ("weights",) if replicates is not None else ())
     values, pr_parts, _ = range_values(rows, before, total, n_ref, score_threshold, precision_targets)
     paths = [str(storage.write_table_part(Path(out_dir) / f"pr-{i}-{k}.parquet", part)) for i, part in enumerate(pr_parts)]
-    return values, paths
+    if replicates is None:
+        return values, paths
+    before_b, n_refs = replicates
+    shares = replicate_shares(rows, extra["weights"].T, before_b, n_refs)
+    shared = storage.write_summary(Path(out_dir) / f"replicates-{k}.npz",
+                                   {"envelope": shares.envelope, "aurc_digits": shares.aurc_digits})
+    return values, paths, str(shared)
+
+
+def score_replicates_task(paths: list[str], total: ReplicateCounts, n_refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every replicate's AP per threshold and aurc per risk group from every score range's
+    share (:func:`evalcore.metrics.score_ranges.replicate_values`): a few numbers per
+    replicate go back to the client, not the ranges' envelopes."""
+    inject_fault("score-replicates", "all")
+    merged = None
+    for k, path in enumerate(paths):
+        try:
+            a = storage.read_summary(Path(path))
+            share = ReplicateShares(a["envelope"], a["aurc_digits"])
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+            raise PartitionMissingError(f"score range {k}: its replicates file ({path}) cannot be read "
+                                        f"({type(exc).__name__}: {exc})") from None
+        merged = share if merged is None else merged + share
+    return replicate_values(merged, total, n_refs)
 
 
 def homeless_task(paths: list[str], options: EvalOptions, ref_unit_keys: np.ndarray | None = None) -> tuple:
@@ -633,16 +860,7 @@ def sums_task(
     else:
         # The resolve on the workers: the shares the resolves wrote for this partition.
         pair_values, contributions = _read_shares(key, resolved_path, results.pairs, options, plan, signature)
-        draws = None
-        if options.bootstrap > 0 and options.bootstrap_unit == "field":
-            draws = _field_draws(workdir, key, results, field_groups, options, signature)
-        elif options.bootstrap > 0:
-            if block_units is None:
-                raise ValueError("a bootstrap resolved on the workers needs the run's units (block draws)")
-            r = results
-            own = block_unit_keys(options, r.ref_utm_epsg, r.ref_tile_x, r.ref_tile_y, r.ref_aoi)
-            draws = block_draws(options.bootstrap_unit, block_units, _unit_index(block_units, own), options.bootstrap,
-                                options.bootstrap_seed).rows(np.arange(len(own)))
+        draws = _partition_draws(workdir, key, results, options, signature, field_groups, block_units)
     layer, strata, _ = storage.read_partition(
         Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=options.partition_size_m,
         geometries=("geometry",) if frame_dir is not None else (),

@@ -41,7 +41,8 @@ from evalcore.exact import N_DIGITS, digits, value_of
 __all__ = [
     "AP_THRESHOLDS", "REC_THRS", "PR_THRESHOLDS", "MAX_CURVE_POINTS", "ScoreRows", "RangeCounts", "RangeValues",
     "range_of", "splitters", "range_counts", "prefix_counts", "range_values", "pr_rows", "risk_rows", "ap_of",
-    "thinned_rows",
+    "thinned_rows", "ReplicateCounts", "ReplicateShares", "group_members", "replicate_counts", "replicate_shares",
+    "replicate_values",
 ]
 
 AP_THRESHOLDS: tuple[float, ...] = IOU_SWEEP_THRESHOLDS
@@ -499,3 +500,175 @@ def run_keys(values: RangeValues, total: RangeCounts, n_ref: int, score_threshol
         risk["precision_targets"] = list(precision_targets)
     keys["risk_coverage"] = risk
     return keys, blocks
+
+
+# --- The bootstrap's replicates by score ranges -----------------------------------------
+#
+# In replicate b a prediction weighs its home reference's draw count (field draws; a
+# prediction without a home weighs 1) or its unit's (block draws): small whole numbers,
+# so every weighted cumulative count is a sum of whole numbers below 2**53, exact in any
+# order and grouping. A range's part of a replicate's AP and aurc then needs only the
+# weighted counts of the ranges ahead (:class:`ReplicateCounts`, pass 1) and gives back
+# its envelope maxima and its aurc digits (:class:`ReplicateShares`, pass 2), merged by
+# max and by sum. The whole run is one range (:func:`evalcore.metrics.scores.replicate_ap_and_aurc`).
+
+REPLICATE_CHUNK_BYTES = 32 * 2**20
+"""Memory of one chunk of replicate weights (replicates x predictions, float64) in a range's computations."""
+
+
+@dataclass(frozen=True)
+class ReplicateCounts:
+    """Weighted counts of some predictions in every replicate (whole numbers in float64).
+
+    Attributes
+    ----------
+    tp, fp : ndarray, shape (n_replicates, len(AP_THRESHOLDS))
+        Weighted true and false positives at each AP threshold.
+    group_n, group_errors : ndarray, shape (n_replicates, n_groups)
+        Weight and weighted errors of each risk group (0: every prediction; 1 + k: stratum k).
+    """
+
+    tp: F64Array
+    fp: F64Array
+    group_n: F64Array
+    group_errors: F64Array
+
+    @staticmethod
+    def zero(n_replicates: int, n_groups: int) -> ReplicateCounts:
+        t = np.zeros((n_replicates, len(AP_THRESHOLDS)))
+        g = np.zeros((n_replicates, n_groups))
+        return ReplicateCounts(t, t, g, g)
+
+    def __add__(self, other: ReplicateCounts) -> ReplicateCounts:
+        return ReplicateCounts(self.tp + other.tp, self.fp + other.fp, self.group_n + other.group_n,
+                               self.group_errors + other.group_errors)
+
+
+@dataclass(frozen=True)
+class ReplicateShares:
+    """A range's share of the replicates' AP and aurc; ``a + b`` merges ranges (any order).
+
+    Attributes
+    ----------
+    envelope : ndarray, shape (n_replicates, len(AP_THRESHOLDS), len(REC_THRS))
+        Per replicate, threshold and recall point, the largest precision among the range's
+        points reaching the recall (:data:`NO_POINT`: none).
+    aurc_digits : ndarray, shape (n_replicates, n_groups, N_DIGITS)
+        Exact digits of the range's aurc terms per replicate and group.
+    """
+
+    envelope: F64Array
+    aurc_digits: F64Array
+
+    def __add__(self, other: ReplicateShares) -> ReplicateShares:
+        return ReplicateShares(np.maximum(self.envelope, other.envelope), self.aurc_digits + other.aurc_digits)
+
+
+def group_members(group: IdArray, score_sorted: F64Array, n_groups: int) -> tuple[IdArray, IdArray, np.ndarray]:
+    """The risk groups of some predictions in score order, as the replicate kernels take them.
+
+    Returns
+    -------
+    members, member_start : ndarray of int64
+        Group g's rows are ``members[member_start[g]:member_start[g + 1]]`` (group 0: every
+        row; 1 + k: the rows of stratum k).
+    last : ndarray of bool
+        Whether each member is the last of its distinct score within its group.
+    """
+    parts = [np.arange(len(group), dtype=np.int64)] + [np.flatnonzero(group == k).astype(np.int64) for k in range(n_groups - 1)]
+    members = np.concatenate(parts)
+    member_start = np.concatenate([[0], np.cumsum([len(m) for m in parts])]).astype(np.int64)
+    last = np.concatenate([step_ends(score_sorted[m]) for m in parts]) if len(members) else np.empty(0, bool)
+    return members, member_start, last
+
+
+def _chunks(weights: np.ndarray, chunk_bytes: int):
+    """Consecutive replicates of ``weights`` (n_replicates, n) as contiguous float64 blocks."""
+    from evalcore.bootstrap import replicates_per_chunk
+
+    step = replicates_per_chunk(weights.shape[1], chunk_bytes)
+    for a in range(0, weights.shape[0], step):
+        yield a, np.ascontiguousarray(weights[a:a + step], dtype=np.float64)
+
+
+def _check_weights(rows: ScoreRows, weights: np.ndarray) -> None:
+    if weights.ndim != 2 or weights.shape[1] != len(rows):
+        raise ValueError(f"replicate weights of shape {weights.shape} for {len(rows)} predictions")
+
+
+def replicate_counts(rows: ScoreRows, weights: np.ndarray, n_groups: int,
+                     chunk_bytes: int = REPLICATE_CHUNK_BYTES) -> ReplicateCounts:
+    """Pass 1: a range's weighted counts in every replicate.
+
+    Parameters
+    ----------
+    rows : ScoreRows
+        In score order.
+    weights : ndarray, shape (n_replicates, len(rows))
+        Whole numbers (any numeric dtype): each prediction's weight in each replicate.
+    """
+    from evalcore._score_kernels import _replicate_counts
+
+    _check_weights(rows, weights)
+    members, member_start, _ = group_members(rows.group, rows.score, n_groups)
+    tp_by_pred = np.ascontiguousarray(rows.tp.T, dtype=np.float64)
+    error = rows.error.astype(np.float64)
+    parts = [_replicate_counts(tp_by_pred, error, w, members, member_start) for _, w in _chunks(weights, chunk_bytes)]
+    if not parts:
+        return ReplicateCounts.zero(0, n_groups)
+    return ReplicateCounts(*(np.concatenate([p[i] for p in parts]) for i in range(4)))
+
+
+def replicate_shares(rows: ScoreRows, weights: np.ndarray, before: ReplicateCounts, n_refs: F64Array,
+                     chunk_bytes: int = REPLICATE_CHUNK_BYTES) -> ReplicateShares:
+    """Pass 2: a range's share of every replicate's AP and aurc.
+
+    Parameters
+    ----------
+    rows, weights
+        As :func:`replicate_counts`.
+    before : ReplicateCounts
+        What the ranges ahead of it hold.
+    n_refs : ndarray of float64, shape (n_replicates,)
+        Each replicate's reference count (its reference fields' weights summed).
+    """
+    from evalcore._score_kernels import _replicate_aurc_digits, _replicate_envelope
+    from evalcore.exact import _UNITS
+
+    _check_weights(rows, weights)
+    n_groups = before.group_n.shape[1]
+    members, member_start, last = group_members(rows.group, rows.score, n_groups)
+    tp_by_pred = np.ascontiguousarray(rows.tp.T, dtype=np.float64)
+    error = rows.error.astype(np.float64)
+    n_refs = np.asarray(n_refs, dtype=np.float64)
+    units = np.asarray(_UNITS)
+    envelopes, aurc_digits = [], []
+    for a, w in _chunks(weights, chunk_bytes):
+        b = slice(a, a + len(w))
+        envelopes.append(_replicate_envelope(tp_by_pred, w, n_refs[b], np.ascontiguousarray(before.tp[b]),
+                                             np.ascontiguousarray(before.fp[b]), REC_THRS, EPS, NO_POINT))
+        aurc_digits.append(_replicate_aurc_digits(error, w, members, member_start, last, np.ascontiguousarray(before.group_n[b]),
+                                                  np.ascontiguousarray(before.group_errors[b]), units))
+    if not envelopes:
+        return ReplicateShares(np.full((0, len(AP_THRESHOLDS), len(REC_THRS)), NO_POINT), np.zeros((0, n_groups, N_DIGITS)))
+    return ReplicateShares(np.concatenate(envelopes), np.concatenate(aurc_digits))
+
+
+def replicate_values(shares: ReplicateShares, total: ReplicateCounts, n_refs: F64Array) -> tuple[F64Array, F64Array]:
+    """Every replicate's AP per threshold and aurc per group from the merged shares of all
+    ranges and the run's counts.
+
+    Returns
+    -------
+    ap : ndarray, shape (n_replicates, len(AP_THRESHOLDS))
+        NaN where the replicate has no reference field.
+    aurc : ndarray, shape (n_replicates, n_groups)
+        NaN where the group weighs nothing.
+    """
+    from evalcore._score_kernels import _replicate_ap_of
+
+    ap = _replicate_ap_of(np.ascontiguousarray(shares.envelope), np.asarray(n_refs, dtype=np.float64), NO_POINT)
+    weight = total.group_n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        aurc = np.where(weight > 0.0, value_of(shares.aurc_digits) / np.where(weight > 0.0, weight, 1.0), np.nan)
+    return ap, aurc

@@ -52,16 +52,17 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from evalcore._score_kernels import _coco_match, _replicate_ap, _replicate_aurc, _weighted_ap
+from evalcore._score_kernels import _coco_match, _replicate_ap_of, _replicate_aurc_digits, _replicate_envelope, _weighted_ap
 from evalcore.arrays import index_of
 from evalcore.bootstrap import bias_corrected_intervals, percentile_intervals, replicates_per_chunk
 from evalcore.config import IOU_MATCH_RTOL
-from evalcore.exact import digits, value_of
+from evalcore.exact import _UNITS, digits, value_of
 from evalcore.errors import EvalInputError
 from evalcore.metrics.base import NULL, GlobalContext, GroupView, MetricFamily, Option, PredContext, ratio
 from evalcore.metrics.checks import choice, optional_text, positive_int
 from evalcore.metrics.score_ranges import (
     AP_THRESHOLDS,
+    NO_POINT,
     PR_THRESHOLDS,
     REC_THRS,
     RangeCounts,
@@ -543,8 +544,9 @@ class Scores(MetricFamily):
         return self._score_rows(ctx)[0].as_arrays()
 
     def run_level_on_workers(self, options: object) -> bool:
-        """Without a bootstrap: the replicates still need every prediction at once."""
-        return options.bootstrap == 0
+        """Always: with a bootstrap too, the replicates' AP and aurc are computed by score
+        ranges (:mod:`evalcore.metrics.score_ranges`), each prediction weighed as drawn."""
+        return True
 
     @staticmethod
     def _score_rows(ctx: GlobalContext) -> tuple[ScoreRows, list[str] | None, np.ndarray, np.ndarray]:
@@ -575,41 +577,65 @@ class Scores(MetricFamily):
         score = ctx.preds["score"].to_numpy(np.float64)
         groups = _RiskGroups.of(score, ctx.preds["matched"].to_numpy(bool), ctx.home_ref_row, ctx.ref_strata, strata)
 
-        ci, n_undefined, replicates = {}, {}, {}
-        if ctx.replicate_weights is not None and n_ref == 0:
-            # Undefined in every resample, like any rate without a denominator.
-            ci = {k: [float("nan"), float("nan")] for k in AP_KEYS}
-            n_undefined = dict.fromkeys(ci, options.bootstrap)
-        ap_values, aurc_values = [], []
+        ap_values, aurc_values = np.empty((0, len(AP_THRESHOLDS))), np.empty((0, groups.n_groups))
         if ctx.replicate_weights is not None and n_ref == 0 and options.bootstrap_unit == "field":
             # No reference field to draw: every prediction is homeless and weighs 1 in every resample.
-            aurc_values = [groups.replicate_aurc(np.ones(len(score)))] * options.bootstrap
+            aurc_values = np.array([groups.replicate_aurc(np.ones(len(score)))] * options.bootstrap)
         elif ctx.replicate_weights is not None:
             ap_values, aurc_values = replicate_ap_and_aurc(ctx.replicate_weights, tp, order, groups, n_ref > 0)
-        if len(ap_values):
-            reps = np.asarray(ap_values)
-            replicates = {"ap50": reps[:, 0], "ap75": reps[:, AP_THRESHOLDS.index(0.75)], "ap50_95": reps.mean(axis=1)}
-            ci, n_undefined = percentile_intervals({k: (v, ~np.isnan(v)) for k, v in replicates.items()})
-            if options.ap_interval == "bc":
-                # The percentile bounds stay in ap_interval.percentile; ci holds the BC ones.
-                points = {k: np.nan if keys[k] is None else float(keys[k]) for k in replicates}
-                bc, _, where = bias_corrected_intervals({k: (v, ~np.isnan(v)) for k, v in replicates.items()}, points)
-                keys["ap_interval"] = {"method": "bc", "percentile": {k: [_none(b) for b in ci[k]] for k in replicates},
-                                       "point_quantile": {k: _none(q) for k, q in where.items()}}
-                ci = {**ci, **bc}
-        if len(aurc_values):
-            per_group = np.asarray(aurc_values)  # (replicates, groups)
-            group_ci, group_undefined = percentile_intervals({g: (per_group[:, g], ~np.isnan(per_group[:, g])) for g in range(groups.n_groups)})
-            for g, block in enumerate(blocks):
-                block["ci"] = {"aurc": [_none(v) for v in group_ci[g]]}
-                if group_undefined[g]:
-                    block["ci_n_undefined"] = {"aurc": group_undefined[g]}
-            replicates["aurc"] = per_group[:, 0]
-            ci["aurc"], n_undefined["aurc"] = group_ci[0], group_undefined[0]
+        ci, n_undefined, replicates = replicate_keys(keys, blocks, ap_values, aurc_values, options, n_ref,
+                                                     ctx.replicate_weights is not None)
         table = pd.concat(pr_parts, ignore_index=True)
         risk_table = pd.concat([part.assign(stratum=name) for part, name in zip(risk_parts, [None, *(strata or ())])], ignore_index=True)
         return {"keys": keys, "ci": ci, "n_undefined": n_undefined, "tables": {"pr_curve": table, "risk_coverage": risk_table},
                 "replicates": replicates}
+
+
+def replicate_keys(keys: dict, blocks: list[dict], ap_values: np.ndarray, aurc_values: np.ndarray, options: object,
+                   n_ref: int, bootstrap: bool) -> tuple[dict, dict, dict]:
+    """The intervals of AP and aurc from their replicates (the single process's and the
+    score ranges' on the workers alike): adds ``ap_interval`` to ``keys`` (the bias-corrected
+    intervals) and each risk group's ``ci`` to ``blocks``.
+
+    Parameters
+    ----------
+    ap_values : ndarray, shape (n_replicates or 0, len(AP_THRESHOLDS))
+        Empty when the run has no reference field (AP undefined in every resample).
+    aurc_values : ndarray, shape (n_replicates or 0, n_groups)
+    bootstrap : bool
+        Whether the run has a bootstrap.
+
+    Returns
+    -------
+    ci, n_undefined, replicates : dict
+    """
+    ci, n_undefined, replicates = {}, {}, {}
+    if bootstrap and n_ref == 0:
+        # Undefined in every resample, like any rate without a denominator.
+        ci = {k: [float("nan"), float("nan")] for k in AP_KEYS}
+        n_undefined = dict.fromkeys(ci, options.bootstrap)
+    if len(ap_values):
+        reps = np.asarray(ap_values)
+        replicates = {"ap50": reps[:, 0], "ap75": reps[:, AP_THRESHOLDS.index(0.75)], "ap50_95": reps.mean(axis=1)}
+        ci, n_undefined = percentile_intervals({k: (v, ~np.isnan(v)) for k, v in replicates.items()})
+        if options.ap_interval == "bc":
+            # The percentile bounds stay in ap_interval.percentile; ci holds the BC ones.
+            points = {k: np.nan if keys[k] is None else float(keys[k]) for k in replicates}
+            bc, _, where = bias_corrected_intervals({k: (v, ~np.isnan(v)) for k, v in replicates.items()}, points)
+            keys["ap_interval"] = {"method": "bc", "percentile": {k: [_none(b) for b in ci[k]] for k in replicates},
+                                   "point_quantile": {k: _none(q) for k, q in where.items()}}
+            ci = {**ci, **bc}
+    if len(aurc_values):
+        per_group = np.asarray(aurc_values)  # (replicates, groups)
+        n_groups = per_group.shape[1]
+        group_ci, group_undefined = percentile_intervals({g: (per_group[:, g], ~np.isnan(per_group[:, g])) for g in range(n_groups)})
+        for g, block in enumerate(blocks):
+            block["ci"] = {"aurc": [_none(v) for v in group_ci[g]]}
+            if group_undefined[g]:
+                block["ci_n_undefined"] = {"aurc": group_undefined[g]}
+        replicates["aurc"] = per_group[:, 0]
+        ci["aurc"], n_undefined["aurc"] = group_ci[0], group_undefined[0]
+    return ci, n_undefined, replicates
 
 
 def _strata(ctx: GlobalContext) -> list[str] | None:
@@ -650,9 +676,13 @@ def replicate_ap_and_aurc(
     The replicates' weights are generated one after the other (each regenerates its
     draws, :attr:`GlobalContext.replicate_weights`) into chunks of
     :data:`REPLICATE_CHUNK_BYTES`; while this thread fills the next chunk, two others
-    run the kernels (:func:`evalcore._score_kernels._replicate_ap`, ``_replicate_aurc``,
-    which release the GIL) on the two halves of the last, so the draws and the arithmetic
-    use the cores the workers leave idle during the resolve phase.
+    run the kernels (:func:`evalcore._score_kernels._replicate_envelope`,
+    ``_replicate_ap_of``, ``_replicate_aurc_digits``, which release the GIL) on the two
+    halves of the last, so the draws and the arithmetic use the cores the workers leave
+    idle during the resolve phase. The run is one score range of
+    :mod:`evalcore.metrics.score_ranges`' replicates (nothing ahead of it): the same
+    kernels as a run by ranges on the workers, so the same bits. The aurc is
+    ``_weighted_curve``'s (its terms' exact sum over the group's weight).
 
     Returns
     -------
@@ -671,9 +701,24 @@ def replicate_ap_and_aurc(
     eps = float(np.spacing(1))
     tp_by_pred = np.ascontiguousarray(tp.T, dtype=np.float64)
 
+    units = np.asarray(_UNITS)
+    n_thr = tp.shape[0]
+
     def kernels(weights: np.ndarray, n_refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ap = _replicate_ap(tp_by_pred, weights, n_refs, REC_THRS, eps) if with_ap else np.empty((len(weights), tp.shape[0]))
-        return ap, _replicate_aurc(error, weights, members, member_start, last)
+        # The whole run as one score range: nothing ahead of it (score_ranges' replicates).
+        n = len(weights)
+        if with_ap:
+            nothing = np.zeros((n, n_thr))
+            envelope = _replicate_envelope(tp_by_pred, weights, n_refs, nothing, nothing, REC_THRS, eps, NO_POINT)
+            ap = _replicate_ap_of(envelope, n_refs, NO_POINT)
+        else:
+            ap = np.empty((n, n_thr))
+        nothing = np.zeros((n, groups.n_groups))
+        aurc_digits = _replicate_aurc_digits(error, weights, members, member_start, last, nothing, nothing, units)
+        weight = np.stack([weights[:, m].sum(axis=1) for m in groups.members], axis=1)  # whole numbers: exact
+        with np.errstate(divide="ignore", invalid="ignore"):
+            aurc = np.where(weight > 0.0, value_of(aurc_digits) / np.where(weight > 0.0, weight, 1.0), np.nan)
+        return ap, aurc
 
     def submit(pool, weights: np.ndarray, n_refs: np.ndarray) -> list:
         # Two halves of the chunk on two threads: each replicate is computed on its own,

@@ -1,13 +1,15 @@
 """The scores' run-level values on the workers (issue 29): the distributed run equals the single process to the bit.
 
-Without a bootstrap the scores' AP, PR curves, best F1, operating point and risk-coverage
+The scores' AP, PR curves, best F1, operating point and risk-coverage
 are computed by score ranges on the workers (``evalcore.distributed.runner._scores_on_workers``):
 the COCO true positives per connected component in the resolves, the curves per score
 range from the counts of the ranges ahead. On the seam-heavy layers (components crossing
 partitions and UTM zones, strata with a missing value), with scores rounded to two
 decimals so that many predictions tie across partitions, every scores key must equal the
 single-process run's exactly, for 1, 2 and 3 workers and two partition sides, and the
-exact PR curve file too.
+exact PR curve file too. With a bootstrap (field and block units) the replicates' AP and
+aurc are computed by score ranges too, each prediction weighed as drawn: the intervals
+(percentile and bias-corrected, per stratum) equal the single process's to the bit.
 """
 
 from __future__ import annotations
@@ -48,11 +50,11 @@ def client(request, local_clients):
     return local_clients.get(request.param)
 
 
-def test_scores_resolve_on_the_workers_only_without_a_bootstrap():
+def test_scores_resolve_on_the_workers_with_or_without_a_bootstrap():
     options = {k: v for k, v in OPTIONS.items() if k not in ("strata", "size_bins")}
     assert resolves_on_workers(check_options(**options))
-    assert not resolves_on_workers(check_options(**options, bootstrap=10))
-    assert resolves_on_workers(check_options(**options, bootstrap=10, bootstrap_unit="tile")) is False
+    assert resolves_on_workers(check_options(**options, bootstrap=10))
+    assert resolves_on_workers(check_options(**options, bootstrap=10, bootstrap_unit="tile"))
     assert not resolves_on_workers(check_options(**options, class_column="klass"))  # the classes stay on the client
 
 
@@ -100,3 +102,42 @@ def test_a_rerun_reusing_the_resolves_gives_the_same_scores(layers, expected, cl
     assert listing.stat().st_mtime_ns == stamp  # reused, not rewritten
     for key in SCORE_KEYS:
         assert again[key] == first[key] == expected[PARTITIONS[0]].summary[key], key
+
+
+BOOTSTRAP_CASES = [dict(bootstrap=50, ap_interval="bc"), dict(bootstrap=50, bootstrap_unit="tile", tile_km=2.0)]
+INTERVAL_KEYS = ("ap50", "ap75", "ap50_95", "aurc")
+
+
+@pytest.fixture(scope="module")
+def single_bootstrap(layers):
+    """The single process's summary of each bootstrap case (made once for both clients)."""
+    made = {}
+
+    def of(i: int) -> dict:
+        if i not in made:
+            made[i] = evalcore.evaluate_tables(*layers, **OPTIONS, **BOOTSTRAP_CASES[i], partition_size_m=PARTITIONS[0]).summary
+        return made[i]
+
+    return of
+
+
+@pytest.mark.parametrize("client", [1, 2], indirect=True, ids=["1worker", "2workers"])
+@pytest.mark.parametrize("case", [0, 1], ids=["field", "tile"])
+def test_bootstrap_intervals_on_the_workers_equal_single_process(layers, single_bootstrap, client, case, tmp_path):
+    predicted, reference = layers
+    options = {**OPTIONS, **BOOTSTRAP_CASES[case], "partition_size_m": PARTITIONS[0]}
+    single = single_bootstrap(case)
+    work = tmp_path / "work"
+    result = evalcore.evaluate(predicted, reference, client=client, workdir=work, **options)
+    # Resolved on the workers, the replicates by score ranges: every range holds its weights.
+    assert list((work / "resolve").glob("by-*/run-level-scores.npz"))
+    assert len(list((work / "resolve" / "scores").glob("replicates-*.npz"))) >= 2
+    ci = single["bootstrap"]["ci"]
+    assert ci["ap50"][0] < ci["ap50"][1] and ci["aurc"][0] < ci["aurc"][1] and single["risk_coverage"]["per_stratum"]
+    for key in (*SCORE_KEYS, "ap_interval"):
+        assert result.get(key) == single.get(key), key
+    for key in INTERVAL_KEYS:
+        assert result["bootstrap"]["ci"][key] == ci[key], key
+        assert result["bootstrap"]["n_undefined"].get(key) == single["bootstrap"]["n_undefined"].get(key), key
+    for name, entry in single["risk_coverage"]["per_stratum"].items():
+        assert "ci" in entry and result["risk_coverage"]["per_stratum"][name] == entry, name

@@ -520,3 +520,27 @@ def test_missing_pr_curve_part_leaves_no_curve_file_and_names_the_part(cluster_c
         merge_phase(setup, index, plan, resolved, sums)
     out = setup.pr_curve_out.parent
     assert not out.exists() or not list(out.iterdir())  # neither the curve nor a temporary file
+
+
+SCORES_BOOTSTRAP = dict(bootstrap=20, score_column="score")
+"""The scores with a bootstrap: the replicates' AP and aurc by score ranges too (score-weights, score-replicates)."""
+
+
+def test_worker_lost_in_a_score_weights_task_gives_identical_intervals(cluster_client, data, tmp_path):
+    """A reference partition's replicate weights for the score ranges, its worker lost: the
+    task runs again elsewhere (its files are written whole or not at all); AP and aurc with
+    their intervals equal the single process's."""
+    pred, ref = data
+    expected = to_jsonable(evalcore.evaluate_tables(str(pred), str(ref), **{**OPTIONS, **SCORES_BOOTSTRAP}).summary)
+    work = tmp_path / "work"
+    options = check_options(boundary_tolerance_m=10.0, partition_size_m=OPTIONS["partition_size_m"], **SCORES_BOOTSTRAP)
+    setup = start_run(LayerSource(str(pred), None, "predicted"), LayerSource(str(ref), None, "reference"), options, work,
+                      strata_column="stratum", size_bins="auto")
+    marker = tmp_path / "died"
+    metrics = _score_phases(cluster_client, setup, {"phase": "score-weights", "mode": "die"}, marker)
+    assert marker.exists()
+    assert list((work / "resolve" / "scores").glob("replicates-*.npz"))
+    for key in ("ap50", "ap50_95", "aurc", "risk_coverage", "ap_interval"):
+        assert metrics.get(key) == expected.get(key), key
+    for key in ("ap50", "ap75", "ap50_95", "aurc"):
+        assert metrics["bootstrap"]["ci"][key] == expected["bootstrap"]["ci"][key], key

@@ -4,9 +4,8 @@
   reference is :func:`field_count_stream`, one call per replicate and group, assembled
   row by row (the previous implementation). The values must be identical, whatever
   the chunk size.
-* :func:`_replicate_ap` must give the bits of :func:`coco_ap` per replicate; the
-  replicate aurc must equal ``_weighted_curve``'s to rounding (its sum of steps is
-  sequential, not pairwise).
+* :func:`replicate_ap_and_aurc` must give the bits of :func:`coco_ap` per replicate, and
+  of ``_weighted_curve``'s aurc (both sum the steps' terms exactly).
 * The premise of the chunking: numpy's bounded integers continue one stream across calls.
 """
 
@@ -101,8 +100,7 @@ def test_replicate_ap_and_aurc_equal_the_per_replicate_functions():
     ])
     assert per_group.shape == (45, groups.n_groups) == expected_aurc.shape
     assert np.array_equal(np.isnan(per_group), np.isnan(expected_aurc))
-    finite = np.isfinite(expected_aurc)
-    assert np.allclose(per_group[finite], expected_aurc[finite], rtol=1e-12, atol=0.0)
+    assert np.array_equal(per_group, expected_aurc, equal_nan=True)
 
     ap_none, _ = replicate_ap_and_aurc(stream, tp, groups.order, groups, False)
     assert ap_none.shape == (0, 10)

@@ -211,3 +211,34 @@ def test_the_declared_phases_are_the_tasks_and_the_documented_ones():
     for phase in FAULT_PHASES:
         assert f"| `{phase}` |" in table, phase
     assert os.environ.get(FAULT_ENV) is None
+
+
+def test_a_range_whose_homed_rows_lack_their_weights_is_refused(tmp_path):
+    """With a field bootstrap a range reads its homed rows' weights from their homes' partitions:
+    the weights given it back in its rows file; one partition's file lost names the range and
+    the partition; no range file from part of the weights."""
+    from evalcore.api import check_options
+
+    rows = _rows(30, 9, 0)
+    home = np.where(np.arange(30) % 3 == 0, -1, 1000 + np.arange(30))
+    extra = {"home": home, "home_key": np.where(home[:, None] >= 0, np.array([[32633, 0, 0]]), 0), "unit": np.zeros((30, 0), np.int64)}
+    path = storage.write_summary(tmp_path / "run-level-scores.npz", {**rows.as_arrays(), **extra})
+    out = tmp_path / "scores"
+    counts, homed = score_split_task(str(path), np.empty(0), str(out), "32633_0_0", True)
+    assert counts == [30] and homed == {(32633, 0, 0): 20}
+    options = check_options(bootstrap=4, score_column="s")
+    a = storage.read_summary(out / "homed-32633_0_0-32633_0_0.npz")
+    weights = np.arange(20 * 4, dtype=np.uint8).reshape(20, 4) % 5
+    halves = [(f"32633_0_{i}", str(storage.write_summary(out / f"weights-32633_0_{i}-0.npz", {"pos": a["pos"][s], "weights": weights[s]})),
+               len(a["pos"][s])) for i, s in enumerate([slice(0, 12), slice(12, 20)])]
+    splits = [("32633_0_0", str(out / "split-32633_0_0-0.npz"), 30)]
+    score_range_task(splits, str(out / "range-0.npz"), N_GROUPS, 0, halves, options)
+    got = storage.read_summary(out / "range-0.npz")
+    by_pos = dict(zip(a["pos"].tolist(), weights.tolist()))
+    assert [by_pos.get(p, [1] * 4) for p in got["pos"].tolist()] == got["weights"].tolist()  # homeless: 1
+    Path(halves[1][1]).unlink()
+    with pytest.raises(PartitionMissingError, match=r"score range 0: the weights file of partition 32633_0_1 \(.*weights-32633_0_1-0\.npz\) cannot be read"):
+        score_range_task(splits, str(out / "range-1.npz"), N_GROUPS, 0, halves, options)
+    with pytest.raises(PartitionMissingError, match=r"score range 0: 20 predictions with a home but 12 weighed"):
+        score_range_task(splits, str(out / "range-1.npz"), N_GROUPS, 0, halves[:1], options)
+    assert not (out / "range-1.npz").exists()

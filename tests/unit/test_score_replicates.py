@@ -1,0 +1,107 @@
+"""The bootstrap's AP and aurc by score ranges (issue 29): any cut into ranges gives the bits
+of the whole run.
+
+A replicate weighs each prediction by a small whole number (its home reference's or its
+unit's draw count), so the weighted cumulative counts are exact in any grouping: pass 1
+(:func:`replicate_counts`) gives each range's counts, their prefix sums go to pass 2
+(:func:`replicate_shares`), and the shares merge by max and by digit sums. The values must
+equal, to the bit, :func:`replicate_ap_and_aurc` (the single process) on the whole.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evalcore.metrics.score_ranges import (
+    ReplicateCounts, ScoreRows, range_of, replicate_counts, replicate_shares, replicate_values, splitters,
+)
+from evalcore.metrics.scores import _RiskGroups, _weighted_curve, coco_ap, replicate_ap_and_aurc
+
+
+def _run(seed: int, n: int = 400, n_rep: int = 23, n_strata: int = 2):
+    """Rows in score order (many tied scores), each replicate's weights and reference count."""
+    rng = np.random.default_rng(seed)
+    score = np.round(rng.random(n), 1)  # ties, also across any cut
+    pos = rng.permutation(n).astype(np.int64) * 3
+    tp = np.sort(rng.random((10, n)) < 0.6, axis=0)[::-1]  # nested like real thresholds': fewer at higher IoU
+    error = rng.random(n) < 0.3
+    group = rng.integers(-1, n_strata, n).astype(np.int64)
+    rows = ScoreRows(pos, score, tp, error, group).in_score_order()
+    weights = rng.integers(0, 4, (n_rep, n)).astype(np.float64)
+    weights[2] = 0.0  # a replicate drawing nothing: every aurc undefined, AP 0
+    n_refs = rng.integers(1, 90, n_rep).astype(np.float64)
+    n_refs[5] = 0.0  # a replicate without reference fields: AP undefined
+    return rows, weights, n_refs, 1 + n_strata
+
+
+def _single_process(rows: ScoreRows, weights: np.ndarray, n_refs: np.ndarray, n_groups: int):
+    """:func:`replicate_ap_and_aurc` as the whole-run resolve calls it, on rows in input order."""
+    back = np.argsort(rows.pos)  # input order: the single process sorts by score itself
+    score, pos = rows.score[back], rows.pos[back]
+    tp, error, group = rows.tp[:, back], rows.error[back], rows.group[back]
+    order = np.lexsort((pos, -score))
+    strata = [f"s{k}" for k in range(n_groups - 1)]
+    home = np.arange(len(pos))
+    ref_strata = np.array([strata[g] if g >= 0 else None for g in group], dtype=object)
+    groups = _RiskGroups.of(score, ~error, home, ref_strata, strata)
+    assert np.array_equal(groups.order, order)
+    w = weights[:, back]
+
+    def stream():
+        yield from zip(w, n_refs)
+
+    return replicate_ap_and_aurc(stream, tp[:, order], order, groups, True), (w, order, groups, tp)
+
+
+def _by_ranges(rows: ScoreRows, weights: np.ndarray, n_refs: np.ndarray, n_groups: int, cuts: np.ndarray, chunk_bytes: int):
+    which = range_of(rows.score, cuts)
+    ranges = [np.flatnonzero(which == k) for k in range(len(cuts) + 1)]
+    counts = [replicate_counts(rows.take(r), weights[:, r], n_groups, chunk_bytes) for r in ranges]
+    before, total = [], ReplicateCounts.zero(len(weights), n_groups)
+    for c in counts:
+        before.append(total)
+        total = total + c
+    shares = [replicate_shares(rows.take(r), weights[:, r], b, n_refs, chunk_bytes) for r, b in zip(ranges, before)]
+    merged = shares[-1]
+    for s in shares[-2::-1]:  # merged in any order
+        merged = s + merged
+    return replicate_values(merged, total, n_refs)
+
+
+@pytest.mark.parametrize("n_ranges", [1, 2, 3, 4])
+def test_replicates_by_ranges_have_the_bits_of_the_whole(n_ranges):
+    rows, weights, n_refs, n_groups = _run(n_ranges)
+    (ap, aurc), _ = _single_process(rows, weights, n_refs, n_groups)
+    cuts = splitters(rows.score, n_ranges)
+    if n_ranges == 4:
+        cuts = np.array([2.0, cuts[0], 0.55, cuts[-1]])  # an empty range first (above every score) and a cut between ties
+    got_ap, got_aurc = _by_ranges(rows, weights, n_refs, n_groups, cuts, chunk_bytes=8 * len(rows) * 5)
+    assert np.array_equal(got_ap, ap, equal_nan=True)
+    assert np.array_equal(got_aurc, aurc, equal_nan=True)
+    assert np.isnan(ap[5]).all() and (ap[2] == 0.0).all() and np.isnan(aurc[2]).all()
+    assert np.isfinite(ap).sum() > 100 and np.isfinite(aurc).sum() > 40
+
+
+def test_the_single_process_replicates_are_the_per_replicate_functions():
+    """AP: :func:`coco_ap` (pycocotools' arithmetic) per replicate, to the bit; aurc: ``_weighted_curve``'s."""
+    rows, weights, n_refs, n_groups = _run(7, n_strata=3)
+    (ap, aurc), (w, order, groups, tp) = _single_process(rows, weights, n_refs, n_groups)
+    expected_ap = np.array([coco_ap(tp[:, order], r, wb[order]) for wb, r in zip(w, n_refs)])
+    assert np.array_equal(ap, expected_ap, equal_nan=True)
+    expected_aurc = np.array([[_weighted_curve(groups.error[m], wb[order][m], last)[2]
+                               for m, last in zip(groups.members, groups.last)] for wb in w])
+    assert np.array_equal(aurc, expected_aurc, equal_nan=True)
+
+
+def test_an_empty_range_and_integer_weights():
+    rows, weights, n_refs, n_groups = _run(11, n=60, n_rep=7)
+    none = rows.take(np.empty(0, np.int64))
+    before = ReplicateCounts.zero(7, n_groups)
+    assert np.array_equal(replicate_counts(none, np.zeros((7, 0), np.uint8), n_groups).group_n, np.zeros((7, n_groups)))
+    empty = replicate_shares(none, np.zeros((7, 0), np.uint8), before, n_refs)
+    whole = replicate_shares(rows, weights.astype(np.uint16), before, n_refs)
+    total = replicate_counts(rows, weights.astype(np.uint8), n_groups)
+    a = replicate_values(empty + whole, total, n_refs)
+    b = replicate_values(replicate_shares(rows, weights, before, n_refs), total, n_refs)
+    assert all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b))
