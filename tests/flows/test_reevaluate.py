@@ -11,7 +11,8 @@ the flow's own LocalCluster (``n_workers``) is started by the failed-evaluation 
 3. the third layer is added: only it is evaluated, and compared with the second run;
 4. the same directory as a ``file://`` URL: nothing new (identity is content, not path);
 5. a ``memory://`` copy of it, staged locally and hashed: nothing new;
-6. the ``memory://`` copy with another ``bootstrap`` (a metric option): all three again.
+6. (``make slow``) the ``memory://`` copy with another ``bootstrap`` (a metric option):
+   all three again; ``test_registry_lifecycle`` checks the same identity rule alone.
 
 Pure helpers (registry, comparison, listing, staging, parameters) are tested alone.
 """
@@ -105,11 +106,20 @@ def scenario(tmp_path_factory, local_clients):
     mem.put(str(preds), mem_root, recursive=True)
     remote = params.model_copy(update={"predictions": mem_root, "product": PRODUCT})
     s.memory, s.memory_log = _run(remote)
-    s.rebootstrapped, _ = _run(ReevaluateParams(**{**remote.model_dump(), "bootstrap": 10}))
     with open_registry(s.registry_url) as registry:
         s.runs_at_end = registry.runs()
+    s.remote, s.mem_root = remote, mem_root
+    yield s
     mem.rm(mem_root.split("/" + PRODUCT)[0], recursive=True)
-    return s
+
+
+@pytest.fixture(scope="module")
+def rebootstrapped(scenario):
+    """Step 6: the ``memory://`` copy with another ``bootstrap``: three more evaluations
+    (``make slow``: the option's part of a run's identity is also tested alone, below)."""
+    again, _ = _run(ReevaluateParams(**{**scenario.remote.model_dump(), "bootstrap": 10}))
+    with open_registry(scenario.registry_url) as registry:
+        return SimpleNamespace(runs=again, registry=registry.runs())
 
 
 def test_first_run_evaluates_both_layers(scenario):
@@ -185,15 +195,16 @@ def test_file_and_memory_urls_find_nothing_new(scenario):
     assert staged == ["2024-05-01.parquet", "2024-06-01.gpkg", "2024-07-01"]  # the reference is local: used in place
 
 
-def test_changed_metric_option_evaluates_all_again(scenario):
-    again = scenario.rebootstrapped
+@pytest.mark.slow
+def test_changed_metric_option_evaluates_all_again(scenario, rebootstrapped):
+    again = rebootstrapped.runs
     assert [r["layer"] for r in again] == ["2024-05-01.parquet", "2024-06-01.gpkg", "2024-07-01"]
     assert all(r["status"] == "succeeded" and r["pred_path"].startswith("memory://") for r in again)
     assert {r["pred_sha256"] for r in again} == {r.pred_sha256 for r in scenario.runs_after_third}
     first = again[0]["comparison"]
     assert first["previous"]["run_id"] == scenario.third[0]["run_id"] and first["same_parameters"] is False
     assert again[1]["comparison"]["same_parameters"] is True
-    runs = scenario.runs_at_end
+    runs = rebootstrapped.registry
     assert len(runs) == 6 and len({r.params_hash for r in runs}) == 2
     assert len({r.output_dir for r in runs}) == 6  # a re-evaluation never overwrites an earlier run
 

@@ -130,7 +130,17 @@ def test_run_prints_no_prefect_lines_and_no_partition_keys(layers, tmp_path, pre
     log = (out / "logs" / "run.log").read_text(encoding="utf-8")
     assert "pairs: " in log and " partitions running: " in log and "Finished in state" in log, log
     assert "[#" not in log and "[...." not in log, log
-    # -v brings Prefect's flow-run lines and the partition keys back.
+
+
+@pytest.mark.cli
+@pytest.mark.cluster
+@pytest.mark.prefect
+@pytest.mark.slow
+def test_run_verbose_prints_prefect_lines_and_partition_keys(layers, tmp_path, prefect_server):
+    """``-v`` brings Prefect's flow-run lines and the partition keys back (``make slow``: a
+    second whole ``evalcore run``; the quiet run above is in ``make test``)."""
+    pred, ref = layers
+    env = _env(PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_API_URL=prefect_server)
     verbose = subprocess.run([_evalcore(), "run", "-v", "-p", str(pred), "-r", str(ref), "--workers", "2", "-o", str(tmp_path / "run-v")],
                              capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
     assert verbose.returncode == 0, verbose.stderr
