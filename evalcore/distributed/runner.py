@@ -548,6 +548,8 @@ def _redrawn_on_workers(client: object, setup: RunSetup, previous: ResolvedRun, 
     comparison's union of its runs' units): only the ``homeless-paired`` task is made again
     (:func:`_homeless_on_workers`); the resolves' shares, the components and the run-level
     values do not depend on the units and are kept."""
+    if setup.options.bootstrap <= 0 or setup.options.bootstrap_unit == "field":
+        return previous  # no block draws: the units change nothing
     started = time.perf_counter()
     r = previous.resolved
     own = r.draws.unit_keys if r.draws is not None and r.draws.unit_keys is not None else None
