@@ -510,7 +510,13 @@ def _evaluate_on_cluster(
     paths: list[tuple[str, str]], reference: str, client: object, checked: EvalOptions, work: Path, strata: str | None,
     size_bins: object, layers: dict,
 ) -> tuple[list[_Run], list[dict], int | None]:
-    """Every layer's distributed phases in ``work/<directory>``; the resolve phases share the block units."""
+    """Every layer's distributed phases in ``work/<directory>``; the resolve phases share the block units.
+
+    Each run resolves where :func:`evalcore.distributed.runner.resolves_on_workers` says,
+    on the workers by connected components as a single run does; under a block bootstrap a
+    run whose units are not the union of all runs' units has its draws made again over the
+    union (on the workers, its ``homeless-paired`` task alone).
+    """
     from evalcore.distributed.runner import (
         merge_sums,
         pairs_phase,
@@ -531,11 +537,14 @@ def _evaluate_on_cluster(
     indexes = [prepare_phase(client, setup) for setup in setups]
     plans = [plan_phase(setup, index) for setup, index in zip(setups, indexes)]
     pairs = [pairs_phase(client, setup, index) for setup, index in zip(setups, indexes)]
-    resolved = [resolve_phase(s, i, p, plan) for s, i, p, plan in zip(setups, indexes, pairs, plans)]
+    # On the workers where resolves_on_workers allows (as evalcore run), else on the client.
+    resolved = [resolve_phase(s, i, p, plan, client=client) for s, i, p, plan in zip(setups, indexes, pairs, plans)]
     if checked.bootstrap_unit != "field":
+        # Block draws over the union of the runs' units (a few per partition): a run whose own
+        # units differ draws again over the union; on the workers only its homeless task is redone.
         union = np.unique(np.concatenate([r.resolved.draws.unit_keys for r in resolved]), axis=0)
         resolved = [
-            r if np.array_equal(r.resolved.draws.unit_keys, union) else resolve_phase(s, i, p, plan, union)
+            r if np.array_equal(r.resolved.draws.unit_keys, union) else resolve_phase(s, i, p, plan, union, client=client, previous=r)
             for r, s, i, p, plan in zip(resolved, setups, indexes, pairs, plans)
         ]
     sums = [sums_phase(client, s, i, plan, r) for s, i, plan, r in zip(setups, indexes, plans, resolved)]

@@ -15,8 +15,8 @@ orchestrator (the Prefect flow) passes the values along:
   distances of eligible pairs and tolerance lengths back;
 * :func:`resolve_phase` -> :class:`ResolvedRun`: the matching and homes, the families'
   per-pair values, the contributions and the routing (:func:`evalcore.engine.resolve.route`).
-  Where :func:`resolves_on_workers` allows (no run-level family but the scores, no paired
-  comparison's units), on the workers by connected components
+  Where :func:`resolves_on_workers` allows (no run-level family but the scores; a paired
+  comparison's units too), on the workers by connected components
   (:func:`_resolve_on_workers`: ``components-<key>`` tasks return seam connectors, the
   client unions them into seam components with one owner each, ``resolve-<key>`` tasks
   resolve what each partition owns and write every partition's share, a ``homeless``
@@ -331,33 +331,44 @@ def resolves_on_workers(options: EvalOptions, predictions_dir: Path | None = Non
     Any bootstrap unit: a block bootstrap's draws need only the run's units; a field
     bootstrap's only the sizes of the (pool, reporting tile) groups on the client, each
     partition ranking its fields among the positions of the partitions sharing its groups
-    (:func:`_field_groups_of`, :func:`evalcore.bootstrap.partition_field_draws`). Not with
-    a family whose run-level values need every prediction at once
-    (it overrides ``global_values`` and not :meth:`MetricFamily.run_level_on_workers`:
-    the classes' rates), or with the units of a paired comparison: those resolve on the
-    client, from every partition's pairs. The scores (AP, PR curves, risk-coverage, and
-    with a bootstrap every resample's AP and aurc, each prediction weighed by its home's
-    or its unit's draws) are computed on the workers by score ranges
-    (:func:`_scores_on_workers`). ``predictions_dir`` does not matter: the resolves write
-    the per-prediction frame's parts too.
+    (:func:`_field_groups_of`, :func:`evalcore.bootstrap.partition_field_draws`). A paired
+    comparison's ``unit_keys`` (the union of its runs' units) too: the ``homeless`` task
+    draws over them (:func:`_homeless_on_workers`), the sums tasks make their block draws
+    from them, and the scores' resamples weigh each prediction by its unit's count in them.
+    Not with a family whose run-level values need every prediction at once (it overrides
+    ``global_values`` and not :meth:`MetricFamily.run_level_on_workers`: the classes'
+    rates): those resolve on the client, from every partition's pairs, with or without
+    ``unit_keys``. The scores (AP, PR curves, risk-coverage, and with a bootstrap every
+    resample's AP and aurc, each prediction weighed by its home's or its unit's draws) are
+    computed on the workers by score ranges (:func:`_scores_on_workers`).
+    ``predictions_dir`` and ``unit_keys`` do not matter: the resolves write the
+    per-prediction frame's parts too, and no resolve task depends on the units.
     """
     run_level = [f for f in enabled_families(options)
                  if type(f).global_values is not MetricFamily.global_values and not f.run_level_on_workers(options)]
-    return not run_level and unit_keys is None
+    return not run_level
 
 
 def resolve_phase(
     setup: RunSetup, index: RunIndex, pairs: PairsDone, plan: RunPlan | None = None, unit_keys: np.ndarray | None = None,
-    client: object = None,
+    client: object = None, previous: ResolvedRun | None = None,
 ) -> ResolvedRun:
     """Phase 3: the matching and homes, and where every pair and row goes.
 
     With a ``client`` and options :func:`resolves_on_workers` accepts, on the workers
     (:func:`_resolve_on_workers`); otherwise on the client, which reads every partition's
     pairs output from the work directory.
+
+    ``unit_keys`` (sorted, unique): the units a block bootstrap draws from, holding every
+    unit of this run (a paired comparison passes the union of its runs' units).
+    ``previous``: this run's resolve made on the workers without them; with ``unit_keys``
+    only its ``homeless`` task is made again, over those units (the matching, homes,
+    shares and components do not depend on the units, so they are kept, not redone).
     """
     if client is not None and resolves_on_workers(setup.options, setup.predictions_dir, unit_keys):
-        return _resolve_on_workers(client, setup, index, pairs, plan)
+        if previous is not None and previous.homeless is not None and unit_keys is not None and not _scores_resampled(setup.options):
+            return _redrawn_on_workers(client, setup, previous, unit_keys)
+        return _resolve_on_workers(client, setup, index, pairs, plan, unit_keys)
     started = time.perf_counter()
     parts = []
     for key in pairs.keys:
@@ -380,7 +391,8 @@ def resolve_phase(
     return ResolvedRun(resolved, holders, routing, time.perf_counter() - started, pred_rows)
 
 
-def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs: PairsDone, plan: RunPlan | None) -> ResolvedRun:
+def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs: PairsDone, plan: RunPlan | None,
+                        unit_keys: np.ndarray | None = None) -> ResolvedRun:
     """Phase 3 on the workers, by connected components of the candidate-pair graph.
 
     1. ``components-<key>``: every partition labels its components and returns its halo
@@ -393,7 +405,10 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     3. ``resolve-<key>``: every partition resolves the components it owns and writes each
        partition's share for the sums phase (:func:`evalcore.distributed.tasks.resolve_task`);
        a finished resolve whose done record is valid is reused;
-    4. ``homeless``: one task adds the homeless predictions' rows in position order.
+    4. ``homeless``: one task adds the homeless predictions' rows in position order
+       (:func:`_homeless_on_workers`); with a block bootstrap it also returns the run's
+       units, or checks that ``unit_keys`` (a paired comparison's) hold them and draws
+       over those.
 
     With a field bootstrap the components tasks also return their (pool, reporting tile)
     groups' sizes and write their fields' positions; the client adds the sizes
@@ -471,28 +486,92 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
             shares.setdefault(target, []).append(path)
         for target, path in done[key]["preds"].items():
             pred_shares.setdefault(target, []).append(path)
-    homeless = [done[key]["homeless"] for key in sorted(done)]
+    homeless = tuple(done[key]["homeless"] for key in sorted(done))
     options = setup.options
     if options.bootstrap > 0 and options.bootstrap_unit != "field" and ref_units is None:  # no reference field anywhere: no unit of a field
         ref_units = np.empty((0, 3 if options.bootstrap_unit == "tile" else 1), np.int64)
-    unassigned, tiles, aois, replicates, unit_keys = client.submit(
-        homeless_task, homeless, options, ref_units, key=setup.task_key("homeless"), retries=2,
-    ).result()
+    unassigned, tiles, aois, replicates, draws = _homeless_on_workers(client, setup, homeless, ref_units, unit_keys)
     empty = resolve_run(concat_pair_results([])[0], without_draws(options), None,
                         plan.strata_names if plan is not None else None, plan.sizes if plan is not None else None, run_level=False)
     global_values = empty.global_values
     if "scores" in rows_wanted:
-        global_values = _scores_on_workers(client, setup, index, plan, [done[key] for key in sorted(done)], field_groups, unit_keys)
-    # The run's draws as the merge and the sums tasks need them: the units (block draws are
-    # made from them and the seed where they are used); field draws: their count (the sums
-    # tasks make them from their groups' sizes and the pools' files).
-    draws = None if unit_keys is None else RunDraws(options.bootstrap_unit, options.bootstrap, options.bootstrap_seed, len(unit_keys),
-                                                    unit_keys=unit_keys)
+        global_values = _scores_on_workers(client, setup, index, plan, [done[key] for key in sorted(done)], field_groups,
+                                           None if draws is None else draws.unit_keys)
+    # Field draws as the merge and the sums tasks need them: their count (the sums tasks make
+    # them from their groups' sizes and the pools' files).
     if field_groups is not None:
         draws = RunDraws("field", options.bootstrap, options.bootstrap_seed, index.layers["reference"]["n_kept"])
     run_level = Resolved(None, {}, empty.preds, empty.contributions, unassigned, tiles, aois, global_values, draws,
                          empty.columns, replicates)
-    return ResolvedRun(run_level, tuple(sorted(ref_parts)), None, time.perf_counter() - started, pred_shares, shares, field_groups)
+    return ResolvedRun(run_level, tuple(sorted(ref_parts)), None, time.perf_counter() - started, pred_shares, shares, field_groups,
+                       homeless)
+
+
+def _homeless_on_workers(client: object, setup: RunSetup, homeless: tuple[str, ...], ref_units: np.ndarray | None,
+                         unit_keys: np.ndarray | None = None, phase: str = "homeless") -> tuple:
+    """The ``homeless`` task (:func:`evalcore.distributed.tasks.homeless_task`): the run's
+    unassigned sums and the homeless predictions' tile and AOI sums, added in position order.
+
+    With a block bootstrap also their replicates and the run's draws: the units (block draws
+    are made from them and the seed where they are used, here and in the sums tasks) are
+    those of ``ref_units`` (the reference fields', from the components tasks) and of the
+    homeless predictions, or ``unit_keys`` when given (a paired comparison's union), which
+    must hold every unit of the run: a unit of the union absent from the run is drawn and
+    weighs nothing in it, as :func:`evalcore.engine.resolve.run_draws` weighs it on the client.
+
+    Returns
+    -------
+    unassigned, homeless_tiles, homeless_aois, unassigned_replicates
+        As :func:`evalcore.engine.resolve.homeless_sums`.
+    draws : RunDraws or None
+        Block draws (their units only); None otherwise.
+
+    Raises
+    ------
+    ValueError
+        ``unit_keys`` lack a unit of the run.
+    """
+    options = setup.options
+    if unit_keys is not None:
+        unit_keys = np.asarray(unit_keys, np.int64)
+        own = np.empty((0, unit_keys.shape[1]), np.int64) if ref_units is None else np.asarray(ref_units, np.int64)
+        ref_units = np.concatenate([unit_keys, own.reshape(-1, unit_keys.shape[1])])
+    unassigned, tiles, aois, replicates, keys = client.submit(
+        homeless_task, list(homeless), options, ref_units, key=setup.task_key(phase), retries=2,
+    ).result()
+    if unit_keys is not None and keys is not None and len(keys) != len(unit_keys):
+        raise ValueError(f"the {len(unit_keys)} units given to draw from lack {len(keys) - len(unit_keys)} of the units of the run "
+                         f"in {setup.workdir}; give the union of the compared runs' units.")
+    draws = None if keys is None else RunDraws(options.bootstrap_unit, options.bootstrap, options.bootstrap_seed, len(keys),
+                                               unit_keys=keys)
+    return unassigned, tiles, aois, replicates, draws
+
+
+def _scores_resampled(options: EvalOptions) -> bool:
+    """Whether the run-level values depend on the bootstrap's units: the scores' resamples
+    weigh each prediction by its unit's count (a paired comparison's union redraws them:
+    the whole resolve on the workers is made again, its finished resolve tasks reused)."""
+    return options.bootstrap > 0 and any(f.name == "scores" and f.run_level_on_workers(options) for f in enabled_families(options))
+
+
+def _redrawn_on_workers(client: object, setup: RunSetup, previous: ResolvedRun, unit_keys: np.ndarray) -> ResolvedRun:
+    """A resolve made on the workers, its block draws made over ``unit_keys`` (a paired
+    comparison's union of its runs' units): only the ``homeless-paired`` task is made again
+    (:func:`_homeless_on_workers`); the resolves' shares, the components and the run-level
+    values do not depend on the units and are kept (not with the scores' resamples,
+    :func:`_scores_resampled`)."""
+    if setup.options.bootstrap <= 0 or setup.options.bootstrap_unit == "field":
+        return previous  # no block draws: the units change nothing
+    started = time.perf_counter()
+    r = previous.resolved
+    own = r.draws.unit_keys if r.draws is not None and r.draws.unit_keys is not None else None
+    unassigned, tiles, aois, replicates, draws = _homeless_on_workers(client, setup, previous.homeless, own, unit_keys,
+                                                                      phase="homeless-paired")
+    logger.info("resolve: the homeless predictions' sums drawn again over the %d units of the comparison (%d of the run's own)",
+                len(unit_keys), 0 if own is None else len(own))
+    resolved = replace(r, unassigned=unassigned, homeless_tiles=tiles, homeless_aois=aois, draws=draws,
+                       unassigned_replicates=replicates)
+    return replace(previous, resolved=resolved, seconds=previous.seconds + time.perf_counter() - started)
 
 
 def _field_groups_of(options: EvalOptions, sizes: dict) -> tuple[dict, dict] | None:

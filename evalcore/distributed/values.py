@@ -208,6 +208,10 @@ class ResolvedRun:
         the run's sizes of the (pool, reporting tile) groups of its reference fields
         (``{(pool, tile): n}``; their counts are in the pools' files the ``group-draws``
         tasks wrote) and the other partitions holding fields of them, for its sums task.
+    homeless : tuple of str, optional
+        Resolved on the workers: the paths of the resolves' homeless rows, in partition key
+        order; a paired comparison draws the run's homeless sums again from them over the
+        union of its runs' units (:func:`evalcore.distributed.runner.resolve_phase`).
     """
 
     resolved: Resolved
@@ -217,6 +221,7 @@ class ResolvedRun:
     pred_rows: dict = field(default_factory=dict, repr=False)
     shares: dict | None = field(default=None, repr=False)
     field_groups: dict | None = field(default=None, repr=False)
+    homeless: tuple | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
