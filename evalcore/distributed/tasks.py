@@ -528,7 +528,8 @@ def _score_draw_keys(pos: np.ndarray, preds: pd.DataFrame, results: object, ref_
         unit = np.zeros((len(pos), 0), np.int64)
     else:
         unit = block_unit_keys(options, *(preds[c].to_numpy(np.int64)[at] for c in ("tile_epsg", "tile_x", "tile_y", "aoi")))
-    return {"home": home, "home_key": home_key, "unit": unit.reshape(len(pos), -1)}
+    # Already (n, width): a reshape with -1 cannot infer the width of no rows.
+    return {"home": home, "home_key": home_key, "unit": np.asarray(unit, np.int64)}
 
 
 def resolve_done(out: Path, listing: dict) -> dict:

@@ -53,3 +53,24 @@ def test_tile_bootstrap_comparison_resolves_on_the_workers_and_equals_single_pro
     assert differences(*({k: v for k, v in r.items() if k not in ("candidate", "incumbent")} for r in (result, single)), rtol=0.0) == []
     assert result["overall"]["f1"]["ci"][0] < result["overall"]["f1"]["ci"][1]
     assert np.isfinite(result["overall"]["recall"]["delta"])
+
+
+def test_tile_bootstrap_comparison_with_scores_equals_single_process(local_clients, tmp_path, caplog):
+    """With scores, each prediction's weight in a resample is its unit's count in the union of
+    units: the whole resolve on the workers is made again over the union (its finished
+    resolve tasks reused), not only the homeless task; the AP deltas and intervals to the bit."""
+    predicted, reference = seam_layers(seed=3)
+    paths = {}
+    for name, frame in (("cand", _moved(predicted, slice(0, 12), 0.05)), ("inc", _moved(predicted, slice(40, 50), -0.05)),
+                        ("ref", reference)):
+        paths[name] = str(tmp_path / f"{name}.parquet")
+        frame.to_parquet(paths[name])
+    options = {**OPTIONS, "score_column": "score", "size_bins": None}
+    single = compare(paths["cand"], paths["inc"], paths["ref"], **options)
+    work = tmp_path / "work"
+    with caplog.at_level(logging.INFO, logger="evalcore.distributed.runner"):
+        result = compare_on_cluster(paths["cand"], paths["inc"], paths["ref"], local_clients.get(2), workdir=work, **options)
+    assert not [r for r in caplog.records if "drawn again over the" in r.getMessage()]  # not the homeless task alone
+    assert not list(work.glob("*/resolved/*.npz"))  # resolved on the workers, no client resolve's sums inputs
+    assert single["overall"]["ap50"]["ci"] is not None and single["overall"]["ap50"]["ci"][0] is not None
+    assert differences(*({k: v for k, v in r.items() if k not in ("candidate", "incumbent")} for r in (result, single)), rtol=0.0) == []
