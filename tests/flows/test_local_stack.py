@@ -291,6 +291,7 @@ def _wait(predicate, timeout: float, what: str, interval: float = 1.0):
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+@pytest.mark.slow  # a flow run through a deployment, a Prefect worker and an event trigger: make slow (~30 s)
 def test_deployments_worker_and_event_trigger_on_the_stack(stack, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolUpdate

@@ -128,7 +128,8 @@ def _worker_pids(client) -> list[int]:
     return list(client.run(os.getpid).values())
 
 
-@pytest.mark.parametrize("phase", ["pairs", "sums"])
+# make test loses a worker in the pairs phase; the sums phase in make slow (the same mechanism, a retried task).
+@pytest.mark.parametrize("phase", ["pairs", pytest.param("sums", marks=pytest.mark.slow)])
 def test_worker_killed_mid_phase_gives_identical_metrics(cluster_client, data, expected, tmp_path, phase):
     setup = _setup(data, tmp_path / "work")
     index = prepare_phase(cluster_client, setup)
@@ -337,7 +338,8 @@ def expected_field_split(data):
     return to_jsonable(evalcore.evaluate(str(pred), str(ref), **{**OPTIONS, **FIELD_SPLIT}))
 
 
-@pytest.mark.parametrize("phase", ["components", "resolve"])
+# make test: the resolve; the components in make slow (test_group_draws and the differential tests cover their outputs).
+@pytest.mark.parametrize("phase", [pytest.param("components", marks=pytest.mark.slow), "resolve"])
 def test_worker_lost_in_the_resolve_with_a_field_bootstrap_gives_identical_metrics(cluster_client, data, expected_field_split,
                                                                                    tmp_path, phase):
     resolved, metrics = _lose_a_seam_owners_worker(cluster_client, data, tmp_path, phase, **FIELD_SPLIT)
@@ -485,7 +487,10 @@ def _score_phases(client, setup: RunSetup, fault: dict | None = None, marker: Pa
     return to_jsonable(merge_phase(setup, index, plan, resolved, sums))
 
 
-@pytest.mark.parametrize("phase, partition", [("score-split", None), ("score-range", "range-0"), ("score-values", "range-1")])
+# make test: the split; the range and values tasks in make slow (the same retry of a lost task; tests/unit/test_score_tasks.py
+# covers their refusals of missing or short files).
+@pytest.mark.parametrize("phase, partition", [("score-split", None), pytest.param("score-range", "range-0", marks=pytest.mark.slow),
+                                              pytest.param("score-values", "range-1", marks=pytest.mark.slow)])
 def test_worker_lost_in_a_score_task_gives_identical_scores_and_pr_curve(cluster_client, data, expected_scores, tmp_path, phase,
                                                                           partition):
     setup = _score_setup(data, tmp_path / "work")

@@ -119,8 +119,11 @@ def test_run_removes_only_what_it_wrote_in_a_users_workdir(tmp_path: Path, layer
     # runs/ does not exist: a run directory's missing parents are created (issue 33, item 6)
     # With an AOI layer the run also writes the site layers' pieces (workdir/sites): removed too.
     aoi = ["--aoi", str(layers[0].parent / "aoi.parquet"), "--aoi-id-column", "aoi_id"]
-    for workdir, out in ((proj, tmp_path / "runs" / "a"), (made, tmp_path / "runs" / "b")):
-        proc = _evalcore_run(["-p", str(layers[0]), "-r", str(layers[1]), *aoi, "--workdir", str(workdir), "-o", str(out)], prefect_server)
+    # The two runs at the same time: their waits (imports, cluster start) overlap.
+    runs = [(out, _evalcore_run(["-p", str(layers[0]), "-r", str(layers[1]), *aoi, "--workdir", str(workdir), "-o", str(out)],
+                                prefect_server))
+            for workdir, out in ((proj, tmp_path / "runs" / "a"), (made, tmp_path / "runs" / "b"))]
+    for out, proc in runs:
         stdout, stderr = proc.communicate(timeout=500)
         assert proc.returncode == 0, stderr[-3000:]
         assert (out / "metrics.json").is_file()
