@@ -48,6 +48,10 @@ BIN = Path(sys.executable).parent
 SEED = 3
 PHASES: tuple[str, ...] = ("prepare", "pairs", "resolve", "sums", "merge")
 """The run's phases, in order, as ``manifest.json``'s ``timings_s`` names them."""
+RESOLVE_STEPS: tuple[str, ...] = ("components", "seams", "group", "homeless", "score")
+"""Task prefixes of the resolve phase's steps on the workers besides ``resolve-<key>`` (the
+components and seams, the field bootstrap's ``group-draws``, the homeless rows, the scores'
+ranges): their task-seconds count in the resolve phase's cost."""
 OTHER = "other"
 """Everything of the wall time outside the phases: start, reading the inputs' metadata, publishing."""
 FULL_OPTIONS: tuple[str, ...] = (
@@ -307,7 +311,8 @@ def plot_task_stream(stream: Sequence[Mapping], path: Path, title: str) -> Path 
     t0 = min(s["start"] for r in stream for s in r["startstops"])
     workers = sorted({r["worker"] for r in stream})
     prefixes = sorted({phase_of(r["key"]) for r in stream}, key=lambda p: (PHASES + (p,)).index(p))
-    colours = dict(zip(prefixes, plt.get_cmap("tab10").colors, strict=False))
+    palette = plt.get_cmap("tab20").colors  # more task prefixes than tab10's colours; repeats beyond 20
+    colours = {p: palette[i % len(palette)] for i, p in enumerate(prefixes)}
     fig, ax = plt.subplots(figsize=(12, 1.2 + 0.9 * len(workers)))
     for p in prefixes:
         for w_index, w in enumerate(workers):
@@ -420,7 +425,12 @@ def project(phases: Mapping[str, PhaseCost], n_ref: int, workers: int, target_n_
 
 def phase_costs(row: Mapping) -> dict[str, PhaseCost]:
     """:class:`PhaseCost` per phase of a measured size's record (:func:`measure_size`); the rest is :data:`OTHER`."""
-    tasks = row.get("tasks", {})
+    tasks: dict[str, dict[str, float]] = {}
+    for prefix, t in row.get("tasks", {}).items():
+        name = "resolve" if prefix in RESOLVE_STEPS else prefix
+        held = tasks.setdefault(name, {"task_s": 0.0, "max_task_s": 0.0})
+        held["task_s"] += t["task_s"]
+        held["max_task_s"] = max(held["max_task_s"], t["max_task_s"])
     out = {}
     for name, wall in row["phases_s"].items():
         t = tasks.get(name, {})

@@ -19,6 +19,7 @@ from benchmarks.scale import (
     parse_stat_ppid,
     parse_status,
     phase_costs,
+    plot_task_stream,
     project,
     targets,
     targets_table,
@@ -153,6 +154,30 @@ def test_phase_costs_puts_the_rest_of_the_wall_in_other():
     costs = phase_costs(row)
     assert costs["prepare"] == PhaseCost(10.0, 15.0, 5.0)
     assert costs[OTHER] == PhaseCost(20.0, 8.0, 1.0)
+
+
+def test_phase_costs_counts_the_resolve_steps_on_the_workers_in_the_resolve():
+    row = {
+        "wall_s": 40.0,
+        "phases_s": {"resolve": 30.0},
+        "tasks": {"components": {"task_s": 4.0, "max_task_s": 1.0}, "seams": {"task_s": 1.0, "max_task_s": 0.25},
+                  "resolve": {"task_s": 10.0, "max_task_s": 2.0}, "score": {"task_s": 6.0, "max_task_s": 3.0},
+                  "sums": {"task_s": 5.0, "max_task_s": 0.5}},
+    }
+    costs = phase_costs(row)
+    assert costs["resolve"] == PhaseCost(30.0, 21.0, 3.0)
+    assert costs[OTHER] == PhaseCost(10.0, 5.0, 0.5)  # no sums phase measured: its tasks are the rest's
+
+
+def test_task_stream_picture_with_more_phases_than_ten_colours(tmp_path):
+    pytest.importorskip("matplotlib")
+    prefixes = ["prepare", "pairs", "components", "seams", "group-draws", "resolve", "homeless", "score-split", "score-range",
+                "score-values", "sums", "select", "predictions"]
+    stream = [{"key": f"{p}-{k}", "worker": f"tcp://w{k % 2}",
+               "startstops": [{"action": "compute", "start": 10.0 + i + k / 4, "stop": 10.2 + i + k / 4}]}
+              for i, p in enumerate(prefixes) for k in range(2)]
+    path = plot_task_stream(stream, tmp_path / "stream.png", "13 phases")
+    assert path == tmp_path / "stream.png" and path.stat().st_size > 1000
 
 
 def _row(n, wall, client=1000.0, workers=(1500.0, 1600.0), synth=800.0):
