@@ -326,7 +326,7 @@ def plot_task_stream(stream: Sequence[Mapping], path: Path, title: str) -> Path 
             ax.broken_barh([(start, width)], (w_index - 0.4, 0.8), facecolors="black", alpha=0.5, label="transfer / disk")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))  # one legend entry per phase, not per worker
-    ax.legend(unique.values(), unique.keys(), loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(unique), frameon=False)
+    ax.legend(unique.values(), unique.keys(), loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=min(len(unique), 7), frameon=False)
     ax.set_yticks(range(len(workers)), [f"worker {k}" for k in range(len(workers))])
     ax.set_xlabel("seconds since the first task (grey: transfers / disk)")
     ax.set_title(title)
