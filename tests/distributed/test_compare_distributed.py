@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import pytest
 
 from evalcore.compare import compare, compare_on_cluster
 
@@ -29,6 +30,7 @@ def _moved(predicted, rows: slice, dlat: float):
     return out
 
 
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_tile_bootstrap_comparison_resolves_on_the_workers_and_equals_single_process(local_clients, tmp_path, caplog):
     predicted, reference = seam_layers(seed=3)
     paths = {}

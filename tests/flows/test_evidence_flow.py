@@ -131,6 +131,7 @@ def test_the_gate_table_is_an_artifact(run):
     assert artifacts and artifacts[0].type == "table"
 
 
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_the_cli_writes_the_same_run_directory(run, capsys):
     out = run.tmp / "cli-run"
     status = main([

@@ -164,6 +164,7 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_start_brings_up_every_service_on_loopback(stack):
     pids = stack.pids()
     assert set(pids) == SERVICES
@@ -345,6 +346,7 @@ def test_deployments_worker_and_event_trigger_on_the_stack(stack, tmp_path):
         client.delete_flow_run(event_run.id)
 
 
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_stop_kills_exactly_the_recorded_processes(stack):
     pids = stack.pids()
     assert set(pids) == SERVICES

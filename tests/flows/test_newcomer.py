@@ -75,6 +75,7 @@ def default_run(layers, prefect_home, tmp_path_factory):
     return output, out
 
 
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_failed_demo_says_so_and_points_to_no_report(prefect_home, tmp_path):
     out = tmp_path / "demo"
     env = _env(prefect_home, EVALCORE_DEMO_N_REF="50", PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="0")

@@ -122,6 +122,7 @@ def rebootstrapped(scenario):
         return SimpleNamespace(runs=again, registry=registry.runs())
 
 
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_first_run_evaluates_both_layers(scenario):
     first = scenario.first
     assert [r["layer"] for r in first] == ["2024-05-01.parquet", "2024-06-01.gpkg"]
@@ -138,12 +139,14 @@ def test_first_run_evaluates_both_layers(scenario):
     assert not (scenario.out / ".work").exists() or not any((scenario.out / ".work").rglob("*.parquet"))
 
 
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_second_run_evaluates_nothing(scenario):
     assert scenario.second == []
     assert any(m.startswith("nothing new") for m in scenario.second_log)
     assert len(scenario.runs_after_second) == 2
 
 
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_new_layer_alone_is_evaluated_and_compared(scenario):
     (third,) = scenario.third
     assert third["layer"] == "2024-07-01" and third["status"] == "succeeded"
@@ -164,6 +167,7 @@ def test_new_layer_alone_is_evaluated_and_compared(scenario):
     assert "| Recall |" in markdown and "intervals overlap" in markdown
 
 
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_registry_holds_three_runs(scenario):
     runs = scenario.runs_after_third
     assert len(runs) == 3 and all(isinstance(r, RunRecord) for r in runs)
@@ -179,6 +183,7 @@ def test_registry_holds_three_runs(scenario):
         assert r.summary == json.loads(json.dumps(run_summary(metrics)))
 
 
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_comparison_artifact_published(scenario):
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[artifact_key(PRODUCT)])))
@@ -187,6 +192,7 @@ def test_comparison_artifact_published(scenario):
     assert (Path(third["output_dir"]) / "comparison.md").read_text() in {a.data for a in artifacts}
 
 
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_file_and_memory_urls_find_nothing_new(scenario):
     assert scenario.file_url == []
     assert scenario.memory == []

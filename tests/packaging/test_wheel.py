@@ -79,6 +79,7 @@ def test_installed_wheel_is_what_runs_outside_the_repository(installed):
     assert "usage" in _run([str(installed["evalcore"]), "run", "--help"], installed["cwd"], installed["env"]).stdout
 
 
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_installed_wheel_evaluates(installed):
     cwd, env, evalcore = installed["cwd"], installed["env"], str(installed["evalcore"])
     _run([evalcore, "synth", "--n-ref", "200", "--out", "data"], cwd, env)

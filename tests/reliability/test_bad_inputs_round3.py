@@ -254,6 +254,7 @@ def test_full_disk_in_run(tmp_path: Path, ref: Path, pred: Path, full_disk: Path
 
 @pytest.mark.cli
 @pytest.mark.cluster  # evalcore run: a flow on a LocalCluster, in a subprocess
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_worker_side_bad_input_in_run(tmp_path: Path, ref: Path, prefect_server: str):
     """NaN coordinates are found only when a worker prepares the layer, after every check of `run`."""
     import struct

@@ -135,6 +135,7 @@ def test_evaluate_dashboard_address_flag_is_used(tmp_path):
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_run_passes_the_dashboard_address_to_its_cluster(tmp_path, prefect_server):
     pred, ref = _layers(tmp_path / "in")
     wanted = _free_port()

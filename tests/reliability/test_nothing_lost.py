@@ -108,6 +108,7 @@ def test_run_refuses_a_workdir_holding_its_inputs_and_deletes_nothing(tmp_path: 
 @pytest.mark.cli
 @pytest.mark.cluster  # evalcore run in a subprocess: a flow on a LocalCluster
 @pytest.mark.prefect
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_run_removes_only_what_it_wrote_in_a_users_workdir(tmp_path: Path, layers: tuple[Path, Path], prefect_server: str) -> None:
     proj = tmp_path / "proj"
     (proj / "notes").mkdir(parents=True)
@@ -333,7 +334,7 @@ def _cmdline(process: object) -> list[str]:
 @pytest.mark.cli
 @pytest.mark.cluster  # evalcore run in a subprocess: a flow on a LocalCluster
 @pytest.mark.prefect
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])  # SIGTERM: make slow (CI time)
 def test_killed_run_leaves_no_prefect_server(tmp_path: Path, layers: tuple[Path, Path], sig: signal.Signals) -> None:
     import psutil
 

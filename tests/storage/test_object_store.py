@@ -238,6 +238,7 @@ def _run_files(run_dir: Path) -> list[Path]:
 
 @pytest.mark.prefect
 @pytest.mark.cluster
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_run_with_layers_on_the_store_equals_the_local_run_and_writes_no_secret(
     tmp_path: Path, layers: Path, s3_store, dask_on_store: str, prefect_server: str,
 ) -> None:

@@ -65,6 +65,7 @@ def _mirrors(base: Path) -> list[Path]:
     return sorted(base.glob("w*/tmp/evalcore-store-*/*"))
 
 
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_evaluate_with_the_workdir_on_the_store_equals_the_single_process_and_resumes(
     tmp_path: Path, layers: Path, s3_store, two_workers, single_metrics: dict,
 ) -> None:

@@ -147,6 +147,7 @@ def test_every_path_of_a_real_run_is_a_path_a_run_can_hold(every_option_metrics)
 @pytest.mark.cli
 @pytest.mark.cluster  # evalcore run: a flow on a LocalCluster, in a subprocess
 @pytest.mark.prefect
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_run_with_gates_that_fail_prints_the_summary_and_the_failing_rules(tmp_path, prefect_server):
     data = tmp_path / "data"
     assert _cli("synth", "--n-ref", "150", "--seed", "4", "--out", str(data), timeout=300).returncode == 0

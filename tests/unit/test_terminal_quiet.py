@@ -111,6 +111,7 @@ def test_evaluate_on_a_cluster_on_a_terminal_redraws_one_line_per_phase(layers, 
 @pytest.mark.cli
 @pytest.mark.cluster
 @pytest.mark.prefect
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
 def test_run_prints_no_prefect_lines_and_no_partition_keys(layers, tmp_path, prefect_server):
     pred, ref = layers
     env = _env(PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_API_URL=prefect_server)
