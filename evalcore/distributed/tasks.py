@@ -621,6 +621,15 @@ def score_split_task(path: str, cuts: np.ndarray, out_dir: str, name: str, with_
     return counts.tolist(), homed
 
 
+def _read_work_file(path: str | Path, what: str) -> dict:
+    """The arrays of a work file another task wrote; one that cannot be read is a
+    :class:`PartitionMissingError` naming ``what`` and the file."""
+    try:
+        return storage.read_summary(Path(path))
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise PartitionMissingError(f"{what} ({path}) cannot be read ({type(exc).__name__}: {exc})") from None
+
+
 def score_weights_task(
     workdir: str, key: PartitionKey, homed: list[tuple[str, str, int]], out_dir: str, options: EvalOptions, signature: str,
     field_groups: tuple | None = None, block_units: np.ndarray | None = None,
@@ -647,11 +656,7 @@ def score_weights_task(
     weights = draws.weights()  # (replicates, fields)
     parts = []
     for resolver, path, n in homed:
-        try:
-            a = storage.read_summary(Path(path))
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-            raise PartitionMissingError(f"partition {name}: the homed score rows of partition {resolver} ({path}) cannot be read "
-                                        f"({type(exc).__name__}: {exc})") from None
+        a = _read_work_file(path, f"partition {name}: the homed score rows of partition {resolver}")
         if len(a["pos"]) != n:
             raise PartitionMissingError(f"partition {name}: {path} holds {len(a['pos'])} homed score rows but {n} were written there")
         parts.append(a)
@@ -734,11 +739,7 @@ def _range_weights(rows: ScoreRows, extra: dict, weights: list[tuple[str, str, i
     homed = np.flatnonzero(extra["home"] >= 0)
     files = []
     for name, path, n in weights:
-        try:
-            a = storage.read_summary(Path(path))
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-            raise PartitionMissingError(f"score range {k}: the weights file of partition {name} ({path}) cannot be read "
-                                        f"({type(exc).__name__}: {exc})") from None
+        a = _read_work_file(path, f"score range {k}: the weights file of partition {name}")
         if len(a["pos"]) != n or a["weights"].shape != (n, B):
             raise PartitionMissingError(f"score range {k}: the weights file of partition {name} ({path}) does not hold its {n} rows")
         files.append(a)
@@ -799,12 +800,10 @@ def score_replicates_task(paths: list[str], total: ReplicateCounts, n_refs: np.n
     inject_fault("score-replicates", "all")
     merged = None
     for k, path in enumerate(paths):
-        try:
-            a = storage.read_summary(Path(path))
-            share = ReplicateShares(a["envelope"], a["aurc_digits"])
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-            raise PartitionMissingError(f"score range {k}: its replicates file ({path}) cannot be read "
-                                        f"({type(exc).__name__}: {exc})") from None
+        a = _read_work_file(path, f"score range {k}: its replicates file")
+        if "envelope" not in a or "aurc_digits" not in a:
+            raise PartitionMissingError(f"score range {k}: its replicates file ({path}) cannot be read (KeyError: no envelope)")
+        share = ReplicateShares(a["envelope"], a["aurc_digits"])
         merged = share if merged is None else merged + share
     return replicate_values(merged, total, n_refs)
 
