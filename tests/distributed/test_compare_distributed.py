@@ -30,14 +30,20 @@ def _moved(predicted, rows: slice, dlat: float):
     return out
 
 
-@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
-def test_tile_bootstrap_comparison_resolves_on_the_workers_and_equals_single_process(local_clients, tmp_path, caplog):
+def _paired_layers(tmp_path) -> dict[str, str]:
+    """The seam layers as a reference and two models, each with predictions moved into tiles of its own."""
     predicted, reference = seam_layers(seed=3)
     paths = {}
     for name, frame in (("cand", _moved(predicted, slice(0, 12), 0.05)), ("inc", _moved(predicted, slice(40, 50), -0.05)),
                         ("ref", reference)):
         paths[name] = str(tmp_path / f"{name}.parquet")
         frame.to_parquet(paths[name])
+    return paths
+
+
+@pytest.mark.slow  # make slow (CI time): a whole run end to end; make test keeps cheaper cases of this mechanism
+def test_tile_bootstrap_comparison_resolves_on_the_workers_and_equals_single_process(local_clients, tmp_path, caplog):
+    paths = _paired_layers(tmp_path)
     single = compare(paths["cand"], paths["inc"], paths["ref"], **OPTIONS)
     work = tmp_path / "work"
     with caplog.at_level(logging.INFO, logger="evalcore.distributed.runner"):
@@ -61,12 +67,7 @@ def test_tile_bootstrap_comparison_with_scores_equals_single_process(local_clien
     """With scores, each prediction's weight in a resample is its unit's count in the union of
     units: the whole resolve on the workers is made again over the union (its finished
     resolve tasks reused), not only the homeless task; the AP deltas and intervals to the bit."""
-    predicted, reference = seam_layers(seed=3)
-    paths = {}
-    for name, frame in (("cand", _moved(predicted, slice(0, 12), 0.05)), ("inc", _moved(predicted, slice(40, 50), -0.05)),
-                        ("ref", reference)):
-        paths[name] = str(tmp_path / f"{name}.parquet")
-        frame.to_parquet(paths[name])
+    paths = _paired_layers(tmp_path)
     options = {**OPTIONS, "score_column": "score", "size_bins": None}
     single = compare(paths["cand"], paths["inc"], paths["ref"], **options)
     work = tmp_path / "work"
