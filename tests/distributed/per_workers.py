@@ -13,11 +13,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import evalcore
 
 PARTITION_FOR_WORKERS = {1: 5_000.0, 2: 20_000.0, 3: 50_000.0}
 """workers -> partition side (m): each run compared with the single process at that side."""
 WORKERS = sorted(PARTITION_FOR_WORKERS)
+
+TWO_WORKERS_UNLESS_SLOW = [
+    pytest.param(1, id="1workers", marks=pytest.mark.slow),
+    pytest.param(2, id="2workers"),
+    pytest.param(3, id="3workers", marks=pytest.mark.slow),
+]
+"""For ``@pytest.mark.parametrize("client", TWO_WORKERS_UNLESS_SLOW, indirect=True)``: a case
+that adds a mechanism to the differential matrix (which runs on 1, 2 and 3 workers in make
+test) runs on 2 workers in make test and on 1 and 3 as well in make slow (CI time)."""
 
 
 def single_process_runs(predicted: object, reference: object, options: dict) -> dict[float, dict]:

@@ -17,7 +17,7 @@ import pytest
 import evalcore
 from evalcore.synth import make_layers
 
-from .per_workers import WORKERS, cluster_run, single_process_runs
+from .per_workers import TWO_WORKERS_UNLESS_SLOW, WORKERS, cluster_run, single_process_runs
 
 OPTIONS = {"class_column": "crop", "score_column": "score", "bootstrap": 20, "strata": "stratum"}
 
@@ -56,6 +56,7 @@ def test_the_data_exercises_the_class_keys(expected):
         assert all("ci" in e for e in c["per_class"].values()) and "ap50_95" in c["macro"]["ci"]
 
 
+@pytest.mark.parametrize("client", TWO_WORKERS_UNLESS_SLOW, indirect=True)  # the classes resolve on the client: one cluster in make test
 def test_distributed_classes_equal_single_process(layers, expected, client, tmp_path):
     predicted, reference = layers
     result, partition = cluster_run(client, predicted, reference, OPTIONS, tmp_path / "work")

@@ -24,6 +24,7 @@ from evalcore.distributed.runner import (
 )
 from evalcore.distributed.staging import stage_layer, start_run
 
+from .per_workers import TWO_WORKERS_UNLESS_SLOW
 from .seams import seam_layers, strip_layers
 
 OPTIONS = dict(strata="stratum", size_bins="auto", bootstrap=40, boundary_tolerance_m=10.0)
@@ -127,6 +128,8 @@ def expected_worker_resolve(layers):
     return {tile: evalcore.evaluate(predicted, reference, partition_size_m=tile, **WORKER_OPTIONS) for tile in TILE_SIZES}
 
 
+# make test: 2 workers (the matrix above already resolves on 1, 2 and 3 workers: its field bootstrap runs there).
+@pytest.mark.parametrize("client", TWO_WORKERS_UNLESS_SLOW, indirect=True)
 @pytest.mark.parametrize("partition_size_m", TILE_SIZES, ids=lambda t: f"tile{int(t)}m")
 def test_resolve_on_the_workers_equals_single_process_exactly(layers, expected_worker_resolve, client, partition_size_m, tmp_path):
     """The resolve by connected components on the workers: every key to the last bit."""
@@ -142,6 +145,7 @@ def test_resolve_on_the_workers_equals_single_process_exactly(layers, expected_w
     assert len(list((tmp_path / "work" / "resolve").glob("by-*.done.json"))) >= (8 if partition_size_m == 2_000.0 else 1)
 
 
+@pytest.mark.parametrize("client", TWO_WORKERS_UNLESS_SLOW, indirect=True)
 def test_block_bootstrap_resolved_on_the_workers_equals_single_process_exactly(layers, single_process, client, tmp_path):
     """A tile bootstrap: the resolves make no draws, the homeless task and the sums tasks draw
     from the run's units and the seed; intervals and every key to the last bit."""
@@ -155,6 +159,7 @@ def test_block_bootstrap_resolved_on_the_workers_equals_single_process_exactly(l
     assert result["bootstrap"]["ci"]
 
 
+@pytest.mark.parametrize("client", TWO_WORKERS_UNLESS_SLOW, indirect=True)
 @pytest.mark.parametrize("partition_size_m", [2_000.0, 1_000.0], ids=lambda t: f"tile{int(t)}m")
 def test_field_bootstrap_resolved_on_the_workers_equals_single_process_exactly(layers, client, partition_size_m, tmp_path):
     """The field bootstrap (the default unit): the components tasks report their (pool,
@@ -183,6 +188,7 @@ def test_field_bootstrap_resolved_on_the_workers_equals_single_process_exactly(l
     assert len({p for p, *_ in holders}) >= 2 and max(holders.values()) >= 3
 
 
+@pytest.mark.parametrize("client", TWO_WORKERS_UNLESS_SLOW, indirect=True)
 @pytest.mark.parametrize("matching", ["many_to_one", "max_weight"])
 @pytest.mark.parametrize("partition_size_m", [2_000.0, 1_000.0], ids=lambda t: f"tile{int(t)}m")
 def test_components_spanning_many_partitions_resolve_exactly(single_process, client, partition_size_m, matching, tmp_path):

@@ -121,7 +121,7 @@ def single_bootstrap(layers):
     return of
 
 
-@pytest.mark.parametrize("client", [1, 2], indirect=True, ids=["1worker", "2workers"])
+@pytest.mark.parametrize("client", [pytest.param(1, id="1worker", marks=pytest.mark.slow), pytest.param(2, id="2workers")], indirect=True)  # 1 worker: make slow
 @pytest.mark.parametrize("case", [0, 1], ids=["field", "tile"])
 def test_bootstrap_intervals_on_the_workers_equal_single_process(layers, single_bootstrap, client, case, tmp_path):
     predicted, reference = layers

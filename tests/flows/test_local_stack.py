@@ -103,9 +103,8 @@ class Stack:
         return "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in sorted(self.state.glob("*.log")))
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    state = tmp_path_factory.mktemp("local-stack") / "state"
+def _stack(state: Path) -> Stack:
+    """The stack's scripts' environment for a state directory, on free loopback ports; nothing started."""
     prefect_port, dask_port, dashboard_port, health_port = _free_ports(4)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DASK_"))}
     env.update(
@@ -119,7 +118,7 @@ def stack(tmp_path_factory):
         EVALCORE_WORKER_QUERY_SECONDS="2",
         EVALCORE_START_TIMEOUT="150",
     )
-    stack = Stack(
+    return Stack(
         env=env,
         state=state,
         api=f"http://127.0.0.1:{prefect_port}/api",
@@ -127,6 +126,11 @@ def stack(tmp_path_factory):
         dashboard=f"http://127.0.0.1:{dashboard_port}",
         start_output="",
     )
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    stack = _stack(tmp_path_factory.mktemp("local-stack") / "state")
     started = time.perf_counter()
     proc = stack.script("start.sh", timeout=240)
     if proc.returncode != 0:
@@ -212,7 +216,7 @@ def _same(actual: object, expected: object, path: str = "") -> list[str]:
     return [] if actual == expected else [f"{path}: {actual!r} != {expected!r}"]
 
 
-@pytest.mark.slow  # 2 min: a deployment run through the stack's worker (make slow); the stack's services are tested in make test
+@pytest.mark.slow  # 2 min: a deployment run through the stack's worker (make slow, with the stack's start and stop)
 def test_flow_on_the_stack_equals_single_process(stack, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -366,8 +370,10 @@ def test_stop_kills_exactly_the_recorded_processes(stack):
     assert again.returncode == 0 and "nothing to stop" in again.stderr
 
 
-def test_stop_skips_a_stale_pid_file_without_signalling(stack, tmp_path):
-    """A pid file whose pid now belongs to another program is removed, the program lives."""
+def test_stop_skips_a_stale_pid_file_without_signalling(tmp_path):
+    """A pid file whose pid now belongs to another program is removed, the program lives
+    (stop.sh on a state directory holding only that file: no stack need run)."""
+    stack = _stack(tmp_path / "state")
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         stack.state.mkdir(parents=True, exist_ok=True)

@@ -343,11 +343,18 @@ def test_params_match_evaluate_params_and_hash():
         ReevaluateParams(reference="r", predictions="p", output_root="o", size_bins=[5, 1])
 
 
-def test_failed_evaluation_is_recorded_and_retried(scenario, tmp_path):
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The scenario's reference alone (the failed-evaluation test needs no scenario run)."""
+    _, ref = write_layers(tmp_path_factory.mktemp("reevaluate-reference"), 400, seed=11)
+    return ref
+
+
+def test_failed_evaluation_is_recorded_and_retried(reference, local_clients, tmp_path):
     preds = tmp_path / "broken"
     preds.mkdir()
     (preds / "2024-08-01.parquet").write_bytes(b"not parquet at all")
-    params = ReevaluateParams(reference=str(scenario.ref), predictions=str(preds), output_root=str(tmp_path / "out"), n_workers=1)
+    params = ReevaluateParams(reference=str(reference), predictions=str(preds), output_root=str(tmp_path / "out"), n_workers=1)
     state = reevaluate_new_imagery(params, return_state=True)
     assert state.is_failed() and "1 of 1 evaluations failed (2024-08-01.parquet)" in state.message
     with open_registry(default_registry_url(tmp_path / "out")) as registry:
@@ -359,7 +366,7 @@ def test_failed_evaluation_is_recorded_and_retried(scenario, tmp_path):
     assert not (Path(run.output_dir) / "comparison.json").exists()
     # A failed layer is tried again. On the session's cluster: the flow's own LocalCluster was
     # tested above, and the cluster is not among the parameters that identify a run.
-    again = params.model_copy(update={"cluster": scenario.params.cluster})
+    again = params.model_copy(update={"cluster": local_clients.get(2).scheduler.address})
     assert again.params_hash() == params.params_hash()
     assert reevaluate_new_imagery(again, return_state=True).is_failed()
     with open_registry(default_registry_url(tmp_path / "out")) as registry:

@@ -122,6 +122,7 @@ def test_evaluate_on_a_local_cluster_binds_the_dashboard_to_loopback(tmp_path):
 
 @pytest.mark.cluster
 @pytest.mark.timeout(300)
+@pytest.mark.slow  # make slow (CI time): make test keeps the default address's run above; the flag's parsing is tested below
 def test_evaluate_dashboard_address_flag_is_used(tmp_path):
     pred, ref = _layers(tmp_path / "in")
     wanted = _free_port()

@@ -281,6 +281,7 @@ def _flow_run_states(api_url: str) -> list[tuple[str, str]]:
 @pytest.mark.cli
 @pytest.mark.cluster  # evalcore run in a subprocess: a flow on a LocalCluster
 @pytest.mark.prefect
+@pytest.mark.slow  # make slow (CI time): a whole evalcore run with failing gates; the run directory's lock is tested alone in make test
 def test_second_run_into_a_run_directory_is_refused_and_gates_end_the_run_failed(tmp_path: Path, layers: tuple[Path, Path], prefect_server: str) -> None:
     out = tmp_path / "run"
     gates = tmp_path / "gates.yaml"

@@ -178,7 +178,9 @@ def test_an_output_that_is_an_input_is_refused_by_normalised_url(tmp_path: Path,
     assert s3_store.listing() == before
 
 
-@pytest.mark.parametrize("case", ["wrong key", "missing bucket", "missing object", "unreachable endpoint", "read-only output"])
+# make slow (CI time): the missing bucket and the unreachable endpoint, refused by the same one-line path as the others.
+@pytest.mark.parametrize("case", ["wrong key", pytest.param("missing bucket", marks=pytest.mark.slow), "missing object",
+                                  pytest.param("unreachable endpoint", marks=pytest.mark.slow), "read-only output"])
 def test_store_failures_end_with_one_line_naming_the_url_and_leave_nothing(tmp_path: Path, layers: Path, s3_store, case: str) -> None:
     env = s3_store.env()
     ref, pred = s3_store.url("in", "reference.gpkg"), s3_store.url("in", "predicted.parquet")

@@ -134,7 +134,9 @@ def test_a_run_killed_after_the_pairs_phase_resumes_from_the_store(
     assert differences(json.loads((tmp_path / "m.json").read_text()), single_metrics) == []
 
 
-@pytest.mark.parametrize("case", ["wrong key", "missing bucket", "unreachable endpoint"])
+# make slow (CI time): the missing bucket and the unreachable endpoint, refused by the same one-line path.
+@pytest.mark.parametrize("case", ["wrong key", pytest.param("missing bucket", marks=pytest.mark.slow),
+                                  pytest.param("unreachable endpoint", marks=pytest.mark.slow)])
 def test_a_workdir_the_store_refuses_ends_with_one_line_naming_it(tmp_path: Path, layers: Path, s3_store, case: str) -> None:
     env = s3_store.env()
     work = s3_store.url("work-refused")

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.markers import FIXTURE_MARKERS, MARKERS, QUICK, subprocess_needs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +32,7 @@ def _collect(tmp_path: Path, expression: str) -> dict[str, dict[str, list[str]]]
     return json.loads(report.read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow  # 17 s: a whole collection in a subprocess (make slow); make quick's EVALCORE_CHECK_MARKERS fails an unmarked test
 def test_the_quick_selection_keeps_no_test_of_a_cluster_a_server_a_browser_or_a_subprocess(tmp_path):
     quick = _collect(tmp_path, QUICK)
     using = {node: sorted(FIXTURE_MARKERS.keys() & set(seen["fixtures"])) for node, seen in quick.items()}

@@ -95,6 +95,7 @@ def _run_on_a_terminal(argv: list[str], timeout: float = 600) -> tuple[int, str]
 
 @pytest.mark.cli
 @pytest.mark.cluster
+@pytest.mark.slow  # make slow (CI time): the same phases' lines to a pipe are in make test
 def test_evaluate_on_a_cluster_on_a_terminal_redraws_one_line_per_phase(layers, tmp_path):
     status, text = _run_on_a_terminal(_evaluate_args(layers, tmp_path / "m.json"))
     assert status == 0, text

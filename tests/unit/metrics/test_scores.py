@@ -7,7 +7,7 @@
   everything and no cap on detections (``maxDets`` larger than the layer).
 * Everything else is worked out by hand in the comments, on strips of
   ``tests.common.strip`` (one unit = 100 m, 100 m high, in EPSG:6933).
-* Bad input goes through the installed ``evalcore`` command in a subprocess.
+* Bad input goes through the ``evalcore`` command line, called in this process.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import contextlib
 import io
 import json
 import math
-import subprocess
 from pathlib import Path
 
 import geopandas
@@ -27,9 +26,8 @@ from shapely.geometry import box
 
 import evalcore
 from evalcore.metrics.scores import REC_THRS, calibration_bin, coco_ap
-from tests.common import EA, layer, strips
+from tests.common import EA, cli_in_process, layer, strips
 
-EVALCORE_BIN = Path(__file__).resolve().parents[3] / ".venv" / "bin" / "evalcore"
 THRESHOLDS = [round(0.5 + 0.05 * k, 2) for k in range(10)]
 
 
@@ -691,25 +689,21 @@ GOOD_CLI = ("good", None, ["--score-column", "score", "--calibration-bins", "5",
 
 @pytest.fixture(scope="module")
 def cli_runs(tmp_path_factory):
-    """Every command-line case at once, as concurrent subprocesses (each pays the imports)."""
-    runs = {}
+    """Every command-line case, each ``evalcore evaluate`` called in this process
+    (tests.common.cli_in_process: the exit status and what it printed, without a
+    subprocess's imports)."""
+    done = {}
     for kind, columns, args, _ in [*BAD_CLI, GOOD_CLI]:
         root = tmp_path_factory.mktemp(kind)
         pred, ref = cli_layers(root, **(columns or {}))
         (root / "out").mkdir()
         out = root / "out" / "m.json"
         before = _files(root)
-        cmd = [str(EVALCORE_BIN), "evaluate", "-p", str(pred), "-r", str(ref), "-o", str(out),
-               *(a.format(out=root / "out") for a in args)]
-        runs[kind] = (subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), root, out, before)
-    done = {}
-    for kind, (proc, root, out, before) in runs.items():
-        stdout, stderr = proc.communicate(timeout=300)
-        done[kind] = {"status": proc.returncode, "stdout": stdout, "stderr": stderr, "root": root, "out": out, "before": before}
+        run = cli_in_process("evaluate", "-p", pred, "-r", ref, "-o", out, *(a.format(out=root / "out") for a in args))
+        done[kind] = {"status": run.returncode, "stdout": run.stdout, "stderr": run.stderr, "root": root, "out": out, "before": before}
     return done
 
 
-@pytest.mark.cli
 @pytest.mark.parametrize("kind, needles", [(c[0], c[3]) for c in BAD_CLI], ids=[c[0] for c in BAD_CLI])
 def test_bad_score_input_through_the_cli(cli_runs, kind, needles):
     run = cli_runs[kind]
@@ -769,7 +763,6 @@ def test_bad_score_options_through_the_api(options):
         evalcore.evaluate(pred, ref, score_column="score", **options)
 
 
-@pytest.mark.cli
 def test_cli_writes_score_keys_and_the_exact_curve(cli_runs):
     run = cli_runs["good"]
     assert run["status"] == 0, run["stderr"]
