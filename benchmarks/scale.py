@@ -247,9 +247,12 @@ def phase_of(key: str) -> str:
     """The phase a task belongs to from its key (``pairs-32612-11-77-<token>`` -> ``pairs``).
 
     Tasks of no phase of :data:`PHASES` (the per-partition predictions, the selection of the
-    medians) are counted as :data:`OTHER` in the projection but keep their prefix here.
+    medians) are counted as :data:`OTHER` in the projection but keep their prefix here. The
+    scores' tasks keep their step (``score-weights``, ``score-range``, ...): they are
+    several kinds of work of one resolve step, each worth its own line.
     """
-    return str(key).split("-", 1)[0]
+    parts = str(key).split("-", 2)
+    return "-".join(parts[:2]) if parts[0] == "score" and len(parts) > 1 else parts[0]
 
 
 def task_costs(stream: Iterable[Mapping]) -> dict[str, dict[str, float]]:
@@ -427,7 +430,7 @@ def phase_costs(row: Mapping) -> dict[str, PhaseCost]:
     """:class:`PhaseCost` per phase of a measured size's record (:func:`measure_size`); the rest is :data:`OTHER`."""
     tasks: dict[str, dict[str, float]] = {}
     for prefix, t in row.get("tasks", {}).items():
-        name = "resolve" if prefix in RESOLVE_STEPS else prefix
+        name = "resolve" if prefix.split("-", 1)[0] in RESOLVE_STEPS else prefix
         held = tasks.setdefault(name, {"task_s": 0.0, "max_task_s": 0.0})
         held["task_s"] += t["task_s"]
         held["max_task_s"] = max(held["max_task_s"], t["max_task_s"])

@@ -19,6 +19,7 @@ from benchmarks.scale import (
     parse_stat_ppid,
     parse_status,
     phase_costs,
+    phase_of,
     plot_task_stream,
     project,
     targets,
@@ -167,6 +168,19 @@ def test_phase_costs_counts_the_resolve_steps_on_the_workers_in_the_resolve():
     costs = phase_costs(row)
     assert costs["resolve"] == PhaseCost(30.0, 21.0, 3.0)
     assert costs[OTHER] == PhaseCost(10.0, 5.0, 0.5)  # no sums phase measured: its tasks are the rest's
+
+
+def test_score_tasks_keep_their_step_and_count_in_the_resolve():
+    assert phase_of("pairs-32612-11-77-0a1b") == "pairs"
+    assert phase_of("score-weights-32612-11-77-0a1b") == "score-weights"
+    assert phase_of("score-replicates-0a1b") == "score-replicates"
+    assert phase_of("score") == "score"
+    row = {"wall_s": 12.0, "phases_s": {"resolve": 10.0},
+           "tasks": {"score-weights": {"task_s": 4.0, "max_task_s": 1.0}, "score-range": {"task_s": 2.0, "max_task_s": 1.5},
+                     "select": {"task_s": 0.5, "max_task_s": 0.25}}}
+    costs = phase_costs(row)
+    assert costs["resolve"] == PhaseCost(10.0, 6.0, 1.5)
+    assert costs[OTHER] == PhaseCost(2.0, 0.5, 0.25)
 
 
 def test_task_stream_picture_with_more_phases_than_ten_colours(tmp_path):
