@@ -300,6 +300,14 @@ def busy_seconds(stream: Iterable[Mapping], workers: int) -> dict[str, float]:
     return {"any_s": any_s, "all_s": all_s}
 
 
+def phase_colours(prefixes: Sequence[str], palette: Sequence[tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
+    """A colour per task prefix from ``palette`` (tab20: more prefixes than tab10 has
+    colours), leaving out its greys, which are the transfers' colour (the 2M picture of
+    2026-12-03 drew score-values in that grey); repeats beyond the palette's length."""
+    colours = [c for c in palette if not (c[0] == c[1] == c[2])]
+    return {p: colours[i % len(colours)] for i, p in enumerate(prefixes)}
+
+
 def plot_task_stream(stream: Sequence[Mapping], path: Path, title: str) -> Path | None:
     """The task stream as a picture (one row per worker, a bar per task coloured by phase); None without matplotlib."""
     try:
@@ -314,8 +322,7 @@ def plot_task_stream(stream: Sequence[Mapping], path: Path, title: str) -> Path 
     t0 = min(s["start"] for r in stream for s in r["startstops"])
     workers = sorted({r["worker"] for r in stream})
     prefixes = sorted({phase_of(r["key"]) for r in stream}, key=lambda p: (PHASES + (p,)).index(p))
-    palette = plt.get_cmap("tab20").colors  # more task prefixes than tab10's colours; repeats beyond 20
-    colours = {p: palette[i % len(palette)] for i, p in enumerate(prefixes)}
+    colours = phase_colours(prefixes, plt.get_cmap("tab20").colors)
     fig, ax = plt.subplots(figsize=(12, 1.2 + 0.9 * len(workers)))
     for p in prefixes:
         for w_index, w in enumerate(workers):

@@ -18,6 +18,7 @@ from benchmarks.scale import (
     children_of,
     parse_stat_ppid,
     parse_status,
+    phase_colours,
     phase_costs,
     phase_of,
     plot_task_stream,
@@ -181,6 +182,13 @@ def test_score_tasks_keep_their_step_and_count_in_the_resolve():
     costs = phase_costs(row)
     assert costs["resolve"] == PhaseCost(10.0, 6.0, 1.5)
     assert costs[OTHER] == PhaseCost(2.0, 0.5, 0.25)
+
+
+def test_no_phase_gets_the_transfers_grey():
+    grey, light = (0.5, 0.5, 0.5), (0.78, 0.78, 0.78)
+    palette = [(0.1, 0.2, 0.3), grey, (0.3, 0.2, 0.1), light]
+    colours = phase_colours(["a", "b", "c", "d"], palette)
+    assert colours == {"a": (0.1, 0.2, 0.3), "b": (0.3, 0.2, 0.1), "c": (0.1, 0.2, 0.3), "d": (0.3, 0.2, 0.1)}
 
 
 def test_task_stream_picture_with_more_phases_than_ten_colours(tmp_path):
