@@ -22,7 +22,7 @@ import numpy as np
 
 from evalcore.errors import EvalInputError
 from evalcore.html_report.figures import new_figure, place, png, scale_bar
-from evalcore.html_report.loading import RunFiles, label_column, read_columns, read_parquet, tile_side_m
+from evalcore.html_report.loading import RunFiles, label_column, read_parquet, tile_side_m
 from evalcore.html_report.markup import Figure, Page, esc, fmt, note, table
 
 __all__ = [
@@ -76,24 +76,32 @@ class _Window:
     focus_index: object = None
     tile: tuple[int, int] | None = None  # a worst tile's (tile_x, tile_y): the window moves onto its errors
 
-def _neighbourhood(windows: list[_Window], tile_m: float) -> dict[int, tuple[set[int], set[int]]]:
-    """Per zone, the tile columns and rows within reach of the windows (a superset for the read filter)."""
-    out: dict[int, tuple[set[int], set[int]]] = {}
+def _neighbourhood(windows: list[_Window], tile_m: float) -> dict[int, list[tuple[int, int, int, int]]]:
+    """Per zone, the rectangle of tiles within reach of each window, ``(x0, x1, y0, y1)`` inclusive.
+
+    One rectangle per window, not the columns and rows of all of a zone's windows crossed:
+    with the samples spread over a country that cross product held most of its tiles, and
+    the overlays read the geometry of half the run's fields and predictions (the report's
+    peak memory, growing with the run: 0.9 GiB of a 500k-field run's 1.2 GiB).
+    """
+    out: dict[int, list[tuple[int, int, int, int]]] = {}
     for w in windows:
         half = w.side_m / 2 + tile_m  # a polygon's tile is that of its centroid: one tile of margin
-        xs, ys = out.setdefault(w.zone, (set(), set()))
-        xs.update(range(math.floor((w.cx - half) / tile_m), math.floor((w.cx + half) / tile_m) + 1))
-        ys.update(range(math.floor((w.cy - half) / tile_m), math.floor((w.cy + half) / tile_m) + 1))
+        out.setdefault(w.zone, []).append((math.floor((w.cx - half) / tile_m), math.floor((w.cx + half) / tile_m),
+                                           math.floor((w.cy - half) / tile_m), math.floor((w.cy + half) / tile_m)))
     return out
 
 
-def _tile_filter(zone_col: str, reach: dict[int, tuple[set[int], set[int]]]) -> Any:
+def _tile_filter(zone_col: str, reach: dict[int, list[tuple[int, int, int, int]]]) -> Any:
+    """The rows whose (zone, tile) lies in one of ``reach``'s rectangles, as a parquet filter."""
     import pyarrow.dataset as ds
 
     expr = None
-    for zone, (xs, ys) in reach.items():
-        term = (ds.field(zone_col) == zone) & ds.field("tile_x").isin(sorted(xs)) & ds.field("tile_y").isin(sorted(ys))
-        expr = term if expr is None else expr | term
+    for zone, rectangles in sorted(reach.items()):
+        for x0, x1, y0, y1 in sorted(set(rectangles)):
+            term = ((ds.field(zone_col) == zone) & (ds.field("tile_x") >= x0) & (ds.field("tile_x") <= x1)
+                    & (ds.field("tile_y") >= y0) & (ds.field("tile_y") <= y1))
+            expr = term if expr is None else expr | term
     return expr
 
 
@@ -244,34 +252,82 @@ def _label_columns(fields_dir: Path, preds_dir: Path) -> dict[str, str]:
     }
 
 
+def _matching_positions(path: Path, wanted: list[tuple[str, str | None]]) -> tuple[dict[int, np.ndarray | None], list]:
+    """For each ``(code, flag)`` of ``wanted``, the positions (in the parts' order, as
+    ``pyarrow.dataset`` reads them whole) of the rows that carry the error code, or whose
+    flag column is true; None where the table has no such column. Read one part at a time,
+    only those columns: a few numbers per error, not the run's rows (the whole columns took
+    0.2 GiB of a 500k-field run's report and grew with the run). Also returns the parts."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    try:
+        dataset = ds.dataset(path, format="parquet")
+    except Exception as exc:
+        raise EvalInputError(f"{path}: cannot be read as parquet ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+    names = dataset.schema.names
+    columns = sorted({flag or "error_code" for _, flag in wanted} & set(names))
+    found: dict[int, list[np.ndarray] | None] = {k: ([] if (flag or "error_code") in names else None) for k, (_, flag) in enumerate(wanted)}
+    fragments = list(dataset.get_fragments())
+    offset = 0
+    for fragment in fragments:
+        part = fragment.to_table(columns=columns, schema=dataset.schema)
+        for k, (code, flag) in enumerate(wanted):
+            if found[k] is None:
+                continue
+            values = part.column(flag or "error_code")
+            hit = pc.fill_null(pc.cast(values, "bool") if flag else pc.equal(pc.cast(values, "string"), code), False)
+            found[k].append(np.flatnonzero(hit.to_numpy(zero_copy_only=False)) + offset)
+        offset += part.num_rows
+    return {k: (np.concatenate(v) if v else np.empty(0, np.int64)) if v is not None else None for k, v in found.items()}, fragments
+
+
+def _rows_at(fragments: list, positions: np.ndarray, columns: list[str]) -> Any:
+    """The rows at ``positions`` (sorted, in the parts' order) of some columns, as a pandas DataFrame."""
+    import pyarrow as pa
+
+    pieces, offset = [], 0
+    for fragment in fragments:
+        n = fragment.count_rows()
+        local = positions[(positions >= offset) & (positions < offset + n)] - offset
+        if len(local):
+            pieces.append(fragment.take(pa.array(local), columns=columns))
+        offset += n
+    return pa.concat_tables(pieces).to_pandas() if pieces else None
+
+
 def _sample_error_windows(run: RunFiles, fields_dir: Path, preds_dir: Path, ids: dict[str, str],
                           rng: np.random.Generator) -> tuple[list[_Window], list[str], dict[str, int]]:
     """The chosen objects of each error code (their tile only: the window is placed once their geometry is read);
-    ``ids``: each table's label column (:func:`_label_columns`)."""
-    light = {
-        "fields": read_columns(fields_dir, (ids["fields"], "utm_epsg", "tile_x", "tile_y", "error_code", "split")) if _parts(fields_dir) else None,
-        "predictions": read_columns(preds_dir, (ids["predictions"], "tile_epsg", "tile_x", "tile_y", "error_code", "merge")) if _parts(preds_dir) else None,
-    }
+    ``ids``: each table's label column (:func:`_label_columns`). The draws are those of
+    ``rng.choice`` over each code's row positions, in :data:`ERROR_SAMPLES`' order."""
+    import pyarrow.dataset as ds
+
+    dirs = {"fields": fields_dir, "predictions": preds_dir}
+    zone_cols = {"fields": "utm_epsg", "predictions": "tile_epsg"}
+    scans = {}
+    for table, path in dirs.items():
+        entries = [(code, flag) for code, t, flag, _ in ERROR_SAMPLES if t == table]
+        scans[table] = _matching_positions(path, entries) + (entries,) if _parts(path) else None
     chosen: list[_Window] = []
     missing: list[str] = []
     counts: dict[str, int] = {}
     for code, table, flag, meaning in ERROR_SAMPLES:
-        frame = light[table]
         column = flag or "error_code"
-        if frame is None or column not in frame:
+        scan = scans[table]
+        idx = None if scan is None else scan[0][scan[2].index((code, flag))]
+        if idx is None:
             missing.append(f"{code} (no {column} column in {table}/)")
             continue
-        sel = frame[column].fillna(False).astype(bool).to_numpy() if flag else (frame[column].astype("string") == code).fillna(False).to_numpy()
-        idx = np.flatnonzero(sel)
         counts[code] = len(idx)
         if len(idx) == 0:
             missing.append(f"{code} (none in this run)")
             continue
         pick = np.sort(rng.choice(idx, size=min(SAMPLES_PER_CODE, len(idx)), replace=False))
-        zone_col = "utm_epsg" if table == "fields" else "tile_epsg"
-        id_col = ids[table]
-        for i in pick:
-            row = frame.iloc[int(i)]
+        zone_col, id_col = zone_cols[table], ids[table]
+        names = [c for c in (id_col, zone_col, "tile_x", "tile_y") if c in ds.dataset(dirs[table], format="parquet").schema.names]
+        rows = _rows_at(scan[1], pick, names)
+        for _, row in rows.iterrows():
             label = "ref" if table == "fields" else "pred"
             chosen.append(_Window(int(row[zone_col]), float(row["tile_x"]), float(row["tile_y"]), 0.0, f"{code} ({label} {row[id_col]})",
                                   focus_table=table, focus_index=row[id_col]))

@@ -1,0 +1,52 @@
+"""What the report's overlays read of a run's per-field and per-prediction tables: the
+tiles near each window (not the cross product of a zone's columns and rows, which held most
+of a country), and the error samples' positions part by part (not whole columns), with
+the picks of the whole-table computation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from evalcore.html_report.overlays import _matching_positions, _neighbourhood, _rows_at, _tile_filter, _Window
+
+
+def test_each_window_reaches_its_own_tiles_only():
+    tile_m = 10_000.0
+    # Two windows of one tile's side, centred on tiles (0, 0) and (10, 10) of zone 32612.
+    windows = [_Window(32612, 5_000.0, 5_000.0, tile_m, "a"), _Window(32612, 105_000.0, 105_000.0, tile_m, "b")]
+    reach = _neighbourhood(windows, tile_m)
+    # half a side plus one tile of margin: x from -10 km to 20 km, tiles -1 to 2.
+    assert reach == {32612: [(-1, 2, -1, 2), (9, 12, 9, 12)]}
+    tiles = pd.DataFrame([(32612, x, y) for x in range(-2, 13) for y in range(-2, 13)] + [(32613, 0, 0)],
+                         columns=["utm_epsg", "tile_x", "tile_y"])
+    kept = ds.dataset(pa.Table.from_pandas(tiles)).to_table(filter=_tile_filter("utm_epsg", reach)).to_pandas()
+    got = set(map(tuple, kept[["tile_x", "tile_y"]].to_numpy().tolist()))
+    assert got == {(x, y) for x in range(-1, 3) for y in range(-1, 3)} | {(x, y) for x in range(9, 13) for y in range(9, 13)}
+    assert (0, 10) not in got and (10, 0) not in got  # the cross product of the columns and rows would hold them
+    assert set(kept["utm_epsg"]) == {32612}
+
+
+def test_positions_part_by_part_equal_the_whole_tables(tmp_path):
+    rng = np.random.default_rng(4)
+    codes = np.array(["M-FN-MISSED", "M-FN-LOCALISATION", None, "OK"], dtype=object)
+    frames = []
+    for k, n in enumerate([7, 0, 13, 5]):  # an empty part among them
+        frame = pd.DataFrame({"ref_index": np.arange(n) + 100 * k, "utm_epsg": 32612, "tile_x": k, "tile_y": np.arange(n),
+                              "error_code": pd.array(codes[rng.integers(0, 4, n)], dtype="string"),
+                              "split": pd.array(rng.integers(0, 3, n) == 0, dtype="boolean")})
+        if n:
+            frame.loc[frame.index[0], "split"] = pd.NA
+        frame.to_parquet(tmp_path / f"part-{k:04d}.parquet")
+        frames.append(frame)
+    whole = pd.concat(frames, ignore_index=True)
+    wanted = [("M-FN-MISSED", None), ("split", "split"), ("M-FP-DUPLICATE", "merge")]
+    found, fragments = _matching_positions(tmp_path, wanted)
+    assert np.array_equal(found[0], np.flatnonzero((whole["error_code"] == "M-FN-MISSED").fillna(False).to_numpy()))
+    assert np.array_equal(found[1], np.flatnonzero(whole["split"].fillna(False).astype(bool).to_numpy()))
+    assert found[2] is None  # no merge column in this table
+    pick = np.sort(found[0])[:3]
+    rows = _rows_at(fragments, pick, ["ref_index", "tile_x", "tile_y"])
+    assert rows.to_dict("list") == whole.iloc[pick][["ref_index", "tile_x", "tile_y"]].to_dict("list")
