@@ -25,6 +25,7 @@ __all__ = [
     "RunFiles",
     "load_run",
     "load_tiles",
+    "parquet_dataset",
     "read_parquet",
     "read_columns",
     "group_rows",
@@ -109,6 +110,16 @@ def read_parquet(path: Path, **kwargs: Any) -> Any:
         return geopandas.read_parquet(path, **kwargs)
     except Exception as exc:  # pyarrow and geopandas raise many kinds; the message names the file
         raise EvalInputError(f"{path}: cannot be read as GeoParquet ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+
+
+def parquet_dataset(path: Path) -> Any:
+    """A parquet file or directory of parts as a ``pyarrow.dataset.Dataset``; EvalInputError naming it when unreadable."""
+    import pyarrow.dataset as ds
+
+    try:
+        return ds.dataset(path, format="parquet")
+    except Exception as exc:
+        raise EvalInputError(f"{path}: cannot be read as parquet ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
 
 
 def read_columns(path: Path, wanted: tuple[str, ...]) -> Any:

@@ -22,7 +22,7 @@ import numpy as np
 
 from evalcore.errors import EvalInputError
 from evalcore.html_report.figures import new_figure, place, png, scale_bar
-from evalcore.html_report.loading import RunFiles, label_column, read_parquet, tile_side_m
+from evalcore.html_report.loading import RunFiles, label_column, parquet_dataset, read_parquet, tile_side_m
 from evalcore.html_report.markup import Figure, Page, esc, fmt, note, table
 
 __all__ = [
@@ -252,48 +252,55 @@ def _label_columns(fields_dir: Path, preds_dir: Path) -> dict[str, str]:
     }
 
 
-def _matching_positions(path: Path, wanted: list[tuple[str, str | None]]) -> tuple[dict[int, np.ndarray | None], list]:
-    """For each ``(code, flag)`` of ``wanted``, the positions (in the parts' order, as
-    ``pyarrow.dataset`` reads them whole) of the rows that carry the error code, or whose
-    flag column is true; None where the table has no such column. Read one part at a time,
-    only those columns: a few numbers per error, not the run's rows (the whole columns took
-    0.2 GiB of a 500k-field run's report and grew with the run). Also returns the parts."""
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
+@dataclass(frozen=True)
+class _ErrorScan:
+    """A per-field or per-prediction table read for the error samples: its column names, its
+    parts and their row counts (in ``pyarrow.dataset``'s order), and per ``(code, flag)`` the
+    positions of the rows that carry the code or whose flag is true (None: no such column)."""
 
-    try:
-        dataset = ds.dataset(path, format="parquet")
-    except Exception as exc:
-        raise EvalInputError(f"{path}: cannot be read as parquet ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+    names: list[str]
+    fragments: list
+    sizes: list[int]
+    positions: dict[tuple[str, str | None], np.ndarray | None]
+
+
+def _scan_errors(path: Path, wanted: list[tuple[str, str | None]]) -> _ErrorScan:
+    """Read one part at a time, only the code and flag columns of ``wanted``: a few numbers
+    per error, not the run's rows (whole columns took 0.2 GiB of a 500k-field run's report
+    and grew with the run)."""
+    import pyarrow.compute as pc
+
+    dataset = parquet_dataset(path)
     names = dataset.schema.names
-    columns = sorted({flag or "error_code" for _, flag in wanted} & set(names))
-    found: dict[int, list[np.ndarray] | None] = {k: ([] if (flag or "error_code") in names else None) for k, (_, flag) in enumerate(wanted)}
-    fragments = list(dataset.get_fragments())
+    found: dict = {(code, flag): ([] if (flag or "error_code") in names else None) for code, flag in wanted}
+    columns = sorted({flag or "error_code" for code, flag in found if found[(code, flag)] is not None})
+    fragments, sizes = list(dataset.get_fragments()), []
     offset = 0
     for fragment in fragments:
         part = fragment.to_table(columns=columns, schema=dataset.schema)
-        for k, (code, flag) in enumerate(wanted):
-            if found[k] is None:
+        for (code, flag), hits in found.items():
+            if hits is None:
                 continue
             values = part.column(flag or "error_code")
             hit = pc.fill_null(pc.cast(values, "bool") if flag else pc.equal(pc.cast(values, "string"), code), False)
-            found[k].append(np.flatnonzero(hit.to_numpy(zero_copy_only=False)) + offset)
+            hits.append(np.flatnonzero(hit.to_numpy(zero_copy_only=False)) + offset)
+        sizes.append(part.num_rows)
         offset += part.num_rows
-    return {k: (np.concatenate(v) if v else np.empty(0, np.int64)) if v is not None else None for k, v in found.items()}, fragments
+    positions = {k: None if v is None else (np.concatenate(v) if v else np.empty(0, np.int64)) for k, v in found.items()}
+    return _ErrorScan(names, fragments, sizes, positions)
 
 
-def _rows_at(fragments: list, positions: np.ndarray, columns: list[str]) -> Any:
+def _rows_at(scan: _ErrorScan, positions: np.ndarray, columns: list[str]) -> Any:
     """The rows at ``positions`` (sorted, in the parts' order) of some columns, as a pandas DataFrame."""
     import pyarrow as pa
 
     pieces, offset = [], 0
-    for fragment in fragments:
-        n = fragment.count_rows()
+    for fragment, n in zip(scan.fragments, scan.sizes, strict=True):
         local = positions[(positions >= offset) & (positions < offset + n)] - offset
         if len(local):
             pieces.append(fragment.take(pa.array(local), columns=columns))
         offset += n
-    return pa.concat_tables(pieces).to_pandas() if pieces else None
+    return pa.concat_tables(pieces).to_pandas()
 
 
 def _sample_error_windows(run: RunFiles, fields_dir: Path, preds_dir: Path, ids: dict[str, str],
@@ -301,23 +308,18 @@ def _sample_error_windows(run: RunFiles, fields_dir: Path, preds_dir: Path, ids:
     """The chosen objects of each error code (their tile only: the window is placed once their geometry is read);
     ``ids``: each table's label column (:func:`_label_columns`). The draws are those of
     ``rng.choice`` over each code's row positions, in :data:`ERROR_SAMPLES`' order."""
-    import pyarrow.dataset as ds
-
     dirs = {"fields": fields_dir, "predictions": preds_dir}
     zone_cols = {"fields": "utm_epsg", "predictions": "tile_epsg"}
-    scans = {}
-    for table, path in dirs.items():
-        entries = [(code, flag) for code, t, flag, _ in ERROR_SAMPLES if t == table]
-        scans[table] = _matching_positions(path, entries) + (entries,) if _parts(path) else None
+    scans = {table: _scan_errors(path, [(code, flag) for code, t, flag, _ in ERROR_SAMPLES if t == table]) if _parts(path) else None
+             for table, path in dirs.items()}
     chosen: list[_Window] = []
     missing: list[str] = []
     counts: dict[str, int] = {}
     for code, table, flag, meaning in ERROR_SAMPLES:
-        column = flag or "error_code"
         scan = scans[table]
-        idx = None if scan is None else scan[0][scan[2].index((code, flag))]
+        idx = None if scan is None else scan.positions[(code, flag)]
         if idx is None:
-            missing.append(f"{code} (no {column} column in {table}/)")
+            missing.append(f"{code} (no {flag or 'error_code'} column in {table}/)")
             continue
         counts[code] = len(idx)
         if len(idx) == 0:
@@ -325,8 +327,7 @@ def _sample_error_windows(run: RunFiles, fields_dir: Path, preds_dir: Path, ids:
             continue
         pick = np.sort(rng.choice(idx, size=min(SAMPLES_PER_CODE, len(idx)), replace=False))
         zone_col, id_col = zone_cols[table], ids[table]
-        names = [c for c in (id_col, zone_col, "tile_x", "tile_y") if c in ds.dataset(dirs[table], format="parquet").schema.names]
-        rows = _rows_at(scan[1], pick, names)
+        rows = _rows_at(scan, pick, [c for c in (id_col, zone_col, "tile_x", "tile_y") if c in scan.names])
         for _, row in rows.iterrows():
             label = "ref" if table == "fields" else "pred"
             chosen.append(_Window(int(row[zone_col]), float(row["tile_x"]), float(row["tile_y"]), 0.0, f"{code} ({label} {row[id_col]})",

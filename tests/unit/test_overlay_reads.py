@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from evalcore.html_report.overlays import _matching_positions, _neighbourhood, _rows_at, _tile_filter, _Window
+from evalcore.html_report.overlays import _neighbourhood, _rows_at, _scan_errors, _tile_filter, _Window
 
 
 def test_each_window_reaches_its_own_tiles_only():
@@ -43,10 +43,12 @@ def test_positions_part_by_part_equal_the_whole_tables(tmp_path):
         frames.append(frame)
     whole = pd.concat(frames, ignore_index=True)
     wanted = [("M-FN-MISSED", None), ("split", "split"), ("M-FP-DUPLICATE", "merge")]
-    found, fragments = _matching_positions(tmp_path, wanted)
-    assert np.array_equal(found[0], np.flatnonzero((whole["error_code"] == "M-FN-MISSED").fillna(False).to_numpy()))
-    assert np.array_equal(found[1], np.flatnonzero(whole["split"].fillna(False).astype(bool).to_numpy()))
-    assert found[2] is None  # no merge column in this table
-    pick = np.sort(found[0])[:3]
-    rows = _rows_at(fragments, pick, ["ref_index", "tile_x", "tile_y"])
+    scan = _scan_errors(tmp_path, wanted)
+    found = scan.positions
+    assert np.array_equal(found[wanted[0]], np.flatnonzero((whole["error_code"] == "M-FN-MISSED").fillna(False).to_numpy()))
+    assert np.array_equal(found[wanted[1]], np.flatnonzero(whole["split"].fillna(False).astype(bool).to_numpy()))
+    assert found[wanted[2]] is None  # no merge column in this table
+    assert scan.sizes == [7, 0, 13, 5]
+    pick = np.sort(found[wanted[0]])[:3]
+    rows = _rows_at(scan, pick, ["ref_index", "tile_x", "tile_y"])
     assert rows.to_dict("list") == whole.iloc[pick][["ref_index", "tile_x", "tile_y"]].to_dict("list")
