@@ -100,7 +100,7 @@ def _kernel_input(ref, pred, spacing):
     return x, y, ring_off, geom_off, step, a, a + n
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # 40 in make test: 120 took 13 s
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pairs(), st.sampled_from([1, 3, 16, 40]))
 def test_kernel_equals_previous_kernel_and_brute_force(batch, chunk):
     ref, pred, spacing = batch
