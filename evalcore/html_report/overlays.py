@@ -4,9 +4,9 @@ Two figures: the worst tiles by F1 (a window of each, moved onto its errors) and
 of each error code of the taxonomy (:data:`SAMPLES_PER_CODE` objects drawn with
 :data:`SAMPLE_SEED`, a window around each). Large runs stay fast because no overlay
 reads or draws every polygon: the per-field and per-prediction parts are first read for
-the few columns that choose the samples, then only the rows of the reporting tiles
-around the chosen windows (the parts' row-group statistics let pyarrow skip the other
-parts), and only the polygons that intersect a window are drawn. This windowed reading
+the few columns that choose the samples, then, one window at a time, only the rows of the
+reporting tiles around it (the parts' row-group statistics let pyarrow skip the other
+parts), and only the polygons that intersect the window are drawn. This windowed reading
 lives here rather than in :mod:`evalcore.html_report.loading` because the windows decide
 what it reads.
 """
@@ -22,7 +22,7 @@ import numpy as np
 
 from evalcore.errors import EvalInputError
 from evalcore.html_report.figures import new_figure, place, png, scale_bar
-from evalcore.html_report.loading import RunFiles, label_column, parquet_dataset, read_parquet, tile_side_m
+from evalcore.html_report.loading import RunFiles, label_column, parquet_dataset, tile_side_m
 from evalcore.html_report.markup import Figure, Page, esc, fmt, note, table
 
 __all__ = [
@@ -76,20 +76,15 @@ class _Window:
     focus_index: object = None
     tile: tuple[int, int] | None = None  # a worst tile's (tile_x, tile_y): the window moves onto its errors
 
-def _neighbourhood(windows: list[_Window], tile_m: float) -> dict[int, list[tuple[int, int, int, int]]]:
-    """Per zone, the rectangle of tiles within reach of each window, ``(x0, x1, y0, y1)`` inclusive.
+def _neighbourhood(window: _Window, tile_m: float) -> dict[int, list[tuple[int, int, int, int]]]:
+    """The rectangle of tiles within reach of ``window``, ``(x0, x1, y0, y1)`` inclusive, keyed by its zone.
 
-    One rectangle per window, not the columns and rows of all of a zone's windows crossed:
-    with the samples spread over a country that cross product held most of its tiles, and
-    the overlays read the geometry of half the run's fields and predictions (the report's
-    peak memory, growing with the run: 0.9 GiB of a 500k-field run's 1.2 GiB).
+    A polygon's tile is that of its centroid, so one tile of margin around the window holds
+    every polygon that can reach into it.
     """
-    out: dict[int, list[tuple[int, int, int, int]]] = {}
-    for w in windows:
-        half = w.side_m / 2 + tile_m  # a polygon's tile is that of its centroid: one tile of margin
-        out.setdefault(w.zone, []).append((math.floor((w.cx - half) / tile_m), math.floor((w.cx + half) / tile_m),
-                                           math.floor((w.cy - half) / tile_m), math.floor((w.cy + half) / tile_m)))
-    return out
+    half = window.side_m / 2 + tile_m
+    return {window.zone: [(math.floor((window.cx - half) / tile_m), math.floor((window.cx + half) / tile_m),
+                           math.floor((window.cy - half) / tile_m), math.floor((window.cy + half) / tile_m))]}
 
 
 def _tile_filter(zone_col: str, reach: dict[int, list[tuple[int, int, int, int]]]) -> Any:
@@ -109,18 +104,39 @@ def _parts(path: Path) -> list[Path]:
     return sorted(path.glob("*.parquet")) if path.is_dir() else ([path] if path.is_file() else [])
 
 
-def _read_near(path: Path, zone_col: str, reach: dict, columns: tuple[str, ...]) -> Any:
-    """The rows of a parts directory whose tile is within ``reach``, with their geometry."""
-    import pyarrow.dataset as ds
+@dataclass(frozen=True)
+class _NearTable:
+    """A per-field or per-prediction parts directory, opened once and read one window's
+    neighbourhood at a time: the report then holds one window's polygons, not every window's
+    (all windows' neighbourhoods at once were 313k rows, 0.5 GiB, of a 500k-field run's
+    report)."""
 
-    if not reach:
+    path: Path
+    dataset: Any
+    zone_col: str
+    columns: list[str]
+
+
+def _near_table(path: Path, zone_col: str, columns: tuple[str, ...]) -> _NearTable | None:
+    """``path``'s parts opened for :func:`_read_near` (the ``columns`` it holds and the geometry); None without parts."""
+    if not _parts(path):
+        return None
+    dataset = parquet_dataset(path)
+    return _NearTable(path, dataset, zone_col, [c for c in columns if c in dataset.schema.names] + ["geometry"])
+
+
+def _read_near(table: _NearTable | None, window: _Window, tile_m: float) -> Any:
+    """The rows of ``table`` whose tile is within reach of ``window`` (:func:`_neighbourhood`), with their geometry."""
+    import geopandas
+
+    if table is None:
         return None
     try:
-        names = ds.dataset(path, format="parquet").schema.names
-    except Exception as exc:
-        raise EvalInputError(f"{path}: cannot be read as parquet ({type(exc).__name__})") from exc
-    cols = [c for c in columns if c in names] + ["geometry"]
-    return read_parquet(path, columns=cols, filters=_tile_filter(zone_col, reach))
+        rows = table.dataset.to_table(columns=table.columns, filter=_tile_filter(table.zone_col, _neighbourhood(window, tile_m)))
+        return geopandas.GeoDataFrame.from_arrow(rows)
+    except Exception as exc:  # pyarrow and geopandas raise many kinds; the message names the directory
+        raise EvalInputError(f"{table.path}: cannot be read as GeoParquet ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
 
 
 def _in_window(frame: Any, window: _Window, zone_col: str) -> Any:
@@ -360,17 +376,16 @@ def overlays_section(run: RunFiles, page: Page, tiles: Any, worst: list[dict]) -
         zone, tx, ty = (int(v) for v in t["tile"].split("_"))
         tile_windows.append(_Window(zone, (tx + 0.5) * tile_m, (ty + 0.5) * tile_m, tile_m,
                                     f"#{i + 1} tile {t['tile']}: F1 {fmt(t.get('f1'))}, {fmt(t.get('support'))} fields", tile=(tx, ty)))
-    reach_f = _neighbourhood(samples + tile_windows, tile_m)
-    field_cols = (ids["fields"], "utm_epsg", "tile_x", "tile_y", "error_code", "matched", "split")
-    pred_cols = (ids["predictions"], "tile_epsg", "tile_x", "tile_y", "error_code", "matched", "merge")
-    fields = _read_near(fields_dir, "utm_epsg", reach_f, field_cols)
-    preds = _read_near(preds_dir, "tile_epsg", reach_f, pred_cols) if _parts(preds_dir) else None
+    field_table = _near_table(fields_dir, "utm_epsg", (ids["fields"], "utm_epsg", "tile_x", "tile_y", "error_code", "matched", "split"))
+    pred_table = _near_table(preds_dir, "tile_epsg", (ids["predictions"], "tile_epsg", "tile_x", "tile_y", "error_code", "matched", "merge"))
     panels_tiles = []
     for w in tile_windows:
+        fields, preds = _read_near(field_table, w, tile_m), _read_near(pred_table, w, tile_m)
         _centre_on_errors(w, fields, preds, *w.tile, min(TILE_WINDOW_M, tile_m))
         panels_tiles.append((w, _in_window(fields, w, "utm_epsg"), _in_window(preds, w, "tile_epsg"), None))
     panels_errors = []
     for w in samples:
+        fields, preds = _read_near(field_table, w, tile_m), _read_near(pred_table, w, tile_m)
         source = fields if w.focus_table == "fields" else preds
         id_col = ids[w.focus_table]
         zone_col = "utm_epsg" if w.focus_table == "fields" else "tile_epsg"
