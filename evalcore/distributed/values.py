@@ -8,7 +8,7 @@ test the halo and the pixel tiles are selected with.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,8 +53,18 @@ def boxes_overlap(a: Box, b: Box) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class LayerInfo:
+    """One layer's prepared partitions: its CRS and, per partition key, its row count
+    (``n``), boxes (``box``, ``reach_box``) and strata counts."""
+
     crs: CRS | None
     partitions: dict[PartitionKey, dict]
+
+    def only(self, keys: Iterable[PartitionKey]) -> LayerInfo:
+        """The info of the partitions of ``keys`` that the layer has, with its CRS: what a
+        task of those partitions reads. Sent whole to each task, the info of every partition
+        made a phase's task arguments grow with the square of the partitions (280 KiB per
+        pairs task at 10M fields' 1,258 partitions, 344 MiB for the phase)."""
+        return LayerInfo(self.crs, {k: self.partitions[k] for k in keys if k in self.partitions})
 
 
 @dataclass(frozen=True)
