@@ -34,6 +34,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -168,6 +169,10 @@ class Sampler(threading.Thread):
         self.peak_mib: dict[str, float] = {}
         self.hwm_mib: dict[str, float] = {}
         self.samples = 0
+        # With disk_path: the free space of its file system, smallest seen, bytes (the run's
+        # peak disk use, its work directory being removed when it succeeds).
+        self.disk_path: Path | None = None
+        self.disk_free_start = self.disk_free_min = None
         self._halt = threading.Event()
         self._lock = threading.Lock()
 
@@ -181,6 +186,11 @@ class Sampler(threading.Thread):
             roots = dict(self.roots)
         if not roots:
             return
+        if self.disk_path is not None:
+            with contextlib.suppress(OSError):
+                free = shutil.disk_usage(self.disk_path).free
+                self.disk_free_start = free if self.disk_free_start is None else self.disk_free_start
+                self.disk_free_min = free if self.disk_free_min is None else min(self.disk_free_min, free)
         parents = _ppids()
         for role, root in roots.items():
             mems = [m for m in map(_memory, children_of(parents, root)) if m is not None]
@@ -213,8 +223,14 @@ class Sampler(threading.Thread):
 
 def _run_sampled(argv: Sequence[str], roles: Mapping[str, int], log: Path, sampler_role: str = "client",
                  interval_s: float = 0.5) -> tuple[float, dict, int]:
-    """Run ``argv`` with its memory sampled (and the ``roles`` already running): wall s, memory, exit code."""
+    """Run ``argv`` with its memory sampled (and the ``roles`` already running): wall s, memory, exit code.
+
+    The memory holds a ``"disk"`` entry besides the roles: the free space of the file system
+    of ``log``'s directory at the start and at its lowest, and their difference, MiB
+    (what the command wrote at its peak, if nothing else wrote there meanwhile).
+    """
     sampler = Sampler(interval_s)
+    sampler.disk_path = log.parent
     for role, pid in roles.items():
         sampler.watch(role, pid)
     sampler.start()
@@ -236,7 +252,11 @@ def _run_sampled(argv: Sequence[str], roles: Mapping[str, int], log: Path, sampl
                     proc.kill()
                     proc.wait()
     wall = time.perf_counter() - started
-    return wall, sampler.stop(), code
+    mem = sampler.stop()
+    if sampler.disk_free_start is not None:
+        mem["disk"] = {"free_start_mib": sampler.disk_free_start / 2**20, "free_min_mib": sampler.disk_free_min / 2**20,
+                       "peak_written_mib": (sampler.disk_free_start - sampler.disk_free_min) / 2**20}
+    return wall, mem, code
 
 
 # --------------------------------------------------------------------------------------
@@ -540,6 +560,55 @@ def _tail(path: Path, n: int = 30) -> str:
     return ""
 
 
+def disk_mib(directory: Path) -> dict[str, float]:
+    """Disk space used under ``directory``, MiB (allocated blocks, as ``du``), per entry and in all (``"total"``).
+
+    A run's work directory holds every phase's intermediates until the run ends: at 10M
+    fields it outgrew the 70 GB this machine had free (the run failed in its sums).
+    """
+    def used(path: Path) -> int:
+        if path.is_symlink() or not path.is_dir():
+            with contextlib.suppress(OSError):
+                return path.lstat().st_blocks * 512
+            return 0
+        total = 0
+        for root, _, files in os.walk(path):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    total += os.lstat(os.path.join(root, name)).st_blocks * 512
+        return total
+
+    if not directory.is_dir():
+        return {}
+    sizes = {entry.name: used(entry) / 2**20 for entry in sorted(directory.iterdir())}
+    return sizes | {"total": sum(sizes.values())}
+
+
+_PHASE_LINE = re.compile(r"^([a-z]+)\s+\d+ [a-z]+ in ([0-9.]+) s$")
+
+
+def phases_logged(log: Path) -> dict[str, float]:
+    """The phase lines of an ``evalcore run`` printed to a pipe (``pairs       1258 partitions in 1061.7 s``): phase -> s.
+
+    What a failed run leaves of its phase times (a finished one has them in its manifest).
+    """
+    found = {}
+    with contextlib.suppress(OSError):
+        for line in log.read_text(errors="replace").splitlines():
+            match = _PHASE_LINE.match(line.strip())
+            if match:
+                found[match.group(1)] = float(match.group(2))
+    return found
+
+
+class SizeFailed(RuntimeError):
+    """A size whose ``evalcore synth`` or ``evalcore run`` failed; ``row`` holds what was measured until then."""
+
+    def __init__(self, message: str, row: dict):
+        super().__init__(message)
+        self.row = row
+
+
 def measure_size(n_ref: int, base: Path, stamp: str, workers: int = 2, interval_s: float = 0.5, data: Path | None = None,
                  picture: bool = True) -> dict:
     """Synth (unless ``data`` is given), cluster, ``evalcore run``: the record of one size.
@@ -570,9 +639,11 @@ def measure_size(n_ref: int, base: Path, stamp: str, workers: int = 2, interval_
         data = base / "data"
         wall, mem, code = _run_sampled([str(BIN / "evalcore"), "synth", "--n-ref", str(n_ref), "--seed", str(SEED), "--out", str(data)],
                                        {}, base / "synth.log", "synth", interval_s)
-        if code:
-            raise RuntimeError(f"evalcore synth --n-ref {n_ref} failed (exit {code}); its output, {base / 'synth.log'}:\n{_tail(base / 'synth.log')}")
         row["synth_s"], row["synth_mib"], row["synth_memory"] = wall, mem["synth"]["peak_mib"], mem["synth"]
+        row["data_disk_mib"] = disk_mib(data)
+        if code:
+            raise SizeFailed(f"evalcore synth --n-ref {n_ref} failed (exit {code}); its output, {base / 'synth.log'}:\n{_tail(base / 'synth.log')}",
+                             row | {"error": _tail(base / "synth.log", 5)})
     else:
         row["synth_s"] = row["synth_mib"] = None
     layer = {name: (data / f"{name}.parquet") for name in ("predicted", "reference", "aoi", "annotated")}
@@ -589,9 +660,17 @@ def measure_size(n_ref: int, base: Path, stamp: str, workers: int = 2, interval_
         client.get_task_stream(start=time.time())  # the scheduler's task-stream plugin exists before the run
         started_epoch = time.time()
         wall, mem, code = _run_sampled([*argv, "--cluster", address], roots, base / "run.log", "client", interval_s)
-        if code:
-            raise RuntimeError(f"evalcore run at {n_ref} fields failed (exit {code}); its output, {base / 'run.log'}:\n{_tail(base / 'run.log')}")
         stream = client.get_task_stream(start=started_epoch)
+    # The run directory's space: its outputs and, when the run failed, its work directory's
+    # intermediates by phase (a finished run removes them: its peak is the sampled one).
+    row["run_disk_mib"] = disk_mib(run_dir) | {"work": disk_mib(run_dir / "work")}
+    row["disk_peak_written_mib"] = mem.get("disk", {}).get("peak_written_mib")
+    if code:
+        # What was measured until the failure is kept (a 10M run fails after an hour or more).
+        row.update({"wall_s": wall, "phases_s": phases_logged(base / "run.log"), "client_mib": mem["client"]["peak_mib"],
+                    "worker_mib": [mem[f"w{k}"]["peak_mib"] for k in range(workers)], "memory": mem, "tasks": task_costs(stream),
+                    "error": _tail(base / "run.log", 5)})
+        raise SizeFailed(f"evalcore run at {n_ref} fields failed (exit {code}); its output, {base / 'run.log'}:\n{_tail(base / 'run.log')}", row)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     metrics = json.loads((run_dir / "metrics.json").read_text())
     row.update({
@@ -670,7 +749,14 @@ def run_sizes(sizes: Sequence[int], workers: int = 2, tmp: str | None = None, in
         base = Path(tempfile.mkdtemp(prefix=f"evalcore-scale-{n}-", dir=tmp))
         try:
             print(f"  scale {n:,}: {base}", file=sys.stderr, flush=True)
-            row = measure_size(n, base, stamp, workers, interval_s, Path(data) if data else None, picture)
+            try:
+                row = measure_size(n, base, stamp, workers, interval_s, Path(data) if data else None, picture)
+            except SizeFailed as failed:
+                # Written before stopping: its memory, phases, task costs and disk use until the failure.
+                record.setdefault("failed", []).append(failed.row | {"load_average_end": os.getloadavg()})
+                out.write_text(json.dumps(record, indent=2) + "\n")
+                print(f"  scale {n:,}: failed; what was measured until then is in {out}", file=sys.stderr, flush=True)
+                raise
             row["load_average_end"] = os.getloadavg()
             record["rows"].append(row)
             print(f"  scale {n:,}: {row['wall_s']:.1f} s, client {row['client_mib']:,.0f} MiB", file=sys.stderr, flush=True)

@@ -6,10 +6,12 @@ The benchmark itself starts a cluster and runs for minutes; it is run by hand an
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
+from benchmarks import scale
 from benchmarks.scale import (
     OTHER,
     PhaseCost,
@@ -238,3 +240,51 @@ def test_busy_seconds_any_and_all_workers():
     ]
     assert busy_seconds(stream, 2) == {"any_s": 5.0, "all_s": 2.0}
     assert busy_seconds([], 2) == {"any_s": 0.0, "all_s": 0.0}
+
+
+def test_disk_mib_counts_allocated_blocks_per_entry(tmp_path):
+    (tmp_path / "work" / "sums").mkdir(parents=True)
+    (tmp_path / "work" / "sums" / "a.npz").write_bytes(b"x" * 3 * 2**20)
+    (tmp_path / "work" / "pairs.npz").write_bytes(b"y" * 2**20)
+    (tmp_path / "metrics.json").write_bytes(b"{}")
+    sizes = scale.disk_mib(tmp_path)
+    assert sizes["work"] >= 4.0 and sizes["work"] < 4.1  # allocated blocks: whole 4 KiB pages at most above the bytes
+    assert sizes["metrics.json"] < 0.01
+    assert sizes["total"] == sum(v for k, v in sizes.items() if k != "total")
+    assert scale.disk_mib(tmp_path / "absent") == {}
+
+
+def test_phases_logged_reads_the_phase_lines_of_a_failed_run(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text("Dask dashboard: http://127.0.0.1:45911/status\nprepare     699 chunks in 1316.4 s\n"
+                   "pairs       1258 partitions in 1061.7 s\nevalcore: error: RuntimeError: sums failed for partition 32611_14_74\n")
+    assert scale.phases_logged(log) == {"prepare": 1316.4, "pairs": 1061.7}
+    assert scale.phases_logged(tmp_path / "absent.log") == {}
+
+
+def test_a_failed_size_is_written_with_what_was_measured_before_it_stops(tmp_path, monkeypatch):
+    monkeypatch.setattr(scale, "RESULTS", tmp_path / "results")
+
+    def failing(n_ref, base, *args):
+        raise scale.SizeFailed("evalcore run at 10 fields failed (exit 1)", {"n_ref": n_ref, "phases_s": {"prepare": 1.5}, "client_mib": 900.0})
+
+    monkeypatch.setattr(scale, "measure_size", failing)
+    with pytest.raises(scale.SizeFailed, match="failed"):
+        scale.run_sizes([10], tmp=str(tmp_path))
+    (written,) = (tmp_path / "results").glob("scale-10-*.json")
+    record = json.loads(written.read_text())
+    assert record["rows"] == []
+    assert record["failed"][0]["phases_s"] == {"prepare": 1.5} and record["failed"][0]["client_mib"] == 900.0
+    assert "load_average_end" in record["failed"][0]
+
+
+def test_sampler_keeps_the_lowest_free_space_of_the_disk_path(tmp_path):
+    sampler = Sampler(0.05)
+    sampler.disk_path = tmp_path
+    sampler.watch("me", os.getpid())
+    sampler.sample()
+    (tmp_path / "big").write_bytes(b"z" * 8 * 2**20)
+    os.sync()
+    sampler.sample()
+    sampler.stop()
+    assert 0 < sampler.disk_free_min <= sampler.disk_free_start
