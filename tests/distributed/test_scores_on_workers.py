@@ -78,8 +78,10 @@ def test_scores_on_the_workers_equal_single_process(layers, expected, client, pa
     result = run_distributed(predicted, reference, client, check_options(partition_size_m=partition_size_m, **options),
                              strata=reference["stratum"], size_bins="auto", workdir=work, pr_curve_out=curve_path)
     single = expected[partition_size_m]
-    # Several score ranges computed it, and the work directory holds them.
-    assert len(list((work / "resolve" / "scores").glob("range-*.npz"))) >= 2
+    # Several score ranges computed it: their PR curve parts are in the work directory (the
+    # ranges' own files are removed once read).
+    assert len(list((work / "resolve" / "scores").glob("pr-0-*.parquet"))) >= 2
+    assert not list((work / "resolve" / "scores").glob("range-*.npz"))
     for key in SCORE_KEYS:
         assert key in result, key
         assert result[key] == single.summary[key], key
@@ -129,9 +131,13 @@ def test_bootstrap_intervals_on_the_workers_equal_single_process(layers, single_
     single = single_bootstrap(case)
     work = tmp_path / "work"
     result = evalcore.evaluate(predicted, reference, client=client, workdir=work, **options)
-    # Resolved on the workers, the replicates by score ranges: every range holds its weights.
+    # Resolved on the workers, the replicates by two score ranges or more; their
+    # intermediates (split, homed, weight, range and replicate files) are removed once read,
+    # the PR curve's parts stay for the publication.
     assert list((work / "resolve").glob("by-*/run-level-scores.npz"))
-    assert len(list((work / "resolve" / "scores").glob("replicates-*.npz"))) >= 2
+    scores_dir = work / "resolve" / "scores"
+    assert len(list(scores_dir.glob("pr-0-*.parquet"))) >= 2
+    assert {p.name.split("-")[0] for p in scores_dir.iterdir()} == {"pr"}
     ci = single["bootstrap"]["ci"]
     assert ci["ap50"][0] < ci["ap50"][1] and ci["aurc"][0] < ci["aurc"][1] and single["risk_coverage"]["per_stratum"]
     for key in (*SCORE_KEYS, "ap_interval"):

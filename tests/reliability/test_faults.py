@@ -520,7 +520,8 @@ def _score_phases(client, setup: RunSetup, fault: dict | None = None, marker: Pa
         partition = fault.get("partition") or "_".join(map(str, sorted(pairs.keys)[0]))
         _set_fault(client, phase=fault["phase"], partition=partition, mode=fault["mode"], marker=str(marker))
     resolved = resolve_phase(setup, index, pairs, plan, client=client)
-    assert resolved.shares is not None and len(list((setup.workdir / "resolve" / "scores").glob("range-*.npz"))) >= 2
+    # Two score ranges or more (their PR curve parts; the ranges' own files are removed once read).
+    assert resolved.shares is not None and len(list((setup.workdir / "resolve" / "scores").glob("pr-0-*.parquet"))) >= 2
     sums = sums_phase(client, setup, index, plan, resolved)
     return to_jsonable(merge_phase(setup, index, plan, resolved, sums))
 
@@ -585,7 +586,9 @@ def test_worker_lost_in_a_score_weights_task_gives_identical_intervals(cluster_c
     marker = tmp_path / "died"
     metrics = _score_phases(cluster_client, setup, {"phase": "score-weights", "mode": "die"}, marker)
     assert marker.exists()
-    assert list((work / "resolve" / "scores").glob("replicates-*.npz"))
+    # The ranges carried the replicates (their files removed once read; no weight file is left either).
+    assert metrics["bootstrap"]["ci"]["ap50"][0] < metrics["bootstrap"]["ci"]["ap50"][1]
+    assert not list((work / "resolve" / "scores").glob("weights-*.npz"))
     for key in ("ap50", "ap50_95", "aurc", "risk_coverage", "ap_interval"):
         assert metrics.get(key) == expected.get(key), key
     for key in ("ap50", "ap75", "ap50_95", "aurc"):
