@@ -714,7 +714,7 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
     # Each range now holds its rows and their replicate weights: nothing reads the split,
     # homed and weight files again (a rerun makes them afresh), and with the range files they
     # were 21 GB of a 10M-field run's work directory, kept until its end.
-    _discard(out, ("split-*.npz", "homed-*.npz", "weights-*.npz"))
+    wd.remove_files(out, "split-*.npz", "homed-*.npz", "weights-*.npz")
     replicate_counts: list = []
     if bootstrap:
         replicate_counts = [counts[(k,)][1] for k in range(n_ranges)]
@@ -750,16 +750,9 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
         [shares[(k,)][1][i] for i in range(len(PR_THRESHOLDS)) for k in range(n_ranges)],
         [f"PR curve of score range {k} at IoU {t}" for t in PR_THRESHOLDS for k in range(n_ranges)],
     )
-    _discard(out, ("range-*.npz", "replicates-*.npz"))  # the PR curve's parts stay: the publication reads them
+    wd.remove_files(out, "range-*.npz", "replicates-*.npz")  # the PR curve's parts stay: the publication reads them
     logger.info("scores: %d predictions in %d score ranges", total.n, n_ranges)
     return {"keys": keys, "ci": ci, "n_undefined": n_undefined, "tables": {"pr_curve": table}, "replicates": replicates}
-
-
-def _discard(directory: Path, patterns: tuple[str, ...]) -> None:
-    """Remove the work directory's files of ``patterns`` in ``directory`` (the scores' intermediates, once read)."""
-    for pattern in patterns:
-        for path in wd.files(directory, pattern):
-            wd.remove(path)
 
 
 def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun) -> SumsDone:
@@ -827,8 +820,7 @@ def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolve
     """The per-prediction table, one GeoParquet part per partition holding predictions."""
     out = setup.predictions_dir
     out.mkdir(parents=True, exist_ok=True)
-    for stale in wd.files(out, "part-*.parquet"):
-        wd.remove(stale)
+    wd.remove_files(out, "part-*.parquet")
     pred_info = index.info("predicted")
     ea = setup.ea_crs.to_wkt()
     preds = resolved.resolved.preds

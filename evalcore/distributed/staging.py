@@ -216,8 +216,7 @@ def start_run(
         for sub in WORKDIR_PHASE_ENTRIES:
             wd.remove_tree(workdir / sub)
         if frame_dir is not None:
-            for stale in wd.files(frame_dir, "part-*.parquet"):
-                wd.remove(stale)
+            wd.remove_files(frame_dir, "part-*.parquet")
         if previous is not None:
             logger.info("work directory %s held another run (inputs or parameters changed): starting afresh", workdir)
         write_json(run_file, {"signature": signature})

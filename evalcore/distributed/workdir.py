@@ -38,7 +38,7 @@ from urllib.parse import quote, unquote
 
 from evalcore import remote
 
-__all__ = ["is_remote", "root", "local", "url_of", "fetch", "publish", "files", "exists", "etag", "remove", "remove_tree", "discard", "scratch"]
+__all__ = ["is_remote", "root", "local", "url_of", "fetch", "publish", "files", "exists", "etag", "remove", "remove_files", "remove_tree", "discard", "scratch"]
 
 _PREFIX = "evalcore-store-"
 _MIRROR = re.compile(r"(?:^|/)" + _PREFIX + r"[^/]+/([^/]+)(?:/(.*))?$")
@@ -201,6 +201,13 @@ def remove(path: str | os.PathLike) -> None:
     url = url_of(path)
     if url is not None:
         remote.remove(url)
+
+
+def remove_files(directory: str | os.PathLike, *patterns: str) -> None:
+    """Remove the work-directory files directly in ``directory`` that match any of ``patterns`` (:func:`files`, :func:`remove`)."""
+    for pattern in patterns:
+        for path in files(directory, pattern):
+            remove(path)
 
 
 def remove_tree(directory: str | os.PathLike) -> None:

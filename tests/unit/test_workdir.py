@@ -45,3 +45,14 @@ def test_discard_removes_only_this_processs_mirror(monkeypatch, tmp_path: Path) 
     other.mkdir(parents=True)
     wd.discard("s3://bucket/work")
     assert not root.exists() and not root.parent.exists() and other.is_dir()
+
+
+def test_remove_files_removes_the_matching_files_of_the_directory_only(tmp_path: Path) -> None:
+    scores = tmp_path / "resolve" / "scores"
+    (scores / "sub").mkdir(parents=True)
+    for name in ("split-a-0.npz", "weights-a-1.npz", "range-0.npz", "pr-0-0.parquet", "sub/split-b-0.npz"):
+        (scores / name).write_bytes(b"x")
+    wd.remove_files(scores, "split-*.npz", "weights-*.npz")
+    assert sorted(p.relative_to(scores).as_posix() for p in scores.rglob("*") if p.is_file()) == [
+        "pr-0-0.parquet", "range-0.npz", "sub/split-b-0.npz"]
+    wd.remove_files(tmp_path / "absent", "*.npz")  # nothing there: nothing to do
