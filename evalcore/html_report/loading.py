@@ -26,6 +26,7 @@ __all__ = [
     "load_run",
     "load_tiles",
     "parquet_dataset",
+    "unreadable",
     "read_parquet",
     "read_columns",
     "group_rows",
@@ -102,14 +103,20 @@ def load_run(run_dir: str | Path) -> RunFiles:
     )
 
 
+def unreadable(path: Path, what: str, exc: Exception) -> EvalInputError:
+    """The error for a run file or parts directory that cannot be read as ``what``: it names
+    the path, the exception's kind and its first line (pyarrow and geopandas raise many kinds)."""
+    return EvalInputError(f"{path}: cannot be read as {what} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+
+
 def read_parquet(path: Path, **kwargs: Any) -> Any:
     """A GeoParquet file or directory of parts as a GeoDataFrame; EvalInputError naming it when unreadable."""
     import geopandas
 
     try:
         return geopandas.read_parquet(path, **kwargs)
-    except Exception as exc:  # pyarrow and geopandas raise many kinds; the message names the file
-        raise EvalInputError(f"{path}: cannot be read as GeoParquet ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+    except Exception as exc:
+        raise unreadable(path, "GeoParquet", exc) from exc
 
 
 def parquet_dataset(path: Path) -> Any:
@@ -119,19 +126,16 @@ def parquet_dataset(path: Path) -> Any:
     try:
         return ds.dataset(path, format="parquet")
     except Exception as exc:
-        raise EvalInputError(f"{path}: cannot be read as parquet ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+        raise unreadable(path, "parquet", exc) from exc
 
 
 def read_columns(path: Path, wanted: tuple[str, ...]) -> Any:
     """The columns of ``wanted`` that a parquet file or directory holds, as a pandas DataFrame (no geometry)."""
-    import pyarrow.dataset as ds
-
+    dataset = parquet_dataset(path)
     try:
-        dataset = ds.dataset(path, format="parquet")
-        names = [c for c in wanted if c in dataset.schema.names]
-        return dataset.to_table(columns=names).to_pandas()
+        return dataset.to_table(columns=[c for c in wanted if c in dataset.schema.names]).to_pandas()
     except Exception as exc:
-        raise EvalInputError(f"{path}: cannot be read as parquet ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+        raise unreadable(path, "parquet", exc) from exc
 
 
 def label_column(path: Path, default: str) -> str:
@@ -141,12 +145,7 @@ def label_column(path: Path, default: str) -> str:
     name with ``--ref-id-column`` / ``--pred-id-column``, else ``ref_index`` /
     ``pred_index``. ``default`` when the table has no column.
     """
-    import pyarrow.dataset as ds
-
-    try:
-        names = ds.dataset(path, format="parquet").schema.names
-    except Exception as exc:
-        raise EvalInputError(f"{path}: cannot be read as parquet ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+    names = parquet_dataset(path).schema.names
     return names[0] if names else default
 
 

@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from evalcore.errors import EvalInputError
 from evalcore.html_report.figures import new_figure, place, png, scale_bar
-from evalcore.html_report.loading import RunFiles, label_column, parquet_dataset, tile_side_m
+from evalcore.html_report.loading import RunFiles, label_column, parquet_dataset, tile_side_m, unreadable
 from evalcore.html_report.markup import Figure, Page, esc, fmt, note, table
 
 __all__ = [
@@ -76,28 +75,24 @@ class _Window:
     focus_index: object = None
     tile: tuple[int, int] | None = None  # a worst tile's (tile_x, tile_y): the window moves onto its errors
 
-def _neighbourhood(window: _Window, tile_m: float) -> dict[int, list[tuple[int, int, int, int]]]:
-    """The rectangle of tiles within reach of ``window``, ``(x0, x1, y0, y1)`` inclusive, keyed by its zone.
+def _neighbourhood(window: _Window, tile_m: float) -> tuple[int, int, int, int]:
+    """The tiles within reach of ``window`` in its zone, ``(x0, x1, y0, y1)`` inclusive.
 
     A polygon's tile is that of its centroid, so one tile of margin around the window holds
     every polygon that can reach into it.
     """
     half = window.side_m / 2 + tile_m
-    return {window.zone: [(math.floor((window.cx - half) / tile_m), math.floor((window.cx + half) / tile_m),
-                           math.floor((window.cy - half) / tile_m), math.floor((window.cy + half) / tile_m))]}
+    return (math.floor((window.cx - half) / tile_m), math.floor((window.cx + half) / tile_m),
+            math.floor((window.cy - half) / tile_m), math.floor((window.cy + half) / tile_m))
 
 
-def _tile_filter(zone_col: str, reach: dict[int, list[tuple[int, int, int, int]]]) -> Any:
-    """The rows whose (zone, tile) lies in one of ``reach``'s rectangles, as a parquet filter."""
+def _tile_filter(zone_col: str, zone: int, tiles: tuple[int, int, int, int]) -> Any:
+    """The rows of ``zone`` whose tile lies in the rectangle ``tiles`` (:func:`_neighbourhood`), as a parquet filter."""
     import pyarrow.dataset as ds
 
-    expr = None
-    for zone, rectangles in sorted(reach.items()):
-        for x0, x1, y0, y1 in sorted(set(rectangles)):
-            term = ((ds.field(zone_col) == zone) & (ds.field("tile_x") >= x0) & (ds.field("tile_x") <= x1)
-                    & (ds.field("tile_y") >= y0) & (ds.field("tile_y") <= y1))
-            expr = term if expr is None else expr | term
-    return expr
+    x0, x1, y0, y1 = tiles
+    return ((ds.field(zone_col) == zone) & (ds.field("tile_x") >= x0) & (ds.field("tile_x") <= x1)
+            & (ds.field("tile_y") >= y0) & (ds.field("tile_y") <= y1))
 
 
 def _parts(path: Path) -> list[Path]:
@@ -132,11 +127,10 @@ def _read_near(table: _NearTable | None, window: _Window, tile_m: float) -> Any:
     if table is None:
         return None
     try:
-        rows = table.dataset.to_table(columns=table.columns, filter=_tile_filter(table.zone_col, _neighbourhood(window, tile_m)))
+        rows = table.dataset.to_table(columns=table.columns, filter=_tile_filter(table.zone_col, window.zone, _neighbourhood(window, tile_m)))
         return geopandas.GeoDataFrame.from_arrow(rows)
-    except Exception as exc:  # pyarrow and geopandas raise many kinds; the message names the directory
-        raise EvalInputError(f"{table.path}: cannot be read as GeoParquet ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
+    except Exception as exc:
+        raise unreadable(table.path, "GeoParquet", exc) from exc
 
 
 def _in_window(frame: Any, window: _Window, zone_col: str) -> Any:

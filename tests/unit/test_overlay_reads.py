@@ -18,11 +18,11 @@ def test_each_window_reaches_its_own_tiles_only():
     # Two windows of one tile's side, centred on tiles (0, 0) and (10, 10) of zone 32612.
     windows = [_Window(32612, 5_000.0, 5_000.0, tile_m, "a"), _Window(32612, 105_000.0, 105_000.0, tile_m, "b")]
     # half a side plus one tile of margin: x from -10 km to 20 km, tiles -1 to 2.
-    assert _neighbourhood(windows[0], tile_m) == {32612: [(-1, 2, -1, 2)]}
-    assert _neighbourhood(windows[1], tile_m) == {32612: [(9, 12, 9, 12)]}
+    assert _neighbourhood(windows[0], tile_m) == (-1, 2, -1, 2)
+    assert _neighbourhood(windows[1], tile_m) == (9, 12, 9, 12)
     tiles = pd.DataFrame([(32612, x, y) for x in range(-2, 13) for y in range(-2, 13)] + [(32613, 0, 0)],
                          columns=["utm_epsg", "tile_x", "tile_y"])
-    kept = ds.dataset(pa.Table.from_pandas(tiles)).to_table(filter=_tile_filter("utm_epsg", _neighbourhood(windows[0], tile_m))).to_pandas()
+    kept = ds.dataset(pa.Table.from_pandas(tiles)).to_table(filter=_tile_filter("utm_epsg", 32612, _neighbourhood(windows[0], tile_m))).to_pandas()
     assert set(map(tuple, kept[["tile_x", "tile_y"]].to_numpy().tolist())) == {(x, y) for x in range(-1, 3) for y in range(-1, 3)}
     assert set(kept["utm_epsg"]) == {32612}
 
