@@ -159,20 +159,22 @@ class Sampler(threading.Thread):
     itself), which also catches a peak between two samples: the role's peak, what the
     targets are checked against. ``tree_peak_rss_mib`` is the largest sum of ``VmRSS``
     over the whole tree at one sample (with the nanny, or a helper process the client
-    starts). Roles can be added while it runs.
+    starts). Roles can be added while it runs. With ``disk_path``, the free space of its
+    file system is sampled too (``disk_free_start``, ``disk_free_min``, bytes).
     """
 
-    def __init__(self, interval_s: float = 0.5):
+    def __init__(self, interval_s: float = 0.5, disk_path: Path | None = None):
         super().__init__(daemon=True)
         self.interval_s = interval_s
         self.roots: dict[str, int] = {}
         self.peak_mib: dict[str, float] = {}
         self.hwm_mib: dict[str, float] = {}
         self.samples = 0
-        # With disk_path: the free space of its file system, smallest seen, bytes (the run's
-        # peak disk use, its work directory being removed when it succeeds).
-        self.disk_path: Path | None = None
-        self.disk_free_start = self.disk_free_min = None
+        # With disk_path: the free space of its file system at the first sample and the
+        # smallest seen, bytes (a run's peak disk use: a finished run removes its work directory).
+        self.disk_path = disk_path
+        self.disk_free_start: int | None = None
+        self.disk_free_min: int | None = None
         self._halt = threading.Event()
         self._lock = threading.Lock()
 
@@ -189,8 +191,9 @@ class Sampler(threading.Thread):
         if self.disk_path is not None:
             with contextlib.suppress(OSError):
                 free = shutil.disk_usage(self.disk_path).free
-                self.disk_free_start = free if self.disk_free_start is None else self.disk_free_start
-                self.disk_free_min = free if self.disk_free_min is None else min(self.disk_free_min, free)
+                if self.disk_free_start is None:
+                    self.disk_free_start = self.disk_free_min = free
+                self.disk_free_min = min(self.disk_free_min, free)
         parents = _ppids()
         for role, root in roots.items():
             mems = [m for m in map(_memory, children_of(parents, root)) if m is not None]
@@ -229,8 +232,7 @@ def _run_sampled(argv: Sequence[str], roles: Mapping[str, int], log: Path, sampl
     of ``log``'s directory at the start and at its lowest, and their difference, MiB
     (what the command wrote at its peak, if nothing else wrote there meanwhile).
     """
-    sampler = Sampler(interval_s)
-    sampler.disk_path = log.parent
+    sampler = Sampler(interval_s, disk_path=log.parent)
     for role, pid in roles.items():
         sampler.watch(role, pid)
     sampler.start()
@@ -661,9 +663,9 @@ def measure_size(n_ref: int, base: Path, stamp: str, workers: int = 2, interval_
         started_epoch = time.time()
         wall, mem, code = _run_sampled([*argv, "--cluster", address], roots, base / "run.log", "client", interval_s)
         stream = client.get_task_stream(start=started_epoch)
-    # The run directory's space: its outputs and, when the run failed, its work directory's
-    # intermediates by phase (a finished run removes them: its peak is the sampled one).
-    row["run_disk_mib"] = disk_mib(run_dir) | {"work": disk_mib(run_dir / "work")}
+    # The run directory's space by entry, and its work directory's by phase (a failed run's
+    # intermediates; a finished run removes them, so its peak is the sampled one).
+    row["run_disk_mib"], row["work_disk_mib"] = disk_mib(run_dir), disk_mib(run_dir / "work")
     row["disk_peak_written_mib"] = mem.get("disk", {}).get("peak_written_mib")
     if code:
         # What was measured until the failure is kept (a 10M run fails after an hour or more).

@@ -278,13 +278,11 @@ def test_a_failed_size_is_written_with_what_was_measured_before_it_stops(tmp_pat
     assert "load_average_end" in record["failed"][0]
 
 
-def test_sampler_keeps_the_lowest_free_space_of_the_disk_path(tmp_path):
-    sampler = Sampler(0.05)
-    sampler.disk_path = tmp_path
-    sampler.watch("me", os.getpid())
+def test_sampler_keeps_the_first_and_the_lowest_free_space_of_the_disk_path(tmp_path, monkeypatch):
+    free = iter([100, 70, 90])
+    monkeypatch.setattr(scale.shutil, "disk_usage", lambda path: type("Usage", (), {"free": next(free)}))
+    sampler = Sampler(0.05, disk_path=tmp_path)
+    sampler.watch("me", os.getpid())  # the first sample
     sampler.sample()
-    (tmp_path / "big").write_bytes(b"z" * 8 * 2**20)
-    os.sync()
     sampler.sample()
-    sampler.stop()
-    assert 0 < sampler.disk_free_min <= sampler.disk_free_start
+    assert (sampler.disk_free_start, sampler.disk_free_min) == (100, 70)
