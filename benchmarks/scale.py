@@ -566,7 +566,7 @@ def disk_mib(directory: Path) -> dict[str, float]:
     """Disk space used under ``directory``, MiB (allocated blocks, as ``du``), per entry and in all (``"total"``).
 
     A run's work directory holds every phase's intermediates until the run ends: at 10M
-    fields it outgrew the 70 GB this machine had free (the run failed in its sums).
+    fields it outgrew the 70 GiB this machine had free (the run failed in its sums).
     """
     def used(path: Path) -> int:
         if path.is_symlink() or not path.is_dir():

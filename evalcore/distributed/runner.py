@@ -713,7 +713,7 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
     counts = _gather(setup, "score-range", futures, show=False)
     # Each range now holds its rows and their replicate weights: nothing reads the split,
     # homed and weight files again (a rerun makes them afresh), and with the range files they
-    # were 21 GB of a 10M-field run's work directory, kept until its end.
+    # were 21 GiB of a 10M-field run's work directory, kept until its end.
     wd.remove_files(out, "split-*.npz", "homed-*.npz", "weights-*.npz")
     replicate_counts: list = []
     if bootstrap:

@@ -63,7 +63,7 @@ class LayerInfo:
         """The info of the partitions of ``keys`` that the layer has, with its CRS: what a
         task of those partitions reads. Sent whole to each task, the info of every partition
         made a phase's task arguments grow with the square of the partitions (280 KiB per
-        pairs task at 10M fields' 1,258 partitions, 344 MiB for the phase)."""
+        pairs task at 10M fields' 1,258 partitions: 344 MiB for the phase)."""
         return LayerInfo(self.crs, {k: self.partitions[k] for k in keys if k in self.partitions})
 
 
