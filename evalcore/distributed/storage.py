@@ -629,9 +629,16 @@ def read_ref_positions(workdir: Path, key: PartitionKey, signature: str) -> tupl
     return a["pos"], a["pool"], a["tile"]
 
 
+GROUP_SHARD_TILES = 1024
+"""Reporting tiles per file of a pool's counts (4 MiB of int32 at 1000 replicates). A sums or
+score-weights task reads and checks only the files holding its own tiles: with one file per
+pool every task read the whole pool, whose tiles grow with the country's extent."""
+
+
 def group_draws_path(workdir: Path, pool: int) -> Path:
-    """Where a field bootstrap pool's per-replicate counts of its reporting tiles are written."""
-    return workdir / "resolve" / "groups" / f"{int(pool)}.npz"
+    """The directory of a field bootstrap pool's per-replicate counts of its reporting tiles:
+    ``index.npz`` (each file's first tile) and ``tiles-<i>.npz``, each with a done record."""
+    return workdir / "resolve" / "groups" / str(int(pool))
 
 
 def count_dtype(total: int) -> np.dtype:
@@ -640,27 +647,56 @@ def count_dtype(total: int) -> np.dtype:
 
 
 def write_group_draws(workdir: Path, pool: int, tiles: np.ndarray, sizes: np.ndarray, counts: np.ndarray,
-                      signature: str) -> Path:
+                      signature: str, shard_tiles: int | None = None) -> Path:
     """A pool's reporting tiles (n, 3, sorted), their sizes (n,) and each replicate's draws per
-    tile (n_replicates, n), with a done record: the sums tasks read their groups' columns.
+    tile (n_replicates, n), in files of ``shard_tiles`` consecutive tiles
+    (:data:`GROUP_SHARD_TILES`), each with a done record; the index, naming each file's first
+    tile, is written last. The sums tasks read their groups' columns from the files holding them.
 
-    The counts are stored as int32 when the pool's size allows it (half the bytes)."""
-    path = group_draws_path(workdir, pool)
+    The counts are stored as int32 when the pool's size allows it (half the bytes).
+    Returns the pool's directory."""
+    directory = group_draws_path(workdir, pool)
+    step = GROUP_SHARD_TILES if shard_tiles is None else int(shard_tiles)
+    tiles = np.asarray(tiles, np.int64).reshape(-1, 3)
     sizes = np.asarray(sizes, np.int64)
-    write_summary(path, {"tile": np.asarray(tiles, np.int64).reshape(-1, 3), "size": sizes,
-                         "counts": np.asarray(counts).astype(count_dtype(sizes.sum()), copy=False)})
-    write_done_record(path.with_suffix(".done.json"), signature, [path])
-    return path
+    counts = np.asarray(counts).astype(count_dtype(sizes.sum()), copy=False)
+    starts = range(0, len(tiles), step)
+    for i, start in enumerate(starts):
+        path = directory / f"tiles-{i}.npz"
+        write_summary(path, {"tile": tiles[start:start + step], "size": sizes[start:start + step],
+                             "counts": np.ascontiguousarray(counts[:, start:start + step])})
+        write_done_record(path.with_suffix(".done.json"), signature, [path])
+    index = directory / "index.npz"
+    write_summary(index, {"first_tile": tiles[list(starts)].reshape(-1, 3), "n_replicates": np.int64(counts.shape[0])})
+    write_done_record(index.with_suffix(".done.json"), signature, [index])
+    return directory
 
 
-def read_group_draws(workdir: Path, pool: int, signature: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """``(tiles, sizes, counts)`` of :func:`write_group_draws`, or None when the file is
-    missing, changed or of another run (the caller names the partition that needed it)."""
-    path = group_draws_path(workdir, pool)
-    if not done_record_valid(path.with_suffix(".done.json"), signature):
+def read_group_draws(workdir: Path, pool: int, signature: str,
+                     tiles: list[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(tiles, sizes, counts)`` of :func:`write_group_draws`'s files that hold ``tiles``
+    (only those files are read), or None when the pool's index or one of those files is
+    missing, changed or of another run (the caller names the partition that needed it).
+    A tile the pool does not hold is absent from what is returned."""
+    import bisect
+
+    directory = group_draws_path(workdir, pool)
+    index = directory / "index.npz"
+    if not done_record_valid(index.with_suffix(".done.json"), signature):
         return None
-    a = read_summary(path)
-    return a["tile"], a["size"], a["counts"]
+    a = read_summary(index)
+    first = [tuple(t) for t in a["first_tile"].tolist()]
+    wanted = sorted({max(bisect.bisect_right(first, tuple(t)) - 1, 0) for t in tiles}) if first else []
+    parts = []
+    for i in wanted:
+        path = directory / f"tiles-{i}.npz"
+        if not done_record_valid(path.with_suffix(".done.json"), signature):
+            return None
+        parts.append(read_summary(path))
+    if not parts:
+        return np.empty((0, 3), np.int64), np.empty(0, np.int64), np.empty((int(a["n_replicates"]), 0), np.int32)
+    return (np.concatenate([p["tile"] for p in parts]), np.concatenate([p["size"] for p in parts]),
+            np.concatenate([p["counts"] for p in parts], axis=1))
 
 
 def read_labels(directory: Path, key: PartitionKey, signature: str, own: bool = False) -> tuple | None:

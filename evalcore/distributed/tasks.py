@@ -318,10 +318,11 @@ def group_draws_task(workdir: str, pool: int, tiles: np.ndarray, sizes: np.ndarr
 
 def _group_counts(workdir: str, key: PartitionKey, sizes: dict, n_replicates: int, signature: str) -> dict:
     """``{(pool, tile): (size, counts)}`` of a partition's field bootstrap groups, the counts
-    (int64, shape (n_replicates,)) read from their pools' files (:func:`group_draws_task`).
+    (int64, shape (n_replicates,)) read from the files of their pools holding their tiles
+    (:func:`group_draws_task`, :func:`storage.read_group_draws`).
 
     ``sizes`` is ``{(pool, tile): n}``, the run's size of each group (the client's sum).
-    A pool file missing, changed, of another run, without one of the groups, with another
+    A pool's index or file missing, changed, of another run, without one of the groups, with another
     size for one (stale) or with fewer or more replicates (short) is a
     :class:`PartitionMissingError` naming the file and the partition.
     """
@@ -331,7 +332,7 @@ def _group_counts(workdir: str, key: PartitionKey, sizes: dict, n_replicates: in
         by_pool.setdefault(int(pool), []).append((tuple(int(v) for v in tile), int(n)))
     for pool in sorted(by_pool):
         path = storage.group_draws_path(Path(workdir), pool)
-        found = storage.read_group_draws(Path(workdir), pool, signature)
+        found = storage.read_group_draws(Path(workdir), pool, signature, [tile for tile, _ in by_pool[pool]])
         where = f"partition {storage.key_name(key)}: the field bootstrap counts of pool {pool} ({path})"
         if found is None:
             raise PartitionMissingError(f"{where} are missing or do not match their checksums; rerun to recompute them.")

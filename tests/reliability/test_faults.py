@@ -419,7 +419,7 @@ def test_worker_lost_in_a_group_draws_task_gives_identical_metrics(cluster_clien
     _set_fault(cluster_client, phase="group-draws", partition=str(pool), mode="die", marker=str(marker))
     index, plan, pairs, resolved = _worker_resolve_phases(cluster_client, setup)
     assert marker.exists()  # the worker really died there
-    assert (work / "resolve" / "groups" / f"{pool}.done.json").exists()
+    assert (work / "resolve" / "groups" / str(pool) / "index.done.json").exists()
     # The sums tasks get sizes and keys only: each group's counts are read from its pool's file.
     assert all(all(isinstance(n, int) for n in sizes.values()) for sizes, _ in resolved.field_groups.values())
     sums = sums_phase(cluster_client, setup, index, plan, resolved)
@@ -434,8 +434,8 @@ def test_missing_pool_counts_of_a_field_bootstrap_fail_the_run_naming_the_file(c
     setup = _setup(data, work, **FIELD_SPLIT)
     index, plan, pairs, resolved = _worker_resolve_phases(cluster_client, setup)
     pool = _largest_pool(data)
-    path = work / "resolve" / "groups" / f"{pool}.npz"
-    path.unlink()
+    path = work / "resolve" / "groups" / str(pool)
+    (path / "index.npz").unlink()
     with pytest.raises(PartitionMissingError, match=rf"sums failed for partition \S+: PartitionMissingError: partition \S+: "
                                                     rf"the field bootstrap counts of pool {pool} \({re.escape(str(path))}\) are missing"):
         sums_phase(cluster_client, setup, index, plan, resolved)

@@ -73,12 +73,39 @@ def test_the_pools_files_give_each_partition_the_runs_counts(tmp_path, n_parts):
             assert counts.dtype == np.int64 and np.array_equal(counts, expected[group][1])
         # The other holders: the partitions sharing one of its groups, and only those.
         assert holders == sorted(k for k in split if k != key and split[k].keys() & split[key].keys())
-    # One file per pool, tiles sorted, counts int32 (replicates x tiles), each replicate drawing the pool's size.
+    # Each pool's files, read whole: tiles sorted, counts int32 (replicates x tiles), each
+    # replicate drawing the pool's size.
     for pool in (A, C):
-        with np.load(storage.group_draws_path(tmp_path, pool)) as a:
-            assert a["counts"].dtype == np.int32 and a["counts"].shape == (B, len(a["tile"]))
-            assert [tuple(t) for t in a["tile"].tolist()] == sorted(t for p, t in totals if p == pool)
-            assert np.all(a["counts"].sum(axis=1) == a["size"].sum())
+        pool_tiles = sorted(t for p, t in totals if p == pool)
+        tiles, sizes, counts = storage.read_group_draws(tmp_path, pool, SIGNATURE, pool_tiles)
+        assert counts.dtype == np.int32 and counts.shape == (B, len(tiles))
+        assert [tuple(t) for t in tiles.tolist()] == pool_tiles
+        assert np.all(counts.sum(axis=1) == sizes.sum())
+
+
+TILES = [(32633, x, y) for x in range(-2, 3) for y in range(3)]  # 15 tiles, sorted
+
+
+@pytest.mark.parametrize("shard_tiles", [1, 2, 4, 15, 1024])
+def test_a_partition_reads_only_the_files_holding_its_tiles(tmp_path, monkeypatch, shard_tiles):
+    """A pool's counts in files of a few tiles: a partition's groups read from the files that
+    hold them equal the counts of the pool drawn whole, whatever the files' size, and the other
+    files are not read (deleting them changes nothing)."""
+    monkeypatch.setattr(storage, "GROUP_SHARD_TILES", shard_tiles)
+    sizes = np.arange(1, len(TILES) + 1) * 3
+    group_draws_task(str(tmp_path), A, np.array(TILES), sizes, B, SEED, SIGNATURE)
+    whole = draw_pool_counts(A, dict(zip(TILES, sizes.tolist())), B, SEED)[2]
+    directory = storage.group_draws_path(tmp_path, A)
+    assert len(list(directory.glob("tiles-*.npz"))) == -(-len(TILES) // shard_tiles)
+    mine = {TILES[0]: 3, TILES[7]: 24, TILES[8]: 27}  # the first tile and two in the middle
+    holding = sorted({TILES.index(t) // shard_tiles for t in mine})
+    for path in directory.glob("tiles-*.npz"):
+        if int(path.stem.split("-")[1]) not in holding:
+            path.unlink()
+    got = _group_counts(str(tmp_path), (32633, 0, 0), {(A, t): n for t, n in mine.items()}, B, SIGNATURE)
+    assert sorted(got) == sorted((A, t) for t in mine)
+    for (_, tile), (size, counts) in got.items():
+        assert size == mine[tile] and np.array_equal(counts, whole[:, TILES.index(tile)])
 
 
 def test_one_pools_draw_is_draw_partition_counts_for_that_pool():
@@ -109,7 +136,7 @@ def _partition_two(tmp_path):
 def test_a_missing_pool_file_names_the_file_and_the_partition(tmp_path):
     key, sizes = _partition_two(tmp_path)
     path = storage.group_draws_path(tmp_path, C)
-    path.unlink()
+    (path / "index.npz").unlink()
     with pytest.raises(PartitionMissingError, match=rf"partition 32633_1_0: .* pool {C} \({re.escape(str(path))}\) are missing"):
         _group_counts(str(tmp_path), key, sizes, B, SIGNATURE)
     # Of another run (its done record names another signature): the same.
@@ -134,8 +161,13 @@ def test_a_stale_or_short_pool_file_names_the_file_and_the_partition(tmp_path):
         _group_counts(str(tmp_path), key, sizes, B, SIGNATURE)
     # A file changed after its done record: its checksum no longer matches.
     group_draws_task(str(tmp_path), A, tiles, n, B, SEED, SIGNATURE)
-    shutil.copyfile(storage.group_draws_path(tmp_path, C), path)
+    shutil.copyfile(storage.group_draws_path(tmp_path, C) / "tiles-0.npz", path / "tiles-0.npz")
     with pytest.raises(PartitionMissingError, match="are missing or do not match their checksums"):
+        _group_counts(str(tmp_path), key, sizes, B, SIGNATURE)
+    # A file the partition needs removed, its index still there: the same.
+    group_draws_task(str(tmp_path), A, tiles, n, B, SEED, SIGNATURE)
+    (path / "tiles-0.npz").unlink()
+    with pytest.raises(PartitionMissingError, match=rf"pool {A} \({re.escape(str(path))}\) are missing"):
         _group_counts(str(tmp_path), key, sizes, B, SIGNATURE)
 
 
