@@ -196,6 +196,22 @@ class Sites:
     aois: AoiLayer | None = None
     annotated: AnnotatedArea | None = None
 
+    def kept_on_client(self) -> Sites:
+        """The site layers as a distributed run's client keeps them: the AOIs' ids, keys,
+        source polygons (the AOI output layer's) and overlaps, the annotated area's source
+        polygons (the pixel tasks' valid mask) and the cell indexes; without the equal-area
+        polygons, which only the workers' lookups read (millions of vertices at a country's
+        extent: 4.8 million for the 10M benchmark's annotated area).
+
+        Only for layers cut into a cell index (:func:`prepare_sites` with a store): the
+        lookups of layers held as pieces fall back on the equal-area polygons.
+        """
+        if any(layer is not None and layer.cells is None for layer in (self.aois, self.annotated)):
+            raise ValueError("only site layers cut into a cell index (prepare_sites with a store) can drop their equal-area polygons")
+        aois = replace(self.aois, geoms_ea=None) if self.aois is not None else None
+        annotated = replace(self.annotated, geoms_ea=None) if self.annotated is not None else None
+        return Sites(self.tile_size_m, aois, annotated)
+
 
 def prepare_sites(options: object, equal_area_crs: object = None, store: str | os.PathLike | None = None) -> Sites:
     """The site layers of a run from its options (``tile_km``, ``aoi``, ``annotated_area``).

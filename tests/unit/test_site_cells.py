@@ -218,3 +218,36 @@ def test_whole_cells_answer_without_geometry(tmp_path):
     # Near the first AOI's edge the boundary pieces are needed, and they are gone.
     with pytest.raises(FileNotFoundError):
         first_aoi(aois, shapely.points([[10_000.5, 300.5]]))
+
+
+def test_the_clients_copy_of_the_site_layers_drops_only_the_equal_area_polygons(tmp_path):
+    """A distributed run's client keeps the AOIs' ids, keys, source polygons and overlaps and
+    the cell indexes; the equal-area polygons (the workers' lookups) are left out, and the
+    AOI output layer made from the copy is the one made from the whole layers."""
+    import pickle
+
+    import geopandas
+    import pandas as pd
+
+    from evalcore.levels import aois_frame, prepare_sites
+    from evalcore.options import check_options
+
+    crs = "EPSG:32633"
+    aoi = geopandas.GeoDataFrame({"name": ["a", "b"]}, geometry=[shapely.box(500_000, 5_000_000, 520_000, 5_030_000),
+                                                                 shapely.box(510_000, 5_010_000, 540_000, 5_020_000)], crs=crs)
+    annotated = geopandas.GeoDataFrame(geometry=[shapely.box(495_000, 4_995_000, 545_000, 5_035_000)], crs=crs)
+    aoi.to_parquet(tmp_path / "aoi.parquet")
+    annotated.to_parquet(tmp_path / "annotated.parquet")
+    options = check_options(aoi=str(tmp_path / "aoi.parquet"), aoi_id_column="name", annotated_area=str(tmp_path / "annotated.parquet"))
+    whole = prepare_sites(options, options.equal_area_crs, tmp_path / "sites")
+    kept = whole.kept_on_client()
+    assert kept.aois.geoms_ea is None and kept.annotated.geoms_ea is None
+    assert kept.aois.keys == whole.aois.keys == ["a", "b"] and kept.aois.overlaps == whole.aois.overlaps == ((0, 1),)
+    assert kept.aois.cells is whole.aois.cells and kept.annotated.cells is whole.annotated.cells
+    assert list(kept.annotated.geoms_source) == list(whole.annotated.geoms_source)
+    table = pd.DataFrame({"aoi": ["a", "b"], "n_ref": [1, 2]})
+    assert aois_frame(table, kept.aois).to_wkb().equals(aois_frame(table, whole.aois).to_wkb())
+    assert len(pickle.dumps(kept)) < len(pickle.dumps(whole))
+    # Layers held as pieces (no store) fall back on the equal-area polygons: no copy without them.
+    with pytest.raises(ValueError, match="cell index"):
+        prepare_sites(options, options.equal_area_crs).kept_on_client()
