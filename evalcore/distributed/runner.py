@@ -55,7 +55,6 @@ from evalcore.distributed.reliability import PartitionMissingError
 from evalcore.distributed.sources import Chunk, LayerSource, plan_chunks
 from evalcore.distributed.staging import STAGED_STRATA_COLUMN, check_workers_see, stage_layer, start_run
 from evalcore.distributed.tasks import (
-    site_layers_task,
     components_task,
     group_draws_task,
     homeless_task,
@@ -94,7 +93,8 @@ from evalcore.options import EvalOptions, RunPlan, make_run_plan
 from evalcore.metrics.base import MetricFamily
 from evalcore.metrics.classes import class_layer_columns
 from evalcore.metrics.registry import enabled_families
-from evalcore.levels import Sites, aois_frame, tiles_frame
+from evalcore.levels import Sites, aois_frame, prepare_sites, tiles_frame
+from evalcore.study import prepare_study
 from evalcore.sites import SITE_LAYERS
 from evalcore.arrays import index_of
 from evalcore.layer_warnings import extent_of
@@ -216,23 +216,18 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
     # annotated area was the client's largest step (1.6 GiB at 10M fields' extent); the
     # prepare tasks take the layers from the worker that made them, and the client keeps a
     # copy without the equal-area polygons (Sites.kept_on_client).
-    sites_future, study_future = (
-        client.submit(site_layers_task, setup.options, str(setup.workdir / "sites"), which,
-                      key=setup.task_key("site-layers", which), retries=2)
-        for which in ("sites", "study")
-    )
+    options, store = setup.options, setup.workdir / "sites"
+    sites_future = client.submit(prepare_sites, options, options.equal_area_crs, store, key=setup.task_key("site-layers", "sites"),
+                                 retries=2)
+    study_future = client.submit(prepare_study, options, options.equal_area_crs, store, key=setup.task_key("site-layers", "study"),
+                                 retries=2)
     sites = client.submit(Sites.kept_on_client, sites_future, key=setup.task_key("site-layers", "client")).result()
     study = study_future.result()
     if storage.done_record_valid(record, setup.signature) and wd.exists(index_path):
         if setup.log:
             setup.log("prepare: reusing the prepared partitions of the interrupted run (checksums verified)")
         return RunIndex(storage.index_from_json(json.loads(wd.fetch(index_path).read_text())), True, time.perf_counter() - started, sites, study)
-    if sites.aois is None and sites.annotated is None:
-        sites_future = sites
-    if not study.active:
-        study_future = None
     wd.remove_tree(setup.workdir / "prepared")
-    options = setup.options
     futures = {}
     planned = _balanced_chunks(client, setup)
     # Largest first (and submitted in that order: a free worker takes the first task

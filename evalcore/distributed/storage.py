@@ -22,6 +22,7 @@ goes through :mod:`evalcore.distributed.workdir` (``wd.fetch`` before a read,
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 from pathlib import Path
@@ -678,8 +679,6 @@ def read_group_draws(workdir: Path, pool: int, signature: str,
     (only those files are read), or None when the pool's index or one of those files is
     missing, changed or of another run (the caller names the partition that needed it).
     A tile the pool does not hold is absent from what is returned."""
-    import bisect
-
     directory = group_draws_path(workdir, pool)
     index = directory / "index.npz"
     if not done_record_valid(index.with_suffix(".done.json"), signature):

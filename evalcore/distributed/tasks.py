@@ -47,14 +47,14 @@ from evalcore.metrics.score_ranges import (
     RangeCounts, RangeValues, ReplicateCounts, ReplicateShares, ScoreRows, range_counts, range_of, range_values, replicate_counts,
     replicate_shares, replicate_values,
 )
-from evalcore.levels import Sites, prepare_sites
+from evalcore.levels import Sites
 from evalcore.options import EvalOptions, RunPlan
 from evalcore.prepare import prepare_layer
 from evalcore.selection import Answers, answer
-from evalcore.study import Study, prepare_study
+from evalcore.study import Study
 from evalcore.writers import atomic_path, write_geoparquet
 
-__all__ = ["site_layers_task", "prepare_chunk_task", "pairs_task", "components_task", "seam_labels_task", "group_draws_task", "resolve_task",
+__all__ = ["prepare_chunk_task", "pairs_task", "components_task", "seam_labels_task", "group_draws_task", "resolve_task",
            "homeless_task", "sums_task", "select_task", "predictions_task", "pixels_task", "score_split_task", "score_weights_task",
            "score_range_task", "score_values_task", "score_replicates_task"]
 
@@ -89,21 +89,6 @@ def _reach(layer: PreparedLayer, tolerance_m: float | None) -> np.ndarray:
     if tolerance_m is None or len(layer) == 0:
         return np.zeros(len(layer))
     return boundary.tolerance_reach(layer, tolerance_m)
-
-
-def site_layers_task(options: EvalOptions, store: str, which: str) -> Sites | Study:
-    """A run's site layers prepared on a worker, their boundary pieces written to ``store``
-    (the work directory's ``sites``): ``which`` is ``"sites"`` (AOIs and annotated area,
-    :func:`evalcore.levels.prepare_sites`) or ``"study"`` (study and training areas,
-    :func:`evalcore.study.prepare_study`).
-
-    At a country's extent these are the run's largest single computations on one machine
-    (the union of the 10M benchmark's annotated area: 4.8 million vertices, 54 s and about
-    a GiB): made on a worker, the client stays small, and the prepare tasks take the result
-    from this worker.
-    """
-    prepare = {"sites": prepare_sites, "study": prepare_study}[which]
-    return prepare(options, options.equal_area_crs, Path(store))
 
 
 def prepare_chunk_task(
