@@ -23,8 +23,15 @@ def summarise(path: str, match: str | None, top: int) -> str:
     per_process: collections.Counter = collections.Counter()
     inclusive: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     with open(path, encoding="utf-8") as lines:
+        pending = ""
         for line in lines:
-            stack, _, count = line.rstrip("\n").rpartition(" ")
+            # A process's command line may hold a newline (py-spy writes it as it is), so a
+            # stack runs on until a line ends in its sample count.
+            stack, _, count = (pending + line.rstrip("\n")).rpartition(" ")
+            if not count.isdigit():
+                pending += line
+                continue
+            pending = ""
             if not stack:
                 continue
             n = int(count)

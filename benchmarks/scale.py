@@ -736,6 +736,22 @@ def print_rows(rows: Sequence[Mapping]) -> None:
                   f"(spread over workers {p['spread_s']:.0f} s, serial {p['serial_s']:.0f} s)")
 
 
+def compile_kernels() -> float:
+    """Compile the numba kernels into the checkout's cache before any size is measured; seconds.
+
+    A worker that finds the cache empty compiles every kernel on its first tasks (about a
+    minute each on this machine, docs/performance.md), a one-off cost of a new installation
+    that ``make`` pays (:mod:`evalcore.distributed.warm`); the sizes are measured with the
+    kernels loaded, whether or not the checkout had run ``make`` since its last kernel change.
+    """
+    started = time.perf_counter()
+    subprocess.run([str(BIN / "python"), "-m", "evalcore.distributed.warm"], check=True, env=_env("warm", Path.cwd()),
+                   stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - started
+    print(f"  kernels compiled or loaded in {seconds:.1f} s", file=sys.stderr, flush=True)
+    return seconds
+
+
 def run_sizes(sizes: Sequence[int], workers: int = 2, tmp: str | None = None, interval_s: float = 0.5, data: str | None = None,
               keep: bool = False, picture: bool = True) -> dict:
     """Measure every size (the smallest first); returns the record, also written to ``benchmarks/results/``."""
@@ -747,6 +763,7 @@ def run_sizes(sizes: Sequence[int], workers: int = 2, tmp: str | None = None, in
         "load_average_start": os.getloadavg(), "sizes": list(sizes), "rows": [],
     }
     out = RESULTS / f"scale-{'-'.join(str(n) for n in sizes)}-{stamp}.json"
+    record["kernels_s"] = compile_kernels()
     for n in sorted(sizes):
         base = Path(tempfile.mkdtemp(prefix=f"evalcore-scale-{n}-", dir=tmp))
         try:

@@ -7,13 +7,21 @@ workers (:func:`evalcore.distributed.cluster.local_cluster`), this module does t
 while the worker starts, which the command line overlaps with its own start-up
 (docs/performance.md, "Starting a cluster"). On an external cluster, start the workers
 with ``dask worker --preload evalcore.distributed.warm``.
+
+Loading needs the kernels compiled once into numba's cache; a worker that finds the
+cache empty compiles each kernel on its first use, about a minute per worker process
+(docs/performance.md, "Compiling the kernels once"). ``python -m evalcore.distributed.warm``
+compiles them all ahead (:func:`compile_kernels`): ``make`` runs it, and an image should
+run it when it is built.
 """
 
 from __future__ import annotations
 
 import logging
 
-__all__ = ["warm_engine", "dask_setup"]
+import numpy as np
+
+__all__ = ["warm_engine", "dask_setup", "compile_kernels", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,3 +51,57 @@ def warm_engine() -> None:
 def dask_setup(worker: object) -> None:
     """The ``preload`` hook distributed calls in each worker before it registers."""
     warm_engine()
+
+
+def compile_kernels(n_ref: int = 400) -> float:
+    """Compile every numba kernel of the engine into its cache (``__pycache__``); seconds taken.
+
+    Runs one in-process evaluation of a small synthetic layer pair with every family that
+    has kernels of its own switched on (strata, size classes, field bootstrap, boundary
+    tolerance and boundary IoU, scores, AOIs, annotated area, classes, pixel metrics), so
+    each kernel is compiled with the argument types a run gives it. numba keeps the
+    compiled code in ``__pycache__`` beside the modules, keyed by the source file, so a
+    worker that starts later loads it instead of compiling it (about a minute per
+    worker process, measured in docs/performance.md). Raises if the evaluation fails.
+    """
+    import tempfile
+    import time
+    from pathlib import Path
+
+    import evalcore
+    from evalcore.synth.layers import make_layers, make_site_layers
+
+    started = time.perf_counter()
+    predicted, reference = make_layers(n_ref, seed=1)
+    aoi, annotated = make_site_layers(reference, predicted, seed=1)
+    with tempfile.TemporaryDirectory(prefix="evalcore-warm-") as tmp:
+        aoi_path, annotated_path = Path(tmp) / "aoi.parquet", Path(tmp) / "annotated.parquet"
+        aoi.to_parquet(aoi_path)
+        annotated.to_parquet(annotated_path)
+        evalcore.evaluate(
+            predicted, reference, strata="stratum", size_bins=[0, 0.5, 1, 2, 5, 10, float("inf")], bootstrap=20,
+            boundary_tolerance_m=10, boundary_iou_width_m=2, score_column="score", aoi=str(aoi_path),
+            aoi_id_column="aoi_id", annotated_area=str(annotated_path), class_column="crop",
+            pred_class_column="crop", pixel_gsd_m=10,
+        )
+    # The scores' replicate counts run only in a cluster's score-range tasks: compiled here
+    # with the argument types those tasks give them.
+    from evalcore._score_kernels import _replicate_counts
+
+    _replicate_counts(np.zeros((1, 1)), np.zeros(1), np.ones((1, 1)), np.zeros(1, dtype=np.int64), np.array([0, 1], dtype=np.int64))
+    return time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m evalcore.distributed.warm``: compile the kernels into numba's cache."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m evalcore.distributed.warm", description=main.__doc__.split(": ", 1)[1])
+    parser.parse_args(argv)
+    seconds = compile_kernels()
+    print(f"evalcore kernels compiled or loaded from numba's cache in {seconds:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

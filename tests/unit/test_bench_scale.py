@@ -269,6 +269,7 @@ def test_a_failed_size_is_written_with_what_was_measured_before_it_stops(tmp_pat
         raise scale.SizeFailed("evalcore run at 10 fields failed (exit 1)", {"n_ref": n_ref, "phases_s": {"prepare": 1.5}, "client_mib": 900.0})
 
     monkeypatch.setattr(scale, "measure_size", failing)
+    monkeypatch.setattr(scale, "compile_kernels", lambda: 0.0)
     with pytest.raises(scale.SizeFailed, match="failed"):
         scale.run_sizes([10], tmp=str(tmp_path))
     (written,) = (tmp_path / "results").glob("scale-10-*.json")
