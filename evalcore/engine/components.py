@@ -193,8 +193,12 @@ def seam_plan(connectors: dict) -> SeamPlan:
     given_away: dict = {}
     borrowed: dict = {}
     n_seam = 0
+    # Each group's nodes in increasing order, from one sort: a scan of every node per seam
+    # component grows as seams x nodes, both proportional to the country.
+    by_group = np.argsort(group, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(size)])
     for g in np.flatnonzero(size > 1).tolist():
-        members = np.flatnonzero(group == g)
+        members = by_group[starts[g] : starts[g + 1]]
         # The owner: smallest reference position, then the first partition in key order.
         owner_node = members[np.lexsort((nodes[members, 0], node_min_ref[members]))[0]]
         owner = keys[int(nodes[owner_node, 0])]

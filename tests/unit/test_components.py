@@ -172,3 +172,53 @@ def test_seam_plan_unions_a_chain_across_three_partitions():
 def test_seam_plan_without_connectors_is_empty():
     assert seam_plan({}).n_seam_components == 0
     assert seam_plan({("A",): (np.empty(0, np.int64),) * 3}).given_away == {}
+
+
+def _seam_plan_by_hand(connectors: dict) -> tuple[dict, dict, int]:
+    """The seam union the obvious way: nodes (partition, label) joined while two share a
+    prediction, until nothing changes; the owner by (smallest reference, partition order)."""
+    keys = sorted(connectors)
+    node_ref: dict = {}
+    preds: dict = {}
+    for k in keys:
+        for p, lab, r in zip(*(np.asarray(a).tolist() for a in connectors[k])):
+            node = (k, lab)
+            node_ref[node] = min(node_ref.get(node, NO_REFERENCE), r)
+            preds.setdefault(p, set()).add(node)
+    group = {node: {node} for node in node_ref}
+    changed = True
+    while changed:
+        changed = False
+        for nodes in preds.values():
+            union = set().union(*(group[n] for n in nodes))
+            for n in union:
+                if group[n] != union:
+                    group[n], changed = union, True
+    given, borrowed, n_seam = {}, {}, 0
+    for members in {frozenset(g) for g in group.values() if len(g) > 1}:
+        owner = min(members, key=lambda n: (node_ref[n], keys.index(n[0])))[0]
+        n_seam += 1
+        for source, lab in members:
+            if source != owner:
+                given.setdefault(source, set()).add(lab)
+                borrowed.setdefault(owner, {}).setdefault(source, set()).add(lab)
+    return ({k: sorted(v) for k, v in given.items()},
+            {k: {s: sorted(v) for s, v in b.items()} for k, b in borrowed.items()}, n_seam)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_seam_plan_equals_the_union_made_by_hand(data):
+    n_parts = data.draw(st.integers(1, 5))
+    connectors = {}
+    for i in range(n_parts):
+        n = data.draw(st.integers(0, 8))
+        pos = data.draw(st.lists(st.integers(0, 12), min_size=n, max_size=n))
+        label = data.draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
+        ref = data.draw(st.lists(st.one_of(st.integers(0, 30), st.just(NO_REFERENCE)), min_size=n, max_size=n))
+        connectors[(f"P{i}",)] = (np.array(pos, np.int64), np.array(label, np.int64), np.array(ref, np.int64))
+    plan = seam_plan(connectors)
+    given_away, borrowed, n_seam = _seam_plan_by_hand(connectors)
+    assert plan.n_seam_components == n_seam
+    assert {k: v.tolist() for k, v in plan.given_away.items()} == given_away
+    assert {k: {s: v.tolist() for s, v in b.items()} for k, b in plan.borrowed.items()} == borrowed
