@@ -161,14 +161,28 @@ class Sampler(threading.Thread):
     over the whole tree at one sample (with the nanny, or a helper process the client
     starts). Roles can be added while it runs. With ``disk_path``, the free space of its
     file system is sampled too (``disk_free_start``, ``disk_free_min``, bytes).
+
+    When each peak was reached: ``peak_at_s`` (seconds since the first sample at which a
+    role's ``VmHWM`` last rose), a ``timeline`` of every role's resident memory every
+    ``timeline_s`` seconds (``[seconds, {role: MiB}]``), and with ``log`` (an ``evalcore run``'s
+    output) the seconds at which each phase line first appeared in it (``phases_at_s``):
+    together they tell in which phase a peak came.
     """
 
-    def __init__(self, interval_s: float = 0.5, disk_path: Path | None = None):
+    def __init__(self, interval_s: float = 0.5, disk_path: Path | None = None, timeline_s: float = 5.0,
+                 log: Path | None = None):
         super().__init__(daemon=True)
         self.interval_s = interval_s
         self.roots: dict[str, int] = {}
         self.peak_mib: dict[str, float] = {}
         self.hwm_mib: dict[str, float] = {}
+        self.peak_at_s: dict[str, float] = {}
+        self.timeline_s = timeline_s
+        self.timeline: list[list] = []
+        self.log = log
+        self.phases_at_s: dict[str, float] = {}
+        self._log_offset = 0
+        self._t0: float | None = None
         self.samples = 0
         # With disk_path: the free space of its file system at the first sample and the
         # smallest seen, bytes (a run's peak disk use: a finished run removes its work directory).
@@ -194,16 +208,42 @@ class Sampler(threading.Thread):
                 if self.disk_free_start is None:
                     self.disk_free_start = self.disk_free_min = free
                 self.disk_free_min = min(self.disk_free_min, free)
+        now = time.monotonic()
+        if self._t0 is None:
+            self._t0 = now
+        at = round(now - self._t0, 1)
         parents = _ppids()
+        resident = {}
         for role, root in roots.items():
             mems = [m for m in map(_memory, children_of(parents, root)) if m is not None]
             if not mems:
                 continue
             rss = sum(m.rss_kib for m in mems) / 1024.0
             hwm = max(max(m.hwm_kib, m.rss_kib) for m in mems) / 1024.0
+            resident[role] = round(rss, 1)
             self.peak_mib[role] = max(self.peak_mib.get(role, 0.0), rss)
-            self.hwm_mib[role] = max(self.hwm_mib.get(role, 0.0), hwm)
+            if hwm > self.hwm_mib.get(role, 0.0):
+                self.hwm_mib[role] = hwm
+                self.peak_at_s[role] = at
+        if not self.timeline or at - self.timeline[-1][0] >= self.timeline_s:
+            self.timeline.append([at, resident])
+        self._read_phase_lines(at)
         self.samples += 1
+
+    def _read_phase_lines(self, at: float) -> None:
+        """Note the time of each phase line new in the log since the last sample."""
+        if self.log is None:
+            return
+        with contextlib.suppress(OSError):
+            with open(self.log, "rb") as f:
+                f.seek(self._log_offset)
+                text = f.read()
+            end = text.rfind(b"\n") + 1  # whole lines only; the rest is read next time
+            self._log_offset += end
+            for line in text[:end].decode(errors="replace").splitlines():
+                match = _PHASE_LINE.match(line.strip())
+                if match and match.group(1) not in self.phases_at_s:
+                    self.phases_at_s[match.group(1)] = at
 
     def run(self) -> None:
         while not self._halt.wait(self.interval_s):
@@ -219,7 +259,8 @@ class Sampler(threading.Thread):
         if self.is_alive():
             self.join()
         return {
-            role: {"peak_mib": self.hwm_mib.get(role, 0.0), "tree_peak_rss_mib": self.peak_mib.get(role, 0.0)}
+            role: {"peak_mib": self.hwm_mib.get(role, 0.0), "tree_peak_rss_mib": self.peak_mib.get(role, 0.0),
+                   "peak_at_s": self.peak_at_s.get(role)}
             for role in self.roots
         }
 
@@ -232,7 +273,7 @@ def _run_sampled(argv: Sequence[str], roles: Mapping[str, int], log: Path, sampl
     of ``log``'s directory at the start and at its lowest, and their difference, MiB
     (what the command wrote at its peak, if nothing else wrote there meanwhile).
     """
-    sampler = Sampler(interval_s, disk_path=log.parent)
+    sampler = Sampler(interval_s, disk_path=log.parent, log=log)
     for role, pid in roles.items():
         sampler.watch(role, pid)
     sampler.start()
@@ -258,6 +299,9 @@ def _run_sampled(argv: Sequence[str], roles: Mapping[str, int], log: Path, sampl
     if sampler.disk_free_start is not None:
         mem["disk"] = {"free_start_mib": sampler.disk_free_start / 2**20, "free_min_mib": sampler.disk_free_min / 2**20,
                        "peak_written_mib": (sampler.disk_free_start - sampler.disk_free_min) / 2**20}
+    # When: each phase line's first sight in the output and every role's memory every few seconds.
+    mem["phases_at_s"] = dict(sampler.phases_at_s)
+    mem["timeline"] = sampler.timeline
     return wall, mem, code
 
 
@@ -603,6 +647,18 @@ def phases_logged(log: Path) -> dict[str, float]:
     return found
 
 
+def phase_at(seconds: float | None, phases_at_s: Mapping[str, float]) -> str | None:
+    """The phase under way ``seconds`` after the run started: the first whose line (printed
+    when it ends) came at or after that time, or ``"after the phases"`` (the publication,
+    the report) when every line came before it; None when ``seconds`` is."""
+    if seconds is None:
+        return None
+    for name, at in sorted(phases_at_s.items(), key=lambda kv: kv[1]):
+        if at >= seconds:
+            return name
+    return "after the phases"
+
+
 class SizeFailed(RuntimeError):
     """A size whose ``evalcore synth`` or ``evalcore run`` failed; ``row`` holds what was measured until then."""
 
@@ -684,6 +740,8 @@ def measure_size(n_ref: int, base: Path, stamp: str, workers: int = 2, interval_
         "tasks": task_costs(stream), "busy_s": busy_seconds(stream, workers),
     })
     row["tasks_complete"] = len(stream) < TASK_STREAM_LENGTH
+    row["peak_phase"] = {role: phase_at(mem[role].get("peak_at_s"), mem["phases_at_s"])
+                         for role in ["client"] + [f"w{k}" for k in range(workers)]}
     if picture:
         png = plot_task_stream(stream, RESULTS / f"scale-taskstream-{n_ref}-{stamp}.png",
                                f"evalcore run, {n_ref:,} reference fields, {workers} workers: task stream")
@@ -721,6 +779,8 @@ def print_rows(rows: Sequence[Mapping]) -> None:
         print(f"\n  per-partition costs at {r['n_ref']:,} fields ({r['partitions']} partitions; compute seconds from the task stream):")
         for name, t in sorted(r["tasks"].items(), key=lambda kv: (PHASES + (kv[0],)).index(kv[0])):
             print(f"    {name:<12} {t['tasks']:>6} tasks  {t['task_s']:>9.1f} task-s  mean {t['mean_task_s']:>7.2f} s  max {t['max_task_s']:>7.2f} s")
+        if r.get("peak_phase"):
+            print("    peak memory reached in: " + ", ".join(f"{role} {phase}" for role, phase in r["peak_phase"].items()))
         if "busy_s" in r:
             b = r["busy_s"]
             print(f"    no worker computing {r['wall_s'] - b['any_s']:.1f} s of the {r['wall_s']:.1f} s (client, scheduler, start, publication); "

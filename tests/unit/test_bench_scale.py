@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -287,3 +288,27 @@ def test_sampler_keeps_the_first_and_the_lowest_free_space_of_the_disk_path(tmp_
     sampler.sample()
     sampler.sample()
     assert (sampler.disk_free_start, sampler.disk_free_min) == (100, 70)
+
+
+def test_sampler_times_the_peak_and_the_phase_lines_of_the_log(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text("Dask dashboard: http://127.0.0.1:1/status\nprepare     17 chunks in 19.8 s\npairs       34 partit")
+    sampler = Sampler(0.05, timeline_s=0.0, log=log)
+    sampler.watch("me", os.getpid())
+    assert sampler.phases_at_s == {"prepare": 0.0}  # the unfinished line is not read yet
+    time.sleep(0.2)
+    with open(log, "a") as out:
+        out.write("ions in 17.7 s\n")
+    sampler.sample()
+    assert set(sampler.phases_at_s) == {"prepare", "pairs"} and sampler.phases_at_s["pairs"] >= 0.2
+    assert sampler.peak_at_s["me"] in (0.0, sampler.timeline[-1][0])  # set by the first sample, or raised by the last
+    assert len(sampler.timeline) == 2 and sampler.timeline[0][1]["me"] > 0
+
+
+def test_phase_at_names_the_phase_under_way():
+    lines = {"prepare": 20.0, "pairs": 40.0, "sums": 90.0}
+    assert scale.phase_at(5.0, lines) == "prepare"
+    assert scale.phase_at(20.0, lines) == "prepare"
+    assert scale.phase_at(41.0, lines) == "sums"
+    assert scale.phase_at(95.0, lines) == "after the phases"
+    assert scale.phase_at(None, lines) is None
