@@ -39,6 +39,7 @@ __all__ = [
     "reliability_diagram",
     "paired_deltas",
     "iou_distribution",
+    "IOU_BINS",
     "confusion_heatmap",
     "class_bars",
 ]
@@ -509,38 +510,44 @@ def _mark_values(ax: Any, values: dict, marks: tuple[tuple[str, str], ...]) -> N
             ax.annotate(key, (v, 1.0), xycoords=("data", "axes fraction"), fontsize=6, rotation=90, ha="right", va="top")
 
 
-def iou_distribution(iou: np.ndarray, dist: dict, boundary_iou: np.ndarray | None = None, boundary: dict | None = None) -> Figure:
+IOU_BINS = np.linspace(0.0, 1.0, 41)
+"""The bins of the matched IoU histograms: 40 of 0.025 (``numpy.histogram``'s: the last one closed)."""
+
+
+def iou_distribution(iou_counts: np.ndarray, dist: dict, boundary_counts: np.ndarray | None = None,
+                     boundary: dict | None = None) -> Figure:
     """Histogram of the matched pairs' IoU with the quantiles of ``iou_distribution`` marked; beside it,
-    with ``boundary_iou`` values, the histogram of the pairs' boundary IoU with its mean and median.
+    with ``boundary_counts``, the histogram of the pairs' boundary IoU with its mean and median.
 
     Parameters
     ----------
-    iou : ndarray of float64
-        The matched pairs' IoU (the per-field table's ``iou`` of matched fields).
+    iou_counts : ndarray of int64, shape (40,)
+        Matched pairs per bin of :data:`IOU_BINS` (``numpy.histogram`` of their finite IoU):
+        counted part by part from the per-field table, so the report holds 40 numbers
+        whatever the size of the run.
     dist : dict
         ``iou_distribution`` of ``metrics.json`` (the marked values are read from it, not recomputed).
-    boundary_iou : ndarray of float64, optional
-        The matched pairs' boundary IoU (NaN: none).
+    boundary_counts : ndarray of int64, shape (40,), optional
+        The same of the pairs' finite boundary IoU.
     boundary : dict, optional
         ``{"mean", "median", "width_m"}`` of ``metrics.json``.
     """
-    panels = 2 if boundary_iou is not None else 1
+    panels = 2 if boundary_counts is not None else 1
     fig = new_figure(4.2 * panels + 0.6, 3.2)
     axes = [fig.add_subplot(1, panels, k + 1) for k in range(panels)]
-    bins = np.linspace(0.0, 1.0, 41)
+    bins = IOU_BINS
     ax = axes[0]
-    values = np.asarray(iou, dtype=np.float64)
-    ax.hist(values[np.isfinite(values)], bins=bins, color="#1f77b4", alpha=0.75)
+    # One weighted value per bin draws the bars a histogram of the values themselves draws.
+    ax.hist(bins[:-1], bins=bins, weights=np.asarray(iou_counts, dtype=np.float64), color="#1f77b4", alpha=0.75)
     _mark_values(ax, dist, _QUANTILE_MARKS)
     ax.set_xlabel("IoU of the matched pair")
     ax.set_ylabel("matched pairs")
     ax.set_xlim(0, 1.0)
     ax.grid(alpha=0.3)
     caption = f"IoU of the {fmt(dist.get('count'))} matched pairs (40 bins of 0.025), min, quantiles and max of iou_distribution marked"
-    if boundary_iou is not None:
+    if boundary_counts is not None:
         ax = axes[1]
-        b = np.asarray(boundary_iou, dtype=np.float64)
-        ax.hist(b[np.isfinite(b)], bins=bins, color="#ff7f0e", alpha=0.75)
+        ax.hist(bins[:-1], bins=bins, weights=np.asarray(boundary_counts, dtype=np.float64), color="#ff7f0e", alpha=0.75)
         info = boundary or {}
         _mark_values(ax, info, (("mean", "--"), ("median", "-")))
         ax.set_xlabel(f"boundary IoU (band {fmt(info.get('width_m'), 1)} m)")

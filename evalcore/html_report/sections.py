@@ -13,15 +13,18 @@ AOIs), :func:`scores_section` (precision-recall and calibration), :func:`classes
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from evalcore.html_report.figures import (
-    class_bars, confusion_heatmap, figure_html, group_bars, iou_curve, iou_distribution, paired_deltas, place, pr_curves,
+    IOU_BINS, class_bars, confusion_heatmap, figure_html, group_bars, iou_curve, iou_distribution, paired_deltas, place, pr_curves,
     reliability_diagram, tile_map,
 )
-from evalcore.html_report.loading import RunFiles, finite, group_rows, load_tiles, read_columns, worst_tile_rows
+from evalcore.html_report.loading import (
+    RunFiles, finite, group_rows, load_tiles, parquet_dataset, unreadable, worst_tile_rows,
+)
 from evalcore.html_report.markup import Page, ci_text, esc, fmt, group_label, note, plain, prose, table, value_span, with_ci
 from evalcore.metrics.registry import FAMILIES
 from evalcore.present import interval_of
@@ -34,6 +37,7 @@ __all__ = [
     "scores_section",
     "classes_section",
     "family_sections",
+    "matched_histograms",
     "pixel_paired_section",
     "review_section",
     "MAX_TABLE_ROWS",
@@ -498,18 +502,43 @@ def _quality_extra(run: RunFiles, page: Page) -> str:
     if not (fields_dir.is_dir() and any(fields_dir.glob("*.parquet"))):
         parts.append(note("No histogram: the run directory has no per-field table (fields/)."))
         return "".join(parts)
-    frame = read_columns(fields_dir, ("matched", "iou", "boundary_iou"))
-    matched = frame["matched"].to_numpy(bool) if "matched" in frame else np.zeros(len(frame), bool)
-    iou = frame["iou"].to_numpy(np.float64)[matched] if "iou" in frame else np.empty(0)
-    band = None
+    iou_counts, band_counts = matched_histograms(fields_dir, with_band="boundary_iou_mean" in m)
     boundary = None
-    if "boundary_iou" in frame and "boundary_iou_mean" in m:
-        band = frame["boundary_iou"].to_numpy(np.float64)[matched]
+    if band_counts is not None:
         boundary = {"mean": m.get("boundary_iou_mean"), "median": m.get("boundary_iou_median"), "width_m": m.get("boundary_iou_width_m")}
-    fig_ = iou_distribution(iou, dist, band, boundary)
+    fig_ = iou_distribution(iou_counts, dist, band_counts, boundary)
     page.figures.append(fig_)
     parts.append(figure_html(fig_))
     return "".join(parts)
+
+
+def matched_histograms(fields_dir: Path, with_band: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """The matched fields' IoU, and with ``with_band`` their boundary IoU, counted in the bins
+    of :data:`~evalcore.html_report.figures.IOU_BINS` one part of ``fields/`` at a time.
+
+    The report held the three columns of every field before (17 bytes a field, and pandas'
+    copies), which grows with the country; this holds one part's. On a 250k-field run
+    both ways raised the process's peak by about 80 MiB (Arrow's reading, not the data).
+    Returns ``(iou counts, boundary IoU counts or None)``; the boundary counts are None when
+    the table has no ``boundary_iou`` column or ``with_band`` is False.
+    """
+    dataset = parquet_dataset(fields_dir)
+    names = dataset.schema.names
+    columns = [c for c in ("matched", "iou", "boundary_iou") if c in names]
+    iou_counts = np.zeros(len(IOU_BINS) - 1, dtype=np.int64)
+    band_counts = np.zeros(len(IOU_BINS) - 1, dtype=np.int64) if with_band and "boundary_iou" in names else None
+    try:
+        for fragment in dataset.get_fragments():
+            part = fragment.to_table(columns=columns, schema=dataset.schema).to_pandas()
+            matched = part["matched"].to_numpy(bool) if "matched" in part else np.zeros(len(part), bool)
+            for counts, name in ((iou_counts, "iou"), (band_counts, "boundary_iou")):
+                if counts is None or name not in part:
+                    continue
+                values = part[name].to_numpy(np.float64)[matched]
+                counts += np.histogram(values[np.isfinite(values)], bins=IOU_BINS)[0]
+    except Exception as exc:
+        raise unreadable(fields_dir, "parquet", exc) from exc
+    return iou_counts, band_counts
 
 
 _FAMILY_EXTRAS = {"quality": _quality_extra}
