@@ -648,15 +648,19 @@ def phases_logged(log: Path) -> dict[str, float]:
 
 
 def phase_at(seconds: float | None, phases_at_s: Mapping[str, float]) -> str | None:
-    """The phase under way ``seconds`` after the run started: the first whose line (printed
-    when it ends) came at or after that time, or ``"after the phases"`` (the publication,
-    the report) when every line came before it; None when ``seconds`` is."""
+    """Where ``seconds`` after the run's start lies among its phase lines (each printed when
+    its phase ends): ``"before the prepare line"``, ``"between the pairs and sums lines"``,
+    ``"after the predictions line"``. Not every phase prints a line (the resolve and the
+    merge do not), so a time between two lines is named by both, not by the later one
+    alone. None when ``seconds`` is."""
     if seconds is None:
         return None
+    previous = None
     for name, at in sorted(phases_at_s.items(), key=lambda kv: kv[1]):
         if at >= seconds:
-            return name
-    return "after the phases"
+            return f"before the {name} line" if previous is None else f"between the {previous} and {name} lines"
+        previous = name
+    return f"after the {previous} line" if previous is not None else "before any phase line"
 
 
 class SizeFailed(RuntimeError):
@@ -780,7 +784,7 @@ def print_rows(rows: Sequence[Mapping]) -> None:
         for name, t in sorted(r["tasks"].items(), key=lambda kv: (PHASES + (kv[0],)).index(kv[0])):
             print(f"    {name:<12} {t['tasks']:>6} tasks  {t['task_s']:>9.1f} task-s  mean {t['mean_task_s']:>7.2f} s  max {t['max_task_s']:>7.2f} s")
         if r.get("peak_phase"):
-            print("    peak memory reached in: " + ", ".join(f"{role} {phase}" for role, phase in r["peak_phase"].items()))
+            print("    peak memory reached: " + "; ".join(f"{role} {phase}" for role, phase in r["peak_phase"].items()))
         if "busy_s" in r:
             b = r["busy_s"]
             print(f"    no worker computing {r['wall_s'] - b['any_s']:.1f} s of the {r['wall_s']:.1f} s (client, scheduler, start, publication); "

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
-
 __all__ = ["warm_engine", "dask_setup", "compile_kernels", "main"]
 
 logger = logging.getLogger(__name__)
@@ -64,9 +62,9 @@ def compile_kernels(n_ref: int = 400) -> float:
     worker that starts later loads it instead of compiling it (about a minute per
     worker process, measured in docs/performance.md). Raises if the evaluation fails.
     """
-    import tempfile
     import time
-    from pathlib import Path
+
+    import numpy as np
 
     import evalcore
     from evalcore.synth.layers import make_layers, make_site_layers
@@ -74,16 +72,11 @@ def compile_kernels(n_ref: int = 400) -> float:
     started = time.perf_counter()
     predicted, reference = make_layers(n_ref, seed=1)
     aoi, annotated = make_site_layers(reference, predicted, seed=1)
-    with tempfile.TemporaryDirectory(prefix="evalcore-warm-") as tmp:
-        aoi_path, annotated_path = Path(tmp) / "aoi.parquet", Path(tmp) / "annotated.parquet"
-        aoi.to_parquet(aoi_path)
-        annotated.to_parquet(annotated_path)
-        evalcore.evaluate(
-            predicted, reference, strata="stratum", size_bins=[0, 0.5, 1, 2, 5, 10, float("inf")], bootstrap=20,
-            boundary_tolerance_m=10, boundary_iou_width_m=2, score_column="score", aoi=str(aoi_path),
-            aoi_id_column="aoi_id", annotated_area=str(annotated_path), class_column="crop",
-            pred_class_column="crop", pixel_gsd_m=10,
-        )
+    evalcore.evaluate(
+        predicted, reference, strata="stratum", size_bins=[0, 0.5, 1, 2, 5, 10, float("inf")], bootstrap=20,
+        boundary_tolerance_m=10, boundary_iou_width_m=2, score_column="score", aoi=aoi, aoi_id_column="aoi_id",
+        annotated_area=annotated, class_column="crop", pred_class_column="crop", pixel_gsd_m=10,
+    )
     # The scores' replicate counts run only in a cluster's score-range tasks: compiled here
     # with the argument types those tasks give them.
     from evalcore._score_kernels import _replicate_counts

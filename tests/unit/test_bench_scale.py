@@ -305,10 +305,12 @@ def test_sampler_times_the_peak_and_the_phase_lines_of_the_log(tmp_path):
     assert len(sampler.timeline) == 2 and sampler.timeline[0][1]["me"] > 0
 
 
-def test_phase_at_names_the_phase_under_way():
+def test_phase_at_names_the_lines_around_a_time():
     lines = {"prepare": 20.0, "pairs": 40.0, "sums": 90.0}
-    assert scale.phase_at(5.0, lines) == "prepare"
-    assert scale.phase_at(20.0, lines) == "prepare"
-    assert scale.phase_at(41.0, lines) == "sums"
-    assert scale.phase_at(95.0, lines) == "after the phases"
+    assert scale.phase_at(5.0, lines) == "before the prepare line"
+    assert scale.phase_at(20.0, lines) == "before the prepare line"
+    # The resolve prints no line: a time after pairs' line is not called the sums.
+    assert scale.phase_at(41.0, lines) == "between the pairs and sums lines"
+    assert scale.phase_at(95.0, lines) == "after the sums line"
+    assert scale.phase_at(95.0, {}) == "before any phase line"
     assert scale.phase_at(None, lines) is None
