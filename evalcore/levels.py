@@ -69,6 +69,7 @@ __all__ = [
     "UNASSIGNED_COLUMN",
     "UNIT_TABLE_ORDER",
     "UnitSums",
+    "UnitSumsAdder",
     "unit_rows",
     "unit_sums",
     "unit_table",
@@ -588,6 +589,105 @@ class UnitSums:
 
     def column(self, name: str) -> F64Array:
         return self.values[:, self.columns.index(name)]
+
+
+class UnitSumsAdder:
+    """:class:`UnitSums` added one part after another, each unit's sums held once.
+
+    ``UnitSums.concat(parts)`` holds every part until the end: a country's partitions each
+    carry their tiles' bootstrap replicates (units x replicates x columns), and a tile that
+    several partitions share is held once per partition. Here a part is added into one row
+    per unit as it arrives and can be let go: what is held is the total, not the parts.
+
+    The result is :meth:`UnitSums.concat` of the same parts, to the last bit: a unit's
+    replicates are added in the order the parts arrive, starting from zero, as
+    ``concat``'s ``np.add.at`` does over the concatenated rows; digit sums are exact in
+    any order.
+
+    Parameters
+    ----------
+    first : UnitSums
+        The first part (often :meth:`UnitSums.empty`): it fixes the key width, the
+        columns and whether replicates are carried.
+    keys : ndarray of int64, shape (n, width), optional
+        Every unit the parts will hold (repeats allowed), when known ahead: the sums are
+        then made in place, in key order, with no room to grow and no copy at the end.
+        A part holding another unit is refused.
+    """
+
+    def __init__(self, first: UnitSums, keys: IdArray | None = None) -> None:
+        self._width = first.keys.shape[1]
+        self._columns = (first.columns, first.replicate_columns)
+        self._n_digit_cols = first.digits.shape[1]
+        self._rep_shape = None if first.replicates is None else first.replicates.shape[1:]
+        self._declared = keys is not None
+        unique = np.empty((0, self._width), np.int64) if keys is None or len(keys) == 0 else np.unique(
+            np.asarray(keys, dtype=np.int64).reshape(len(keys), self._width), axis=0)
+        self._row: dict[tuple[int, ...], int] = {key: i for i, key in enumerate(map(tuple, unique.tolist()))}
+        self._keys = unique
+        self._touched = np.zeros(len(unique), dtype=bool)
+        self._digits = np.zeros((len(unique), self._n_digit_cols, N_DIGITS))
+        self._reps = None if self._rep_shape is None else np.zeros((len(unique),) + self._rep_shape)
+        self.add(first)
+
+    def _grow(self, n: int, used: int) -> None:
+        """Room for ``n`` rows, the first ``used`` kept (capacity doubled: growing costs a constant per row)."""
+        if n <= len(self._keys):
+            return
+        cap = max(n, 2 * len(self._keys), 16)
+
+        def grown(a: np.ndarray) -> np.ndarray:
+            out = np.zeros((cap,) + a.shape[1:], dtype=a.dtype)  # a new unit's sums start from zero
+            out[:used] = a[:used]
+            return out
+
+        self._keys, self._digits, self._touched = grown(self._keys), grown(self._digits), grown(self._touched)
+        if self._reps is not None:
+            self._reps = grown(self._reps)
+
+    def add(self, part: UnitSums) -> None:
+        """Add ``part`` (its units are unique, as every :class:`UnitSums`'s)."""
+        if part.keys.shape[1] != self._width:
+            raise ValueError("unit sums of different kinds cannot merge")
+        if (part.replicates is None) != (self._rep_shape is None):
+            raise ValueError("unit sums with and without bootstrap replicates cannot merge")
+        if (part.columns, part.replicate_columns) != self._columns:
+            raise IncompatibleStatsError(
+                f"unit sums of different columns cannot merge: {sorted({self._columns, (part.columns, part.replicate_columns)})}"
+            )
+        if len(part.keys) == 0:
+            return
+        used = len(self._row)
+        rows = np.empty(len(part.keys), dtype=np.int64)
+        for i, key in enumerate(map(tuple, part.keys.tolist())):
+            row = self._row.get(key)
+            if row is None:
+                if self._declared:
+                    raise ValueError(f"unit {key} is not among the units declared ahead")
+                row = self._row[key] = len(self._row)
+            rows[i] = row
+        self._grow(len(self._row), used)
+        self._keys[rows] = part.keys
+        self._touched[rows] = True
+        # rows are distinct within a part, so a fancy-indexed += adds each once.
+        self._digits[rows] += part.digits
+        if self._reps is not None:
+            self._reps[rows] += part.replicates
+
+    def total(self) -> UnitSums:
+        """The sums of every part added, units in increasing key order (a declared unit no part held is left out)."""
+        n = len(self._row)
+        if self._declared:
+            if self._touched.all():
+                return UnitSums(self._keys, self._digits, self._reps, *self._columns)
+            order = np.flatnonzero(self._touched)
+        elif n == 0:
+            order = np.empty(0, dtype=np.int64)
+        else:
+            order = np.unique(self._keys[:n], axis=0, return_index=True)[1]
+        reps = None if self._reps is None else self._reps[order]
+        keys = self._keys[order] if n else np.empty((0, self._width), np.int64)
+        return UnitSums(keys, self._digits[order], reps, *self._columns)
 
 
 def unit_rows(columns: tuple[str, ...], table_columns: tuple[str, ...], table_values: F64Array,

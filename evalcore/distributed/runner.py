@@ -885,15 +885,24 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
             "the run is incomplete."
         )
 
+    # First every partition's record checked and its tile and AOI keys read (a few numbers
+    # each): the units' sums are then made in place, one row per unit.
+    tile_keys, aoi_keys = [], []
+    for key in keys:
+        path = paths[key]
+        if not storage.done_record_valid(path.with_suffix(".done.json"), setup.signature):
+            raise PartitionMissingError(
+                f"partition {storage.key_name(key)}: its outputs do not match their recorded checksums or "
+                "belong to another run; rerun to recompute it."
+            )
+        unit = storage.read_summary(path, ("tiles_keys", "aois_keys"))
+        tile_keys.append(unit["tiles_keys"].reshape(-1, 3))
+        aoi_keys.append(unit["aois_keys"].reshape(-1, 1))
+
     def parts():
         # One partition at a time, in key order: merge_partitions adds each and lets it go.
         for key in keys:
             path = paths[key]
-            if not storage.done_record_valid(path.with_suffix(".done.json"), setup.signature):
-                raise PartitionMissingError(
-                    f"partition {storage.key_name(key)}: its outputs do not match their recorded checksums or "
-                    "belong to another run; rerun to recompute it."
-                )
             part = storage.summary_from_arrays(storage.read_summary(path))
             expected = ref["partitions"][key]["n"]
             if part.n_ref != expected:
@@ -906,6 +915,7 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
     merged = merge_partitions(
         parts(), r.unassigned, setup.options, plan, r.homeless_tiles, r.homeless_aois, r.global_values, r.unassigned_replicates, r.columns,
         r.draws.n_units if r.draws is not None else None, select_on_partitions(setup, keys, plan, client),
+        (np.concatenate(tile_keys), np.concatenate(aoi_keys)) if keys else None,
     )
     n_ref = int(merged.sums.as_dict(0)["n_ref"])
     n_pred = int(merged.sums.as_dict(0)["n_pred"])

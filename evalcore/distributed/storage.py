@@ -332,9 +332,10 @@ def write_summary(path: Path, arrays: dict[str, np.ndarray]) -> Path:
     return wd.publish(path)
 
 
-def read_summary(path: Path) -> dict[str, np.ndarray]:
+def read_summary(path: Path, names: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of a partition's sums file: all of them, or only ``names`` (the others are not read)."""
     with np.load(wd.fetch(path), allow_pickle=False) as data:
-        return {name: data[name] for name in data.files}
+        return {name: data[name] for name in (data.files if names is None else names)}
 
 
 # ----------------------------------------------------------------------------- resume

@@ -22,7 +22,7 @@ from evalcore.arrays import index_of
 from evalcore.bootstrap import PartitionKey, ReplicateSums, RowDraws, replicate_group_sums
 from evalcore.engine.pairing import PairResults
 from evalcore.layer import PreparedLayer
-from evalcore.levels import UNASSIGNED_COLUMN, UnitSums, unit_rows, unit_sums
+from evalcore.levels import UNASSIGNED_COLUMN, UnitSums, UnitSumsAdder, unit_rows, unit_sums
 from evalcore.matching import Resolution
 from evalcore.metrics.base import RefContext
 from evalcore.metrics.registry import (
@@ -321,6 +321,7 @@ def merge_partitions(
     unassigned_columns: tuple[str, ...] = (),
     n_units: int | None = None,
     select: Callable[[dict[int, tuple[Statistic, ...]]], Mapping[int, Mapping[Statistic, float]]] | None = None,
+    unit_keys: tuple[IdArray, IdArray] | None = None,
 ) -> MergedSums:
     """Add the partitions' sums in partition-key order (so the bits never depend on arrival order).
 
@@ -333,6 +334,10 @@ def merge_partitions(
     series, :func:`wanted_series`; a cluster's rounds over the partitions' files) or,
     without it, by :func:`evalcore.selection.select_local` over the partitions' own
     :attr:`PartitionSummary.values`: the same exact elements either way.
+
+    ``unit_keys``, the tile keys and the AOI keys of every partition (read ahead from
+    their files), let the tiles' and AOIs' sums be made in place, one row per unit (see
+    :class:`~evalcore.levels.UnitSumsAdder`); the result is the same without them.
     """
     if isinstance(parts, list):
         parts = iter(sorted(parts, key=lambda p: p.key))
@@ -342,7 +347,16 @@ def merge_partitions(
     if options.bootstrap > 0:
         replicates = ReplicateSums(np.zeros((plan.n_groups, options.bootstrap, len(columns))))
     previous = None
-    value_parts, tile_parts, aoi_parts = [], [], []
+    value_parts = []
+    n_rep = options.bootstrap if options.bootstrap > 0 else None
+    ucols, rcols = unit_sum_columns(options)
+    # Tiles and AOIs are added as the partitions arrive: their replicates are held once per unit, not once per partition.
+    declared = [None, None]
+    if unit_keys is not None:
+        declared = [np.concatenate([np.asarray(k, np.int64).reshape(-1, width)] + ([h.keys] if h is not None else []))
+                    for k, h, width in zip(unit_keys, (homeless_tiles, homeless_aois), (3, 1))]
+    tiles = UnitSumsAdder(UnitSums.empty(3, n_rep, ucols, rcols), declared[0])
+    aois = UnitSumsAdder(UnitSums.empty(1, n_rep, ucols, rcols), declared[1])
     n_ungrouped = np.zeros(len(plan.groupings), dtype=np.int64)
     for part in parts:
         if previous is not None and part.key <= previous:
@@ -357,8 +371,8 @@ def merge_partitions(
             value_parts.append(part.values)
         if len(part.n_ungrouped):
             n_ungrouped += part.n_ungrouped
-        tile_parts.append(part.tiles)
-        aoi_parts.append(part.aois)
+        tiles.add(part.tiles)
+        aois.add(part.aois)
     row = np.array([unassigned.get(c, 0.0) for c in columns])
     sums = sums.add_to_group(0, row)
     if replicates is not None:
@@ -373,9 +387,8 @@ def merge_partitions(
     wanted = wanted_series(options, plan)
     selected = select(wanted) if select is not None else select_local(wanted, value_parts)
     order = order_by_group(selected, options, plan)
-    n_rep = options.bootstrap if options.bootstrap > 0 else None
-    ucols, rcols = unit_sum_columns(options)
-    tiles = UnitSums.concat([UnitSums.empty(3, n_rep, ucols, rcols)] + tile_parts + ([homeless_tiles] if homeless_tiles is not None else []))
-    aois = UnitSums.concat([UnitSums.empty(1, n_rep, ucols, rcols)] + aoi_parts + ([homeless_aois] if homeless_aois is not None else []))
-    return MergedSums(sums, replicates, order, dict(unassigned), tiles, aois, dict(global_values or {}), n_units,
+    for adder, homeless in ((tiles, homeless_tiles), (aois, homeless_aois)):
+        if homeless is not None:
+            adder.add(homeless)
+    return MergedSums(sums, replicates, order, dict(unassigned), tiles.total(), aois.total(), dict(global_values or {}), n_units,
                       n_ungrouped=tuple(int(n) for n in n_ungrouped))
