@@ -17,6 +17,7 @@ from evalcore import _kernels
 from evalcore._typing import F64Array, GeomArray, IdArray
 from evalcore.config import EDGE_SPLIT_M, METRES_PER_DEGREE
 from evalcore.errors import CRSError
+from evalcore.threads import map_slices
 from evalcore.rings import flatten_rings
 
 __all__ = [
@@ -103,12 +104,31 @@ def _transformer(src: CRS, dst: CRS) -> Transformer:
     return Transformer.from_crs(src, dst, always_xy=True)
 
 
+POINTS_PER_THREAD = 65_536
+"""Fewer points than this are not given a thread of their own (:func:`evalcore.threads.map_slices`)."""
+
+
 def transform_xy(x: F64Array, y: F64Array, src: CRS, dst: CRS) -> tuple[F64Array, F64Array]:
-    """Transform coordinate arrays from ``src`` to ``dst`` (x = easting or longitude)."""
+    """Transform coordinate arrays from ``src`` to ``dst`` (x = easting or longitude).
+
+    Long arrays are transformed in slices on this process's threads (PROJ releases the
+    GIL; each point's result is its own, so the bits do not depend on the slicing).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
     if src == dst:
-        return np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    tx, ty = _transformer(src, dst).transform(x, y)
-    return np.asarray(tx, dtype=np.float64), np.asarray(ty, dtype=np.float64)
+        return x, y
+    transformer = _transformer(src, dst)
+    if x.ndim != 1 or x.shape != y.shape or len(x) < 2 * POINTS_PER_THREAD:
+        tx, ty = transformer.transform(x, y)
+        return np.asarray(tx, dtype=np.float64), np.asarray(ty, dtype=np.float64)
+    tx, ty = np.empty_like(x), np.empty_like(y)
+
+    def run(start: int, stop: int) -> None:
+        tx[start:stop], ty[start:stop] = transformer.transform(x[start:stop], y[start:stop])
+
+    map_slices(run, len(x), POINTS_PER_THREAD)
+    return tx, ty
 
 
 def transform_geoms(geoms: GeomArray, src: CRS, dst: CRS) -> GeomArray:
@@ -125,11 +145,9 @@ def transform_geoms(geoms: GeomArray, src: CRS, dst: CRS) -> GeomArray:
     """
     if src == dst or len(geoms) == 0:
         return np.asarray(geoms, dtype=object)
-    transformer = _transformer(src, dst)
 
     def _apply(coords: F64Array) -> F64Array:
-        x, y = transformer.transform(coords[:, 0], coords[:, 1])
-        return np.column_stack([x, y])
+        return np.column_stack(transform_xy(coords[:, 0], coords[:, 1], src, dst))
 
     return shapely.transform(np.asarray(geoms, dtype=object), _apply)
 

@@ -816,25 +816,45 @@ def unit_table(sums: UnitSums, kind: str, *, families: tuple, options: object, m
     out["support"] = columns["count_reference"]
     out["insufficient_support"] = columns["count_reference"] < min_support
     if reps is not None:
-        r = {name: reps[:, :, j] for j, name in enumerate(sums.replicate_columns)}
+        for name, (lower, upper, n_undefined) in _unit_intervals(reps, sums.replicate_columns, families, options).items():
+            out[f"{name}_ci_lower"] = lower
+            out[f"{name}_ci_upper"] = upper
+            out[f"{name}_ci_n_undefined"] = n_undefined
+    return out
+
+
+UNITS_PER_BLOCK = 256
+"""Units whose replicate rates are made at once (bounds the memory: a country has thousands of tiles)."""
+
+
+def _unit_intervals(reps: F64Array, replicate_columns: tuple[str, ...], families: tuple, options: object) -> dict:
+    """Each unit's percentile interval of every family's unit interval key, from its replicate sums.
+
+    ``{key: (lower, upper, n_undefined)}``, one value per unit: percentile_intervals' rule
+    (quantiles over the replicates where the rate is defined, NaN exactly where it is not).
+    Made a block of units at a time; each unit's values are its own, so the blocks do not
+    change them.
+    """
+    n_units = len(reps)
+    out: dict[str, tuple[F64Array, F64Array, IdArray]] = {}
+    alpha = (1.0 - BOOTSTRAP_CONFIDENCE_LEVEL) / 2.0
+    for start in range(0, max(n_units, 1), UNITS_PER_BLOCK):
+        block = reps[start : start + UNITS_PER_BLOCK]
+        r = {name: block[:, :, j] for j, name in enumerate(replicate_columns)}
         rates = {}
         for family in families:
             keys = family.unit_interval_keys(options)
             if keys:
                 replicated = family.unit_values(r, options)
                 rates |= {k: replicated[k] for k in keys}
-        alpha = (1.0 - BOOTSTRAP_CONFIDENCE_LEVEL) / 2.0
         for name, value in rates.items():
-            # percentile_intervals' rule (quantiles over the replicates where the rate is
-            # defined, NaN exactly where it is not), all units at once.
-            lower = upper = np.full(len(out), np.nan)
+            lower, upper, n_undefined = out.setdefault(
+                name, (np.full(n_units, np.nan), np.full(n_units, np.nan), np.zeros(n_units, np.int64)))
             if value.size:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)  # units undefined in every replicate
-                    lower, upper = np.nanquantile(value, [alpha, 1.0 - alpha], axis=1)
-            out[f"{name}_ci_lower"] = np.asarray(lower, dtype=np.float64)
-            out[f"{name}_ci_upper"] = np.asarray(upper, dtype=np.float64)
-            out[f"{name}_ci_n_undefined"] = np.isnan(value).sum(axis=1).astype(np.int64) if value.size else np.zeros(len(out), np.int64)
+                    lower[start : start + len(block)], upper[start : start + len(block)] = np.nanquantile(value, [alpha, 1.0 - alpha], axis=1)
+                n_undefined[start : start + len(block)] = np.isnan(value).sum(axis=1)
     return out
 
 

@@ -15,6 +15,7 @@ from evalcore._typing import F64Array, GeomArray, IdArray
 from evalcore.layer import PreparedLayer
 from evalcore.pairtable import PairTable
 from evalcore.rings import flatten_rings
+from evalcore.threads import GEOMS_PER_THREAD, map_elements
 
 __all__ = ["candidate_pairs", "intersection_areas", "pair_iou"]
 
@@ -48,6 +49,11 @@ _POLYGONAL = (int(shapely.GeometryType.POLYGON), int(shapely.GeometryType.MULTIP
 
 
 def _overlap_areas(a: GeomArray, b: GeomArray) -> F64Array:
+    """Area of ``a[i] ∩ b[i]`` (:func:`_overlap_areas_of`), in slices on this process's threads."""
+    return map_elements(_overlap_areas_of, a, b, min_slice=GEOMS_PER_THREAD)
+
+
+def _overlap_areas_of(a: GeomArray, b: GeomArray) -> F64Array:
     """Area of ``a[i] ∩ b[i]`` by the boundary-integral kernel, GEOS for the pairs it declines.
 
     The kernel (:mod:`evalcore._area_kernels`) is exact on shared vertices and edges and

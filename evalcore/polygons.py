@@ -30,6 +30,7 @@ from pyproj import CRS
 from evalcore._typing import BoolArray, F64Array, GeomArray, IdArray
 from evalcore.config import AREA_WARNING_RTOL, DEFAULT_EQUAL_AREA_CRS
 from evalcore.crs import WGS84, check_earth_crs, edge_split_length, equal_area_crs_from, reproject_polygons, transform_xy
+from evalcore.threads import GEOMS_PER_THREAD, map_elements
 from evalcore.errors import CRSError, EvalInputError
 from evalcore.io import LINEARIZED_ROWS_ATTR
 from evalcore.rings import flatten_rings
@@ -194,7 +195,7 @@ def equal_area_polygons(layer: object, name: str, where: str, equal_area_crs: ob
     _check_antimeridian(where, labels, rows, source, bounds, crs)
     geoms_ea = reproject_polygons(source, crs, ea_crs, split=split)
     _check_reprojected(where, labels, rows, source, geoms_ea, crs, ea_crs)
-    ea_invalid = ~shapely.is_valid(geoms_ea)
+    ea_invalid = ~map_elements(shapely.is_valid, geoms_ea, min_slice=GEOMS_PER_THREAD)
     if ea_invalid.any():
         fixed, _ = repair_polygonal(geoms_ea[ea_invalid])
         geoms_ea[ea_invalid] = fixed
@@ -288,7 +289,7 @@ def repair_polygonal(geoms: GeomArray) -> tuple[GeomArray, BoolArray]:
     present = ~shapely.is_missing(geoms)
     kinds = np.full(len(geoms), -1, dtype=np.int64)
     kinds[present] = shapely.get_type_id(geoms[present])
-    invalid = present & ~shapely.is_valid(np.where(present, geoms, None))
+    invalid = present & ~map_elements(shapely.is_valid, np.where(present, geoms, None), min_slice=GEOMS_PER_THREAD)
     repaired = invalid.copy()
     if invalid.any():
         fixed = _make_valid(geoms[invalid])

@@ -28,6 +28,7 @@ from evalcore.metrics.scores import score_values
 from evalcore.levels import Sites, locate
 from evalcore.polygons import equal_area_polygons, layer_geometries  # noqa: F401 (layer_geometries: api and the runner import it from here)
 from evalcore.study import Study, study_area_mask, within_training_buffer
+from evalcore.threads import GEOMS_PER_THREAD, map_elements
 
 __all__ = [
     "prepare_layer",
@@ -98,7 +99,7 @@ def prepare_layer(
         inside = study_area_mask(study.study_area, geoms_ea)
         rows, source, geoms_ea, area = rows[inside], source[inside], geoms_ea[inside], area[inside]
 
-    centroids = shapely.centroid(geoms_ea)
+    centroids = map_elements(shapely.centroid, geoms_ea, min_slice=GEOMS_PER_THREAD)
     lon, lat = transform_xy(shapely.get_x(centroids), shapely.get_y(centroids), ea_crs, WGS84)
     epsg = utm_epsg_of(lon, lat)
     geoms_utm = to_utm(source, crs, epsg)

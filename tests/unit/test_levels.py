@@ -885,3 +885,23 @@ def test_the_annotated_rule_in_groups_counts_only_predictions_with_a_home():
     assert m["per_stratum"]["a"]["count_fp_outside_annotation"] == 0
     assert m["per_stratum"]["b"]["count_fp_outside_annotation"] == 0
     assert m["count_fp_outside_annotation"] == 2  # H and O
+
+
+def test_the_units_intervals_do_not_depend_on_their_blocks(monkeypatch):
+    # Tiles' intervals are made a block of units at a time (memory); blocks of 1 and 3 units
+    # must give the bits of one block of all of them. Eight 1 km tiles with 1-3 fields each.
+    from evalcore import levels
+
+    refs, preds = [], []
+    for t in range(8):
+        for k in range(1 + t % 3):
+            g = sq(1_000 * t + 100 + 250 * k, 100)
+            refs.append(g)
+            preds.append(g if (t + k) % 2 else sq(1_000 * t + 160 + 250 * k, 100))
+    kwargs = dict(bootstrap=30, tile_km=1, **FAST)
+    whole = evaluate_tables(layer(preds, ZONE), layer(refs, ZONE), **kwargs).tiles
+    assert len(whole) == 8 and whole["f1_ci_lower"].notna().any()
+    for size in (1, 3):
+        monkeypatch.setattr(levels, "UNITS_PER_BLOCK", size)
+        blocked = evaluate_tables(layer(preds, ZONE), layer(refs, ZONE), **kwargs).tiles
+        pd.testing.assert_frame_equal(blocked, whole, check_exact=True)
