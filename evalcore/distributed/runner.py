@@ -498,7 +498,7 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     options = setup.options
     if options.bootstrap > 0 and options.bootstrap_unit != "field" and ref_units is None:  # no reference field anywhere: no unit of a field
         ref_units = np.empty((0, 3 if options.bootstrap_unit == "tile" else 1), np.int64)
-    unassigned, tiles, aois, replicates, draws = _homeless_on_workers(client, setup, homeless, ref_units, unit_keys)
+    unassigned, units_path, replicates, draws = _homeless_on_workers(client, setup, homeless, ref_units, unit_keys)
     empty = resolve_run(concat_pair_results([])[0], without_draws(options), None,
                         plan.strata_names if plan is not None else None, plan.sizes if plan is not None else None, run_level=False)
     global_values = empty.global_values
@@ -509,10 +509,10 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     # them from their groups' sizes and the pools' files).
     if field_groups is not None:
         draws = RunDraws("field", options.bootstrap, options.bootstrap_seed, index.layers["reference"]["n_kept"])
-    run_level = Resolved(None, {}, empty.preds, empty.contributions, unassigned, tiles, aois, global_values, draws,
+    run_level = Resolved(None, {}, empty.preds, empty.contributions, unassigned, None, None, global_values, draws,
                          empty.columns, replicates)
     return ResolvedRun(run_level, tuple(sorted(ref_parts)), None, time.perf_counter() - started, pred_shares, shares, field_groups,
-                       homeless)
+                       homeless, units_path)
 
 
 def _homeless_on_workers(client: object, setup: RunSetup, homeless: tuple[str, ...], ref_units: np.ndarray | None,
@@ -529,8 +529,11 @@ def _homeless_on_workers(client: object, setup: RunSetup, homeless: tuple[str, .
 
     Returns
     -------
-    unassigned, homeless_tiles, homeless_aois, unassigned_replicates
+    unassigned, unassigned_replicates
         As :func:`evalcore.engine.resolve.homeless_sums`.
+    units_path : str
+        Where the task wrote the homeless predictions' tile and AOI sums
+        (:func:`storage.write_unit_sums`; ``resolve/<phase>-units.npz``).
     draws : RunDraws or None
         Block draws (their units only); None otherwise.
 
@@ -544,15 +547,16 @@ def _homeless_on_workers(client: object, setup: RunSetup, homeless: tuple[str, .
         unit_keys = np.asarray(unit_keys, np.int64)
         own = np.empty((0, unit_keys.shape[1]), np.int64) if ref_units is None else np.asarray(ref_units, np.int64)
         ref_units = np.concatenate([unit_keys, own.reshape(-1, unit_keys.shape[1])])
-    unassigned, tiles, aois, replicates, keys = client.submit(
-        homeless_task, list(homeless), options, ref_units, key=setup.task_key(phase), retries=2,
+    units_path = str(setup.workdir / "resolve" / f"{phase}-units.npz")
+    unassigned, _, _, replicates, keys = client.submit(
+        homeless_task, list(homeless), options, ref_units, units_path, key=setup.task_key(phase), retries=2,
     ).result()
     if unit_keys is not None and keys is not None and len(keys) != len(unit_keys):
         raise ValueError(f"the {len(unit_keys)} units given to draw from lack {len(keys) - len(unit_keys)} of the units of the run "
                          f"in {setup.workdir}; give the union of the compared runs' units.")
     draws = None if keys is None else RunDraws(options.bootstrap_unit, options.bootstrap, options.bootstrap_seed, len(keys),
                                                unit_keys=keys)
-    return unassigned, tiles, aois, replicates, draws
+    return unassigned, units_path, replicates, draws
 
 
 def _scores_resampled(options: EvalOptions) -> bool:
@@ -573,13 +577,12 @@ def _redrawn_on_workers(client: object, setup: RunSetup, previous: ResolvedRun, 
     started = time.perf_counter()
     r = previous.resolved
     own = r.draws.unit_keys if r.draws is not None and r.draws.unit_keys is not None else None
-    unassigned, tiles, aois, replicates, draws = _homeless_on_workers(client, setup, previous.homeless, own, unit_keys,
-                                                                      phase="homeless-paired")
+    unassigned, units_path, replicates, draws = _homeless_on_workers(client, setup, previous.homeless, own, unit_keys,
+                                                                     phase="homeless-paired")
     logger.info("resolve: the homeless predictions' sums drawn again over the %d units of the comparison (%d of the run's own)",
                 len(unit_keys), 0 if own is None else len(own))
-    resolved = replace(r, unassigned=unassigned, homeless_tiles=tiles, homeless_aois=aois, draws=draws,
-                       unassigned_replicates=replicates)
-    return replace(previous, resolved=resolved, seconds=previous.seconds + time.perf_counter() - started)
+    resolved = replace(r, unassigned=unassigned, draws=draws, unassigned_replicates=replicates)
+    return replace(previous, resolved=resolved, homeless_units=units_path, seconds=previous.seconds + time.perf_counter() - started)
 
 
 def _field_groups_of(options: EvalOptions, sizes: dict) -> tuple[dict, dict] | None:
@@ -886,8 +889,20 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
         )
 
     # First every partition's record checked and its tile and AOI keys read (a few numbers
-    # each): the units' sums are then made in place, one row per unit.
+    # each), and the homeless predictions' (their sums are read when added, last): the
+    # units' sums are then made in place, one row per unit.
     tile_keys, aoi_keys = [], []
+    homeless_units = None
+    if resolved.homeless_units is not None:
+        units_path = Path(resolved.homeless_units)
+        if not wd.exists(units_path):
+            raise PartitionMissingError(f"the homeless predictions' tile and AOI sums ({units_path}) are missing; the run is incomplete.")
+        unit = storage.read_summary(units_path, ("tiles_keys", "aois_keys"))
+        tile_keys.append(unit["tiles_keys"].reshape(-1, 3))
+        aoi_keys.append(unit["aois_keys"].reshape(-1, 1))
+
+        def homeless_units():
+            return storage.read_unit_sums(units_path)
     for key in keys:
         path = paths[key]
         if not storage.done_record_valid(path.with_suffix(".done.json"), setup.signature):
@@ -915,7 +930,7 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
     merged = merge_partitions(
         parts(), r.unassigned, setup.options, plan, r.homeless_tiles, r.homeless_aois, r.global_values, r.unassigned_replicates, r.columns,
         r.draws.n_units if r.draws is not None else None, select_on_partitions(setup, keys, plan, client),
-        (np.concatenate(tile_keys), np.concatenate(aoi_keys)) if keys else None,
+        (np.concatenate(tile_keys), np.concatenate(aoi_keys)) if tile_keys else None, homeless_units,
     )
     n_ref = int(merged.sums.as_dict(0)["n_ref"])
     n_pred = int(merged.sums.as_dict(0)["n_pred"])

@@ -466,8 +466,13 @@ def summary_to_arrays(summary: object) -> dict[str, np.ndarray]:
     }
     if s.replicates is not None:
         arrays["replicates"] = s.replicates.groups
-    for level in ("tiles", "aois"):
-        units = getattr(s, level)
+    return arrays | _unit_arrays(s.tiles, s.aois)
+
+
+def _unit_arrays(tiles: UnitSums, aois: UnitSums) -> dict[str, np.ndarray]:
+    """The arrays of tile and AOI sums, ``tiles_keys`` ... ``aois_replicates``."""
+    arrays = {}
+    for level, units in (("tiles", tiles), ("aois", aois)):
         arrays[f"{level}_keys"] = units.keys
         arrays[f"{level}_digits"] = units.digits
         arrays[f"{level}_columns"] = np.asarray(units.columns, dtype=str)
@@ -477,9 +482,22 @@ def summary_to_arrays(summary: object) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _names(a: dict[str, np.ndarray], level: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The columns and replicate columns of a level's unit sums."""
-    return tuple(str(c) for c in a[f"{level}_columns"]), tuple(str(c) for c in a[f"{level}_replicate_columns"])
+def _unit_sums_of(a: dict[str, np.ndarray], level: str) -> UnitSums:
+    """The inverse of :func:`_unit_arrays` for one level."""
+    names = tuple(str(c) for c in a[f"{level}_columns"]), tuple(str(c) for c in a[f"{level}_replicate_columns"])
+    return UnitSums(a[f"{level}_keys"], a[f"{level}_digits"], a.get(f"{level}_replicates"), *names)
+
+
+def write_unit_sums(path: Path, tiles: UnitSums, aois: UnitSums) -> Path:
+    """Tile and AOI sums (the homeless predictions') as an ``.npz``, atomically: the merge
+    reads them when it adds them, so the client does not hold them from the resolve on."""
+    return write_summary(path, _unit_arrays(tiles, aois))
+
+
+def read_unit_sums(path: Path) -> tuple[UnitSums, UnitSums]:
+    """The inverse of :func:`write_unit_sums`: ``(tiles, aois)``."""
+    a = read_summary(path)
+    return _unit_sums_of(a, "tiles"), _unit_sums_of(a, "aois")
 
 
 def summary_from_arrays(a: dict[str, np.ndarray]) -> object:
@@ -494,8 +512,8 @@ def summary_from_arrays(a: dict[str, np.ndarray]) -> object:
         replicates=ReplicateSums(a["replicates"]) if "replicates" in a else None,
         values=None,
         n_ungrouped=a["n_ungrouped"],
-        tiles=UnitSums(a["tiles_keys"], a["tiles_digits"], a.get("tiles_replicates"), *_names(a, "tiles")),
-        aois=UnitSums(a["aois_keys"], a["aois_digits"], a.get("aois_replicates"), *_names(a, "aois")),
+        tiles=_unit_sums_of(a, "tiles"),
+        aois=_unit_sums_of(a, "aois"),
     )
 
 

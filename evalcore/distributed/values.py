@@ -222,6 +222,10 @@ class ResolvedRun:
         Resolved on the workers: the paths of the resolves' homeless rows, in partition key
         order; a paired comparison draws the run's homeless sums again from them over the
         union of its runs' units (:func:`evalcore.distributed.runner.resolve_phase`).
+    homeless_units : str, optional
+        Resolved on the workers: the file of the homeless predictions' tile and AOI sums
+        (``resolved.homeless_tiles`` and ``homeless_aois`` are then None): they hold a
+        row of replicates per unit, so the merge reads them when it adds them.
     """
 
     resolved: Resolved
@@ -232,6 +236,7 @@ class ResolvedRun:
     shares: dict | None = field(default=None, repr=False)
     field_groups: dict | None = field(default=None, repr=False)
     homeless: tuple | None = field(default=None, repr=False)
+    homeless_units: str | None = None
 
 
 @dataclass(frozen=True)

@@ -49,8 +49,10 @@ class Resolved:
         What the predictions add to each reference row, summed per field.
     unassigned : dict of str to float
         What the predictions without any candidate pair add (overall only).
-    homeless_tiles, homeless_aois : UnitSums
-        What those predictions add to the tile and the AOI of their own centroid.
+    homeless_tiles, homeless_aois : UnitSums or None
+        What those predictions add to the tile and the AOI of their own centroid (None
+        when resolved on the workers: the merge reads them from a file,
+        :attr:`evalcore.distributed.values.ResolvedRun.homeless_units`).
     global_values : dict
         The families' run-level values that are not sums (AP): ``{"keys", "ci",
         "n_undefined", "tables"}``.
@@ -73,8 +75,8 @@ class Resolved:
     preds: pd.DataFrame
     contributions: Contributions
     unassigned: dict[str, float]
-    homeless_tiles: UnitSums
-    homeless_aois: UnitSums
+    homeless_tiles: UnitSums | None
+    homeless_aois: UnitSums | None
     global_values: dict = field(default_factory=dict)
     draws: RunDraws | None = None
     columns: tuple = ()

@@ -322,6 +322,7 @@ def merge_partitions(
     n_units: int | None = None,
     select: Callable[[dict[int, tuple[Statistic, ...]]], Mapping[int, Mapping[Statistic, float]]] | None = None,
     unit_keys: tuple[IdArray, IdArray] | None = None,
+    homeless_units: Callable[[], tuple[UnitSums, UnitSums]] | None = None,
 ) -> MergedSums:
     """Add the partitions' sums in partition-key order (so the bits never depend on arrival order).
 
@@ -338,6 +339,9 @@ def merge_partitions(
     ``unit_keys``, the tile keys and the AOI keys of every partition (read ahead from
     their files), let the tiles' and AOIs' sums be made in place, one row per unit (see
     :class:`~evalcore.levels.UnitSumsAdder`); the result is the same without them.
+    ``homeless_units``, given instead of ``homeless_tiles`` and ``homeless_aois``, reads
+    them when they are added (after the partitions, as they would be); its units must
+    be among ``unit_keys``.
     """
     if isinstance(parts, list):
         parts = iter(sorted(parts, key=lambda p: p.key))
@@ -387,6 +391,10 @@ def merge_partitions(
     wanted = wanted_series(options, plan)
     selected = select(wanted) if select is not None else select_local(wanted, value_parts)
     order = order_by_group(selected, options, plan)
+    if homeless_units is not None:
+        if homeless_tiles is not None or homeless_aois is not None:
+            raise ValueError("give the homeless predictions' unit sums, or a function reading them, not both")
+        homeless_tiles, homeless_aois = homeless_units()
     for adder, homeless in ((tiles, homeless_tiles), (aois, homeless_aois)):
         if homeless is not None:
             adder.add(homeless)

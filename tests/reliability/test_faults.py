@@ -344,6 +344,22 @@ def test_missing_resolve_output_fails_the_run_naming_the_partition(cluster_clien
         sums_phase(cluster_client, setup, index, plan, resolved)
 
 
+def test_missing_homeless_unit_sums_fail_the_merge_naming_the_file(cluster_client, data, tmp_path):
+    # The homeless task writes the homeless predictions' tile and AOI sums for the merge to
+    # read last; without them the merge would miss those predictions' units: it must refuse.
+    import re
+
+    work = tmp_path / "work"
+    setup = _setup(data, work, **WORKER_RESOLVE)
+    index, plan, pairs, resolved = _worker_resolve_phases(cluster_client, setup)
+    path = work / "resolve" / "homeless-units.npz"
+    assert resolved.homeless_units == str(path) and path.exists()
+    sums = sums_phase(cluster_client, setup, index, plan, resolved)
+    path.unlink()
+    with pytest.raises(PartitionMissingError, match=rf"the homeless predictions' tile and AOI sums \({re.escape(str(path))}\) are missing"):
+        merge_phase(setup, index, plan, resolved, sums)
+
+
 @pytest.mark.slow  # make slow (CI time): the resume of verified partitions is in make test
 def test_resume_reuses_finished_resolves(cluster_client, data, expected_worker_resolve, tmp_path):
     work = tmp_path / "work"
