@@ -3,10 +3,11 @@
 Sections (``--sections``, default all):
 
 * ``anchor``: ~50,600 reference fields vs ~35,000 predictions (the size of the largest
-  published run of this kind of evaluation). evalcore in one process (one core) with
-  default and with full options, against the straightforward geopandas + shapely
-  baseline (timed on a slice of the pairs and scaled, as said in the output) and the
-  GEOS floor (repair, reprojection, STRtree, intersection areas).
+  published run of this kind of evaluation). evalcore in one process with default and
+  with full options (its threads, :mod:`evalcore.threads`; the default also on one thread,
+  ``EVALCORE_THREADS=1``), against the straightforward geopandas + shapely baseline
+  (timed on a slice of the pairs and scaled, as said in the output) and the GEOS floor
+  (repair, reprojection, STRtree, intersection areas; one thread).
 * ``families``: the anchor data in one process with full options, once with only round 1's
   metric families (detection, area, segmentation, distance, tolerance) and once with every
   family on by default or cheap (IoU sweep, topology, error taxonomy, AOIs and annotated
@@ -67,13 +68,24 @@ def anchor_layers(seed: int = 1):
     return pred.iloc[keep], ref
 
 
+def _threads() -> int:
+    from evalcore.threads import n_threads
+
+    return n_threads()
+
+
 def section_anchor(repeat: int) -> dict:
     import evalcore
+    from benchmarks.agribound_peer import one_thread_only
     from benchmarks.baseline import geos_floor, straightforward
 
     pred, ref = anchor_layers()
     evalcore.evaluate(pred.iloc[:500], ref.iloc[:500])  # compile numba once
     t_default, m_default = _timed(lambda: evalcore.evaluate(pred, ref), repeat)
+    with one_thread_only():
+        t_default_1, m_default_1 = _timed(lambda: evalcore.evaluate(pred, ref), repeat)
+    if json.dumps(m_default_1, sort_keys=True, default=str) != json.dumps(m_default, sort_keys=True, default=str):
+        raise AssertionError("the default run on one thread gave other numbers than on the process's threads")
     t_full, _ = _timed(lambda: evalcore.evaluate(pred, ref, **FULL), repeat)
     t_floor, n_pairs = _timed(lambda: geos_floor(pred, ref), repeat)
     # The baseline's per-pair loops are timed on a slice and scaled by the pair count.
@@ -94,6 +106,9 @@ def section_anchor(repeat: int) -> dict:
         "baseline_full_s_scaled": t_base_full,
         "baseline_slice_pairs": slice_pairs,
         "default_vs_floor": t_default / t_floor,
+        "evalcore_default_one_thread_s": t_default_1,
+        "default_one_thread_vs_floor": t_default_1 / t_floor,
+        "threads": _threads(),
         "baseline_vs_default": t_base / t_default,
         "baseline_full_vs_full": t_base_full / t_full,
         "f1": m_default["f1"],
@@ -240,9 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     if "anchor" in sections:
         a = record["anchor"] = section_anchor(args.repeat)
         print(f"\nanchor: {a['n_ref']} reference fields, {a['n_pred']} predictions, {a['n_candidate_pairs']} candidate pairs (median of {args.repeat})")
-        print(f"  {'evalcore, default options':<40} {a['evalcore_default_s']:>8.2f} s")
+        print(f"  {'evalcore, default options':<40} {a['evalcore_default_s']:>8.2f} s   ({a['threads']} threads)")
+        print(f"  {'evalcore, default options, one thread':<40} {a['evalcore_default_one_thread_s']:>8.2f} s")
         print(f"  {'evalcore, full options':<40} {a['evalcore_full_s']:>8.2f} s")
-        print(f"  {'GEOS floor':<40} {a['geos_floor_s']:>8.2f} s   evalcore default / floor = {a['default_vs_floor']:.2f}x")
+        print(f"  {'GEOS floor (one thread)':<40} {a['geos_floor_s']:>8.2f} s   evalcore default / floor = {a['default_vs_floor']:.2f}x; "
+              f"on one thread {a['default_one_thread_vs_floor']:.2f}x")
         print(f"  {'baseline, default (scaled from slice)':<40} {a['baseline_default_s_scaled']:>8.2f} s   baseline / evalcore = {a['baseline_vs_default']:.1f}x")
         print(f"  {'baseline, + 10 m tolerance (scaled)':<40} {a['baseline_full_s_scaled']:>8.2f} s   baseline / evalcore full = {a['baseline_full_vs_full']:.1f}x")
     if "families" in sections:

@@ -15,13 +15,16 @@ Run alone: ``python -m benchmarks.agribound_peer [--n-ref 50000] [--repeat 3]``;
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 AGRIBOUND = "agribound==1.0.1"
@@ -42,6 +45,20 @@ metrics = evaluate(pred, ref)
 elapsed = time.perf_counter() - started
 print(json.dumps({"version": agribound.__version__, "seconds": elapsed, "metrics": metrics}, default=float))
 """
+
+
+@contextlib.contextmanager
+def one_thread_only() -> Iterator[None]:
+    """``EVALCORE_THREADS=1`` inside the block (:mod:`evalcore.threads`), as it was after."""
+    was = os.environ.get("EVALCORE_THREADS")
+    os.environ["EVALCORE_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        if was is None:
+            del os.environ["EVALCORE_THREADS"]
+        else:
+            os.environ["EVALCORE_THREADS"] = was
 
 
 def agribound_python() -> Path:
@@ -89,6 +106,7 @@ def section_peer(n_ref: int = 50_000, repeat: int = 3) -> dict:
 
     import evalcore
     from evalcore.synth import write_layers
+    from evalcore.threads import n_threads
 
     python = agribound_python()
     with tempfile.TemporaryDirectory(prefix="evalcore-peer-") as tmp:
@@ -98,17 +116,23 @@ def section_peer(n_ref: int = 50_000, repeat: int = 3) -> dict:
         theirs = json.loads(proc.stdout.strip().splitlines()[-1])
         pred, ref = geopandas.read_parquet(pred_path), geopandas.read_parquet(ref_path)
         evalcore.evaluate(pred.iloc[:200], ref.iloc[:200])  # numba caches loaded, as agribound's warm-up
-        times, ours = [], None
-        for _ in range(repeat):
+        times, one_thread, ours = [], [], None
+        for _ in range(repeat):  # the process's threads (evalcore.threads) and one thread, alternating
             started = time.perf_counter()
             ours = evalcore.evaluate(pred, ref)
             times.append(time.perf_counter() - started)
+            with one_thread_only():
+                started = time.perf_counter()
+                evalcore.evaluate(pred, ref)
+                one_thread.append(time.perf_counter() - started)
     differing = compare(theirs["metrics"], ours)
     evalcore_s = statistics.median(times)
     return {
         "n_ref": len(ref), "n_pred": len(pred), "agribound_version": theirs["version"],
         "agribound_s": theirs["seconds"], "evalcore_default_s": evalcore_s, "evalcore_runs_s": times,
-        "ratio": theirs["seconds"] / evalcore_s, "keys_compared": _count_leaves(theirs["metrics"]),
+        "ratio": theirs["seconds"] / evalcore_s, "threads": n_threads(),
+        "evalcore_one_thread_s": statistics.median(one_thread), "evalcore_one_thread_runs_s": one_thread,
+        "ratio_one_thread": theirs["seconds"] / statistics.median(one_thread), "keys_compared": _count_leaves(theirs["metrics"]),
         "keys_not_identical": len(differing),
         "max_relative_difference": max((d[3] for d in differing), default=0.0),
         "keys_differing": [f"{k}: agribound {a!r}, evalcore {b!r}" for k, a, b, rel in differing if rel > TOLERANCE],
@@ -127,7 +151,10 @@ def print_peer(p: dict) -> None:
     print(f"\npeer: agribound {p['agribound_version']} and evalcore, default options, {p['n_ref']} reference fields, "
           f"{p['n_pred']} predictions (agribound once, evalcore median of {len(p['evalcore_runs_s'])})")
     print(f"  {'agribound':<40} {p['agribound_s']:>8.2f} s")
-    print(f"  {'evalcore, default options':<40} {p['evalcore_default_s']:>8.2f} s   agribound / evalcore = {p['ratio']:.1f}x")
+    print(f"  {'evalcore, default options':<40} {p['evalcore_default_s']:>8.2f} s   agribound / evalcore = {p['ratio']:.1f}x "
+          f"({p['threads']} threads)")
+    print(f"  {'evalcore, default options, one thread':<40} {p['evalcore_one_thread_s']:>8.2f} s   agribound / evalcore = "
+          f"{p['ratio_one_thread']:.1f}x")
     print(f"  agribound's {p['keys_compared']} values: {p['keys_compared'] - p['keys_not_identical']} identical, "
           f"largest relative difference {p['max_relative_difference']:.1e}; {len(p['keys_differing'])} differ by more than {TOLERANCE:g}")
     for line in p["keys_differing"][:20]:

@@ -68,6 +68,12 @@ def _pool(n: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=n, thread_name_prefix="evalcore")
 
 
+# A forked child has none of its parent's threads, but would inherit the pool that thinks it
+# has them (and wait on them forever): the child makes pools of its own.
+os.register_at_fork(after_in_child=_pool.cache_clear)
+
+
+
 def map_slices(fn: Callable[[int, int], T], n_items: int, min_slice: int) -> list[T]:
     """``fn(start, stop)`` over contiguous slices covering ``range(n_items)``, in order.
 

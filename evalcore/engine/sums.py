@@ -343,6 +343,8 @@ def merge_partitions(
     them when they are added (after the partitions, as they would be); its units must
     be among ``unit_keys``.
     """
+    if homeless_units is not None and (homeless_tiles is not None or homeless_aois is not None):
+        raise ValueError("give the homeless predictions' unit sums, or a function reading them, not both")
     if isinstance(parts, list):
         parts = iter(sorted(parts, key=lambda p: p.key))
     columns, max_cols = quantity_columns(options), max_columns(options)
@@ -392,8 +394,6 @@ def merge_partitions(
     selected = select(wanted) if select is not None else select_local(wanted, value_parts)
     order = order_by_group(selected, options, plan)
     if homeless_units is not None:
-        if homeless_tiles is not None or homeless_aois is not None:
-            raise ValueError("give the homeless predictions' unit sums, or a function reading them, not both")
         homeless_tiles, homeless_aois = homeless_units()
     for adder, homeless in ((tiles, homeless_tiles), (aois, homeless_aois)):
         if homeless is not None:

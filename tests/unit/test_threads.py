@@ -102,3 +102,17 @@ def test_an_evaluation_gives_the_same_bits_on_any_number_of_threads(small_slices
         results[n] = json.dumps(evalcore.evaluate(pred, ref), sort_keys=True, default=str)
     assert results["1"] == results["3"]
     assert json.loads(results["1"])["count_reference"] > 300
+
+
+def test_a_forked_child_slices_on_threads_of_its_own(monkeypatch):
+    # The parent's pool threads do not exist in a forked child: it must not wait on them.
+    import multiprocessing
+
+    monkeypatch.setenv("EVALCORE_THREADS", "2")
+    assert threads.map_slices(lambda a, b: b - a, 10, 1) == [5, 5]  # the parent's pool is made
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply_async(threads.map_slices, (_length, 10, 1)).get(timeout=60) == [5, 5]
+
+
+def _length(start: int, stop: int) -> int:
+    return stop - start
