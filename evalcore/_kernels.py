@@ -15,7 +15,8 @@ scalars, and nothing else. Geometry is passed flat:
 
 Compiled with ``cache=True, nogil=True`` and no ``fastmath`` (reassociation would make
 results depend on the compiler), and no ``parallel`` (results must be bit-for-bit
-deterministic; parallelism comes from Dask). The error model is numpy's: a float
+deterministic; parallelism comes from Dask, and in one process from slices of the pairs on
+threads, :mod:`evalcore.threads`, which ``nogil`` allows). The error model is numpy's: a float
 division by zero gives inf or nan instead of a Python exception, so divisions carry no
 test and loops with them vectorize; every division here has a nonzero divisor or is
 guarded, so the numbers are the same. Hot loops index with unsigned integers where they
