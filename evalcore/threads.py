@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
@@ -30,6 +31,7 @@ GEOMS_PER_THREAD = 4_096
 """Fewer geometries than this are not given a thread of their own in a GEOS operation."""
 
 T = TypeVar("T")
+_THREAD_PREFIX = "evalcore-slices"
 
 
 def _in_dask_worker() -> bool:
@@ -65,7 +67,7 @@ def n_threads() -> int:
 
 @lru_cache(maxsize=None)
 def _pool(n: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=n, thread_name_prefix="evalcore")
+    return ThreadPoolExecutor(max_workers=n, thread_name_prefix=_THREAD_PREFIX)
 
 
 # A forked child has none of its parent's threads, but would inherit the pool that thinks it
@@ -92,7 +94,9 @@ def map_slices(fn: Callable[[int, int], T], n_items: int, min_slice: int) -> lis
         Each slice's result, in the order of the slices.
     """
     n = min(n_threads(), n_items // max(1, min_slice))
-    if n <= 1:
+    if n <= 1 or threading.current_thread().name.startswith(_THREAD_PREFIX):
+        # A slice that slices again runs its pieces here: a pool thread waiting on its own
+        # pool could wait forever.
         return [fn(0, n_items)]
     bounds = [n_items * k // n for k in range(n + 1)]
     futures = [_pool(n).submit(fn, a, b) for a, b in zip(bounds[:-1], bounds[1:])]

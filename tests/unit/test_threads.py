@@ -116,3 +116,23 @@ def test_a_forked_child_slices_on_threads_of_its_own(monkeypatch):
 
 def _length(start: int, stop: int) -> int:
     return stop - start
+
+
+def test_a_slice_that_slices_again_finishes(monkeypatch):
+    # Each outer slice (on a pool thread) slices its own range: the inner pieces run on that
+    # thread, and every item is still covered once, in order.
+    monkeypatch.setenv("EVALCORE_THREADS", "2")
+
+    def outer(a: int, b: int) -> list[int]:
+        inner = threads.map_slices(lambda c, d: list(range(a + c, a + d)), b - a, 1)
+        return [i for part in inner for i in part]
+
+    import threading
+
+    done: list = []
+    runner = threading.Thread(target=lambda: done.append(threads.map_slices(outer, 40, 1)), daemon=True)
+    runner.start()
+    runner.join(timeout=60)
+    assert done, "nested slices did not finish in 60 s (a pool thread waiting on its own pool)"
+    parts = done[0]
+    assert len(parts) == 2 and [i for part in parts for i in part] == list(range(40))
