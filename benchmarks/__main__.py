@@ -68,16 +68,11 @@ def anchor_layers(seed: int = 1):
     return pred.iloc[keep], ref
 
 
-def _threads() -> int:
-    from evalcore.threads import n_threads
-
-    return n_threads()
-
-
 def section_anchor(repeat: int) -> dict:
     import evalcore
     from benchmarks.agribound_peer import one_thread_only
     from benchmarks.baseline import geos_floor, straightforward
+    from evalcore.threads import n_threads
 
     pred, ref = anchor_layers()
     evalcore.evaluate(pred.iloc[:500], ref.iloc[:500])  # compile numba once
@@ -108,7 +103,7 @@ def section_anchor(repeat: int) -> dict:
         "default_vs_floor": t_default / t_floor,
         "evalcore_default_one_thread_s": t_default_1,
         "default_one_thread_vs_floor": t_default_1 / t_floor,
-        "threads": _threads(),
+        "threads": n_threads(),
         "baseline_vs_default": t_base / t_default,
         "baseline_full_vs_full": t_base_full / t_full,
         "f1": m_default["f1"],

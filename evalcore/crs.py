@@ -119,7 +119,7 @@ def transform_xy(x: F64Array, y: F64Array, src: CRS, dst: CRS) -> tuple[F64Array
     if src == dst:
         return x, y
     transformer = _transformer(src, dst)
-    if x.ndim != 1 or x.shape != y.shape or len(x) < 2 * POINTS_PER_THREAD:
+    if x.ndim != 1 or x.shape != y.shape:
         tx, ty = transformer.transform(x, y)
         return np.asarray(tx, dtype=np.float64), np.asarray(ty, dtype=np.float64)
     tx, ty = np.empty_like(x), np.empty_like(y)

@@ -596,8 +596,10 @@ class UnitSumsAdder:
 
     ``UnitSums.concat(parts)`` holds every part until the end: a country's partitions each
     carry their tiles' bootstrap replicates (units x replicates x columns), and a tile that
-    several partitions share is held once per partition. Here a part is added into one row
-    per unit as it arrives and can be let go: what is held is the total, not the parts.
+    several partitions share is held once per partition. Here the units are known ahead
+    (the parts' keys, a few numbers each), one row per unit is made in key order, and each
+    part is added into its rows as it arrives and can be let go: what is held is the
+    total, not the parts, and the total needs no copy at the end.
 
     The result is :meth:`UnitSums.concat` of the same parts, to the last bit: a unit's
     replicates are added in the order the parts arrive, starting from zero, as
@@ -609,65 +611,39 @@ class UnitSumsAdder:
     first : UnitSums
         The first part (often :meth:`UnitSums.empty`): it fixes the key width, the
         columns and whether replicates are carried.
-    keys : ndarray of int64, shape (n, width), optional
-        Every unit the parts will hold (repeats allowed), when known ahead: the sums are
-        then made in place, in key order, with no room to grow and no copy at the end.
-        A part holding another unit is refused.
+    keys : ndarray of int64, shape (n, width)
+        Every unit the parts will hold (repeats allowed). A part holding another unit is
+        refused; a unit no part held is left out of the total.
     """
 
-    def __init__(self, first: UnitSums, keys: IdArray | None = None) -> None:
-        self._width = first.keys.shape[1]
+    def __init__(self, first: UnitSums, keys: IdArray) -> None:
+        width = first.keys.shape[1]
+        self._width = width
         self._columns = (first.columns, first.replicate_columns)
-        self._n_digit_cols = first.digits.shape[1]
-        self._rep_shape = None if first.replicates is None else first.replicates.shape[1:]
-        self._declared = keys is not None
-        unique = np.empty((0, self._width), np.int64) if keys is None or len(keys) == 0 else np.unique(
-            np.asarray(keys, dtype=np.int64).reshape(len(keys), self._width), axis=0)
-        self._row: dict[tuple[int, ...], int] = {key: i for i, key in enumerate(map(tuple, unique.tolist()))}
-        self._keys = unique
-        self._touched = np.zeros(len(unique), dtype=bool)
-        self._digits = np.zeros((len(unique), self._n_digit_cols, N_DIGITS))
-        self._reps = None if self._rep_shape is None else np.zeros((len(unique),) + self._rep_shape)
+        self._with_reps = first.replicates is not None
+        keys = np.asarray(keys, dtype=np.int64).reshape(-1, width)
+        self._keys = np.unique(keys, axis=0) if len(keys) else keys
+        self._row: dict[tuple[int, ...], int] = {key: i for i, key in enumerate(map(tuple, self._keys.tolist()))}
+        self._touched = np.zeros(len(self._keys), dtype=bool)
+        self._digits = np.zeros((len(self._keys),) + first.digits.shape[1:])
+        self._reps = np.zeros((len(self._keys),) + first.replicates.shape[1:]) if self._with_reps else None
         self.add(first)
-
-    def _grow(self, n: int, used: int) -> None:
-        """Room for ``n`` rows, the first ``used`` kept (capacity doubled: growing costs a constant per row)."""
-        if n <= len(self._keys):
-            return
-        cap = max(n, 2 * len(self._keys), 16)
-
-        def grown(a: np.ndarray) -> np.ndarray:
-            out = np.zeros((cap,) + a.shape[1:], dtype=a.dtype)  # a new unit's sums start from zero
-            out[:used] = a[:used]
-            return out
-
-        self._keys, self._digits, self._touched = grown(self._keys), grown(self._digits), grown(self._touched)
-        if self._reps is not None:
-            self._reps = grown(self._reps)
 
     def add(self, part: UnitSums) -> None:
         """Add ``part`` (its units are unique, as every :class:`UnitSums`'s)."""
         if part.keys.shape[1] != self._width:
             raise ValueError("unit sums of different kinds cannot merge")
-        if (part.replicates is None) != (self._rep_shape is None):
+        if (part.replicates is not None) != self._with_reps:
             raise ValueError("unit sums with and without bootstrap replicates cannot merge")
         if (part.columns, part.replicate_columns) != self._columns:
             raise IncompatibleStatsError(
                 f"unit sums of different columns cannot merge: {sorted({self._columns, (part.columns, part.replicate_columns)})}"
             )
-        if len(part.keys) == 0:
-            return
-        used = len(self._row)
         rows = np.empty(len(part.keys), dtype=np.int64)
         for i, key in enumerate(map(tuple, part.keys.tolist())):
-            row = self._row.get(key)
-            if row is None:
-                if self._declared:
-                    raise ValueError(f"unit {key} is not among the units declared ahead")
-                row = self._row[key] = len(self._row)
-            rows[i] = row
-        self._grow(len(self._row), used)
-        self._keys[rows] = part.keys
+            if key not in self._row:
+                raise ValueError(f"unit {key} is not among the units declared ahead")
+            rows[i] = self._row[key]
         self._touched[rows] = True
         # rows are distinct within a part, so a fancy-indexed += adds each once.
         self._digits[rows] += part.digits
@@ -675,19 +651,11 @@ class UnitSumsAdder:
             self._reps[rows] += part.replicates
 
     def total(self) -> UnitSums:
-        """The sums of every part added, units in increasing key order (a declared unit no part held is left out)."""
-        n = len(self._row)
-        if self._declared:
-            if self._touched.all():
-                return UnitSums(self._keys, self._digits, self._reps, *self._columns)
-            order = np.flatnonzero(self._touched)
-        elif n == 0:
-            order = np.empty(0, dtype=np.int64)
-        else:
-            order = np.unique(self._keys[:n], axis=0, return_index=True)[1]
-        reps = None if self._reps is None else self._reps[order]
-        keys = self._keys[order] if n else np.empty((0, self._width), np.int64)
-        return UnitSums(keys, self._digits[order], reps, *self._columns)
+        """The sums of every part added, units in increasing key order."""
+        if self._touched.all():
+            return UnitSums(self._keys, self._digits, self._reps, *self._columns)
+        held = np.flatnonzero(self._touched)
+        return UnitSums(self._keys[held], self._digits[held], None if self._reps is None else self._reps[held], *self._columns)
 
 
 def unit_rows(columns: tuple[str, ...], table_columns: tuple[str, ...], table_values: F64Array,
@@ -838,6 +806,7 @@ def _unit_intervals(reps: F64Array, replicate_columns: tuple[str, ...], families
     n_units = len(reps)
     out: dict[str, tuple[F64Array, F64Array, IdArray]] = {}
     alpha = (1.0 - BOOTSTRAP_CONFIDENCE_LEVEL) / 2.0
+    # At least one block, even of no units: the families' interval keys are columns either way.
     for start in range(0, max(n_units, 1), UNITS_PER_BLOCK):
         block = reps[start : start + UNITS_PER_BLOCK]
         r = {name: block[:, :, j] for j, name in enumerate(replicate_columns)}
@@ -848,8 +817,9 @@ def _unit_intervals(reps: F64Array, replicate_columns: tuple[str, ...], families
                 replicated = family.unit_values(r, options)
                 rates |= {k: replicated[k] for k in keys}
         for name, value in rates.items():
-            lower, upper, n_undefined = out.setdefault(
-                name, (np.full(n_units, np.nan), np.full(n_units, np.nan), np.zeros(n_units, np.int64)))
+            if name not in out:
+                out[name] = (np.full(n_units, np.nan), np.full(n_units, np.nan), np.zeros(n_units, np.int64))
+            lower, upper, n_undefined = out[name]
             if value.size:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)  # units undefined in every replicate

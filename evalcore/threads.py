@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import TypeVar
 
+import numpy as np
+
 __all__ = ["GEOMS_PER_THREAD", "MAX_THREADS", "n_threads", "map_slices", "map_elements"]
 
 MAX_THREADS = 8
@@ -114,8 +116,6 @@ def map_elements(fn: Callable[..., object], *arrays: object, min_slice: int) -> 
     >>> map_elements(np.sqrt, np.array([4.0, 9.0]), min_slice=1).tolist()
     [2.0, 3.0]
     """
-    import numpy as np
-
     n = len(arrays[0])
     if any(len(a) != n for a in arrays):
         raise ValueError(f"the arrays must have one length, but got {[len(a) for a in arrays]}")

@@ -38,6 +38,7 @@ arrays, and return small dicts. Task keys name the phase and partition
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
@@ -548,7 +549,7 @@ def _homeless_on_workers(client: object, setup: RunSetup, homeless: tuple[str, .
         own = np.empty((0, unit_keys.shape[1]), np.int64) if ref_units is None else np.asarray(ref_units, np.int64)
         ref_units = np.concatenate([unit_keys, own.reshape(-1, unit_keys.shape[1])])
     units_path = str(setup.workdir / "resolve" / f"{phase}-units.npz")
-    unassigned, _, _, replicates, keys = client.submit(
+    unassigned, replicates, keys = client.submit(
         homeless_task, list(homeless), options, ref_units, units_path, key=setup.task_key(phase), retries=2,
     ).result()
     if unit_keys is not None and keys is not None and len(keys) != len(unit_keys):
@@ -891,28 +892,24 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
     # First every partition's record checked and its tile and AOI keys read (a few numbers
     # each), and the homeless predictions' (their sums are read when added, last): the
     # units' sums are then made in place, one row per unit.
-    tile_keys, aoi_keys = [], []
+    held = []
     homeless_units = None
     if resolved.homeless_units is not None:
         units_path = Path(resolved.homeless_units)
         if not wd.exists(units_path):
             raise PartitionMissingError(f"the homeless predictions' tile and AOI sums ({units_path}) are missing; the run is incomplete.")
-        unit = storage.read_summary(units_path, ("tiles_keys", "aois_keys"))
-        tile_keys.append(unit["tiles_keys"].reshape(-1, 3))
-        aoi_keys.append(unit["aois_keys"].reshape(-1, 1))
-
-        def homeless_units():
-            return storage.read_unit_sums(units_path)
+        held.append(units_path)
+        homeless_units = functools.partial(storage.read_unit_sums, units_path)
     for key in keys:
-        path = paths[key]
-        if not storage.done_record_valid(path.with_suffix(".done.json"), setup.signature):
+        if not storage.done_record_valid(paths[key].with_suffix(".done.json"), setup.signature):
             raise PartitionMissingError(
                 f"partition {storage.key_name(key)}: its outputs do not match their recorded checksums or "
                 "belong to another run; rerun to recompute it."
             )
-        unit = storage.read_summary(path, ("tiles_keys", "aois_keys"))
-        tile_keys.append(unit["tiles_keys"].reshape(-1, 3))
-        aoi_keys.append(unit["aois_keys"].reshape(-1, 1))
+        held.append(paths[key])
+    read = [storage.read_summary(path, ("tiles_keys", "aois_keys")) for path in held]
+    unit_keys = (np.concatenate([np.empty((0, 3), np.int64)] + [u["tiles_keys"].reshape(-1, 3) for u in read]),
+                 np.concatenate([np.empty((0, 1), np.int64)] + [u["aois_keys"].reshape(-1, 1) for u in read]))
 
     def parts():
         # One partition at a time, in key order: merge_partitions adds each and lets it go.
@@ -930,7 +927,7 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
     merged = merge_partitions(
         parts(), r.unassigned, setup.options, plan, r.homeless_tiles, r.homeless_aois, r.global_values, r.unassigned_replicates, r.columns,
         r.draws.n_units if r.draws is not None else None, select_on_partitions(setup, keys, plan, client),
-        (np.concatenate(tile_keys), np.concatenate(aoi_keys)) if tile_keys else None, homeless_units,
+        unit_keys, homeless_units,
     )
     n_ref = int(merged.sums.as_dict(0)["n_ref"])
     n_pred = int(merged.sums.as_dict(0)["n_pred"])

@@ -809,14 +809,19 @@ def score_replicates_task(paths: list[str], total: ReplicateCounts, n_refs: np.n
     return replicate_values(merged, total, n_refs)
 
 
-def homeless_task(paths: list[str], options: EvalOptions, ref_unit_keys: np.ndarray | None = None,
-                  units_path: str | None = None) -> tuple:
+def homeless_task(paths: list[str], options: EvalOptions, ref_unit_keys: np.ndarray | None, units_path: str) -> tuple:
     """The run's unassigned sums and the homeless predictions' tile and AOI sums, from every
     resolve's homeless rows, added in position order (:func:`evalcore.engine.resolve.homeless_sums`);
     with a block bootstrap also their replicates and the run's units.
 
-    With ``units_path`` the tile and AOI sums (units x replicates: they grow with the
-    country) are written there (:func:`storage.write_unit_sums`) and returned as None."""
+    The tile and AOI sums (units x replicates: they grow with the country) are written to
+    ``units_path`` (:func:`storage.write_unit_sums`), not returned: the merge reads them.
+
+    Returns
+    -------
+    unassigned, unassigned_replicates, unit_keys
+        As :func:`evalcore.engine.resolve.homeless_sums`.
+    """
     parts = [storage.read_homeless(Path(p)) for p in paths]
     columns = {c for _, _, c, _, _ in parts}
     if len(columns) != 1:
@@ -825,10 +830,8 @@ def homeless_task(paths: list[str], options: EvalOptions, ref_unit_keys: np.ndar
         np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), columns.pop(),
         np.concatenate([p[3] for p in parts]), np.concatenate([p[4] for p in parts]), options, ref_unit_keys,
     )
-    if units_path is None:
-        return unassigned, tiles, aois, replicates, keys
     storage.write_unit_sums(Path(units_path), tiles, aois)
-    return unassigned, None, None, replicates, keys
+    return unassigned, replicates, keys
 
 
 def sums_task(

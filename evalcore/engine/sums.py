@@ -336,15 +336,20 @@ def merge_partitions(
     without it, by :func:`evalcore.selection.select_local` over the partitions' own
     :attr:`PartitionSummary.values`: the same exact elements either way.
 
-    ``unit_keys``, the tile keys and the AOI keys of every partition (read ahead from
-    their files), let the tiles' and AOIs' sums be made in place, one row per unit (see
-    :class:`~evalcore.levels.UnitSumsAdder`); the result is the same without them.
+    ``unit_keys`` are the tile keys and the AOI keys of every partition (read ahead from
+    their files; taken from ``parts`` when they are a list): the tiles' and AOIs' sums are
+    made in place, one row per unit (:class:`~evalcore.levels.UnitSumsAdder`).
     ``homeless_units``, given instead of ``homeless_tiles`` and ``homeless_aois``, reads
     them when they are added (after the partitions, as they would be); its units must
     be among ``unit_keys``.
     """
     if homeless_units is not None and (homeless_tiles is not None or homeless_aois is not None):
         raise ValueError("give the homeless predictions' unit sums, or a function reading them, not both")
+    if unit_keys is None:
+        if not isinstance(parts, list) or homeless_units is not None:
+            raise ValueError("partitions read one at a time, or homeless sums read later, need their unit keys (unit_keys)")
+        unit_keys = (np.concatenate([np.empty((0, 3), np.int64)] + [p.tiles.keys for p in parts]),
+                     np.concatenate([np.empty((0, 1), np.int64)] + [p.aois.keys for p in parts]))
     if isinstance(parts, list):
         parts = iter(sorted(parts, key=lambda p: p.key))
     columns, max_cols = quantity_columns(options), max_columns(options)
@@ -357,12 +362,10 @@ def merge_partitions(
     n_rep = options.bootstrap if options.bootstrap > 0 else None
     ucols, rcols = unit_sum_columns(options)
     # Tiles and AOIs are added as the partitions arrive: their replicates are held once per unit, not once per partition.
-    declared = [None, None]
-    if unit_keys is not None:
-        declared = [np.concatenate([np.asarray(k, np.int64).reshape(-1, width)] + ([h.keys] if h is not None else []))
-                    for k, h, width in zip(unit_keys, (homeless_tiles, homeless_aois), (3, 1))]
-    tiles = UnitSumsAdder(UnitSums.empty(3, n_rep, ucols, rcols), declared[0])
-    aois = UnitSumsAdder(UnitSums.empty(1, n_rep, ucols, rcols), declared[1])
+    tile_keys, aoi_keys = (np.concatenate([np.asarray(k, np.int64).reshape(-1, width)] + ([h.keys] if h is not None else []))
+                           for k, h, width in zip(unit_keys, (homeless_tiles, homeless_aois), (3, 1)))
+    tiles = UnitSumsAdder(UnitSums.empty(3, n_rep, ucols, rcols), tile_keys)
+    aois = UnitSumsAdder(UnitSums.empty(1, n_rep, ucols, rcols), aoi_keys)
     n_ungrouped = np.zeros(len(plan.groupings), dtype=np.int64)
     for part in parts:
         if previous is not None and part.key <= previous:

@@ -42,8 +42,24 @@ def test_without_a_boundary_column_or_band_there_are_no_boundary_counts(tmp_path
     assert band is None
 
 
-def test_the_figure_draws_the_counts():
+def test_the_figure_draws_the_counts(monkeypatch):
+    # The bars matplotlib draws (the heights Axes.hist returns) are the counts given, bin by bin.
+    from matplotlib.axes import Axes
+
+    drawn = []
+    hist = Axes.hist
+
+    def recording_hist(self, *args, **kwargs):
+        heights, edges, bars = hist(self, *args, **kwargs)
+        drawn.append((np.asarray(heights).tolist(), np.asarray(edges).tolist()))
+        return heights, edges, bars
+
+    monkeypatch.setattr(Axes, "hist", recording_hist)
     counts = np.zeros(len(IOU_BINS) - 1, np.int64)
-    counts[30] = 7
-    fig = iou_distribution(counts, {"count": 7, "median": 0.76}, counts, {"mean": 0.76, "median": 0.76, "width_m": 2.0})
-    assert fig.name == "iou_distribution" and fig.png.startswith(b"\x89PNG") and "7 matched pairs" in fig.caption
+    counts[[0, 30, 39]] = [2, 7, 1]
+    band = np.zeros(len(IOU_BINS) - 1, np.int64)
+    band[8] = 3
+    fig = iou_distribution(counts, {"count": 10, "median": 0.76}, band, {"mean": 0.2, "median": 0.2, "width_m": 2.0})
+    assert fig.name == "iou_distribution" and fig.png.startswith(b"\x89PNG") and "10 matched pairs" in fig.caption
+    assert [d[0] for d in drawn] == [counts.astype(float).tolist(), band.astype(float).tolist()]
+    assert all(d[1] == IOU_BINS.tolist() for d in drawn)

@@ -46,7 +46,7 @@ def test_two_partitions_sharing_a_tile_by_hand():
     # sums are (1.5 + 0.25, 0.5 + 0.0) = (1.75, 0.5). The other tiles are one partition's.
     first = part([(32633, 5, -1), (32633, 4, 0)], [[2.0, 4.0], [1.0, 1.0]], [[[1.5], [0.5]], [[1.0], [1.0]]])
     second = part([(32633, 5, -1), (32633, 6, -1)], [[3.0, 1.0], [0.0, 2.0]], [[[0.25], [0.0]], [[0.0], [2.0]]])
-    adder = UnitSumsAdder(UnitSums.empty(3, 2, COLUMNS, REP_COLUMNS))
+    adder = UnitSumsAdder(UnitSums.empty(3, 2, COLUMNS, REP_COLUMNS), np.concatenate([first.keys, second.keys]))
     adder.add(first)
     adder.add(second)
     total = adder.total()
@@ -57,9 +57,10 @@ def test_two_partitions_sharing_a_tile_by_hand():
 
 
 def test_negative_keys_sort_as_numbers():
-    adder = UnitSumsAdder(UnitSums.empty(3, None, COLUMNS, REP_COLUMNS))
-    adder.add(part([(32633, 1, 3)], [[1.0, 1.0]], None))
-    adder.add(part([(32633, -2, 7), (32633, 1, -3)], [[1.0, 1.0], [2.0, 2.0]], None))
+    parts = [part([(32633, 1, 3)], [[1.0, 1.0]], None), part([(32633, -2, 7), (32633, 1, -3)], [[1.0, 1.0], [2.0, 2.0]], None)]
+    adder = UnitSumsAdder(UnitSums.empty(3, None, COLUMNS, REP_COLUMNS), np.concatenate([p.keys for p in parts]))
+    for p in parts:
+        adder.add(p)
     assert adder.total().keys.tolist() == [[32633, -2, 7], [32633, 1, -3], [32633, 1, 3]]
 
 
@@ -78,12 +79,12 @@ def test_units_declared_ahead():
 
 
 def test_nothing_added_is_an_empty_total():
-    total = UnitSumsAdder(UnitSums.empty(1, 4, COLUMNS, REP_COLUMNS)).total()
+    total = UnitSumsAdder(UnitSums.empty(1, 4, COLUMNS, REP_COLUMNS), np.empty((0, 1), np.int64)).total()
     same_bits(total, UnitSums.concat([UnitSums.empty(1, 4, COLUMNS, REP_COLUMNS)]))
 
 
 def test_parts_that_cannot_merge_are_refused():
-    adder = UnitSumsAdder(UnitSums.empty(3, 2, COLUMNS, REP_COLUMNS))
+    adder = UnitSumsAdder(UnitSums.empty(3, 2, COLUMNS, REP_COLUMNS), np.empty((0, 3), np.int64))
     with pytest.raises(ValueError, match="different kinds"):
         adder.add(UnitSums.empty(1, 2, COLUMNS, REP_COLUMNS))
     with pytest.raises(ValueError, match="with and without"):
@@ -113,12 +114,13 @@ def parts_of_units(draw):
 
 
 @settings(max_examples=200, deadline=None)
-@given(parts_of_units(), st.booleans())
-def test_the_adder_gives_concat_bits(case, declared):
+@given(parts_of_units(), st.integers(0, 3))
+def test_the_adder_gives_concat_bits(case, n_unused):
+    # Units declared that no part holds (n_unused of them) are left out, as concat has none.
     width, n_rep, parts = case
     start = UnitSums.empty(width, n_rep, COLUMNS, REP_COLUMNS)
-    keys = np.concatenate([start.keys] + [p.keys for p in parts]) if declared else None
-    adder = UnitSumsAdder(start, keys)
+    unused = np.array([[100 + k] * width for k in range(n_unused)], dtype=np.int64).reshape(n_unused, width)
+    adder = UnitSumsAdder(start, np.concatenate([start.keys, unused] + [p.keys for p in parts]))
     for p in parts:
         adder.add(p)
     same_bits(adder.total(), UnitSums.concat([start] + parts))
