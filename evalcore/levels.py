@@ -645,10 +645,14 @@ class UnitSumsAdder:
                 raise ValueError(f"unit {key} is not among the units declared ahead")
             rows[i] = self._row[key]
         self._touched[rows] = True
-        # rows are distinct within a part, so a fancy-indexed += adds each once.
-        self._digits[rows] += part.digits
-        if self._reps is not None:
-            self._reps[rows] += part.replicates
+        # Rows are distinct within a part, so a fancy-indexed += adds each once. It copies
+        # the rows it reads: a block of units at a time keeps that copy small when a part
+        # holds every unit (the homeless predictions' replicates touch all of a country's tiles).
+        for start in range(0, len(rows), UNITS_PER_BLOCK):
+            block = rows[start : start + UNITS_PER_BLOCK]
+            self._digits[block] += part.digits[start : start + UNITS_PER_BLOCK]
+            if self._reps is not None:
+                self._reps[block] += part.replicates[start : start + UNITS_PER_BLOCK]
 
     def total(self) -> UnitSums:
         """The sums of every part added, units in increasing key order."""

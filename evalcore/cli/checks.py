@@ -229,7 +229,9 @@ def check_columns_up_front(args: argparse.Namespace) -> None:
 
     Reads only the headers, and the score column's values when one is named.
     """
-    from evalcore.io import layer_columns, read_columns
+    from evalcore.io import iter_column_chunks, layer_columns
+    from evalcore.metrics.classes import class_values, only_nulls_error
+    from evalcore.metrics.scores import ScoreCheck
 
     ref_columns = layer_columns(args.reference, layer=args.ref_layer, role="reference")
     pred_columns = layer_columns(args.predicted, layer=args.pred_layer, role="predicted")
@@ -243,18 +245,30 @@ def check_columns_up_front(args: argparse.Namespace) -> None:
             f"--strata-column {args.strata_column!r} is not a column of the reference file {args.reference!r}; "
             f"its columns are: {shown}."
         )
+    # The columns are checked a chunk at a time (evalcore.io.iter_column_chunks): the client
+    # holds one chunk of a country's scores or classes, not the column.
     if args.score_column is not None:
         where = describe_layer(args.predicted, args.pred_layer, "predicted")
-        values = None
-        if args.score_column in pred_columns:
-            values = read_columns(args.predicted, [args.score_column], layer=args.pred_layer, role="predicted")[args.score_column]
-        _check_score_column(values, args.score_column, where, list(pred_columns))
+        if args.score_column not in pred_columns:
+            _check_score_column(None, args.score_column, where, list(pred_columns))
+        check = ScoreCheck(args.score_column, where, label="--score-column")
+        for chunk in iter_column_chunks(args.predicted, [args.score_column], layer=args.pred_layer, role="predicted"):
+            check.add(chunk)
+        check.finish()
     for role, flag, column in _class_flags(args):
         path, name, columns = (
             (args.reference, args.ref_layer, ref_columns) if role == "reference" else (args.predicted, args.pred_layer, pred_columns)
         )
-        values = read_columns(path, [column], layer=name, role=role)[column] if column in columns else None
-        _check_class_column(values, flag, column, describe_layer(path, name, role), list(columns))
+        where = describe_layer(path, name, role)
+        if column not in columns:
+            _check_class_column(None, flag, column, where, list(columns))
+        n_rows, has_class = 0, False
+        for chunk in iter_column_chunks(path, [column], layer=name, role=role):
+            values = class_values(chunk, column, where, label=flag)
+            n_rows += len(values)
+            has_class = has_class or any(isinstance(v, str) for v in values)
+        if n_rows and not has_class:
+            raise only_nulls_error(n_rows, column, where, label=flag)
 
 
 def check_id_columns_up_front(args: argparse.Namespace) -> None:

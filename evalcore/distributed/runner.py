@@ -38,7 +38,6 @@ arrays, and return small dicts. Task keys name the phase and partition
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import shutil
@@ -899,7 +898,11 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
         if not wd.exists(units_path):
             raise PartitionMissingError(f"the homeless predictions' tile and AOI sums ({units_path}) are missing; the run is incomplete.")
         held.append(units_path)
-        homeless_units = functools.partial(storage.read_unit_sums, units_path)
+        def homeless_units() -> tuple:
+            # Read a block of units at a time as they are added: every tile of a country
+            # may hold homeless predictions, and their replicates are as large as the total's.
+            return storage.iter_unit_sums(units_path, "tiles"), storage.iter_unit_sums(units_path, "aois")
+
     for key in keys:
         if not storage.done_record_valid(paths[key].with_suffix(".done.json"), setup.signature):
             raise PartitionMissingError(

@@ -11,7 +11,7 @@ sorted values (:func:`evalcore.selection.select`) without concatenating them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -322,7 +322,7 @@ def merge_partitions(
     n_units: int | None = None,
     select: Callable[[dict[int, tuple[Statistic, ...]]], Mapping[int, Mapping[Statistic, float]]] | None = None,
     unit_keys: tuple[IdArray, IdArray] | None = None,
-    homeless_units: Callable[[], tuple[UnitSums, UnitSums]] | None = None,
+    homeless_units: Callable[[], tuple[Iterable[UnitSums], Iterable[UnitSums]]] | None = None,
 ) -> MergedSums:
     """Add the partitions' sums in partition-key order (so the bits never depend on arrival order).
 
@@ -340,8 +340,9 @@ def merge_partitions(
     their files; taken from ``parts`` when they are a list): the tiles' and AOIs' sums are
     made in place, one row per unit (:class:`~evalcore.levels.UnitSumsAdder`).
     ``homeless_units``, given instead of ``homeless_tiles`` and ``homeless_aois``, reads
-    them when they are added (after the partitions, as they would be); its units must
-    be among ``unit_keys``.
+    them when they are added (after the partitions, as they would be), as the tiles' and
+    the AOIs' sums in blocks of units (each unit in one block); its units must be among
+    ``unit_keys``.
     """
     if homeless_units is not None and (homeless_tiles is not None or homeless_aois is not None):
         raise ValueError("give the homeless predictions' unit sums, or a function reading them, not both")
@@ -396,10 +397,11 @@ def merge_partitions(
     wanted = wanted_series(options, plan)
     selected = select(wanted) if select is not None else select_local(wanted, value_parts)
     order = order_by_group(selected, options, plan)
+    homeless = ((tiles, [homeless_tiles] if homeless_tiles is not None else []), (aois, [homeless_aois] if homeless_aois is not None else []))
     if homeless_units is not None:
-        homeless_tiles, homeless_aois = homeless_units()
-    for adder, homeless in ((tiles, homeless_tiles), (aois, homeless_aois)):
-        if homeless is not None:
-            adder.add(homeless)
+        homeless = tuple(zip((tiles, aois), homeless_units(), strict=True))
+    for adder, blocks in homeless:
+        for block in blocks:  # each unit is in one block: its homeless sums are added once, last
+            adder.add(block)
     return MergedSums(sums, replicates, order, dict(unassigned), tiles.total(), aois.total(), dict(global_values or {}), n_units,
                       n_ungrouped=tuple(int(n) for n in n_ungrouped))

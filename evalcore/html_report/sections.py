@@ -23,7 +23,7 @@ from evalcore.html_report.figures import (
     reliability_diagram, tile_map,
 )
 from evalcore.html_report.loading import (
-    RunFiles, finite, group_rows, load_tiles, parquet_dataset, unreadable, worst_tile_rows,
+    RunFiles, finite, group_rows, load_tiles, parquet_dataset, read_part, unreadable, worst_tile_rows,
 )
 from evalcore.html_report.markup import Page, ci_text, esc, fmt, group_label, note, plain, prose, table, value_span, with_ci
 from evalcore.metrics.registry import FAMILIES
@@ -528,8 +528,8 @@ def matched_histograms(fields_dir: Path, with_band: bool) -> tuple[np.ndarray, n
     iou_counts = np.zeros(len(IOU_BINS) - 1, dtype=np.int64)
     band_counts = np.zeros(len(IOU_BINS) - 1, dtype=np.int64) if with_band and "boundary_iou" in names else None
     try:
-        for fragment in dataset.get_fragments():
-            part = fragment.to_table(columns=columns, schema=dataset.schema).to_pandas()
+        for file in dataset.files:
+            part = read_part(file, columns).to_pandas()
             matched = part["matched"].to_numpy(bool) if "matched" in part else np.zeros(len(part), bool)
             for counts, name in ((iou_counts, "iou"), (band_counts, "boundary_iou")):
                 if counts is None or name not in part:

@@ -62,6 +62,8 @@ __all__ = [
     "Classes",
     "class_values",
     "class_layer_columns",
+    "check_only_nulls",
+    "only_nulls_error",
     "class_codes",
     "class_matching",
     "cohen_kappa",
@@ -141,10 +143,16 @@ def check_only_nulls(values: np.ndarray, column: str, where: str, *, label: str 
     as in :func:`class_codes`.
     """
     if len(values) and not any(isinstance(v, str) for v in values):
-        raise EvalInputError(
-            f"{label} {column!r} of the {where} holds only nulls ({len(values)} rows): give a column with classes, "
-            "or run without classes."
-        )
+        raise only_nulls_error(len(values), column, where, label=label)
+
+
+def only_nulls_error(n_rows: int, column: str, where: str, *, label: str = "class column") -> EvalInputError:
+    """The error of a class column whose ``n_rows`` rows are all null (:func:`check_only_nulls`;
+    the command line's check counts them a chunk at a time)."""
+    return EvalInputError(
+        f"{label} {column!r} of the {where} holds only nulls ({n_rows} rows): give a column with classes, "
+        "or run without classes."
+    )
 
 
 def class_codes(ref_class: np.ndarray, pred_class: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:

@@ -79,7 +79,7 @@ from evalcore.metrics.score_ranges import (
 from evalcore.present import LOWER, OVERALL, Row, Shown, interval_text, markdown_text, number, row_text, with_interval
 
 __all__ = [
-    "Scores", "score_values", "calibration_bin", "coco_true_positives", "coco_ap", "pr_curve", "risk_coverage", "aurc",
+    "Scores", "score_values", "ScoreCheck", "calibration_bin", "coco_true_positives", "coco_ap", "pr_curve", "risk_coverage", "aurc",
     "operating_points", "AP_KEYS",
 ]
 
@@ -131,7 +131,8 @@ def score_values(layer: object, column: str, where: str, *, label: str = "score 
     """The scores of a layer's rows as float64, checked: a numeric column, finite, in [0, 1].
 
     The one check of a score column: the library's (``label`` "score column") and the
-    command line's (``label`` "--score-column") messages differ only by that label.
+    command line's (``label`` "--score-column") messages differ only by that label; the
+    command line checks a file a chunk at a time with :class:`ScoreCheck`.
 
     Raises
     ------
@@ -140,40 +141,83 @@ def score_values(layer: object, column: str, where: str, *, label: str = "score 
         indexed by its rows' positions, names the row in the file), or listing the
         numeric columns when the column is missing.
     """
-    from pandas.api.types import is_bool_dtype, is_numeric_dtype
-
-    columns = [str(c) for c in getattr(layer, "columns", []) if c != getattr(layer, "geometry", pd.Series()).name]
-    if column not in columns:
-        numeric = [c for c in columns if is_numeric_dtype(layer[c]) and not is_bool_dtype(layer[c])]
-        raise EvalInputError(
-            f"{label} {column!r} is not a column of the {where}; its numeric columns are: "
-            f"{', '.join(map(repr, numeric)) or '(none)'}."
-        )
-    index = getattr(layer, "index", None)
-
-    def row_name(row: int) -> int:
-        return int(index[row]) if isinstance(index, pd.RangeIndex) else row
-
-    values = pd.Series(layer[column]).reset_index(drop=True)
-    if is_bool_dtype(values) or not is_numeric_dtype(values):
-        numbers = pd.to_numeric(values, errors="coerce")
-        bad = np.flatnonzero(numbers.isna().to_numpy() & values.notna().to_numpy())
-        row = int(bad[0]) if len(bad) else 0
-        raise EvalInputError(
-            f"{label} {column!r} of the {where} is not numeric (dtype {values.dtype}): row {row_name(row)} (0-based) holds "
-            f"{_plain(values.iloc[row])!r}. Scores must be numbers in [0, 1]; convert the column or choose another one."
-        )
-    v = values.to_numpy(dtype=np.float64, na_value=np.nan)
-    with np.errstate(invalid="ignore"):
-        bad = np.flatnonzero(~np.isfinite(v) | (v < 0.0) | (v > 1.0))
-    if len(bad):
-        row = int(bad[0])
-        what = "missing" if np.isnan(v[row]) else "not finite" if not np.isfinite(v[row]) else "outside [0, 1]"
-        raise EvalInputError(
-            f"{label} {column!r} of the {where}: row {row_name(row)} (0-based) holds {_plain(values.iloc[row])!r}, which is {what} "
-            f"({len(bad)} of {len(v)} rows are not finite numbers in [0, 1]). Fix or remove those rows."
-        )
+    check = ScoreCheck(column, where, label)
+    v = check.add(layer)
+    check.finish()
     return v
+
+
+class ScoreCheck:
+    """A score column checked chunk by chunk (:func:`score_values` is one chunk).
+
+    :meth:`add` checks a chunk (a frame indexed by its rows' positions in the file) and
+    returns its scores; a value that is not a number fails at once, naming its row. Rows
+    that are not finite numbers in [0, 1] are counted over every chunk, and :meth:`finish`
+    fails naming the first of them and their count in the whole file, as the check of the
+    whole column would.
+    """
+
+    def __init__(self, column: str, where: str, label: str = "score column"):
+        self.column, self.where, self.label = column, where, label
+        self.n_rows = 0
+        self.n_bad = 0
+        self.first_bad: tuple[int, object, str] | None = None  # (row in the file, value, what is wrong)
+        self.non_numeric: tuple[str, int, object] | None = None  # (dtype, row in the file, value)
+
+    def add(self, layer: object) -> np.ndarray:
+        from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+        column, where, label = self.column, self.where, self.label
+        columns = [str(c) for c in getattr(layer, "columns", []) if c != getattr(layer, "geometry", pd.Series()).name]
+        if column not in columns:
+            numeric = [c for c in columns if is_numeric_dtype(layer[c]) and not is_bool_dtype(layer[c])]
+            raise EvalInputError(
+                f"{label} {column!r} is not a column of the {where}; its numeric columns are: "
+                f"{', '.join(map(repr, numeric)) or '(none)'}."
+            )
+        index = getattr(layer, "index", None)
+
+        def row_name(row: int) -> int:
+            return int(index[row]) if isinstance(index, pd.RangeIndex) else self.n_rows + row
+
+        values = pd.Series(layer[column]).reset_index(drop=True)
+        if is_bool_dtype(values) or not is_numeric_dtype(values):
+            numbers = pd.to_numeric(values, errors="coerce")
+            bad = np.flatnonzero(numbers.isna().to_numpy() & values.notna().to_numpy())
+            if len(bad):
+                self.non_numeric = (str(values.dtype), row_name(int(bad[0])), _plain(values.iloc[int(bad[0])]))
+                self.finish()
+            # No value that is not a number here: the whole column's check names its first
+            # row, unless a later chunk holds one (then that row).
+            if self.non_numeric is None and len(values):
+                self.non_numeric = (str(values.dtype), row_name(0), _plain(values.iloc[0]))
+            self.n_rows += len(values)
+            return numbers.to_numpy(dtype=np.float64, na_value=np.nan)
+        v = values.to_numpy(dtype=np.float64, na_value=np.nan)
+        with np.errstate(invalid="ignore"):
+            bad = np.flatnonzero(~np.isfinite(v) | (v < 0.0) | (v > 1.0))
+        if len(bad) and self.first_bad is None:
+            row = int(bad[0])
+            what = "missing" if np.isnan(v[row]) else "not finite" if not np.isfinite(v[row]) else "outside [0, 1]"
+            self.first_bad = (row_name(row), _plain(values.iloc[row]), what)
+        self.n_bad += len(bad)
+        self.n_rows += len(v)
+        return v
+
+    def finish(self) -> None:
+        """Fail when the column is not numeric, or a chunk held a score that is not a finite number in [0, 1]."""
+        if self.non_numeric is not None:
+            dtype, row, value = self.non_numeric
+            raise EvalInputError(
+                f"{self.label} {self.column!r} of the {self.where} is not numeric (dtype {dtype}): row {row} (0-based) holds "
+                f"{value!r}. Scores must be numbers in [0, 1]; convert the column or choose another one."
+            )
+        if self.first_bad is not None:
+            row, value, what = self.first_bad
+            raise EvalInputError(
+                f"{self.label} {self.column!r} of the {self.where}: row {row} (0-based) holds {value!r}, which is {what} "
+                f"({self.n_bad} of {self.n_rows} rows are not finite numbers in [0, 1]). Fix or remove those rows."
+            )
 
 
 def _plain(value: object) -> object:

@@ -7,13 +7,20 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.dataset as ds
+import pytest
 
-from evalcore.html_report.overlays import _near_table, _neighbourhood, _read_near, _rows_at, _scan_errors, _tile_filter, _Window
+from evalcore.html_report.overlays import _near_table, _neighbourhood, _read_near, _rows_at, _scan_errors, _Window
 
 
-def test_each_window_reaches_its_own_tiles_only():
+def _tile_points(tiles: pd.DataFrame, tile_m: float, crs: str = "EPSG:32612"):
+    import geopandas
+    import shapely
+
+    x, y = (tiles["tile_x"].to_numpy() + 0.5) * tile_m, (tiles["tile_y"].to_numpy() + 0.5) * tile_m
+    return geopandas.GeoDataFrame(tiles.assign(ref_index=np.arange(len(tiles))), geometry=shapely.points(x, y), crs=crs)
+
+
+def test_each_window_reaches_its_own_tiles_only(tmp_path):
     tile_m = 10_000.0
     # Two windows of one tile's side, centred on tiles (0, 0) and (10, 10) of zone 32612.
     windows = [_Window(32612, 5_000.0, 5_000.0, tile_m, "a"), _Window(32612, 105_000.0, 105_000.0, tile_m, "b")]
@@ -22,9 +29,66 @@ def test_each_window_reaches_its_own_tiles_only():
     assert _neighbourhood(windows[1], tile_m) == (9, 12, 9, 12)
     tiles = pd.DataFrame([(32612, x, y) for x in range(-2, 13) for y in range(-2, 13)] + [(32613, 0, 0)],
                          columns=["utm_epsg", "tile_x", "tile_y"])
-    kept = ds.dataset(pa.Table.from_pandas(tiles)).to_table(filter=_tile_filter("utm_epsg", 32612, _neighbourhood(windows[0], tile_m))).to_pandas()
-    assert set(map(tuple, kept[["tile_x", "tile_y"]].to_numpy().tolist())) == {(x, y) for x in range(-1, 3) for y in range(-1, 3)}
-    assert set(kept["utm_epsg"]) == {32612}
+    _tile_points(tiles, tile_m).to_parquet(tmp_path / "part-0000.parquet", row_group_size=20)
+    table = _near_table(tmp_path, "utm_epsg", ("ref_index", "utm_epsg", "tile_x", "tile_y"))
+    for window, (x0, x1, y0, y1) in zip(windows, [(-1, 2, -1, 2), (9, 12, 9, 12)], strict=True):
+        kept = _read_near(table, window, tile_m)
+        assert set(map(tuple, kept[["tile_x", "tile_y"]].to_numpy().tolist())) == {(x, y) for x in range(x0, x1 + 1) for y in range(y0, y1 + 1)}
+        assert set(kept["utm_epsg"]) == {32612}
+
+
+@pytest.mark.parametrize("batch_rows", [3, 4096])
+def test_a_window_reads_only_the_row_groups_its_neighbourhood_meets(tmp_path, monkeypatch, batch_rows):
+    """226 rows in row groups of 20 (tile_x -2 to 12, 15 rows each): the statistics say which
+    groups can hold the window's tiles; a file written without statistics is read whole,
+    and the rows are the same, whether a group is decoded in batches of 3 rows or at once."""
+    import pyarrow.parquet as pq
+
+    import evalcore.html_report.overlays as overlays
+
+    monkeypatch.setattr(overlays, "NEAR_BATCH_ROWS", batch_rows)
+
+    tile_m = 10_000.0
+    tiles = pd.DataFrame([(32612, x, y) for x in range(-2, 13) for y in range(-2, 13)] + [(32613, 0, 0)],
+                         columns=["utm_epsg", "tile_x", "tile_y"])
+    with_stats, without = tmp_path / "a", tmp_path / "b"
+    with_stats.mkdir(), without.mkdir()
+    points = _tile_points(tiles, tile_m)
+    points.to_parquet(with_stats / "part-0000.parquet", row_group_size=20)
+    points.to_parquet(without / "part-0000.parquet", row_group_size=20, write_statistics=False)
+    assert pq.ParquetFile(with_stats / "part-0000.parquet").metadata.num_row_groups == 12
+    window = _Window(32612, 5_000.0, 5_000.0, tile_m, "a")  # tiles x -1..2: rows 15 to 74
+    read: list = []
+    original = pq.ParquetFile.iter_batches
+
+    def counted(self, *args, row_groups=None, **kwargs):
+        read.extend(row_groups)
+        return original(self, *args, row_groups=row_groups, **kwargs)
+
+    pq.ParquetFile.iter_batches = counted
+    try:
+        a = _read_near(_near_table(with_stats, "utm_epsg", ("ref_index", "utm_epsg", "tile_x", "tile_y")), window, tile_m)
+        groups_with_stats = list(read)
+        read.clear()
+        b = _read_near(_near_table(without, "utm_epsg", ("ref_index", "utm_epsg", "tile_x", "tile_y")), window, tile_m)
+    finally:
+        pq.ParquetFile.iter_batches = original
+    # Groups 0-3 hold tiles x -2 to 3; group 11 (rows 220-225) holds x 12 of zone 32612 and
+    # the row of zone 32613 at x 0: its ranges (zones 32612-32613, x 0-12) meet the window's.
+    assert groups_with_stats == [0, 1, 2, 3, 11]
+    assert read == list(range(12))
+    expected = points[points["utm_epsg"].eq(32612) & points["tile_x"].between(-1, 2) & points["tile_y"].between(-1, 2)]
+    assert a["ref_index"].tolist() == b["ref_index"].tolist() == expected["ref_index"].tolist()
+
+
+def test_a_window_far_from_every_row_reads_nothing_and_keeps_the_columns(tmp_path):
+    tile_m = 10_000.0
+    tiles = pd.DataFrame([(32612, 0, 0), (32612, 1, 1)], columns=["utm_epsg", "tile_x", "tile_y"])
+    _tile_points(tiles, tile_m).to_parquet(tmp_path / "part-0000.parquet")
+    got = _read_near(_near_table(tmp_path, "utm_epsg", ("ref_index", "utm_epsg", "tile_x", "tile_y")),
+                     _Window(32612, 505_000.0, 505_000.0, tile_m, "far"), tile_m)
+    assert len(got) == 0 and list(got.columns) == ["ref_index", "utm_epsg", "tile_x", "tile_y", "geometry"]
+    assert got.crs == "EPSG:32612"
 
 
 def test_a_window_reads_the_rows_of_its_neighbourhood_with_their_geometry(tmp_path):
@@ -37,9 +101,9 @@ def test_a_window_reads_the_rows_of_its_neighbourhood_with_their_geometry(tmp_pa
     tile_m = 1_000.0
     rng = np.random.default_rng(7)
     frames = []
-    for k in range(3):
-        x, y = 500_000 + rng.uniform(0, 8_000, 40), 4_000_000 + rng.uniform(0, 8_000, 40)
-        frame = geopandas.GeoDataFrame({"ref_index": np.arange(40) + 100 * k, "utm_epsg": np.where(np.arange(40) % 5 == 0, 32613, 32612),
+    for k, n in enumerate([40, 31, 52]):  # parts of other lengths: their pandas metadata differ
+        x, y = 500_000 + rng.uniform(0, 8_000, n), 4_000_000 + rng.uniform(0, 8_000, n)
+        frame = geopandas.GeoDataFrame({"ref_index": np.arange(n) + 100 * k, "utm_epsg": np.where(np.arange(n) % 5 == 0, 32613, 32612),
                                         "tile_x": np.floor(x / tile_m).astype(int), "tile_y": np.floor(y / tile_m).astype(int)},
                                        geometry=shapely.points(x, y), crs="EPSG:32612").to_crs("EPSG:4326")
         frame.to_parquet(tmp_path / f"part-{k:04d}.parquet")

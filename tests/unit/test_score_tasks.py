@@ -69,7 +69,10 @@ def _through_the_tasks(resolves: dict, out: Path) -> tuple[list, storage.TablePa
     return shares, parts
 
 
-def test_the_tasks_files_give_the_one_range_computation(resolves, tmp_path):
+@pytest.mark.parametrize("batch_rows", [7, 65_536])
+def test_the_tasks_files_give_the_one_range_computation(resolves, tmp_path, monkeypatch, batch_rows):
+    # The parts are copied into the whole file 7 rows at a time (cutting every part), or whole.
+    monkeypatch.setattr(storage, "TABLE_BATCH_ROWS", batch_rows)
     out = tmp_path / "scores"
     shares, parts = _through_the_tasks(resolves, out)
     whole = ScoreRows.concat([ScoreRows.from_arrays(storage.read_summary(p)) for p in resolves.values()]).in_score_order()

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from evalcore import levels
 from evalcore.errors import IncompatibleStatsError
 from evalcore.exact import digits
 from evalcore.levels import UnitSums, UnitSumsAdder
@@ -114,13 +115,19 @@ def parts_of_units(draw):
 
 
 @settings(max_examples=200, deadline=None)
-@given(parts_of_units(), st.integers(0, 3))
-def test_the_adder_gives_concat_bits(case, n_unused):
+@given(parts_of_units(), st.integers(0, 3), st.sampled_from([1, 2, 256]))
+def test_the_adder_gives_concat_bits(case, n_unused, units_per_block):
     # Units declared that no part holds (n_unused of them) are left out, as concat has none.
+    # A part is added a block of units at a time (blocks of 1 and 2 cut every part).
     width, n_rep, parts = case
     start = UnitSums.empty(width, n_rep, COLUMNS, REP_COLUMNS)
     unused = np.array([[100 + k] * width for k in range(n_unused)], dtype=np.int64).reshape(n_unused, width)
-    adder = UnitSumsAdder(start, np.concatenate([start.keys, unused] + [p.keys for p in parts]))
-    for p in parts:
-        adder.add(p)
+    saved = levels.UNITS_PER_BLOCK
+    levels.UNITS_PER_BLOCK = units_per_block
+    try:
+        adder = UnitSumsAdder(start, np.concatenate([start.keys, unused] + [p.keys for p in parts]))
+        for p in parts:
+            adder.add(p)
+    finally:
+        levels.UNITS_PER_BLOCK = saved
     same_bits(adder.total(), UnitSums.concat([start] + parts))

@@ -1,0 +1,67 @@
+"""The homeless predictions' tile and AOI sums file, read back a block of units at a time
+(:func:`evalcore.distributed.storage.iter_unit_sums`): the blocks are the file's units in
+order, with their own digits and replicates, and a file cut short is refused by name."""
+
+from __future__ import annotations
+
+import zipfile
+
+import numpy as np
+import pytest
+
+from evalcore.distributed import storage
+from evalcore.distributed.reliability import PartitionMissingError
+from evalcore.exact import digits
+from evalcore.levels import UnitSums
+
+COLUMNS = ("tp", "n_ref")
+REP_COLUMNS = ("tp", "n_ref")
+
+
+def unit_sums(n: int, width: int, n_rep: int | None) -> UnitSums:
+    keys = np.array([[32633, k, -k][:width] if width == 3 else [k] for k in range(n)], dtype=np.int64).reshape(n, width)
+    values = np.arange(2 * n, dtype=float).reshape(n, 2) / 4.0
+    reps = None if n_rep is None else (np.arange(n * n_rep * 2, dtype=float).reshape(n, n_rep, 2) * 0.1)
+    return UnitSums(keys, digits(values), reps, COLUMNS, REP_COLUMNS)
+
+
+@pytest.mark.parametrize("units", [1, 3, 256])
+def test_blocks_are_the_file_in_order(tmp_path, units):
+    tiles, aois = unit_sums(7, 3, 5), unit_sums(2, 1, 5)
+    path = storage.write_unit_sums(tmp_path / "homeless-units.npz", tiles, aois)
+    for level, whole in (("tiles", tiles), ("aois", aois)):
+        blocks = list(storage.iter_unit_sums(path, level, units))
+        # 7 tiles in blocks of 3: 3, 3, 1; of 1: seven blocks; of 256: one.
+        assert [len(b.keys) for b in blocks] == [min(units, len(whole.keys) - s) for s in range(0, len(whole.keys), units)]
+        assert np.concatenate([b.keys for b in blocks]).tolist() == whole.keys.tolist()
+        assert np.concatenate([b.digits for b in blocks]).tobytes() == whole.digits.tobytes()
+        assert np.concatenate([b.replicates for b in blocks]).tobytes() == whole.replicates.tobytes()
+        assert all((b.columns, b.replicate_columns) == (COLUMNS, REP_COLUMNS) for b in blocks)
+
+
+def test_without_replicates_one_block(tmp_path):
+    tiles, aois = unit_sums(4, 3, None), unit_sums(0, 1, None)
+    path = storage.write_unit_sums(tmp_path / "homeless-units.npz", tiles, aois)
+    (block,) = storage.iter_unit_sums(path, "tiles", 2)
+    assert block.replicates is None and block.keys.tolist() == tiles.keys.tolist()
+    (empty,) = storage.iter_unit_sums(path, "aois", 2)
+    assert len(empty.keys) == 0
+
+
+def test_no_units_with_replicates_is_one_empty_block(tmp_path):
+    path = storage.write_unit_sums(tmp_path / "homeless-units.npz", unit_sums(0, 3, 4), unit_sums(0, 1, 4))
+    (block,) = storage.iter_unit_sums(path, "tiles", 2)
+    assert block.keys.shape == (0, 3) and block.replicates.shape == (0, 4, 2)
+
+
+def test_a_file_cut_short_is_refused(tmp_path):
+    tiles, aois = unit_sums(7, 3, 5), unit_sums(2, 1, 5)
+    path = storage.write_unit_sums(tmp_path / "homeless-units.npz", tiles, aois)
+    # The same archive with the tiles' replicates short of their last unit's bytes.
+    cut = tmp_path / "cut.npz"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(cut, "w") as dst:
+        for name in src.namelist():
+            data = src.read(name)
+            dst.writestr(name, data[: -5 * 2 * 8] if name == "tiles_replicates.npy" else data)
+    with pytest.raises(PartitionMissingError, match="tiles_replicates.*ends early"):
+        list(storage.iter_unit_sums(cut, "tiles", 3))
