@@ -212,7 +212,7 @@ def _empty_fields() -> pd.DataFrame:
     return pd.DataFrame(columns, index=pd.Index(np.empty(0, np.int64), name="ref_pos"))
 
 
-def _summarize(ev: _Evaluation, options: EvalOptions) -> dict[str, object]:
+def _summarize(ev: _Evaluation, options: EvalOptions, tables: tuple | None = None) -> dict[str, object]:
     def tally(layer: PreparedLayer) -> LayerTally:
         return LayerTally(
             layer.n_input, len(layer), layer.n_dropped, layer.n_repaired, layer.n_outside_study_area,
@@ -223,6 +223,7 @@ def _summarize(ev: _Evaluation, options: EvalOptions) -> dict[str, object]:
     return run_summary(
         ev.merged, ev.plan, options, reference=tally(ev.ref), predicted=tally(ev.pred),
         equal_area_crs=ev.ref.equal_area_crs.to_string(), strata_column=ev.strata_column, sites=ev.sites, study=ev.study,
+        tables=tables,
     )
 
 
@@ -394,9 +395,9 @@ class EvaluationTables:
 
 
 def _tables(ev: _Evaluation, reference: object) -> EvaluationTables:
-    summary = _summarize(ev, ev.options)
+    tiles, aois = level_tables(ev.merged, ev.options, ev.sites)  # once, for the summary and the tables
+    summary = _summarize(ev, ev.options, (tiles, aois))
     fields = geopandas.GeoDataFrame(_frame(ev, reference), geometry=ev.ref.geoms_source, crs=ev.ref.crs)
-    tiles, aois = level_tables(ev.merged, ev.options, ev.sites)
     preds = prediction_table(
         ev.preds, aoi_keys=ev.sites.aois.keys if ev.sites.aois is not None else None, annotated=ev.sites.annotated is not None,
         scored=ev.options.score_column is not None, boundary_iou=ev.options.boundary_iou_width_m is not None,

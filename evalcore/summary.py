@@ -254,9 +254,14 @@ def level_tables(merged: MergedSums, options: EvalOptions, sites: Sites | None) 
     return tiles, aois
 
 
-def level_blocks(merged: MergedSums, options: EvalOptions, sites: Sites | None) -> dict[str, object]:
-    """The ``tiles`` block, and the ``aois`` block with ``per_aoi`` when there is an AOI layer."""
-    tiles, aois = level_tables(merged, options, sites)
+def level_blocks(merged: MergedSums, options: EvalOptions, sites: Sites | None,
+                 tables: tuple[pd.DataFrame, pd.DataFrame | None] | None = None) -> dict[str, object]:
+    """The ``tiles`` block, and the ``aois`` block with ``per_aoi`` when there is an AOI layer.
+
+    ``tables`` are :func:`level_tables` of the same arguments when the caller made them
+    (it writes them too): every tile's interval is then made once.
+    """
+    tiles, aois = tables if tables is not None else level_tables(merged, options, sites)
     out: dict[str, object] = {"tiles": level_summary(tiles, "tiles", tile_km=options.tile_km)}
     if aois is not None:
         block = level_summary(aois, "aois", aois=sites.aois)
@@ -290,6 +295,7 @@ def build_summary(
     sites: Sites | None = None,
     run_keys: dict[str, object] | None = None,
     warnings: list[dict[str, str]] | None = None,
+    tables: tuple[pd.DataFrame, pd.DataFrame | None] | None = None,
 ) -> dict[str, object]:
     """The summary dict from merged partition sums.
 
@@ -312,6 +318,8 @@ def build_summary(
     warnings : list of dict, optional
         The run's ``{"code", "message"}`` warnings (:func:`evalcore.layer_warnings.run_warnings`),
         written as ``warnings`` (an empty list when there are none).
+    tables : (DataFrame, DataFrame or None), optional
+        :func:`level_tables` of ``merged``, when the caller made them.
     """
     overall = merged.sums.as_dict(0)
     both_empty = overall["n_ref"] == 0 and overall["n_pred"] == 0
@@ -363,7 +371,7 @@ def build_summary(
         result[name] = entries
         result.setdefault("worst", {})[name] = worst_group(entries)
         offset += len(keys)
-    result.update(level_blocks(merged, options, sites))
+    result.update(level_blocks(merged, options, sites, tables))
     if merged.pixels is not None:
         counts = [merged.pixels[k] for k in sorted(merged.pixels)]
         block = {"gsd_m": options.pixel_gsd_m}
@@ -443,6 +451,7 @@ def run_summary(
     strata_column: str | None,
     sites: Sites | None,
     study: Study | None,
+    tables: tuple[pd.DataFrame, pd.DataFrame | None] | None = None,
 ) -> dict[str, object]:
     """The summary of a run: the one assembly of :func:`build_summary`'s run-level inputs
     (layer counts, UTM zones, the study keys and the layer warnings), used by the
@@ -459,6 +468,8 @@ def run_summary(
     strata_column : str, optional
     sites : Sites, optional
     study : Study, optional
+    tables : (DataFrame, DataFrame or None), optional
+        :func:`level_tables` of ``merged``, when the caller made them (to write them).
     """
     layers = {"reference": reference, "predicted": predicted}
     counts = {f"count_{role}_{what}": getattr(t, f"n_{what}") for role, t in layers.items() for what in ("dropped", "repaired")}
@@ -476,5 +487,5 @@ def run_summary(
     return build_summary(
         merged, plan, options, layer_counts=counts, utm_epsg_codes=sorted({int(c) for t in layers.values() for c in t.utm_epsg}),
         equal_area_crs=equal_area_crs, strata_column=strata_column, sites=sites,
-        run_keys=study_keys(study, study_counts), warnings=warnings,
+        run_keys=study_keys(study, study_counts), warnings=warnings, tables=tables,
     )

@@ -944,8 +944,9 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
 
 def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, sums: SumsDone,
                 client: object = None) -> dict[str, object]:
-    """Phase 4b: read every partition's sums, check completeness, add them in key order; the
-    pixel counts of the tiles (on the workers, with a pixel GSD); the summary."""
+    """Phase 4b: the PR curve's file; read every partition's sums, check completeness, add
+    them in key order; the pixel counts of the tiles (on the workers, with a pixel GSD); the summary."""
+    write_pr_curve(setup, resolved)
     merged = merge_sums(setup, index, plan, resolved, sums, client)
     if setup.options.pixel_gsd_m is not None:
         if client is None:
@@ -988,8 +989,7 @@ def pixels_phase(client: object, setup: RunSetup, index: RunIndex, merged: Merge
 
 
 def summary_of(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, merged: MergedSums) -> dict[str, object]:
-    """The summary dict of merged sums, and the run's level tables and PR curve written where asked."""
-    r = resolved.resolved
+    """The summary dict of merged sums, and the run's level tables written where asked."""
 
     def tally(role: str) -> LayerTally:
         entry = index.layers[role]
@@ -999,20 +999,27 @@ def summary_of(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
             entry.get("n_within_training_buffer", 0), tuple(entry["utm_epsg"]), extent_of(boxes) if boxes else None,
         )
 
+    # The tiles' and AOIs' tables (every unit's intervals) are made once, for the summary and the files.
+    tiles, aois = level_tables(merged, setup.options, index.sites)
     metrics = run_summary(
         merged, plan, setup.options, reference=tally("reference"), predicted=tally("predicted"),
         equal_area_crs=setup.ea_crs.to_string(), strata_column=setup.strata_label, sites=index.sites, study=index.study,
+        tables=(tiles, aois),
     )
-    if setup.tiles_out is not None or setup.aois_out is not None:
-        tiles, aois = level_tables(merged, setup.options, index.sites)
-        if setup.tiles_out is not None:
-            write_table(setup.tiles_out, tiles_frame(tiles, float(setup.options.tile_km) * 1000.0), "tiles output")
-        if setup.aois_out is not None and aois is not None:
-            write_table(setup.aois_out, aois_frame(aois, index.sites.aois), "AOIs output")
-    curve = r.global_values.get("tables", {}).get("pr_curve")
+    if setup.tiles_out is not None:
+        write_table(setup.tiles_out, tiles_frame(tiles, float(setup.options.tile_km) * 1000.0), "tiles output")
+    if setup.aois_out is not None and aois is not None:
+        write_table(setup.aois_out, aois_frame(aois, index.sites.aois), "AOIs output")
+    return metrics
+
+
+def write_pr_curve(setup: RunSetup, resolved: ResolvedRun) -> None:
+    """The run's exact PR curve, copied from its parts into ``setup.pr_curve_out`` (when asked
+    for and scored). Before the merge: the copy's buffers are not added to the merged
+    tiles' replicates, the client's largest holding."""
+    curve = resolved.resolved.global_values.get("tables", {}).get("pr_curve")
     if setup.pr_curve_out is not None and curve is not None:
         atomic_path(setup.pr_curve_out, lambda tmp: curve.to_parquet(tmp, index=False))
-    return metrics
 
 
 def phase_timings(**outputs: object) -> dict[str, float]:
