@@ -33,6 +33,7 @@ def dask_processes(tmp_path_factory):
         yield address, dashboard
 
 
+@pytest.mark.cli  # it starts `evalcore run` as a process (EVALCORE_CHECK_MARKERS asks for the marker)
 def test_cli_against_real_scheduler_and_workers(dask_processes, tmp_path):
     address, dashboard = dask_processes
     predicted, reference = seam_layers(seed=11)
