@@ -227,7 +227,8 @@ def check_read_columns(args: argparse.Namespace, reference: object, predicted: o
 def check_columns_up_front(args: argparse.Namespace) -> None:
     """For runs that read layers on workers: check the files' headers, strata and score columns first.
 
-    Reads only the headers, and the score column's values when one is named.
+    Reads only the headers, and the score and class columns' values when they are named,
+    a chunk at a time (:func:`evalcore.io.iter_column_chunks`).
     """
     from evalcore.io import iter_column_chunks, layer_columns
     from evalcore.metrics.classes import class_values, only_nulls_error
@@ -245,8 +246,7 @@ def check_columns_up_front(args: argparse.Namespace) -> None:
             f"--strata-column {args.strata_column!r} is not a column of the reference file {args.reference!r}; "
             f"its columns are: {shown}."
         )
-    # The columns are checked a chunk at a time (evalcore.io.iter_column_chunks): the client
-    # holds one chunk of a country's scores or classes, not the column.
+    # The client holds one chunk of a country's scores or classes, not the column.
     if args.score_column is not None:
         where = describe_layer(args.predicted, args.pred_layer, "predicted")
         if args.score_column not in pred_columns:

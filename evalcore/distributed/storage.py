@@ -492,37 +492,32 @@ def _unit_sums_of(a: dict[str, np.ndarray], level: str) -> UnitSums:
 
 def write_unit_sums(path: Path, tiles: UnitSums, aois: UnitSums) -> Path:
     """Tile and AOI sums (the homeless predictions') as an ``.npz``, atomically: the merge
-    reads them when it adds them, so the client does not hold them from the resolve on."""
-    return write_summary(path, _unit_arrays(tiles, aois))
+    reads them when it adds them (:func:`iter_unit_sums`), so the client does not hold them
+    from the resolve on. Arrays are stored in C order, which the reader streams."""
+    return write_summary(path, {name: np.ascontiguousarray(a) for name, a in _unit_arrays(tiles, aois).items()})
 
 
-def read_unit_sums(path: Path) -> tuple[UnitSums, UnitSums]:
-    """The inverse of :func:`write_unit_sums`: ``(tiles, aois)``."""
-    a = read_summary(path)
-    return _unit_sums_of(a, "tiles"), _unit_sums_of(a, "aois")
-
-
-def _npz_member_blocks(archive: zipfile.ZipFile, name: str, rows: int) -> Iterator[np.ndarray]:
-    """An ``.npy`` member of an ``.npz``, ``rows`` leading rows at a time, read as it streams
-    (C order; a member in Fortran order, or of another format version, is read whole, then cut)."""
+def _npy_rows(archive: zipfile.ZipFile, name: str, rows: int) -> Iterator[np.ndarray]:
+    """The array ``name`` of an ``.npz`` (C order, as :func:`write_unit_sums` stores it),
+    ``rows`` leading rows at a time, read as the member streams."""
     with archive.open(f"{name}.npy") as stream:
         version = np.lib.format.read_magic(stream)
         header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-        shape, fortran, dtype = header(stream) if header is not None else ((), True, np.dtype(object))
+        if header is None:
+            raise PartitionMissingError(f"{archive.filename}: its array {name!r} is in .npy format {version}, not 1.0 or 2.0")
+        shape, fortran, dtype = header(stream)
         if fortran or dtype.hasobject or not shape:
-            whole = np.lib.format.read_array(archive.open(f"{name}.npy"), allow_pickle=False)
-            for start in range(0, max(len(whole), 1), rows):
-                yield whole[start : start + rows]
-            return
-        row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+            raise PartitionMissingError(f"{archive.filename}: its array {name!r} is not a C-ordered numeric array with rows")
+        row_shape = tuple(shape[1:])
+        row_bytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
+        if shape[0] == 0:
+            yield np.empty(shape, dtype)
         for start in range(0, shape[0], rows):
             n = min(rows, shape[0] - start)
             data = stream.read(n * row_bytes)
             if len(data) != n * row_bytes:
                 raise PartitionMissingError(f"{archive.filename}: its array {name!r} ends early (row {start} of {shape[0]})")
-            yield np.frombuffer(data, dtype=dtype).reshape((n,) + tuple(shape[1:])).copy()
-        if shape[0] == 0:
-            yield np.empty(shape, dtype)
+            yield np.frombuffer(data, dtype=dtype).reshape((n,) + row_shape).copy()
 
 
 def iter_unit_sums(path: Path, level: str, units: int = 256) -> Iterator[UnitSums]:
@@ -530,20 +525,23 @@ def iter_unit_sums(path: Path, level: str, units: int = 256) -> Iterator[UnitSum
     units at a time, in the file's order: the merge adds them block by block, so a
     country's replicates (every tile x 1000 resamples x 4 columns, 83 MB at 2M fields, all
     of whose tiles hold homeless predictions) are never held a second time."""
-    a = read_summary(path, (f"{level}_keys", f"{level}_digits", f"{level}_columns", f"{level}_replicate_columns"))
-    names = tuple(str(c) for c in a[f"{level}_columns"]), tuple(str(c) for c in a[f"{level}_replicate_columns"])
-    keys, digits = a[f"{level}_keys"], a[f"{level}_digits"]
     with zipfile.ZipFile(wd.fetch(path)) as archive:
+        def small(name: str) -> np.ndarray:
+            with archive.open(f"{level}_{name}.npy") as member:
+                return np.lib.format.read_array(member, allow_pickle=False)
+
+        # Everything but the replicates: a few numbers per unit.
+        head = _unit_sums_of({f"{level}_{name}": small(name) for name in ("keys", "digits", "columns", "replicate_columns")}, level)
         if f"{level}_replicates.npy" not in archive.namelist():
-            yield UnitSums(keys, digits, None, *names)
+            yield head
             return
         start = 0
-        for reps in _npz_member_blocks(archive, f"{level}_replicates", units):
+        for reps in _npy_rows(archive, f"{level}_replicates", units):
             n = len(reps)
-            yield UnitSums(keys[start : start + n], digits[start : start + n], reps, *names)
+            yield UnitSums(head.keys[start : start + n], head.digits[start : start + n], reps, head.columns, head.replicate_columns)
             start += n
-        if start != len(keys):
-            raise PartitionMissingError(f"{path}: {len(keys)} {level} but replicates for {start}")
+        if start != len(head.keys):
+            raise PartitionMissingError(f"{path}: {len(head.keys)} {level} but replicates for {start}")
 
 
 def summary_from_arrays(a: dict[str, np.ndarray]) -> object:
@@ -926,18 +924,14 @@ class TableParts:
             raise ValueError(f"TableParts: {len(self.paths)} parts but {len(self.labels)} labels")
 
     def _read(self, i: int, schema: pa.Schema | None = None) -> pa.Table:
-        label, path = self.labels[i], self.paths[i]
+        part = self._open(i, schema)
         try:
-            table = pq.read_table(wd.fetch(path))
-        except FileNotFoundError:
-            raise PartitionMissingError(f"{label}: its table part {path} is missing") from None
+            return part.read()
         except (OSError, ValueError, pa.ArrowException) as exc:
-            raise PartitionMissingError(f"{label}: its table part {path} cannot be read ({type(exc).__name__}: {exc})") from None
-        if schema is not None and not table.schema.equals(schema, check_metadata=False):
-            raise PartitionMissingError(f"{label}: its table part {path} has columns {table.schema.names} "
-                                        f"({', '.join(map(str, table.schema.types))}), not the first part's "
-                                        f"{schema.names} ({', '.join(map(str, schema.types))})")
-        return table
+            raise self._unreadable(i, exc) from None
+
+    def _unreadable(self, i: int, exc: BaseException) -> PartitionMissingError:
+        return PartitionMissingError(f"{self.labels[i]}: its table part {self.paths[i]} cannot be read ({type(exc).__name__}: {exc})")
 
     def _open(self, i: int, schema: pa.Schema | None = None) -> pq.ParquetFile:
         label, path = self.labels[i], self.paths[i]
@@ -946,7 +940,7 @@ class TableParts:
         except FileNotFoundError:
             raise PartitionMissingError(f"{label}: its table part {path} is missing") from None
         except (OSError, ValueError, pa.ArrowException) as exc:
-            raise PartitionMissingError(f"{label}: its table part {path} cannot be read ({type(exc).__name__}: {exc})") from None
+            raise self._unreadable(i, exc) from None
         if schema is not None and not part.schema_arrow.equals(schema, check_metadata=False):
             raise PartitionMissingError(f"{label}: its table part {path} has columns {part.schema_arrow.names} "
                                         f"({', '.join(map(str, part.schema_arrow.types))}), not the first part's "
@@ -968,8 +962,7 @@ class TableParts:
                         for batch in part.iter_batches(batch_size=TABLE_BATCH_ROWS, use_threads=False):
                             writer.write_batch(batch)
                     except (OSError, ValueError, pa.ArrowException) as exc:
-                        raise PartitionMissingError(f"{self.labels[i]}: its table part {self.paths[i]} cannot be read "
-                                                    f"({type(exc).__name__}: {exc})") from None
+                        raise self._unreadable(i, exc) from None
                     pa.default_memory_pool().release_unused()
             finally:
                 if writer is not None:

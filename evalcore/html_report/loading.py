@@ -136,8 +136,8 @@ def read_part(file: str | Path, columns: list[str]) -> Any:
 
     The report reads a run's ``fields/`` and ``predictions/`` a part at a time this way: a
     dataset scan's threads kept the buffers they decoded, and the process grew with the
-    number of parts (the histograms of a 2M-field run raised it by 106 MiB that way, 45 MiB
-    this way).
+    number of parts (the report's section drawing the histograms raised it by 106 MiB that
+    way on a 2M-field run, 45 MiB this way).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq

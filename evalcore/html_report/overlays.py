@@ -112,6 +112,7 @@ class _NearTable:
     columns: list[str]
     groups: list[tuple[str, int]]
     boxes: np.ndarray
+    schema: Any  # the first part's Arrow schema, with its GeoParquet metadata (the geometry's CRS)
 
 
 _NO_STATISTIC = (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
@@ -140,7 +141,7 @@ def _near_table(path: Path, zone_col: str, columns: tuple[str, ...]) -> _NearTab
     except Exception as exc:
         raise unreadable(path, "GeoParquet", exc) from exc
     return _NearTable(path, zone_col, [c for c in columns if c in dataset.schema.names] + ["geometry"], groups,
-                      np.array(boxes, dtype=np.int64).reshape(-1, 6))
+                      np.array(boxes, dtype=np.int64).reshape(-1, 6), pq.read_schema(dataset.files[0]))
 
 
 def _read_near(table: _NearTable | None, window: _Window, tile_m: float) -> Any:
@@ -170,10 +171,8 @@ def _read_near(table: _NearTable | None, window: _Window, tile_m: float) -> Any:
                 # Each part's own metadata (pandas' index range differs from part to part) is
                 # dropped; the first part's, with its GeoParquet CRS, is the frame's.
                 pieces.append(pa.Table.from_batches([rows.filter(keep)]).replace_schema_metadata(None))
-        file, g = table.groups[0]
-        schema = pq.ParquetFile(file).schema_arrow
-        frame = geopandas.GeoDataFrame.from_arrow(pa.concat_tables(pieces).replace_schema_metadata(schema.metadata) if pieces
-                                                  else schema.empty_table().select(table.columns))
+        frame = geopandas.GeoDataFrame.from_arrow(pa.concat_tables(pieces).replace_schema_metadata(table.schema.metadata) if pieces
+                                                  else table.schema.empty_table().select(table.columns))
     except Exception as exc:
         raise unreadable(table.path, "GeoParquet", exc) from exc
     # Arrow's allocator keeps the buffers it freed for reuse: each window's reads left the

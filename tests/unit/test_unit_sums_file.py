@@ -65,3 +65,21 @@ def test_a_file_cut_short_is_refused(tmp_path):
             dst.writestr(name, data[: -5 * 2 * 8] if name == "tiles_replicates.npy" else data)
     with pytest.raises(PartitionMissingError, match="tiles_replicates.*ends early"):
         list(storage.iter_unit_sums(cut, "tiles", 3))
+
+
+def test_fortran_ordered_sums_are_written_in_c_order_and_read_back(tmp_path):
+    tiles, aois = unit_sums(5, 3, 4), unit_sums(1, 1, 4)
+    fortran = UnitSums(tiles.keys, tiles.digits, np.asfortranarray(tiles.replicates), tiles.columns, tiles.replicate_columns)
+    path = storage.write_unit_sums(tmp_path / "homeless-units.npz", fortran, aois)
+    got = np.concatenate([b.replicates for b in storage.iter_unit_sums(path, "tiles", 2)])
+    assert got.tobytes() == np.ascontiguousarray(tiles.replicates).tobytes()
+
+
+def test_a_file_the_reader_cannot_stream_is_refused_by_name(tmp_path):
+    # Written another way (a Fortran-ordered array): refused, never read in a wrong order.
+    tiles, aois = unit_sums(5, 3, 4), unit_sums(1, 1, 4)
+    arrays = storage._unit_arrays(tiles, aois)
+    arrays["tiles_replicates"] = np.asfortranarray(arrays["tiles_replicates"])
+    path = storage.write_summary(tmp_path / "other.npz", arrays)
+    with pytest.raises(PartitionMissingError, match="'tiles_replicates' is not a C-ordered"):
+        list(storage.iter_unit_sums(path, "tiles", 2))
