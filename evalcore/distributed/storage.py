@@ -523,8 +523,9 @@ def _npy_rows(archive: zipfile.ZipFile, name: str, rows: int) -> Iterator[np.nda
 def iter_unit_sums(path: Path, level: str, units: int = 256) -> Iterator[UnitSums]:
     """The tile (``level`` "tiles") or AOI sums of :func:`write_unit_sums`'s file, ``units``
     units at a time, in the file's order: the merge adds them block by block, so a
-    country's replicates (every tile x 1000 resamples x 4 columns, 83 MB at 2M fields, all
-    of whose tiles hold homeless predictions) are never held a second time."""
+    country's replicates (up to every tile x 1000 resamples x 4 columns: the file was
+    85.7 MB in a 2M-field run of 2,606 tiles, about what all of them take) are never held
+    a second time."""
     with zipfile.ZipFile(wd.fetch(path)) as archive:
         def small(name: str) -> np.ndarray:
             with archive.open(f"{level}_{name}.npy") as member:
@@ -949,7 +950,7 @@ class TableParts:
 
     def to_parquet(self, path: str | os.PathLike, index: bool = False) -> None:
         # A part is copied TABLE_BATCH_ROWS rows at a time, on this thread: a whole part (a
-        # score range's PR curve, 250k rows at 2M predictions) read and written at once
+        # score range's PR curve, about 248k rows at 2M predictions) read and written at once
         # raised the client's peak by 0.1 GiB, and grew with the country.
         def _write(tmp: Path) -> None:
             writer = None
