@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -70,6 +71,7 @@ __all__ = [
     "UNIT_TABLE_ORDER",
     "UnitSums",
     "UnitSumsAdder",
+    "BlockedReplicates",
     "unit_rows",
     "unit_sums",
     "unit_table",
@@ -662,6 +664,108 @@ class UnitSumsAdder:
         return UnitSums(self._keys[held], self._digits[held], None if self._reps is None else self._reps[held], *self._columns)
 
 
+@dataclass(frozen=True)
+class BlockedReplicates:
+    """Many units' bootstrap replicate sums, made a block of units at a time when read.
+
+    :class:`UnitSumsAdder` holds every unit's replicates at once (units x replicates x
+    columns: 83 MB for the 2,606 tiles of a 2M-field run at 1000 replicates, twice that at
+    4M) although they are only read a block of units at a time, for the units' intervals.
+    This holds what makes them instead: each part's unit keys, a way to read a part's
+    replicates again, and the units added after every part; :meth:`blocks` adds them up
+    for one block of units at a time, reading only the parts that hold some of its units.
+
+    Each unit's replicates are added as the adder adds them (from zero, the parts in
+    their order, then the units added last), so every block equals the adder's rows to
+    the last bit.
+
+    Attributes
+    ----------
+    keys : ndarray of int64, shape (n, width)
+        The units, in increasing key order (the adder's total's keys).
+    n_replicates : int
+    replicate_columns : tuple of str
+    parts : tuple of (key, ndarray of int64)
+        Each part's own key and its units' keys, in the order the parts are added.
+    read_part : callable
+        ``read_part(key)``: that part's replicates, shape (its units, n_replicates,
+        len(replicate_columns)), rows as its units' keys.
+    last : callable
+        ``last()``: the units added after every part (the homeless predictions'), as
+        :class:`UnitSums` in increasing key order (each unit in one of them).
+    """
+
+    keys: IdArray
+    n_replicates: int
+    replicate_columns: tuple[str, ...]
+    parts: tuple[tuple[object, IdArray], ...]
+    read_part: Callable[[object], F64Array]
+    last: Callable[[], Iterable[UnitSums]]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (len(self.keys), self.n_replicates, len(self.replicate_columns))
+
+    def blocks(self, size: int | None = None) -> Iterator[F64Array]:
+        """The replicates of units ``[0, size)``, ``[size, 2 size)`` ... (default
+        :data:`UNITS_PER_BLOCK`); one empty block when there is no unit.
+
+        Raises
+        ------
+        ValueError
+            A part or a last block holds a unit not in :attr:`keys`, or the last blocks'
+            units are not in increasing order.
+        """
+        size = UNITS_PER_BLOCK if size is None else int(size)
+        n, width = len(self.keys), self.keys.shape[1]
+        if n == 0:
+            yield np.zeros((0,) + self.shape[1:])
+            return
+        row_of = {key: i for i, key in enumerate(map(tuple, self.keys.tolist()))}
+
+        def rows(keys: IdArray, what: str) -> IdArray:
+            out = np.empty(len(keys), np.int64)
+            for i, key in enumerate(map(tuple, np.asarray(keys, np.int64).reshape(-1, width).tolist())):
+                if key not in row_of:
+                    raise ValueError(f"unit {key} of {what} is not among the units")
+                out[i] = row_of[key]
+            return out
+
+        part_rows = [(key, rows(keys, f"part {key}")) for key, keys in self.parts]
+        last = iter(self.last())
+        pending: tuple[IdArray, F64Array] | None = None  # what is left of the last blocks' current one
+        floor = 0
+        for start in range(0, n, size):
+            stop = min(start + size, n)
+            block = np.zeros((stop - start,) + self.shape[1:])
+            for key, at in part_rows:
+                inside = np.flatnonzero((at >= start) & (at < stop))
+                if len(inside):
+                    block[at[inside] - start] += self.read_part(key)[inside]
+            while True:
+                if pending is None:
+                    units = next(last, None)
+                    if units is None:
+                        break
+                    at = rows(units.keys, "the units added last")
+                    if len(at) and (at[0] < floor or (np.diff(at) <= 0).any()):
+                        raise ValueError("the units added last must come in increasing key order, each once")
+                    floor = int(at[-1]) + 1 if len(at) else floor
+                    pending = (at, units.replicates)
+                at, reps = pending
+                inside = at < stop
+                block[at[inside] - start] += reps[inside]
+                if inside.all():
+                    pending = None
+                    continue
+                pending = (at[~inside], reps[~inside])
+                break
+            yield block
+
+
 def unit_rows(columns: tuple[str, ...], table_columns: tuple[str, ...], table_values: F64Array,
               unassigned: bool = False) -> F64Array:
     """The unit ``columns`` of some rows: quantity rows, or the rows of predictions without a home.
@@ -799,7 +903,7 @@ UNITS_PER_BLOCK = 256
 """Units whose replicate rates are made at once (bounds the memory: a country has thousands of tiles)."""
 
 
-def _unit_intervals(reps: F64Array, replicate_columns: tuple[str, ...], families: tuple, options: object) -> dict:
+def _unit_intervals(reps: F64Array | BlockedReplicates, replicate_columns: tuple[str, ...], families: tuple, options: object) -> dict:
     """Each unit's percentile interval of every family's unit interval key, from its replicate sums.
 
     ``{key: (lower, upper, n_undefined)}``, one value per unit: percentile_intervals' rule
@@ -811,8 +915,11 @@ def _unit_intervals(reps: F64Array, replicate_columns: tuple[str, ...], families
     out: dict[str, tuple[F64Array, F64Array, IdArray]] = {}
     alpha = (1.0 - BOOTSTRAP_CONFIDENCE_LEVEL) / 2.0
     # At least one block, even of no units: the families' interval keys are columns either way.
-    for start in range(0, max(n_units, 1), UNITS_PER_BLOCK):
-        block = reps[start : start + UNITS_PER_BLOCK]
+    if isinstance(reps, BlockedReplicates):
+        blocks = reps.blocks(UNITS_PER_BLOCK)
+    else:
+        blocks = (reps[start : start + UNITS_PER_BLOCK] for start in range(0, max(n_units, 1), UNITS_PER_BLOCK))
+    for start, block in zip(range(0, max(n_units, 1), UNITS_PER_BLOCK), blocks, strict=True):
         r = {name: block[:, :, j] for j, name in enumerate(replicate_columns)}
         rates = {}
         for family in families:

@@ -23,6 +23,11 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from evalcore.cli.allocator import arrow_on_system_allocator, return_freed_memory
+
+# Before the imports below, which load pyarrow (evalcore.cli.allocator).
+arrow_on_system_allocator()
+
 from evalcore.cli.checks import check_columns_up_front, check_output_dir, check_site_layers
 from evalcore.cli.cluster import dashboard_address
 from evalcore.cli.commands import COMMANDS
@@ -90,6 +95,7 @@ def run(argv: Sequence[str] | None = None) -> tuple[int, str | None]:
         print(f"evalcore: error: {message}", file=sys.stderr)
         return status, message
 
+    return_freed_memory()  # the process is the command's: its client memory does not stay at its peaks (evalcore.cli.allocator)
     # Once before parsing (warnings while parsing), again with the -v of the command.
     configure_logging(0)
     parser = build_parser()

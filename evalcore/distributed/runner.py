@@ -918,7 +918,8 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
         # One partition at a time, in key order: merge_partitions adds each and lets it go.
         for key in keys:
             path = paths[key]
-            part = storage.summary_from_arrays(storage.read_summary(path))
+            # The tiles' replicates are read again, a block of tiles at a time, for their intervals (tile_replicates).
+            part = storage.summary_from_arrays(storage.read_summary(path, skip=(storage.TILE_REPLICATES,)))
             expected = ref["partitions"][key]["n"]
             if part.n_ref != expected:
                 raise PartitionMissingError(
@@ -931,6 +932,7 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
         parts(), r.unassigned, setup.options, plan, r.homeless_tiles, r.homeless_aois, r.global_values, r.unassigned_replicates, r.columns,
         r.draws.n_units if r.draws is not None else None, select_on_partitions(setup, keys, plan, client),
         unit_keys, homeless_units,
+        tile_replicates=lambda key: storage.read_summary(paths[key], (storage.TILE_REPLICATES,))[storage.TILE_REPLICATES],
     )
     n_ref = int(merged.sums.as_dict(0)["n_ref"])
     n_pred = int(merged.sums.as_dict(0)["n_pred"])

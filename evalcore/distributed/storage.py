@@ -52,6 +52,7 @@ from evalcore.selection import Queries, SortedValues
 from evalcore.stats import GroupSums
 
 __all__ = [
+    "TILE_REPLICATES",
     "key_name",
     "parse_key_name",
     "index_to_json",
@@ -334,10 +335,10 @@ def write_summary(path: Path, arrays: dict[str, np.ndarray]) -> Path:
     return wd.publish(path)
 
 
-def read_summary(path: Path, names: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
-    """The arrays of a partition's sums file: all of them, or only ``names`` (the others are not read)."""
+def read_summary(path: Path, names: tuple[str, ...] | None = None, skip: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """The arrays of a partition's sums file: all of them, or only ``names``, but those in ``skip`` (the others are not read)."""
     with np.load(wd.fetch(path), allow_pickle=False) as data:
-        return {name: data[name] for name in (data.files if names is None else names)}
+        return {name: data[name] for name in (data.files if names is None else names) if name not in skip}
 
 
 # ----------------------------------------------------------------------------- resume
@@ -447,6 +448,10 @@ def read_pair_results(directory: Path, key: PartitionKey, signature: str) -> obj
         pairs=PairTable(col(pairs, "ref_pos", np.int64), col(pairs, "pred_pos", np.int64), col(pairs, "inter_m2", np.float64), col(pairs, "iou", np.float64)),
         **arrays,
     )
+
+
+TILE_REPLICATES = "tiles_replicates"
+"""The tiles' bootstrap replicate sums in a partition's sums file (``<level>_replicates`` of :func:`summary_to_arrays`)."""
 
 
 def summary_to_arrays(summary: object) -> dict[str, np.ndarray]:

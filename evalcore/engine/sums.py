@@ -12,7 +12,7 @@ sorted values (:func:`evalcore.selection.select`) without concatenating them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -22,7 +22,7 @@ from evalcore.arrays import index_of
 from evalcore.bootstrap import PartitionKey, ReplicateSums, RowDraws, replicate_group_sums
 from evalcore.engine.pairing import PairResults
 from evalcore.layer import PreparedLayer
-from evalcore.levels import UNASSIGNED_COLUMN, UnitSums, UnitSumsAdder, unit_rows, unit_sums
+from evalcore.levels import UNASSIGNED_COLUMN, BlockedReplicates, UnitSums, UnitSumsAdder, unit_rows, unit_sums
 from evalcore.matching import Resolution
 from evalcore.metrics.base import RefContext
 from evalcore.metrics.registry import (
@@ -323,6 +323,7 @@ def merge_partitions(
     select: Callable[[dict[int, tuple[Statistic, ...]]], Mapping[int, Mapping[Statistic, float]]] | None = None,
     unit_keys: tuple[IdArray, IdArray] | None = None,
     homeless_units: Callable[[], tuple[Iterable[UnitSums], Iterable[UnitSums]]] | None = None,
+    tile_replicates: Callable[[tuple], F64Array] | None = None,
 ) -> MergedSums:
     """Add the partitions' sums in partition-key order (so the bits never depend on arrival order).
 
@@ -343,6 +344,12 @@ def merge_partitions(
     them when they are added (after the partitions, as they would be), as the tiles' and
     the AOIs' sums in blocks of units (each unit in one block); its units must be among
     ``unit_keys``.
+
+    ``tile_replicates(key)``, given with replicates, reads the partition of ``key``'s tiles'
+    replicates again: the tiles' replicates are then not added here but made a block of
+    tiles at a time when their intervals are (:class:`~evalcore.levels.BlockedReplicates`,
+    the same bits), so the tiles of a country are never all held; the parts' own tile
+    replicates, if they carry them, are not read.
     """
     if homeless_units is not None and (homeless_tiles is not None or homeless_aois is not None):
         raise ValueError("give the homeless predictions' unit sums, or a function reading them, not both")
@@ -365,7 +372,13 @@ def merge_partitions(
     # Tiles and AOIs are added as the partitions arrive: their replicates are held once per unit, not once per partition.
     tile_keys, aoi_keys = (np.concatenate([np.asarray(k, np.int64).reshape(-1, width)] + ([h.keys] if h is not None else []))
                            for k, h, width in zip(unit_keys, (homeless_tiles, homeless_aois), (3, 1)))
-    tiles = UnitSumsAdder(UnitSums.empty(3, n_rep, ucols, rcols), tile_keys)
+    blocked = tile_replicates is not None and n_rep is not None
+    tiles = UnitSumsAdder(UnitSums.empty(3, None if blocked else n_rep, ucols, rcols), tile_keys)
+    tile_parts: list[tuple[tuple, IdArray]] = []  # with blocked: each partition's tile keys, in key order
+
+    def tile_values(units: UnitSums) -> UnitSums:
+        return replace(units, replicates=None) if blocked else units
+
     aois = UnitSumsAdder(UnitSums.empty(1, n_rep, ucols, rcols), aoi_keys)
     n_ungrouped = np.zeros(len(plan.groupings), dtype=np.int64)
     for part in parts:
@@ -381,7 +394,9 @@ def merge_partitions(
             value_parts.append(part.values)
         if len(part.n_ungrouped):
             n_ungrouped += part.n_ungrouped
-        tiles.add(part.tiles)
+        tiles.add(tile_values(part.tiles))
+        if blocked:
+            tile_parts.append((part.key, part.tiles.keys))
         aois.add(part.aois)
     row = np.array([unassigned.get(c, 0.0) for c in columns])
     sums = sums.add_to_group(0, row)
@@ -402,6 +417,14 @@ def merge_partitions(
         homeless = tuple(zip((tiles, aois), homeless_units(), strict=True))
     for adder, blocks in homeless:
         for block in blocks:  # each unit is in one block: its homeless sums are added once, last
-            adder.add(block)
-    return MergedSums(sums, replicates, order, dict(unassigned), tiles.total(), aois.total(), dict(global_values or {}), n_units,
+            adder.add(tile_values(block) if adder is tiles else block)
+    tile_sums = tiles.total()
+    if blocked:
+        def last() -> Iterable[UnitSums]:
+            if homeless_units is not None:
+                return homeless_units()[0]
+            return [homeless_tiles] if homeless_tiles is not None else []
+        tile_sums = replace(tile_sums, replicates=BlockedReplicates(
+            tile_sums.keys, n_rep, rcols, tuple(tile_parts), tile_replicates, last))
+    return MergedSums(sums, replicates, order, dict(unassigned), tile_sums, aois.total(), dict(global_values or {}), n_units,
                       n_ungrouped=tuple(int(n) for n in n_ungrouped))
