@@ -345,11 +345,11 @@ def merge_partitions(
     the AOIs' sums in blocks of units (each unit in one block); its units must be among
     ``unit_keys``.
 
-    ``tile_replicates(key)``, given with replicates, reads the partition of ``key``'s tiles'
-    replicates again: the tiles' replicates are then not added here but made a block of
+    ``tile_replicates(key)`` (with a bootstrap) reads again the tiles' replicates of the
+    partition ``key``: the tiles' replicates are then not added here but made a block of
     tiles at a time when their intervals are (:class:`~evalcore.levels.BlockedReplicates`,
-    the same bits), so the tiles of a country are never all held; the parts' own tile
-    replicates, if they carry them, are not read.
+    the same bits), so a country's tiles are never all held; the parts' own tile
+    replicates, if they carry them, are not used.
     """
     if homeless_units is not None and (homeless_tiles is not None or homeless_aois is not None):
         raise ValueError("give the homeless predictions' unit sums, or a function reading them, not both")

@@ -96,3 +96,31 @@ def test_site_polygons_spanning_many_partitions_equal_single_process_to_the_bit(
     # The boundary pieces were read from the work directory, in blocks.
     assert sorted(p.name for p in (tmp_path / "work" / "sites").iterdir()) == ["annotated", "aoi"]
     assert list((tmp_path / "work" / "sites" / "aoi").glob("block_*.npz"))
+
+
+def test_every_tiles_interval_equals_single_process_to_the_bit(client, tmp_path, monkeypatch):
+    """The cluster's merge does not hold the tiles' replicates: each block of tiles has them
+    added from the partitions' sums files when its intervals are made (levels.BlockedReplicates).
+    Blocks of 3 tiles here (the client makes the intervals, so the patch reaches it), tiles of
+    500 m over 1 km partitions: every tile's interval equals the single process's, to the bit."""
+    import numpy as np
+    import pandas as pd
+
+    from evalcore import levels
+    from evalcore.api import check_options, evaluate_tables
+    from evalcore.distributed.runner import run_distributed
+
+    from .seams import seam_layers
+
+    monkeypatch.setattr(levels, "UNITS_PER_BLOCK", 3)
+    predicted, reference = seam_layers(seed=5)
+    options = dict(partition_size_m=1_000.0, bootstrap=30, tile_km=0.5)
+    single = evaluate_tables(predicted, reference, strata="stratum", **options).tiles
+    out = tmp_path / "tiles.parquet"
+    run_distributed(predicted, reference, client, check_options(**options), strata="stratum", workdir=tmp_path / "work", tiles_out=out)
+    cluster = pd.read_parquet(out).drop(columns="geometry")
+    single = pd.DataFrame(single.drop(columns="geometry"))
+    intervals = [c for c in single.columns if "_ci_" in c]
+    assert len(single) > 10 * levels.UNITS_PER_BLOCK and {"f1_ci_lower", "f1_ci_upper"} <= set(intervals)
+    assert np.isfinite(single["f1_ci_lower"].to_numpy(float)).sum() > len(single) // 2
+    pd.testing.assert_frame_equal(cluster, single, check_exact=True, check_dtype=False)
