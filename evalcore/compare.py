@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from evalcore.bootstrap import bias_corrected_intervals, percentile_intervals
-from evalcore.levels import tile_key
+from evalcore.levels import UNITS_PER_BLOCK, replicate_rows, tile_key
 from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
 from evalcore.metrics.registry import FAMILIES, finalize_all
 from evalcore.metrics.scores import AP_KEYS
@@ -151,39 +151,60 @@ def _unit_rates(values: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return {name: (value, ~np.isnan(value)) for name, value in zip(("precision", "recall", "f1"), rates)}
 
 
-def _aligned(units: object, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """A run's per-unit point sums (and replicates) on ``keys``; zeros for a unit it does not hold."""
+def _aligned(units: object, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A run's per-unit point sums on ``keys`` (zeros for a unit it does not hold), and each
+    key's row among the run's units (-1 where it holds none)."""
     cols = [units.columns.index(c) for c in _UNIT_COUNTS]
     row = {tuple(k): i for i, k in enumerate(units.keys.tolist())}
     where = np.array([row.get(tuple(k), -1) for k in keys.tolist()], dtype=np.int64)
     have = where >= 0
     point = np.zeros((len(keys), 4))
     point[have] = units.values[where[have]][:, cols]
-    reps = None
-    if units.replicates is not None:
-        rep_cols = [units.replicate_columns.index(c) for c in _UNIT_COUNTS]
-        reps = np.zeros((len(keys), units.replicates.shape[1], 4))
-        reps[have] = units.replicates[where[have]][:, :, rep_cols]
-    return point, reps
+    return point, where
+
+
+def _aligned_replicates(units: object, where: np.ndarray) -> Iterator[np.ndarray | None]:
+    """A run's replicates on the keys ``where`` places, :data:`UNITS_PER_BLOCK` keys at a time
+    (zeros for a unit it does not hold); ``None`` for each block without a bootstrap.
+
+    A run on a cluster holds its tiles' replicates as a
+    :class:`~evalcore.levels.BlockedReplicates`, read a block at a time here too, so the
+    comparison never holds every tile's replicates of either run.
+    """
+    starts = range(0, len(where), UNITS_PER_BLOCK)
+    if units.replicates is None:
+        yield from (None for _ in starts)
+        return
+    rep_cols = [units.replicate_columns.index(c) for c in _UNIT_COUNTS]
+    held = (where[s : s + UNITS_PER_BLOCK][where[s : s + UNITS_PER_BLOCK] >= 0] for s in starts)
+    for s, rows in zip(starts, replicate_rows(units.replicates, held), strict=True):
+        block_where = where[s : s + UNITS_PER_BLOCK]
+        block = np.zeros((len(block_where), units.replicates.shape[1], 4))
+        block[block_where >= 0] = rows[:, :, rep_cols]
+        yield block
 
 
 def _unit_level(c_units: object, i_units: object, key_name, labels: tuple[str, str] = PAIR_LABELS) -> dict[str, dict]:
     """Per-unit deltas over the union of both runs' units (a unit absent from a run holds nothing there)."""
     keys = np.unique(np.concatenate([c_units.keys, i_units.keys]), axis=0)
-    (cp, cr), (ip, ir) = _aligned(c_units, keys), _aligned(i_units, keys)
+    (cp, c_where), (ip, i_where) = _aligned(c_units, keys), _aligned(i_units, keys)
     point_c, point_i = _unit_rates(cp), _unit_rates(ip)
-    reps_c = _unit_rates(cr) if cr is not None else None
-    reps_i = _unit_rates(ir) if ir is not None else None
     out = {}
-    for u, key in enumerate(keys):
-        name = key_name(key)
-        if name is None:
-            continue
-        out[name] = {"support": int(cp[u, 0])}
-        for m in UNIT_METRICS:
-            rc = (reps_c[m][0][u], reps_c[m][1][u]) if reps_c else None
-            ri = (reps_i[m][0][u], reps_i[m][1][u]) if reps_i else None
-            out[name][m] = _delta(point_c[m][0][u], point_i[m][0][u], rc, ri, labels)
+    blocks = zip(range(0, len(keys), UNITS_PER_BLOCK), _aligned_replicates(c_units, c_where),
+                 _aligned_replicates(i_units, i_where), strict=True)
+    for start, cr, ir in blocks:
+        reps_c = _unit_rates(cr) if cr is not None else None
+        reps_i = _unit_rates(ir) if ir is not None else None
+        for u in range(start, min(start + UNITS_PER_BLOCK, len(keys))):
+            name = key_name(keys[u])
+            if name is None:
+                continue
+            b = u - start
+            out[name] = {"support": int(cp[u, 0])}
+            for m in UNIT_METRICS:
+                rc = (reps_c[m][0][b], reps_c[m][1][b]) if reps_c else None
+                ri = (reps_i[m][0][b], reps_i[m][1][b]) if reps_i else None
+                out[name][m] = _delta(point_c[m][0][u], point_i[m][0][u], rc, ri, labels)
     return out
 
 

@@ -72,6 +72,7 @@ __all__ = [
     "UnitSums",
     "UnitSumsAdder",
     "BlockedReplicates",
+    "replicate_rows",
     "unit_rows",
     "unit_sums",
     "unit_table",
@@ -901,6 +902,51 @@ def unit_table(sums: UnitSums, kind: str, *, families: tuple, options: object, m
 
 UNITS_PER_BLOCK = 256
 """Units whose replicate rates are made at once (bounds the memory: a country has thousands of tiles)."""
+
+
+def replicate_rows(replicates: F64Array | BlockedReplicates, wanted: Iterable[IdArray]) -> Iterator[F64Array]:
+    """The replicates of some units' rows, one array per array of ``wanted`` rows.
+
+    The rows are positions in the units' keys, increasing within each array and from one
+    array to the next, so a :class:`BlockedReplicates` is read once, a block at a time,
+    whatever the arrays' lengths (a plain array is indexed).
+
+    Parameters
+    ----------
+    replicates : ndarray of float64, shape (n, n_replicates, n_columns), or BlockedReplicates
+    wanted : iterable of ndarray of int64
+
+    Yields
+    ------
+    ndarray of float64, shape (len(rows), n_replicates, n_columns)
+
+    Raises
+    ------
+    ValueError
+        A row is not after the rows before it, or not below ``n``.
+    """
+    if not isinstance(replicates, BlockedReplicates):
+        for rows in wanted:
+            yield replicates[np.asarray(rows, np.int64)]
+        return
+    blocks = replicates.blocks()
+    block, start = next(blocks), 0  # block holds rows [start, start + len(block))
+    floor = 0
+    for rows in wanted:
+        rows = np.asarray(rows, np.int64)
+        if len(rows) and (rows[0] < floor or (np.diff(rows) <= 0).any() or rows[-1] >= len(replicates)):
+            raise ValueError(f"the rows wanted must increase, each once, below {len(replicates)}")
+        out = np.empty((len(rows),) + replicates.shape[1:])
+        done = 0
+        while done < len(rows):
+            while rows[done] >= start + len(block):
+                start += len(block)
+                block = next(blocks)
+            stop = done + int(np.searchsorted(rows[done:], start + len(block)))
+            out[done:stop] = block[rows[done:stop] - start]
+            done = stop
+        floor = int(rows[-1]) + 1 if len(rows) else floor
+        yield out
 
 
 def _unit_intervals(reps: F64Array | BlockedReplicates, replicate_columns: tuple[str, ...], families: tuple, options: object) -> dict:

@@ -77,3 +77,19 @@ def test_tile_bootstrap_comparison_with_scores_equals_single_process(local_clien
     assert not list(work.glob("*/resolved/*.npz"))  # resolved on the workers, no client resolve's sums inputs
     assert single["overall"]["ap50"]["ci"] is not None and single["overall"]["ap50"]["ci"][0] is not None
     assert differences(*({k: v for k, v in r.items() if k not in ("candidate", "incumbent")} for r in (result, single)), rtol=0.0) == []
+
+
+def test_field_bootstrap_comparison_per_tile_intervals_equal_single_process(local_clients, tmp_path, monkeypatch):
+    """With ``bootstrap_unit="field"`` every tile's delta has an interval, made from each run's
+    tiles' replicates, which a run on a cluster holds a block of tiles at a time (blocks of 3
+    tiles here, so the blocks and the comparison's blocks of the union cut across each other):
+    every entry to the bit."""
+    monkeypatch.setattr("evalcore.levels.UNITS_PER_BLOCK", 3)
+    monkeypatch.setattr("evalcore.compare.UNITS_PER_BLOCK", 3)
+    paths = _paired_layers(tmp_path)
+    options = {**OPTIONS, "bootstrap_unit": "field", "tile_km": 0.5}
+    single = compare(paths["cand"], paths["inc"], paths["ref"], **options)
+    result = compare_on_cluster(paths["cand"], paths["inc"], paths["ref"], local_clients.get(2), workdir=tmp_path / "work", **options)
+    with_ci = [u for u, entry in single["per_tile"].items() if entry["f1"].get("ci", [None])[0] is not None]
+    assert len(single["per_tile"]) > 10 and len(with_ci) > 5, (len(single["per_tile"]), len(with_ci))
+    assert differences(*({k: v for k, v in r.items() if k not in ("candidate", "incumbent")} for r in (result, single)), rtol=0.0) == []

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evalcore.levels import BlockedReplicates, UnitSums, UnitSumsAdder
+from evalcore.levels import BlockedReplicates, UnitSums, UnitSumsAdder, replicate_rows
 from tests.unit.test_unit_sums_adder import COLUMNS, REP_COLUMNS, VALUES, part
 
 
@@ -98,3 +98,50 @@ def test_blocks_are_the_adders_rows(case, size):
     out = list(blocked(parts, last, total.keys).blocks(size))
     assert [len(b) for b in out] == [min(size, len(total.keys) - s) for s in range(0, len(total.keys), size)]
     assert np.concatenate(out).tobytes() == total.replicates.tobytes()
+
+
+def test_rows_by_hand_across_blocks():
+    # Four units of one replicate each: 10, 20, 30, 40. Blocks of 2 hold [10, 20] and [30, 40];
+    # the rows [1, 2] straddle them, [3] is in the second, [] wants nothing.
+    p0 = part([(1,), (2,), (3,), (4,)], [[0, 0]] * 4, [[[10.0]], [[20.0]], [[30.0]], [[40.0]]])
+    reps = blocked([p0], [], np.array([[1], [2], [3], [4]]))
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr("evalcore.levels.UNITS_PER_BLOCK", 2)
+    try:
+        out = list(replicate_rows(reps, [np.array([0]), np.array([], np.int64), np.array([1, 2]), np.array([3])]))
+    finally:
+        monkey.undo()
+    assert [o[:, 0, 0].tolist() for o in out] == [[10.0], [], [20.0, 30.0], [40.0]]
+
+
+def test_rows_that_go_back_are_refused():
+    p0 = part([(1,), (2,)], [[0, 0]] * 2, [[[1.0]], [[2.0]]])
+    reps = blocked([p0], [], np.array([[1], [2]]))
+    with pytest.raises(ValueError, match="must increase"):
+        list(replicate_rows(reps, [np.array([1]), np.array([0])]))
+    with pytest.raises(ValueError, match="must increase"):
+        list(replicate_rows(reps, [np.array([2])]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(parts_and_last(), st.sampled_from([1, 2, 3, 256]), st.data())
+def test_rows_are_the_adders_rows(case, size, data):
+    n_rep, parts, last = case
+    start = UnitSums.empty(1, n_rep, COLUMNS, REP_COLUMNS)
+    adder = UnitSumsAdder(start, np.concatenate([p.keys for p in parts + last]))
+    for p in parts + last:
+        adder.add(p)
+    total = adder.total()
+    n = len(total.keys)
+    rows = sorted(data.draw(st.lists(st.integers(0, n - 1), unique=True)))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(rows)), max_size=4)))
+    wanted = [np.array(rows[a:b], np.int64) for a, b in zip([0, *cuts], [*cuts, len(rows)])]
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr("evalcore.levels.UNITS_PER_BLOCK", size)
+    try:
+        out = list(replicate_rows(blocked(parts, last, total.keys), wanted))
+    finally:
+        monkey.undo()
+    assert len(out) == len(wanted)
+    for rows_wanted, got in zip(wanted, out):
+        assert got.tobytes() == total.replicates[rows_wanted].tobytes()
