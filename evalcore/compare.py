@@ -171,14 +171,13 @@ def _aligned_replicates(units: object, where: np.ndarray) -> Iterator[np.ndarray
     :class:`~evalcore.levels.BlockedReplicates`, read a block at a time here too, so the
     comparison never holds every tile's replicates of either run.
     """
-    starts = range(0, len(where), UNITS_PER_BLOCK)
+    block_wheres = [where[s : s + UNITS_PER_BLOCK] for s in range(0, len(where), UNITS_PER_BLOCK)]
     if units.replicates is None:
-        yield from (None for _ in starts)
+        yield from (None for _ in block_wheres)
         return
     rep_cols = [units.replicate_columns.index(c) for c in _UNIT_COUNTS]
-    held = (where[s : s + UNITS_PER_BLOCK][where[s : s + UNITS_PER_BLOCK] >= 0] for s in starts)
-    for s, rows in zip(starts, replicate_rows(units.replicates, held), strict=True):
-        block_where = where[s : s + UNITS_PER_BLOCK]
+    held = (w[w >= 0] for w in block_wheres)
+    for block_where, rows in zip(block_wheres, replicate_rows(units.replicates, held), strict=True):
         block = np.zeros((len(block_where), units.replicates.shape[1], 4))
         block[block_where >= 0] = rows[:, :, rep_cols]
         yield block

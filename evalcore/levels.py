@@ -904,7 +904,8 @@ UNITS_PER_BLOCK = 256
 """Units whose replicate rates are made at once (bounds the memory: a country has thousands of tiles)."""
 
 
-def replicate_rows(replicates: F64Array | BlockedReplicates, wanted: Iterable[IdArray]) -> Iterator[F64Array]:
+def replicate_rows(replicates: F64Array | BlockedReplicates, wanted: Iterable[IdArray],
+                   size: int | None = None) -> Iterator[F64Array]:
     """The replicates of some units' rows, one array per array of ``wanted`` rows.
 
     The rows are positions in the units' keys, increasing within each array and from one
@@ -915,6 +916,8 @@ def replicate_rows(replicates: F64Array | BlockedReplicates, wanted: Iterable[Id
     ----------
     replicates : ndarray of float64, shape (n, n_replicates, n_columns), or BlockedReplicates
     wanted : iterable of ndarray of int64
+    size : int, optional
+        Units per block read (:meth:`BlockedReplicates.blocks`' default when not given).
 
     Yields
     ------
@@ -929,7 +932,7 @@ def replicate_rows(replicates: F64Array | BlockedReplicates, wanted: Iterable[Id
         for rows in wanted:
             yield replicates[np.asarray(rows, np.int64)]
         return
-    blocks = replicates.blocks()
+    blocks = replicates.blocks(size)
     block, start = next(blocks), 0  # block holds rows [start, start + len(block))
     floor = 0
     for rows in wanted:

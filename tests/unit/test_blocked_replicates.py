@@ -86,15 +86,19 @@ def parts_and_last(draw):
     return n_rep, parts, last
 
 
+def adders_total(n_rep: int, parts: list[UnitSums], last: list[UnitSums]) -> UnitSums:
+    """What :class:`UnitSumsAdder` holds after the parts in their order, then the units added last."""
+    adder = UnitSumsAdder(UnitSums.empty(1, n_rep, COLUMNS, REP_COLUMNS), np.concatenate([p.keys for p in parts + last]))
+    for p in parts + last:
+        adder.add(p)
+    return adder.total()
+
+
 @settings(max_examples=200, deadline=None)
 @given(parts_and_last(), st.sampled_from([1, 2, 3, 256]))
 def test_blocks_are_the_adders_rows(case, size):
     n_rep, parts, last = case
-    start = UnitSums.empty(1, n_rep, COLUMNS, REP_COLUMNS)
-    adder = UnitSumsAdder(start, np.concatenate([p.keys for p in parts + last]))
-    for p in parts + last:  # the parts in their order, then the units added last
-        adder.add(p)
-    total = adder.total()
+    total = adders_total(n_rep, parts, last)
     out = list(blocked(parts, last, total.keys).blocks(size))
     assert [len(b) for b in out] == [min(size, len(total.keys) - s) for s in range(0, len(total.keys), size)]
     assert np.concatenate(out).tobytes() == total.replicates.tobytes()
@@ -105,12 +109,7 @@ def test_rows_by_hand_across_blocks():
     # the rows [1, 2] straddle them, [3] is in the second, [] wants nothing.
     p0 = part([(1,), (2,), (3,), (4,)], [[0, 0]] * 4, [[[10.0]], [[20.0]], [[30.0]], [[40.0]]])
     reps = blocked([p0], [], np.array([[1], [2], [3], [4]]))
-    monkey = pytest.MonkeyPatch()
-    monkey.setattr("evalcore.levels.UNITS_PER_BLOCK", 2)
-    try:
-        out = list(replicate_rows(reps, [np.array([0]), np.array([], np.int64), np.array([1, 2]), np.array([3])]))
-    finally:
-        monkey.undo()
+    out = list(replicate_rows(reps, [np.array([0]), np.array([], np.int64), np.array([1, 2]), np.array([3])], size=2))
     assert [o[:, 0, 0].tolist() for o in out] == [[10.0], [], [20.0, 30.0], [40.0]]
 
 
@@ -127,21 +126,12 @@ def test_rows_that_go_back_are_refused():
 @given(parts_and_last(), st.sampled_from([1, 2, 3, 256]), st.data())
 def test_rows_are_the_adders_rows(case, size, data):
     n_rep, parts, last = case
-    start = UnitSums.empty(1, n_rep, COLUMNS, REP_COLUMNS)
-    adder = UnitSumsAdder(start, np.concatenate([p.keys for p in parts + last]))
-    for p in parts + last:
-        adder.add(p)
-    total = adder.total()
+    total = adders_total(n_rep, parts, last)
     n = len(total.keys)
     rows = sorted(data.draw(st.lists(st.integers(0, n - 1), unique=True)))
     cuts = sorted(data.draw(st.lists(st.integers(0, len(rows)), max_size=4)))
     wanted = [np.array(rows[a:b], np.int64) for a, b in zip([0, *cuts], [*cuts, len(rows)])]
-    monkey = pytest.MonkeyPatch()
-    monkey.setattr("evalcore.levels.UNITS_PER_BLOCK", size)
-    try:
-        out = list(replicate_rows(blocked(parts, last, total.keys), wanted))
-    finally:
-        monkey.undo()
+    out = list(replicate_rows(blocked(parts, last, total.keys), wanted, size))
     assert len(out) == len(wanted)
     for rows_wanted, got in zip(wanted, out):
         assert got.tobytes() == total.replicates[rows_wanted].tobytes()
