@@ -29,6 +29,7 @@ sums are the two halves of the one exact split described above.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +48,7 @@ __all__ = [
     "partition_replicate_sums",
     "field_weights",
     "replicate_group_sums",
+    "WeightBlocks",
     "ReplicateSums",
     "BOOTSTRAP_UNITS",
     "RowDraws",
@@ -295,16 +297,74 @@ def field_weights(
     return weights
 
 
-def replicate_group_sums(weights: F64Array, values: F64Array, flat_groups: IdArray, n_groups: int) -> ReplicateSums:
-    """Count-weighted sums of quantity rows per replicate and group (:func:`field_weights`)."""
+@dataclass(frozen=True)
+class WeightBlocks:
+    """How often each of some rows is drawn in every replicate, made a block of rows at a time.
+
+    The replicates-by-rows matrix of the rows of a whole run (the homeless predictions of
+    a country: 1000 replicates x 300,000 rows is 2.4 GB) is never held: the sums take
+    it a block of rows at a time (:func:`replicate_group_sums`), and each replicate's cell
+    still receives the rows in position order, the same additions as from the whole matrix.
+
+    Attributes
+    ----------
+    n_replicates, n_rows : int
+    make : callable
+        ``make(start, stop)``: the weights of rows ``start:stop``, float64 of shape
+        ``(n_replicates, stop - start)``.
+    chunk_bytes : int
+        About how many bytes of weights a block holds (at least one row).
+    """
+
+    n_replicates: int
+    n_rows: int
+    make: Callable[[int, int], F64Array]
+    chunk_bytes: int = WEIGHT_CHUNK_BYTES
+
+    @classmethod
+    def ones(cls, n_replicates: int, n_rows: int, chunk_bytes: int = WEIGHT_CHUNK_BYTES) -> WeightBlocks:
+        """Every row once in every replicate (the homeless predictions of a field bootstrap)."""
+        return cls(n_replicates, n_rows, lambda start, stop: np.ones((n_replicates, stop - start)), chunk_bytes)
+
+    @classmethod
+    def of_units(cls, counts: F64Array, units: IdArray, chunk_bytes: int = WEIGHT_CHUNK_BYTES) -> WeightBlocks:
+        """Rows weighed by their unit's draws (``counts``: replicates x units; a unit of -1: weight 0)."""
+        units = np.asarray(units, dtype=np.int64)
+
+        def make(start: int, stop: int) -> F64Array:
+            out = np.zeros((counts.shape[0], stop - start))
+            inside = units[start:stop] >= 0
+            out[:, inside] = counts[:, units[start:stop][inside]]
+            return out
+
+        return cls(counts.shape[0], len(units), make, chunk_bytes)
+
+    def blocks(self) -> Iterator[tuple[int, int, F64Array]]:
+        """``(start, stop, weights)`` of consecutive blocks of about ``chunk_bytes`` of weights."""
+        step = max(1, self.chunk_bytes // (8 * max(self.n_replicates, 1)))
+        for start in range(0, self.n_rows, step):
+            stop = min(self.n_rows, start + step)
+            yield start, stop, self.make(start, stop)
+
+
+def replicate_group_sums(weights: F64Array | WeightBlocks, values: F64Array, flat_groups: IdArray, n_groups: int) -> ReplicateSums:
+    """Count-weighted sums of quantity rows per replicate and group (:func:`field_weights`).
+
+    ``weights`` is the replicates-by-rows matrix, or :class:`WeightBlocks` making it a
+    block of rows at a time (the same bits: every cell adds its rows in order either way).
+    """
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    groups = np.ascontiguousarray(np.asarray(flat_groups, dtype=np.int64).reshape(len(values), np.shape(flat_groups)[-1] if np.ndim(flat_groups) == 2 else -1))
+    if isinstance(weights, WeightBlocks):
+        if weights.n_rows != len(values):
+            raise ValueError(f"{weights.n_rows} rows of weights for {len(values)} rows of values")
+        out = np.zeros((n_groups, weights.n_replicates, values.shape[1]))
+        for start, stop, block in weights.blocks():
+            _weighted_group_sums(block, values[start:stop], groups[start:stop], out)
+        return ReplicateSums(out)
     out = np.zeros((n_groups, weights.shape[0], values.shape[1]))
     # Fixed-order loops, not BLAS: the bits must not depend on memory alignment.
-    _weighted_group_sums(
-        weights,
-        np.ascontiguousarray(values, dtype=np.float64),
-        np.ascontiguousarray(np.asarray(flat_groups, dtype=np.int64).reshape(len(values), np.shape(flat_groups)[-1] if np.ndim(flat_groups) == 2 else -1)),
-        out,
-    )
+    _weighted_group_sums(weights, values, groups, out)
     return ReplicateSums(out)
 
 
@@ -440,13 +500,6 @@ class RunDraws:
         needed = [(pool, tile) for pool, tile, _ in _field_groups(pools, tiles)]
         return RowDraws(self.unit, self.n_replicates, self.seed, pools=pools, ranks=self.ref_ranks[rows], tiles=tiles,
                         groups={k: self.groups[k] for k in needed})
-
-    def unit_weights(self, units: IdArray) -> F64Array:
-        """Block draws: the weight of rows in the given units (-1: none, weight 0), (n_replicates, n)."""
-        out = np.zeros((self.n_replicates, len(units)))
-        inside = units >= 0
-        out[:, inside] = self.counts[:, units[inside]]
-        return out
 
     def ref_weights(self, chunk_bytes: int = WEIGHT_CHUNK_BYTES):
         """Every reference row's weight, one replicate at a time (without the replicates-by-fields matrix).

@@ -47,7 +47,7 @@ import shapely
 from pyproj import CRS
 
 from evalcore._typing import F64Array, GeomArray, IdArray
-from evalcore.bootstrap import replicate_group_sums
+from evalcore.bootstrap import WeightBlocks, replicate_group_sums
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 from evalcore.crs import WGS84, transform_xy, utm_crs
 from evalcore.site_cells import CellPieces, cells_of_bounds, cut_layer
@@ -791,7 +791,7 @@ def unit_rows(columns: tuple[str, ...], table_columns: tuple[str, ...], table_va
     return out
 
 
-def unit_sums(keys: IdArray, values: F64Array, weights: F64Array | None, columns: tuple[str, ...],
+def unit_sums(keys: IdArray, values: F64Array, weights: F64Array | WeightBlocks | None, columns: tuple[str, ...],
               replicate_columns: tuple[str, ...]) -> UnitSums:
     """Sums per unit of some rows, with bootstrap replicates when drawn.
 
@@ -802,7 +802,7 @@ def unit_sums(keys: IdArray, values: F64Array, weights: F64Array | None, columns
         (those rows belong to no unit).
     values : ndarray of float64, shape (n, len(columns))
         The rows' unit columns (:func:`unit_rows`).
-    weights : ndarray of float64, shape (n_replicates, n), optional
+    weights : ndarray of float64, shape (n_replicates, n), or WeightBlocks, optional
         How often each row is drawn in each replicate.
     columns, replicate_columns : tuple of str
         The unit columns, and those the replicates carry (a subset).

@@ -17,7 +17,7 @@ import pandas as pd
 
 from evalcore._typing import F64Array, IdArray
 from evalcore.arrays import index_of
-from evalcore.bootstrap import RunDraws, block_draws, field_draws, pool_id, replicate_group_sums
+from evalcore.bootstrap import RunDraws, WeightBlocks, block_draws, field_draws, pool_id, replicate_group_sums
 from evalcore.engine.pairing import PairResults
 from evalcore.engine.sums import unit_sum_columns
 from evalcore.groups import SizeClasses
@@ -153,7 +153,8 @@ def resolve_run(
     homeless = np.flatnonzero(home < 0)
     weights = None
     if draws is not None:
-        weights = np.ones((options.bootstrap, len(homeless))) if draws.unit == "field" else draws.unit_weights(pred_units[homeless])
+        weights = (WeightBlocks.ones(options.bootstrap, len(homeless)) if draws.unit == "field"
+                   else WeightBlocks.of_units(draws.counts, pred_units[homeless]))
     tile_keys = np.stack([results.pred_utm_epsg, results.pred_tile_x, results.pred_tile_y], axis=1)[homeless]
     tiles, aois = homeless_units(homeless_rows, contributions.columns, tile_keys, results.pred_aoi[homeless], weights, options)
     unassigned_replicates = None
@@ -180,7 +181,7 @@ def resolve_run(
                     contributions.columns, unassigned_replicates, positions[homeless], homeless_rows, rows)
 
 
-def homeless_units(rows: F64Array, columns: tuple[str, ...], tile_keys: IdArray, aoi: IdArray, weights: F64Array | None,
+def homeless_units(rows: F64Array, columns: tuple[str, ...], tile_keys: IdArray, aoi: IdArray, weights: F64Array | WeightBlocks | None,
                    options: EvalOptions) -> tuple[UnitSums, UnitSums]:
     """What the predictions without a home add to the tile and the AOI of their own centroid.
 
@@ -192,7 +193,7 @@ def homeless_units(rows: F64Array, columns: tuple[str, ...], tile_keys: IdArray,
         Each one's ``(epsg, tile x, tile y)``.
     aoi : ndarray of int64, shape (n,)
         Each one's AOI (-1: none).
-    weights : ndarray of float64, shape (n_replicates, n), optional
+    weights : ndarray of float64, shape (n_replicates, n), or WeightBlocks, optional
         Their draws in each replicate.
     """
     # The homeless predictions' unit rows are the families' own prediction columns.
@@ -251,7 +252,7 @@ def homeless_sums(pos: IdArray, rows: F64Array, columns: tuple[str, ...], tile_k
     if options.bootstrap > 0 and options.bootstrap_unit == "field":
         # A field bootstrap leaves the homeless predictions in every replicate once, summed
         # with weight 1 as resolve_run sums them.
-        weights = np.ones((options.bootstrap, len(rows)))
+        weights = WeightBlocks.ones(options.bootstrap, len(rows))
         replicates = replicate_group_sums(weights, rows, np.full((len(rows), 0), -1, np.int64), 1).groups[0]
     elif options.bootstrap > 0:
         if ref_unit_keys is None:
@@ -259,7 +260,7 @@ def homeless_sums(pos: IdArray, rows: F64Array, columns: tuple[str, ...], tile_k
         own = block_unit_keys(options, tile_keys[:, 0], tile_keys[:, 1], tile_keys[:, 2], aoi)
         unit_keys = np.unique(np.concatenate([np.asarray(ref_unit_keys, np.int64).reshape(-1, own.shape[1]), own]), axis=0)
         draws = block_draws(options.bootstrap_unit, unit_keys, np.empty(0, np.int64), options.bootstrap, options.bootstrap_seed)
-        weights = draws.unit_weights(_unit_index(unit_keys, own))
+        weights = WeightBlocks.of_units(draws.counts, _unit_index(unit_keys, own))
         # Group 0 of every replicate: the homeless predictions, each weighed by its unit's draws.
         replicates = replicate_group_sums(weights, rows, np.full((len(rows), 0), -1, np.int64), 1).groups[0]
     tiles, aois = homeless_units(rows, columns, tile_keys, aoi, weights, options)
