@@ -163,7 +163,9 @@ class Sampler(threading.Thread):
     file system is sampled too (``disk_free_start``, ``disk_free_min``, bytes).
 
     When each peak was reached: ``peak_at_s`` (seconds since the first sample at which a
-    role's ``VmHWM`` last rose), a ``timeline`` of every role's resident memory every
+    role's ``VmHWM`` last rose; ``peak_window_s``, the previous sample's time and that one:
+    the peak came between them; ``t0_epoch``, the first sample's time since the epoch, to
+    find the tasks then running, :func:`tasks_at`), a ``timeline`` of every role's resident memory every
     ``timeline_s`` seconds (``[seconds, {role: MiB}]``), and with ``log`` (an ``evalcore run``'s
     output) the seconds at which each phase line first appeared in it (``phases_at_s``):
     together they tell in which phase a peak came.
@@ -177,6 +179,9 @@ class Sampler(threading.Thread):
         self.peak_mib: dict[str, float] = {}
         self.hwm_mib: dict[str, float] = {}
         self.peak_at_s: dict[str, float] = {}
+        self.peak_window_s: dict[str, tuple[float, float]] = {}
+        self.t0_epoch: float | None = None
+        self._previous_at = 0.0
         self.timeline_s = timeline_s
         self.timeline: list[list] = []
         self.log = log
@@ -210,7 +215,7 @@ class Sampler(threading.Thread):
                 self.disk_free_min = min(self.disk_free_min, free)
         now = time.monotonic()
         if self._t0 is None:
-            self._t0 = now
+            self._t0, self.t0_epoch = now, time.time()
         at = round(now - self._t0, 1)
         parents = _ppids()
         resident = {}
@@ -225,9 +230,11 @@ class Sampler(threading.Thread):
             if hwm > self.hwm_mib.get(role, 0.0):
                 self.hwm_mib[role] = hwm
                 self.peak_at_s[role] = at
+                self.peak_window_s[role] = (self._previous_at, round(now - self._t0, 3))
         if not self.timeline or at - self.timeline[-1][0] >= self.timeline_s:
             self.timeline.append([at, resident])
         self._read_phase_lines(at)
+        self._previous_at = round(now - self._t0, 3)
         self.samples += 1
 
     def _read_phase_lines(self, at: float) -> None:
@@ -260,7 +267,7 @@ class Sampler(threading.Thread):
             self.join()
         return {
             role: {"peak_mib": self.hwm_mib.get(role, 0.0), "tree_peak_rss_mib": self.peak_mib.get(role, 0.0),
-                   "peak_at_s": self.peak_at_s.get(role)}
+                   "peak_at_s": self.peak_at_s.get(role), "peak_window_s": self.peak_window_s.get(role)}
             for role in self.roots
         }
 
@@ -302,6 +309,7 @@ def _run_sampled(argv: Sequence[str], roles: Mapping[str, int], log: Path, sampl
     # When: each phase line's first sight in the output and every role's memory every few seconds.
     mem["phases_at_s"] = dict(sampler.phases_at_s)
     mem["timeline"] = sampler.timeline
+    mem["t0_epoch"] = sampler.t0_epoch
     return wall, mem, code
 
 
@@ -340,6 +348,20 @@ def task_costs(stream: Iterable[Mapping]) -> dict[str, dict[str, float]]:
     for row in out.values():
         row["mean_task_s"] = row["task_s"] / row["tasks"]
     return out
+
+
+def tasks_at(stream: Iterable[Mapping], worker: str, start: float, stop: float) -> dict[str, int]:
+    """The tasks ``worker`` computed at some time between ``start`` and ``stop`` (seconds
+    since the epoch), counted by :func:`phase_of`: what ran when a worker's memory peaked
+    (:attr:`Sampler.peak_window_s`)."""
+    out: dict[str, int] = {}
+    for record in stream:
+        if record.get("worker") != worker:
+            continue
+        if any(s["action"] == "compute" and s["start"] <= stop and s["stop"] >= start for s in record["startstops"]):
+            name = phase_of(record["key"])
+            out[name] = out.get(name, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def busy_seconds(stream: Iterable[Mapping], workers: int) -> dict[str, float]:
@@ -718,7 +740,8 @@ def measure_size(n_ref: int, base: Path, stamp: str, workers: int = 2, interval_
     with dask_processes(base / "cluster", workers, _env) as (address, dashboard), Client(address, timeout="60s") as client:
         # The worker processes run under their nannies: the nanny's tree (nanny, worker, children) is the worker's memory.
         nannies = client.run(os.getppid)
-        roots = {f"w{k}": nannies[a] for k, a in enumerate(sorted(nannies))}
+        addresses = {f"w{k}": a for k, a in enumerate(sorted(nannies))}
+        roots = {role: nannies[a] for role, a in addresses.items()}
         client.get_task_stream(start=time.time())  # the scheduler's task-stream plugin exists before the run
         started_epoch = time.time()
         wall, mem, code = _run_sampled([*argv, "--cluster", address], roots, base / "run.log", "client", interval_s)
@@ -746,6 +769,11 @@ def measure_size(n_ref: int, base: Path, stamp: str, workers: int = 2, interval_
     row["tasks_complete"] = len(stream) < TASK_STREAM_LENGTH
     row["peak_phase"] = {role: phase_at(mem[role].get("peak_at_s"), mem["phases_at_s"])
                          for role in ["client"] + [f"w{k}" for k in range(workers)]}
+    # The tasks each worker computed between the sample before its peak and the sample that saw it.
+    row["peak_tasks"] = {role: tasks_at(stream, address, mem["t0_epoch"] + mem[role]["peak_window_s"][0],
+                                        mem["t0_epoch"] + mem[role]["peak_window_s"][1])
+                         for role, address in addresses.items()
+                         if mem.get("t0_epoch") is not None and mem[role].get("peak_window_s")}
     if picture:
         png = plot_task_stream(stream, RESULTS / f"scale-taskstream-{n_ref}-{stamp}.png",
                                f"evalcore run, {n_ref:,} reference fields, {workers} workers: task stream")
@@ -785,6 +813,10 @@ def print_rows(rows: Sequence[Mapping]) -> None:
             print(f"    {name:<12} {t['tasks']:>6} tasks  {t['task_s']:>9.1f} task-s  mean {t['mean_task_s']:>7.2f} s  max {t['max_task_s']:>7.2f} s")
         if r.get("peak_phase"):
             print("    peak memory reached: " + "; ".join(f"{role} {phase}" for role, phase in r["peak_phase"].items()))
+        if r.get("peak_tasks"):
+            print("    tasks computing at the workers' peaks: " + "; ".join(
+                f"{role} " + (", ".join(f"{n} {name}" for name, n in tasks.items()) or "none")
+                for role, tasks in r["peak_tasks"].items()))
         if "busy_s" in r:
             b = r["busy_s"]
             print(f"    no worker computing {r['wall_s'] - b['any_s']:.1f} s of the {r['wall_s']:.1f} s (client, scheduler, start, publication); "

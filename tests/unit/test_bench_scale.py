@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -303,6 +305,43 @@ def test_sampler_times_the_peak_and_the_phase_lines_of_the_log(tmp_path):
     assert set(sampler.phases_at_s) == {"prepare", "pairs"} and sampler.phases_at_s["pairs"] >= 0.2
     assert sampler.peak_at_s["me"] in (0.0, sampler.timeline[-1][0])  # set by the first sample, or raised by the last
     assert len(sampler.timeline) == 2 and sampler.timeline[0][1]["me"] > 0
+
+
+def test_sampler_gives_the_window_of_each_peak_and_the_epoch_of_its_start():
+    # A child whose memory grows by 128 MiB after 0.4 s (this process's own high-water mark
+    # may already be above anything it would allocate here); it says when it has grown.
+    grow = ("import sys, time; time.sleep(0.4); b = bytearray(128 * 2**20); b[::4096] = b'x' * len(b[::4096]); "
+            "print('grown', flush=True); sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", grow], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        before = time.time()
+        sampler = Sampler(0.05)
+        sampler.watch("child", child.pid)
+        sampler.start()
+        assert child.stdout.readline().strip() == "grown"
+        time.sleep(0.3)
+        found = sampler.stop()["child"]
+    finally:
+        child.communicate("")
+    lo, hi = found["peak_window_s"]
+    assert before <= sampler.t0_epoch <= before + 0.5
+    assert found["peak_mib"] >= 128
+    # Raised by a sample after the growth: the window runs from the sample before it.
+    assert 0.3 <= hi and lo < hi and hi - lo < 1.0 and abs(found["peak_at_s"] - hi) <= 0.05
+
+
+def test_tasks_at_counts_the_tasks_one_worker_computed_in_a_window():
+    stream = [
+        _record("homeless-abc", 10.0, 20.0, worker="tcp://w1"),
+        _record("score-range-3-abc", 19.5, 25.0, worker="tcp://w1"),
+        _record("score-range-4-abc", 12.0, 18.0, worker="tcp://w0"),  # another worker
+        _record("sums-32631-1-2-abc", 21.0, 22.0, worker="tcp://w1"),  # after the window
+        _record("pairs-32631-1-2-abc", 8.0, 9.0, worker="tcp://w1"),  # before it
+        _record("resolve-32631-1-2-abc", 14.0, 16.0, action="transfer", worker="tcp://w1"),  # not computing
+    ]
+    assert scale.tasks_at(stream, "tcp://w1", 15.0, 20.0) == {"homeless": 1, "score-range": 1}
+    assert scale.tasks_at(stream, "tcp://w0", 15.0, 20.0) == {"score-range": 1}
+    assert scale.tasks_at(stream, "tcp://w1", 30.0, 31.0) == {}
 
 
 def test_phase_at_names_the_lines_around_a_time():
