@@ -22,6 +22,7 @@ from pyproj import CRS
 from evalcore import boundary
 from evalcore.arrays import index_of
 from evalcore.bootstrap import (
+    WEIGHT_CHUNK_BYTES,
     PartitionKey,
     RowDraws,
     block_draws,
@@ -723,7 +724,13 @@ def score_range_task(
 def _range_weights(rows: ScoreRows, extra: dict, weights: list[tuple[str, str, int]], options: EvalOptions,
                    block_units: np.ndarray | None, k: int) -> np.ndarray:
     """Score range ``k``'s rows' weights in every replicate, rows x replicates (as
-    :func:`evalcore.engine.resolve._pred_weight_stream` weighs every prediction)."""
+    :func:`evalcore.engine.resolve._pred_weight_stream` weighs every prediction).
+
+    The matrix is made in its small integer type from the start, a file (field draws) or a
+    block of rows (block draws) at a time: 250,000 rows x 1000 replicates is 250 MB as
+    uint8, and the float64 or concatenated copies of it took a worker of the 10M run
+    above 2 GiB.
+    """
     B = options.bootstrap
     if len(rows) == 0:
         return np.zeros((0, B), np.uint8)
@@ -734,32 +741,37 @@ def _range_weights(rows: ScoreRows, extra: dict, weights: list[tuple[str, str, i
         at = _unit_index(block_units, unit)
         if len(at) and (at.max() >= len(block_units) or not np.array_equal(block_units[at], unit)):
             raise PartitionMissingError(f"score range {k}: some predictions count in units the run does not hold")
-        counts = block_draws(options.bootstrap_unit, block_units, np.empty(0, np.int64), B, options.bootstrap_seed).counts
-        return _small_counts(counts[:, at].T, f"score range {k}")
+        counts = _small_counts(block_draws(options.bootstrap_unit, block_units, np.empty(0, np.int64), B, options.bootstrap_seed).counts,
+                               f"score range {k}")
+        out = np.empty((len(rows), B), counts.dtype)
+        step = max(1, WEIGHT_CHUNK_BYTES // (8 * B))
+        for start in range(0, len(rows), step):
+            out[start:start + step] = counts[:, at[start:start + step]].T
+        return out
     out = np.ones((len(rows), B), np.uint8)  # a prediction without a home weighs 1 in every replicate
-    homed = np.flatnonzero(extra["home"] >= 0)
-    files = []
+    homed = extra["home"] >= 0
+    given = sum(n for _, _, n in weights)
+    if given != int(homed.sum()):
+        raise PartitionMissingError(f"score range {k}: {int(homed.sum())} predictions with a home but {given} weighed by their homes' partitions")
+    by_pos = np.argsort(rows.pos, kind="stable")
+    filled = np.zeros(len(rows), dtype=bool)
     for name, path, n in weights:
         a = _read_work_file(path, f"score range {k}: the weights file of partition {name}")
         if len(a["pos"]) != n or a["weights"].shape != (n, B):
             raise PartitionMissingError(f"score range {k}: the weights file of partition {name} ({path}) does not hold its {n} rows")
-        files.append(a)
-    pos = np.concatenate([a["pos"] for a in files]) if files else np.empty(0, np.int64)
-    if len(pos) != len(homed):
-        raise PartitionMissingError(
-            f"score range {k}: {len(homed)} predictions with a home but {len(pos)} weighed by their homes' partitions"
-        )
-    if not files:
-        return out
-    w = np.concatenate([a["weights"] for a in files])
-    by_pos = np.argsort(pos, kind="stable")
-    try:
-        at = by_pos[index_of(pos[by_pos], rows.pos[homed])]
-    except KeyError:
-        raise PartitionMissingError(f"score range {k}: some predictions with a home have no weights from their homes' partitions") from None
-    if w.dtype.itemsize > out.dtype.itemsize:
-        out = out.astype(w.dtype)
-    out[homed] = w[at]
+        try:
+            at = by_pos[index_of(rows.pos[by_pos], a["pos"])]
+        except KeyError:
+            at = None
+        if at is None or not homed[at].all() or filled[at].any():
+            raise PartitionMissingError(f"score range {k}: the weights file of partition {name} ({path}) weighs predictions "
+                                        "that are not this range's with a home, or that another file weighs")
+        if a["weights"].dtype.itemsize > out.dtype.itemsize:
+            out = out.astype(a["weights"].dtype)
+        out[at] = a["weights"]
+        filled[at] = True
+    # The files' rows add up to the homed rows, each weighs only homed rows and none twice:
+    # every homed row is filled.
     return out
 
 

@@ -245,3 +245,34 @@ def test_a_range_whose_homed_rows_lack_their_weights_is_refused(tmp_path):
     with pytest.raises(PartitionMissingError, match=r"score range 0: 20 predictions with a home but 12 weighed"):
         score_range_task(splits, str(out / "range-1.npz"), N_GROUPS, 0, halves[:1], options)
     assert not (out / "range-1.npz").exists()
+
+
+def test_a_weights_file_weighing_a_row_twice_or_a_homeless_row_is_refused(tmp_path):
+    """The weights files' rows must add up to the range's homed rows, each weighed once:
+    two files sharing rows (as many rows in all) or a file weighing a homeless prediction
+    are refused, naming the range, the partition and the file."""
+    from evalcore.api import check_options
+
+    rows = _rows(30, 9, 0)
+    home = np.where(np.arange(30) % 3 == 0, -1, 1000 + np.arange(30))
+    extra = {"home": home, "home_key": np.where(home[:, None] >= 0, np.array([[32633, 0, 0]]), 0), "unit": np.zeros((30, 0), np.int64)}
+    path = storage.write_summary(tmp_path / "run-level-scores.npz", {**rows.as_arrays(), **extra})
+    out = tmp_path / "scores"
+    score_split_task(str(path), np.empty(0), str(out), "32633_0_0", True)
+    options = check_options(bootstrap=4, score_column="s")
+    homed_pos = storage.read_summary(out / "homed-32633_0_0-32633_0_0.npz")["pos"]
+    homeless_pos = rows.pos[home < 0]
+    splits = [("32633_0_0", str(out / "split-32633_0_0-0.npz"), 30)]
+
+    def files(*parts):
+        return [(f"32633_0_{i}", str(storage.write_summary(out / f"w-{len(parts)}-{i}.npz",
+                                                          {"pos": p, "weights": np.ones((len(p), 4), np.uint8)})), len(p))
+                for i, p in enumerate(parts)]
+
+    twice = files(homed_pos[:12], homed_pos[4:12])  # 20 rows in all, 8 of them twice
+    with pytest.raises(PartitionMissingError, match=r"score range 0: the weights file of partition 32633_0_1 \(.*w-2-1\.npz\) weighs predictions"):
+        score_range_task(splits, str(out / "range-0.npz"), N_GROUPS, 0, twice, options)
+    homeless = files(np.concatenate([homed_pos[:19], homeless_pos[:1]]))
+    with pytest.raises(PartitionMissingError, match=r"score range 0: the weights file of partition 32633_0_0 .* weighs predictions"):
+        score_range_task(splits, str(out / "range-0.npz"), N_GROUPS, 0, homeless, options)
+    assert not (out / "range-0.npz").exists()
