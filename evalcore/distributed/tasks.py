@@ -22,9 +22,9 @@ from pyproj import CRS
 from evalcore import boundary
 from evalcore.arrays import index_of
 from evalcore.bootstrap import (
-    WEIGHT_CHUNK_BYTES,
     PartitionKey,
     RowDraws,
+    WeightBlocks,
     block_draws,
     draw_pool_counts,
     field_group_sizes,
@@ -728,8 +728,8 @@ def _range_weights(rows: ScoreRows, extra: dict, weights: list[tuple[str, str, i
 
     The matrix is made in its small integer type from the start, a file (field draws) or a
     block of rows (block draws) at a time: 250,000 rows x 1000 replicates is 250 MB as
-    uint8, and the float64 or concatenated copies of it took a worker of the 10M run
-    above 2 GiB.
+    uint8 (a worker of the 10M run went above 2 GiB while it ran score ranges that made
+    float64, concatenated and reordered copies of it).
     """
     B = options.bootstrap
     if len(rows) == 0:
@@ -744,9 +744,8 @@ def _range_weights(rows: ScoreRows, extra: dict, weights: list[tuple[str, str, i
         counts = _small_counts(block_draws(options.bootstrap_unit, block_units, np.empty(0, np.int64), B, options.bootstrap_seed).counts,
                                f"score range {k}")
         out = np.empty((len(rows), B), counts.dtype)
-        step = max(1, WEIGHT_CHUNK_BYTES // (8 * B))
-        for start in range(0, len(rows), step):
-            out[start:start + step] = counts[:, at[start:start + step]].T
+        for start, stop, block in WeightBlocks.of_units(counts, at).blocks():
+            out[start:stop] = block.T
         return out
     out = np.ones((len(rows), B), np.uint8)  # a prediction without a home weighs 1 in every replicate
     homed = extra["home"] >= 0
