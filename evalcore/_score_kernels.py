@@ -14,7 +14,7 @@ from numba import njit
 
 from evalcore.config import NUMBA_OPTIONS
 
-__all__ = ["_coco_match", "_weighted_ap", "_replicate_counts", "_replicate_envelope", "_replicate_ap_of", "_replicate_aurc_digits"]
+__all__ = ["_coco_match", "_weighted_ap", "_replicate_envelope", "_replicate_ap_of", "_replicate_aurc_digits"]
 
 
 @njit(**NUMBA_OPTIONS)
@@ -122,54 +122,6 @@ def _weighted_ap(tp: np.ndarray, weights: np.ndarray, n_ref: float, rec_thrs: np
                 total += pr[i]
         out[t] = total / n_rec
     return out
-
-
-@njit(**NUMBA_OPTIONS)
-def _replicate_counts(tp_by_pred: np.ndarray, error: np.ndarray, weights: np.ndarray, members: np.ndarray,
-                      member_start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Some predictions' weighted counts in several replicates: whole numbers, so exact.
-
-    Parameters
-    ----------
-    tp_by_pred : float64 (n_pred, n_thr)
-        1.0 where a prediction is a true positive at threshold t.
-    error : float64 (n_pred,)
-        1.0 for an unmatched prediction.
-    weights : float64 (n_rep, n_pred)
-        Whole numbers (draw counts): every sum below is of whole numbers under 2**53,
-        exact in any order.
-    members, member_start : int64
-        As :func:`_replicate_aurc_digits`.
-
-    Returns
-    -------
-    tp, fp : float64 (n_rep, n_thr)
-        Weighted true and false positives per threshold.
-    group_n, group_errors : float64 (n_rep, n_groups)
-        Weight and weighted errors of every risk group.
-    """
-    n_pred, n_thr = tp_by_pred.shape
-    n_rep = weights.shape[0]
-    n_groups = member_start.shape[0] - 1
-    tp = np.zeros((n_rep, n_thr))
-    fp = np.zeros((n_rep, n_thr))
-    group_n = np.zeros((n_rep, n_groups))
-    group_errors = np.zeros((n_rep, n_groups))
-    for b in range(n_rep):
-        for k in range(n_pred):
-            w = weights[b, k]
-            if w == 0.0:
-                continue
-            for t in range(n_thr):
-                flag = tp_by_pred[k, t]
-                tp[b, t] += w * flag
-                fp[b, t] += w * (1.0 - flag)
-        for g in range(n_groups):
-            for j in range(member_start[g], member_start[g + 1]):
-                k = members[j]
-                group_n[b, g] += weights[b, k]
-                group_errors[b, g] += weights[b, k] * error[k]
-    return tp, fp, group_n, group_errors
 
 
 @njit(**NUMBA_OPTIONS)

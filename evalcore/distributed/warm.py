@@ -64,8 +64,6 @@ def compile_kernels(n_ref: int = 400) -> float:
     """
     import time
 
-    import numpy as np
-
     import evalcore
     from evalcore.synth.layers import make_layers, make_site_layers
 
@@ -77,11 +75,6 @@ def compile_kernels(n_ref: int = 400) -> float:
         boundary_tolerance_m=10, boundary_iou_width_m=2, score_column="score", aoi=aoi, aoi_id_column="aoi_id",
         annotated_area=annotated, class_column="crop", pred_class_column="crop", pixel_gsd_m=10,
     )
-    # The scores' replicate counts run only in a cluster's score-range tasks: compiled here
-    # with the argument types those tasks give them.
-    from evalcore._score_kernels import _replicate_counts
-
-    _replicate_counts(np.zeros((1, 1)), np.zeros(1), np.ones((1, 1)), np.zeros(1, dtype=np.int64), np.array([0, 1], dtype=np.int64))
     return time.perf_counter() - started
 
 

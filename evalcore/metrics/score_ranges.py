@@ -600,23 +600,49 @@ def replicate_counts(rows: ScoreRows, weights: np.ndarray, n_groups: int,
                      chunk_bytes: int = REPLICATE_CHUNK_BYTES) -> ReplicateCounts:
     """Pass 1: a range's weighted counts in every replicate.
 
+    Every count is a sum of whole numbers (a weight times a 0/1 flag), each partial sum
+    below 2**53: exact in float64 whatever the order of the additions. So the counts are
+    one matrix product per block of rows, the weights by the rows' indicator columns
+    (true positive at each threshold, every row, member of each risk group, error in it),
+    made by BLAS: its blocking and order change no bit. The false positives are the
+    total weight less the true positives (whole numbers: exact).
+
     Parameters
     ----------
     rows : ScoreRows
         In score order.
     weights : ndarray, shape (n_replicates, len(rows))
         Whole numbers (any numeric dtype): each prediction's weight in each replicate.
-    """
-    from evalcore._score_kernels import _replicate_counts
+        About ``chunk_bytes`` of them are made float64 at a time.
 
+    Raises
+    ------
+    ValueError
+        A weight that is negative, not a whole number, or so large that a count could
+        reach 2**53.
+    """
     _check_weights(rows, weights)
+    n_rep, n = weights.shape
+    n_thr = rows.tp.shape[0]
+    out = np.zeros((n_rep, n_thr + 1 + 2 * n_groups))
     members, member_start, _ = group_members(rows.group, rows.score, n_groups)
-    tp_by_pred = np.ascontiguousarray(rows.tp.T, dtype=np.float64)
-    error = rows.error.astype(np.float64)
-    parts = [_replicate_counts(tp_by_pred, error, w, members, member_start) for _, w in _chunks(weights, chunk_bytes)]
-    if not parts:
-        return ReplicateCounts.zero(0, n_groups)
-    return ReplicateCounts(*(np.concatenate([p[i] for p in parts]) for i in range(4)))
+    in_group = np.zeros((n, n_groups), dtype=bool)
+    for g in range(n_groups):
+        in_group[members[member_start[g]:member_start[g + 1]], g] = True
+    step = max(1, chunk_bytes // (8 * max(n_rep, 1)))
+    for a in range(0, n, step):
+        b = slice(a, min(n, a + step))
+        w = np.asarray(weights[:, b], dtype=np.float64)
+        if w.size and (not (w >= 0.0).all() or not np.array_equal(w, np.floor(w)) or float(w.max()) * n >= 2.0**53):
+            raise ValueError(f"replicate weights must be whole numbers from 0 to {2.0**53 / max(n, 1):.0f}")
+        tp = np.asarray(rows.tp[:, b], dtype=bool).T
+        error = np.asarray(rows.error[b], dtype=bool)[:, None]
+        every = np.ones((len(tp), 1), dtype=bool)
+        flags = np.concatenate([tp, every, in_group[b], in_group[b] & error], axis=1).astype(np.float64)
+        out += w @ flags
+    t, g = n_thr, n_groups
+    tp, total = out[:, :t].copy(), out[:, t:t + 1]
+    return ReplicateCounts(tp, total - tp, out[:, t + 1:t + 1 + g].copy(), out[:, t + 1 + g:].copy())
 
 
 def replicate_shares(rows: ScoreRows, weights: np.ndarray, before: ReplicateCounts, n_refs: F64Array,

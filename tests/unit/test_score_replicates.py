@@ -105,3 +105,57 @@ def test_an_empty_range_and_integer_weights():
     a = replicate_values(empty + whole, total, n_refs)
     b = replicate_values(replicate_shares(rows, weights, before, n_refs), total, n_refs)
     assert all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b))
+
+
+def _counts_by_loops(rows: ScoreRows, weights: np.ndarray, n_groups: int) -> tuple[list, list, list, list]:
+    """The counts as the definition reads, in Python integers: per replicate, every prediction's weight
+    added to the thresholds it is a true (or false) positive at, to the overall group and its stratum."""
+    n_thr = rows.tp.shape[0]
+    tp, fp, group_n, group_errors = [], [], [], []
+    for w in weights.tolist():
+        t, f, gn, ge = [0] * n_thr, [0] * n_thr, [0] * n_groups, [0] * n_groups
+        for k, wk in enumerate(w):
+            for i in range(n_thr):
+                if rows.tp[i, k]:
+                    t[i] += wk
+                else:
+                    f[i] += wk
+            for g in [0] + ([1 + int(rows.group[k])] if rows.group[k] >= 0 else []):
+                gn[g] += wk
+                ge[g] += wk * int(rows.error[k])
+        tp.append(t), fp.append(f), group_n.append(gn), group_errors.append(ge)
+    return tp, fp, group_n, group_errors
+
+
+def test_replicate_counts_hand_worked():
+    """Three predictions, two replicates, one stratum: counted by hand."""
+    tp = np.zeros((10, 3), dtype=bool)
+    tp[:4, 0] = True   # the first is a true positive at the four lowest thresholds
+    tp[:, 2] = True    # the third at every threshold
+    rows = ScoreRows(np.array([5, 1, 9]), np.array([0.9, 0.5, 0.2]), tp, np.array([False, True, False]), np.array([0, -1, 0]))
+    weights = np.array([[2, 1, 0], [0, 3, 1]], dtype=np.uint8)
+    got = replicate_counts(rows, weights, 2)
+    assert got.tp[0].tolist() == [2.0] * 4 + [0.0] * 6 and got.fp[0].tolist() == [1.0] * 4 + [3.0] * 6
+    assert got.tp[1].tolist() == [1.0] * 10 and got.fp[1].tolist() == [3.0] * 10
+    assert got.group_n.tolist() == [[3.0, 2.0], [4.0, 1.0]]
+    assert got.group_errors.tolist() == [[1.0, 0.0], [3.0, 0.0]]
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 8 * 5 * 3, 2**25])
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.float64])
+def test_replicate_counts_are_the_definitions_sums(chunk_bytes, dtype):
+    """Any block of rows, any weight type: the exact whole-number sums of the definition."""
+    rows, weights, _, n_groups = _run(3, n=97, n_rep=7, n_strata=3)
+    weights = (weights * 37).astype(dtype)  # large enough that float32 or wrapped integers would show
+    got = replicate_counts(rows, weights, n_groups, chunk_bytes)
+    expected = _counts_by_loops(rows, weights, n_groups)
+    for name, want in zip(("tp", "fp", "group_n", "group_errors"), expected):
+        assert getattr(got, name).tolist() == [[float(v) for v in r] for r in want], name
+
+
+@pytest.mark.parametrize("bad", [0.5, -1.0, 2.0**52])
+def test_replicate_counts_refuse_weights_that_are_not_small_whole_numbers(bad):
+    rows, weights, _, n_groups = _run(4, n=20, n_rep=7)
+    weights[1, 7] = bad
+    with pytest.raises(ValueError, match="whole numbers"):
+        replicate_counts(rows, weights, n_groups)
