@@ -483,7 +483,10 @@ def _tolerance_candidates(layer: PreparedLayer, other: PreparedLayer, tolerance_
         shapely.box(o_bounds[:, 0] - o_grow, o_bounds[:, 1] - o_grow, o_bounds[:, 2] + o_grow, o_bounds[:, 3] + o_grow)
     )
     query = shapely.box(bounds[:, 0] - grow, bounds[:, 1] - grow, bounds[:, 2] + grow, bounds[:, 3] + grow)
-    i_layer, i_other = tree.query(query, predicate="intersects")
+    # The tree's envelope test alone: two axis-aligned boxes meet exactly when their
+    # envelopes do, so GEOS's intersects predicate (two thirds of the query's time) adds
+    # nothing; and a candidate more would change only the kernel's work, never a length.
+    i_layer, i_other = tree.query(query)
     return i_layer.astype(np.int64), i_other.astype(np.int64)
 
 
