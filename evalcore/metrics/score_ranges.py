@@ -603,9 +603,9 @@ def replicate_counts(rows: ScoreRows, weights: np.ndarray, n_groups: int,
     Every count is a sum of whole numbers (a weight times a 0/1 flag), each partial sum
     below 2**53: exact in float64 whatever the order of the additions. So the counts are
     one matrix product per block of rows, the weights by the rows' indicator columns
-    (true positive at each threshold, every row, member of each risk group, error in it),
-    made by BLAS: its blocking and order change no bit. The false positives are the
-    total weight less the true positives (whole numbers: exact).
+    (true positive at each threshold, member of each risk group, error in it), made by
+    BLAS: its blocking and order change no bit. The false positives are the total weight
+    (group 0's: every row) less the true positives (whole numbers: exact).
 
     Parameters
     ----------
@@ -614,6 +614,8 @@ def replicate_counts(rows: ScoreRows, weights: np.ndarray, n_groups: int,
     weights : ndarray, shape (n_replicates, len(rows))
         Whole numbers (any numeric dtype): each prediction's weight in each replicate.
         About ``chunk_bytes`` of them are made float64 at a time.
+    n_groups : int
+        Risk groups, group 0 (every prediction) included: at least 1.
 
     Raises
     ------
@@ -624,7 +626,7 @@ def replicate_counts(rows: ScoreRows, weights: np.ndarray, n_groups: int,
     _check_weights(rows, weights)
     n_rep, n = weights.shape
     n_thr = rows.tp.shape[0]
-    out = np.zeros((n_rep, n_thr + 1 + 2 * n_groups))
+    out = np.zeros((n_rep, n_thr + 2 * n_groups))
     members, member_start, _ = group_members(rows.group, rows.score, n_groups)
     in_group = np.zeros((n, n_groups), dtype=bool)
     for g in range(n_groups):
@@ -633,16 +635,15 @@ def replicate_counts(rows: ScoreRows, weights: np.ndarray, n_groups: int,
     for a in range(0, n, step):
         b = slice(a, min(n, a + step))
         w = np.asarray(weights[:, b], dtype=np.float64)
-        if w.size and (not (w >= 0.0).all() or not np.array_equal(w, np.floor(w)) or float(w.max()) * n >= 2.0**53):
+        # Unsigned integers are whole and not negative: only a float or signed type is looked at.
+        whole = weights.dtype.kind == "u" or ((w >= 0.0).all() and np.array_equal(w, np.floor(w)))
+        if w.size and (not whole or float(w.max()) * n >= 2.0**53):
             raise ValueError(f"replicate weights must be whole numbers from 0 to {2.0**53 / max(n, 1):.0f}")
         tp = np.asarray(rows.tp[:, b], dtype=bool).T
         error = np.asarray(rows.error[b], dtype=bool)[:, None]
-        every = np.ones((len(tp), 1), dtype=bool)
-        flags = np.concatenate([tp, every, in_group[b], in_group[b] & error], axis=1).astype(np.float64)
-        out += w @ flags
-    t, g = n_thr, n_groups
-    tp, total = out[:, :t].copy(), out[:, t:t + 1]
-    return ReplicateCounts(tp, total - tp, out[:, t + 1:t + 1 + g].copy(), out[:, t + 1 + g:].copy())
+        out += w @ np.concatenate([tp, in_group[b], in_group[b] & error], axis=1).astype(np.float64)
+    tp, group_n, group_errors = out[:, :n_thr], out[:, n_thr:n_thr + n_groups], out[:, n_thr + n_groups:]
+    return ReplicateCounts(tp, group_n[:, :1] - tp, group_n, group_errors)
 
 
 def replicate_shares(rows: ScoreRows, weights: np.ndarray, before: ReplicateCounts, n_refs: F64Array,
