@@ -264,14 +264,18 @@ def _replicate_aurc_digits(error: np.ndarray, weights: np.ndarray, members: np.n
     """
     n_rep = weights.shape[0]
     n_groups = member_start.shape[0] - 1
-    n_digits = units.shape[0]
+    if units.shape[0] != 6:
+        raise ValueError("the aurc digits are written for six digits (evalcore.exact.N_DIGITS)")
     inverse = 1.0 / units  # powers of two: exact
-    out = np.zeros((n_rep, n_groups, n_digits))
+    out = np.zeros((n_rep, n_groups, 6))
     for b in range(n_rep):
         for g in range(n_groups):
             retained = retained_before[b, g]
             errors = errors_before[b, g]
             previous = retained
+            # The digit sums in local variables (registers), not in ``out``: whole numbers
+            # below 2**53, exact in any order.
+            s0 = s1 = s2 = s3 = s4 = s5 = 0.0
             for j in range(member_start[g], member_start[g + 1]):
                 k = members[j]
                 w = weights[b, k]
@@ -281,13 +285,35 @@ def _replicate_aurc_digits(error: np.ndarray, weights: np.ndarray, members: np.n
                     risk = errors / retained if retained > 0.0 else 0.0
                     term = (retained - previous) * risk
                     previous = retained
-                    if term == 0.0:
-                        continue
-                    # evalcore.exact.digits of one term: every step exact
+                    # A term of 0 (a weight of 0, about a third of a bootstrap's weights, at
+                    # random) goes through the digits too: its digits are 0, and a branch
+                    # on it, mispredicted that often, cost more than the digits (measured:
+                    # 1.26 -> 0.85 s for 1000 replicates x 50,000 predictions).
+                    # evalcore.exact.digits of one term: every step exact.
                     rest = abs(term)
                     sign = -1.0 if term < 0.0 else 1.0
-                    for d in range(n_digits - 1, -1, -1):
-                        digit = np.floor(rest * inverse[d])
-                        out[b, g, d] += sign * digit
-                        rest -= digit * units[d]
+                    if rest >= units[4]:  # digits 4 and 5 are 0 below units[4] (2**24)
+                        d5 = np.floor(rest * inverse[5])
+                        rest -= d5 * units[5]
+                        d4 = np.floor(rest * inverse[4])
+                        rest -= d4 * units[4]
+                        s5 += sign * d5
+                        s4 += sign * d4
+                    d3 = np.floor(rest * inverse[3])
+                    rest -= d3 * units[3]
+                    d2 = np.floor(rest * inverse[2])
+                    rest -= d2 * units[2]
+                    d1 = np.floor(rest * inverse[1])
+                    rest -= d1 * units[1]
+                    d0 = np.floor(rest * inverse[0])
+                    s3 += sign * d3
+                    s2 += sign * d2
+                    s1 += sign * d1
+                    s0 += sign * d0
+            out[b, g, 0] = s0
+            out[b, g, 1] = s1
+            out[b, g, 2] = s2
+            out[b, g, 3] = s3
+            out[b, g, 4] = s4
+            out[b, g, 5] = s5
     return out

@@ -159,3 +159,55 @@ def test_replicate_counts_refuse_weights_that_are_not_small_whole_numbers(bad):
     weights[1, 7] = bad
     with pytest.raises(ValueError, match="whole numbers"):
         replicate_counts(rows, weights, n_groups)
+
+
+def _aurc_digits_by_definition(error, weights, members, member_start, last, retained_before, errors_before):
+    """The aurc terms of every replicate and group, each written by :func:`evalcore.exact.digits`
+    and the digits summed in Python integers."""
+    from evalcore.exact import N_DIGITS, digits
+
+    out = np.zeros((len(weights), len(member_start) - 1, N_DIGITS))
+    for b, w in enumerate(weights):
+        for g in range(len(member_start) - 1):
+            retained = retained_before[b, g]
+            errors = errors_before[b, g]
+            previous = retained
+            terms = []
+            for j in range(member_start[g], member_start[g + 1]):
+                k = members[j]
+                retained += w[k]
+                errors += w[k] * error[k]
+                if last[j]:
+                    risk = errors / retained if retained > 0.0 else 0.0
+                    terms.append((retained - previous) * risk)
+                    previous = retained
+            d = digits(np.array(terms)).astype(np.int64) if terms else np.zeros((0, N_DIGITS), np.int64)
+            out[b, g] = [sum(int(x) for x in d[:, i]) for i in range(N_DIGITS)]
+    return out
+
+
+def test_aurc_digits_kernel_is_the_definition_with_zero_and_huge_weights():
+    """The kernel's digit sums (kept in registers, a weight of 0 not skipped, digits 4 and 5
+    only for terms of 2**24 or more) are the definition's: terms from weights of 0, of a few
+    and of tens of millions (a term above 2**24, so digits 4 and 5 are used), ties and none."""
+    from evalcore._score_kernels import _replicate_aurc_digits
+    from evalcore.exact import _UNITS
+    from evalcore.metrics.score_ranges import group_members
+
+    rng = np.random.default_rng(11)
+    n, n_rep, n_groups = 300, 9, 3
+    score = np.sort(np.round(rng.random(n), 2))[::-1]
+    error = (rng.random(n) < 0.4).astype(np.float64)
+    group = rng.integers(-1, n_groups - 1, n).astype(np.int64)
+    weights = rng.integers(0, 3, (n_rep, n)).astype(np.float64)
+    weights[3, rng.integers(0, n, 5)] = 3.0e7  # terms of about 2**24 and above
+    weights[4] = 0.0
+    members, member_start, last = group_members(group, score, n_groups)
+    retained_before = rng.integers(0, 50, (n_rep, n_groups)).astype(np.float64)
+    errors_before = np.floor(retained_before * rng.random((n_rep, n_groups)))
+    got = _replicate_aurc_digits(error, weights, members, member_start, last, retained_before, errors_before,
+                                 np.asarray(_UNITS))
+    expected = _aurc_digits_by_definition(error, weights, members, member_start, last, retained_before, errors_before)
+    assert np.array_equal(got, expected)
+    assert (got[3, :, 4] != 0).any()  # the large terms did reach digit 4
+    assert (got[4] == 0).all() and (got[0, :, 3] != 0).any()
