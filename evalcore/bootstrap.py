@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evalcore._draw_kernels import _place_draws
-from evalcore._sum_kernels import _weighted_group_sums
+from evalcore._sum_kernels import _weighted_group_sums, _weighted_unit_sums
 from evalcore._typing import F64Array, IdArray
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 
@@ -48,6 +48,7 @@ __all__ = [
     "partition_replicate_sums",
     "field_weights",
     "replicate_group_sums",
+    "replicate_unit_sums",
     "WeightBlocks",
     "ReplicateSums",
     "BOOTSTRAP_UNITS",
@@ -366,6 +367,40 @@ def replicate_group_sums(weights: F64Array | WeightBlocks, values: F64Array, fla
     # Fixed-order loops, not BLAS: the bits must not depend on memory alignment.
     _weighted_group_sums(weights, values, groups, out)
     return ReplicateSums(out)
+
+
+def replicate_unit_sums(weights: F64Array | WeightBlocks, values: F64Array, units: IdArray, n_units: int) -> F64Array:
+    """Count-weighted sums of some rows per replicate and unit (reporting tile or AOI).
+
+    The same bits as :func:`replicate_group_sums` with the units as the groups of one
+    grouping, without its overall group (every row), which the units do not use.
+
+    Parameters
+    ----------
+    weights : ndarray of float64, shape (n_replicates, n), or WeightBlocks
+    values : ndarray of float64, shape (n, n_columns)
+    units : ndarray of int64, shape (n,)
+        Each row's unit, ``0 .. n_units - 1`` (-1: none).
+    n_units : int
+
+    Returns
+    -------
+    ndarray of float64, shape (n_units, n_replicates, n_columns)
+    """
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    units = np.asarray(units, dtype=np.int64)
+    if not np.isfinite(values).all():
+        # A weight of 0 must leave out a NaN or infinite value: the kernel that skips it.
+        return replicate_group_sums(weights, values, (units + 1)[:, None], n_units + 1).groups[1:]
+    cells = np.where(units >= 0, units, n_units)  # rows of no unit add into a spare last cell
+    blocks = weights.blocks() if isinstance(weights, WeightBlocks) else [(0, len(values), weights)]
+    n_replicates = weights.n_replicates if isinstance(weights, WeightBlocks) else weights.shape[0]
+    if isinstance(weights, WeightBlocks) and weights.n_rows != len(values):
+        raise ValueError(f"{weights.n_rows} rows of weights for {len(values)} rows of values")
+    out = np.zeros((n_units + 1, n_replicates, values.shape[1]))
+    for start, stop, block in blocks:
+        _weighted_unit_sums(np.ascontiguousarray(block, dtype=np.float64), values[start:stop], cells[start:stop], out)
+    return out[:n_units]
 
 
 BOOTSTRAP_UNITS: tuple[str, ...] = ("field", "tile", "aoi")

@@ -47,7 +47,7 @@ import shapely
 from pyproj import CRS
 
 from evalcore._typing import F64Array, GeomArray, IdArray
-from evalcore.bootstrap import WeightBlocks, replicate_group_sums
+from evalcore.bootstrap import WeightBlocks, replicate_unit_sums
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 from evalcore.crs import WGS84, transform_xy, utm_crs
 from evalcore.site_cells import CellPieces, cells_of_bounds, cut_layer
@@ -818,9 +818,7 @@ def unit_sums(keys: IdArray, values: F64Array, weights: F64Array | WeightBlocks 
         both = np.concatenate([point.keys, keys[keep]])
         _, inverse = np.unique(both, axis=0, return_inverse=True)
         local[keep] = np.asarray(inverse).ravel()[len(point.keys):]
-    groups = np.where(keep, local + 1, -1).astype(np.int64)[:, None]
-    # Group 0 of the kernel is every row (unused here); the units are groups 1...
-    reps = replicate_group_sums(weights, replicate_rows, groups, len(point.keys) + 1).groups[1:]
+    reps = replicate_unit_sums(weights, replicate_rows, np.where(keep, local, -1), len(point.keys))
     return UnitSums(point.keys, point.digits, reps, columns, replicate_columns)
 
 

@@ -105,3 +105,36 @@ def test_unit_sums_from_blocks_equal_the_matrix_bit_for_bit(case):
     assert got.keys.tobytes() == want.keys.tobytes()
     assert got.replicates.tobytes() == want.replicates.tobytes()
     assert got.digits.tobytes() == want.digits.tobytes()
+
+
+@settings(max_examples=150, deadline=None)
+@given(weighted_rows(), st.booleans())
+def test_unit_sums_kernel_equals_the_group_sums_of_the_units_bit_for_bit(case, with_nan):
+    """:func:`replicate_unit_sums` (no overall group, a weight of 0 not skipped) has the bits of
+    :func:`replicate_group_sums` with the units as groups: rows of no unit, values whose float
+    sums depend on the order, and a NaN or an infinity (in rows some replicates do not draw),
+    from the whole matrix and from blocks."""
+    from evalcore.bootstrap import replicate_unit_sums
+
+    values, counts, units, groups, rows_per_block = case
+    n_rep = counts.shape[0]
+    rng = np.random.default_rng(len(values))
+    if with_nan and len(values):
+        values[rng.integers(0, len(values)), 0] = np.nan
+        values[rng.integers(0, len(values)), 2] = -np.inf
+    weights = matrix_of(counts, units)
+    cells = groups[:, 0]  # 0..3 or -1 (no unit)
+    expected = replicate_group_sums(weights, values, (cells + 1)[:, None], 5).groups[1:]
+    assert replicate_unit_sums(weights, values, cells, 4).tobytes() == expected.tobytes()
+    blocks = WeightBlocks.of_units(counts, units, chunk_bytes=8 * n_rep * rows_per_block)
+    assert replicate_unit_sums(blocks, values, cells, 4).tobytes() == expected.tobytes()
+
+
+def test_unit_sums_kernel_by_hand():
+    """Two units and a row of none; replicate 1 draws the first row twice, the third not at all."""
+    from evalcore.bootstrap import replicate_unit_sums
+
+    values = np.array([[1.0, 10.0], [2.0, 20.0], [4.0, 40.0], [8.0, 80.0]])
+    weights = np.array([[1.0, 1.0, 1.0, 1.0], [2.0, 1.0, 0.0, 3.0]])
+    got = replicate_unit_sums(weights, values, np.array([0, 1, 0, -1]), 2)
+    assert got.tolist() == [[[5.0, 50.0], [2.0, 20.0]], [[2.0, 20.0], [2.0, 20.0]]]
