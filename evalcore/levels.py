@@ -216,8 +216,17 @@ class Sites:
         annotated = replace(self.annotated, geoms_ea=None) if self.annotated is not None else None
         return Sites(self.tile_size_m, aois, annotated)
 
+    @staticmethod
+    def joined(aois_part: Sites, annotated_part: Sites) -> Sites:
+        """The AOIs of one and the annotated area of the other (:func:`prepare_sites` of one
+        kind each, made side by side on two workers)."""
+        if aois_part.tile_size_m != annotated_part.tile_size_m:
+            raise ValueError("the two parts of the site layers were made for different tile sizes")
+        return Sites(aois_part.tile_size_m, aois_part.aois, annotated_part.annotated)
 
-def prepare_sites(options: object, equal_area_crs: object = None, store: str | os.PathLike | None = None) -> Sites:
+
+def prepare_sites(options: object, equal_area_crs: object = None, store: str | os.PathLike | None = None,
+                  kinds: tuple[str, ...] = ("aoi", "annotated_area")) -> Sites:
     """The site layers of a run from its options (``tile_km``, ``aoi``, ``annotated_area``).
 
     Each layer is read, checked and prepared by :func:`evalcore.sites.prepare_site_layer`,
@@ -231,6 +240,9 @@ def prepare_sites(options: object, equal_area_crs: object = None, store: str | o
         A directory (the distributed run's ``workdir/sites``): the pieces are then kept as
         a cell index with the boundary pieces written there (:mod:`evalcore.site_cells`),
         not held whole, and each lookup reads the pieces of its rows' extent.
+    kinds : tuple of str
+        The layers to prepare, by option name (``"aoi"``, ``"annotated_area"``); the others
+        are None. A cluster run prepares each on its own task (:meth:`Sites.joined`).
 
     Raises
     ------
@@ -241,9 +253,12 @@ def prepare_sites(options: object, equal_area_crs: object = None, store: str | o
     """
     tile = float(options.tile_km) * 1000.0
     aois = annotated = None
+    unknown = set(kinds) - {AOI.option, ANNOTATED_AREA.option}
+    if unknown:
+        raise ValueError(f"unknown site layer kinds {sorted(unknown)}: give 'aoi' and/or 'annotated_area'")
     if store is not None:
-        return _stored_sites(options, equal_area_crs, Path(store), tile)
-    layer = prepare_site_layer(options, AOI, equal_area_crs)
+        return _stored_sites(options, equal_area_crs, Path(store), tile, kinds)
+    layer = prepare_site_layer(options, AOI, equal_area_crs) if AOI.option in kinds else None
     if layer is not None:
         pieces, piece_aoi = [], []
         for k, geom in enumerate(layer.geoms_ea):
@@ -253,22 +268,22 @@ def prepare_sites(options: object, equal_area_crs: object = None, store: str | o
         aois = AoiLayer(layer.id_column, layer.ids, layer.keys, layer.geoms_source, layer.geoms_ea, layer.crs, layer.source,
                         np.concatenate(pieces) if pieces else np.empty(0, dtype=object),
                         np.concatenate(piece_aoi) if piece_aoi else np.empty(0, dtype=np.int64))
-    layer = prepare_site_layer(options, ANNOTATED_AREA, equal_area_crs)
+    layer = prepare_site_layer(options, ANNOTATED_AREA, equal_area_crs) if ANNOTATED_AREA.option in kinds else None
     if layer is not None:
         annotated = AnnotatedArea(layer.geoms_ea, layer.source, layer.geoms_source, layer.crs, grid_pieces(layer.geoms_ea))
     return Sites(tile, aois, annotated)
 
 
-def _stored_sites(options: object, equal_area_crs: object, store: Path, tile: float) -> Sites:
+def _stored_sites(options: object, equal_area_crs: object, store: Path, tile: float, kinds: tuple[str, ...]) -> Sites:
     """:func:`prepare_sites` with the pieces as cell indexes and boundary pieces in ``store``."""
     aois = annotated = None
-    layer = prepare_site_layer(options, AOI, equal_area_crs)
+    layer = prepare_site_layer(options, AOI, equal_area_crs) if AOI.option in kinds else None
     if layer is not None:
         cells = cut_layer([np.asarray([g], dtype=object) for g in layer.geoms_ea])
         overlaps = _cell_overlaps(cells)
         aois = AoiLayer(layer.id_column, layer.ids, layer.keys, layer.geoms_source, layer.geoms_ea, layer.crs, layer.source,
                         None, None, cells.without_geometry(store / "aoi"), overlaps)
-    layer = prepare_site_layer(options, ANNOTATED_AREA, equal_area_crs)
+    layer = prepare_site_layer(options, ANNOTATED_AREA, equal_area_crs) if ANNOTATED_AREA.option in kinds else None
     if layer is not None:
         cells = cut_layer([layer.geoms_ea])
         annotated = AnnotatedArea(layer.geoms_ea, layer.source, layer.geoms_source, layer.crs, None, cells.without_geometry(store / "annotated"))

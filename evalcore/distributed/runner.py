@@ -95,7 +95,7 @@ from evalcore.metrics.classes import class_layer_columns
 from evalcore.metrics.registry import enabled_families
 from evalcore.levels import Sites, aois_frame, prepare_sites, tiles_frame
 from evalcore.study import prepare_study
-from evalcore.sites import SITE_LAYERS
+from evalcore.sites import ANNOTATED_AREA, AOI, SITE_LAYERS
 from evalcore.arrays import index_of
 from evalcore.layer_warnings import extent_of
 from evalcore.summary import LayerTally, level_tables, run_summary
@@ -217,8 +217,11 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
     # prepare tasks take the layers from the worker that made them, and the client keeps a
     # copy without the equal-area polygons (Sites.kept_on_client).
     options, store = setup.options, setup.workdir / "sites"
-    sites_future = client.submit(prepare_sites, options, options.equal_area_crs, store, key=setup.task_key("site-layers", "sites"),
-                                 retries=2)
+    # The AOIs and the annotated area side by side, on two tasks (each cuts its own
+    # union; 3.6 and 4.5 s at the 2M benchmark's extent, 8.4 s in one task).
+    parts = [client.submit(prepare_sites, options, options.equal_area_crs, store, (kind.option,),
+                           key=setup.task_key("site-layers", kind.option), retries=2) for kind in (AOI, ANNOTATED_AREA)]
+    sites_future = client.submit(Sites.joined, *parts, key=setup.task_key("site-layers", "sites"), retries=2)
     study_future = client.submit(prepare_study, options, options.equal_area_crs, store, key=setup.task_key("site-layers", "study"),
                                  retries=2)
     sites = client.submit(Sites.kept_on_client, sites_future, key=setup.task_key("site-layers", "client")).result()

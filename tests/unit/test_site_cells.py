@@ -251,3 +251,36 @@ def test_the_clients_copy_of_the_site_layers_drops_only_the_equal_area_polygons(
     # Layers held as pieces (no store) fall back on the equal-area polygons: no copy without them.
     with pytest.raises(ValueError, match="cell index"):
         prepare_sites(options, options.equal_area_crs).kept_on_client()
+
+
+def test_the_site_layers_made_one_kind_per_task_and_joined_are_the_whole(tmp_path):
+    """A cluster run prepares the AOIs and the annotated area on two tasks and joins them
+    (:meth:`Sites.joined`): the same keys, overlaps and cell indexes as one call for both;
+    each part holds only its kind; an unknown kind is refused."""
+    import geopandas
+
+    from evalcore.levels import Sites, prepare_sites
+    from evalcore.options import check_options
+
+    crs = "EPSG:32633"
+    aoi = geopandas.GeoDataFrame({"name": ["a", "b"]}, geometry=[shapely.box(500_000, 5_000_000, 520_000, 5_030_000),
+                                                                 shapely.box(510_000, 5_010_000, 540_000, 5_020_000)], crs=crs)
+    annotated = geopandas.GeoDataFrame(geometry=[shapely.box(495_000, 4_995_000, 545_000, 5_035_000).difference(
+        shapely.box(515_000, 5_012_000, 517_000, 5_014_500))], crs=crs)
+    aoi.to_parquet(tmp_path / "aoi.parquet")
+    annotated.to_parquet(tmp_path / "annotated.parquet")
+    options = check_options(aoi=str(tmp_path / "aoi.parquet"), aoi_id_column="name", annotated_area=str(tmp_path / "annotated.parquet"))
+    whole = prepare_sites(options, options.equal_area_crs, tmp_path / "whole")
+    aoi_part = prepare_sites(options, options.equal_area_crs, tmp_path / "parts", ("aoi",))
+    annotated_part = prepare_sites(options, options.equal_area_crs, tmp_path / "parts", ("annotated_area",))
+    assert aoi_part.annotated is None and annotated_part.aois is None
+    joined = Sites.joined(aoi_part, annotated_part)
+    assert joined.tile_size_m == whole.tile_size_m
+    assert joined.aois.keys == whole.aois.keys == ["a", "b"] and joined.aois.overlaps == whole.aois.overlaps == ((0, 1),)
+    for got, expected in ((joined.aois.cells, whole.aois.cells), (joined.annotated.cells, whole.annotated.cells)):
+        for name in ("whole", "x", "y", "owner"):
+            assert np.array_equal(getattr(got, name), getattr(expected, name)), name
+        assert len(expected.x) > 0
+    assert shapely.equals(joined.annotated.geoms_ea, whole.annotated.geoms_ea).all()
+    with pytest.raises(ValueError, match="unknown site layer kinds"):
+        prepare_sites(options, options.equal_area_crs, tmp_path / "bad", ("aois",))
