@@ -29,7 +29,7 @@ sums are the two halves of the one exact split described above.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +49,7 @@ __all__ = [
     "field_weights",
     "replicate_group_sums",
     "replicate_unit_sums",
+    "rows_per_block",
     "WeightBlocks",
     "ReplicateSums",
     "BOOTSTRAP_UNITS",
@@ -75,6 +76,11 @@ WEIGHT_CHUNK_BYTES = 16 * 2**20
 (and about twice as much again for the draws themselves). 64 MiB drew 1000 replicates at
 1M fields in 13.7 s instead of 15.3 s but raised the client's peak at 250k by 220 MiB
 (docs/performance.md)."""
+
+
+def rows_per_block(n_replicates: int, chunk_bytes: int) -> int:
+    """How many rows of ``n_replicates`` float64 weights each fit in ``chunk_bytes`` (at least 1)."""
+    return int(max(1, chunk_bytes // (8 * max(n_replicates, 1))))
 
 
 def replicates_per_chunk(n_rows: int, chunk_bytes: int) -> int:
@@ -342,10 +348,20 @@ class WeightBlocks:
 
     def blocks(self) -> Iterator[tuple[int, int, F64Array]]:
         """``(start, stop, weights)`` of consecutive blocks of about ``chunk_bytes`` of weights."""
-        step = max(1, self.chunk_bytes // (8 * max(self.n_replicates, 1)))
+        step = rows_per_block(self.n_replicates, self.chunk_bytes)
         for start in range(0, self.n_rows, step):
             stop = min(self.n_rows, start + step)
             yield start, stop, self.make(start, stop)
+
+
+def _weight_blocks(weights: F64Array | WeightBlocks, n_rows: int) -> tuple[int, Iterable[tuple[int, int, F64Array]]]:
+    """``(n_replicates, blocks)`` of a replicates-by-rows matrix or :class:`WeightBlocks`:
+    ``(start, stop, weights of those rows)``, the matrix as one block."""
+    if isinstance(weights, WeightBlocks):
+        if weights.n_rows != n_rows:
+            raise ValueError(f"{weights.n_rows} rows of weights for {n_rows} rows of values")
+        return weights.n_replicates, weights.blocks()
+    return weights.shape[0], [(0, n_rows, weights)]
 
 
 def replicate_group_sums(weights: F64Array | WeightBlocks, values: F64Array, flat_groups: IdArray, n_groups: int) -> ReplicateSums:
@@ -356,16 +372,11 @@ def replicate_group_sums(weights: F64Array | WeightBlocks, values: F64Array, fla
     """
     values = np.ascontiguousarray(values, dtype=np.float64)
     groups = np.ascontiguousarray(np.asarray(flat_groups, dtype=np.int64).reshape(len(values), np.shape(flat_groups)[-1] if np.ndim(flat_groups) == 2 else -1))
-    if isinstance(weights, WeightBlocks):
-        if weights.n_rows != len(values):
-            raise ValueError(f"{weights.n_rows} rows of weights for {len(values)} rows of values")
-        out = np.zeros((n_groups, weights.n_replicates, values.shape[1]))
-        for start, stop, block in weights.blocks():
-            _weighted_group_sums(block, values[start:stop], groups[start:stop], out)
-        return ReplicateSums(out)
-    out = np.zeros((n_groups, weights.shape[0], values.shape[1]))
+    n_replicates, blocks = _weight_blocks(weights, len(values))
+    out = np.zeros((n_groups, n_replicates, values.shape[1]))
     # Fixed-order loops, not BLAS: the bits must not depend on memory alignment.
-    _weighted_group_sums(weights, values, groups, out)
+    for start, stop, block in blocks:
+        _weighted_group_sums(block, values[start:stop], groups[start:stop], out)
     return ReplicateSums(out)
 
 
@@ -393,13 +404,10 @@ def replicate_unit_sums(weights: F64Array | WeightBlocks, values: F64Array, unit
         # A weight of 0 must leave out a NaN or infinite value: the kernel that skips it.
         return replicate_group_sums(weights, values, (units + 1)[:, None], n_units + 1).groups[1:]
     cells = np.where(units >= 0, units, n_units)  # rows of no unit add into a spare last cell
-    blocks = weights.blocks() if isinstance(weights, WeightBlocks) else [(0, len(values), weights)]
-    n_replicates = weights.n_replicates if isinstance(weights, WeightBlocks) else weights.shape[0]
-    if isinstance(weights, WeightBlocks) and weights.n_rows != len(values):
-        raise ValueError(f"{weights.n_rows} rows of weights for {len(values)} rows of values")
+    n_replicates, blocks = _weight_blocks(weights, len(values))
     out = np.zeros((n_units + 1, n_replicates, values.shape[1]))
     for start, stop, block in blocks:
-        _weighted_unit_sums(np.ascontiguousarray(block, dtype=np.float64), values[start:stop], cells[start:stop], out)
+        _weighted_unit_sums(block, values[start:stop], cells[start:stop], out)
     return out[:n_units]
 
 

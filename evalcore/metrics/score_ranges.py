@@ -623,6 +623,8 @@ def replicate_counts(rows: ScoreRows, weights: np.ndarray, n_groups: int,
         A weight that is negative, not a whole number, or so large that a count could
         reach 2**53.
     """
+    from evalcore.bootstrap import rows_per_block
+
     _check_weights(rows, weights)
     n_rep, n = weights.shape
     n_thr = rows.tp.shape[0]
@@ -631,7 +633,7 @@ def replicate_counts(rows: ScoreRows, weights: np.ndarray, n_groups: int,
     in_group = np.zeros((n, n_groups), dtype=bool)
     for g in range(n_groups):
         in_group[members[member_start[g]:member_start[g + 1]], g] = True
-    step = max(1, chunk_bytes // (8 * max(n_rep, 1)))
+    step = rows_per_block(n_rep, chunk_bytes)
     for a in range(0, n, step):
         b = slice(a, min(n, a + step))
         w = np.asarray(weights[:, b], dtype=np.float64)
@@ -665,14 +667,14 @@ def replicate_shares(rows: ScoreRows, weights: np.ndarray, before: ReplicateCoun
     _check_weights(rows, weights)
     n_groups = before.group_n.shape[1]
     members, member_start, last = group_members(rows.group, rows.score, n_groups)
-    tp_by_pred = np.ascontiguousarray(rows.tp.T, dtype=np.float64)
+    tp_flags = np.ascontiguousarray(rows.tp, dtype=np.float64)
     error = rows.error.astype(np.float64)
     n_refs = np.asarray(n_refs, dtype=np.float64)
     units = np.asarray(_UNITS)
     envelopes, aurc_digits = [], []
     for a, w in _chunks(weights, chunk_bytes):
         b = slice(a, a + len(w))
-        envelopes.append(_replicate_envelope(tp_by_pred, w, n_refs[b], np.ascontiguousarray(before.tp[b]),
+        envelopes.append(_replicate_envelope(tp_flags, w, n_refs[b], np.ascontiguousarray(before.tp[b]),
                                              np.ascontiguousarray(before.fp[b]), REC_THRS, EPS, NO_POINT))
         aurc_digits.append(_replicate_aurc_digits(error, w, members, member_start, last, np.ascontiguousarray(before.group_n[b]),
                                                   np.ascontiguousarray(before.group_errors[b]), units))

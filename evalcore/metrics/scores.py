@@ -743,7 +743,7 @@ def replicate_ap_and_aurc(
     last = np.concatenate(groups.last) if groups.last else np.empty(0, bool)
     error = np.ascontiguousarray(groups.error, dtype=np.float64)
     eps = float(np.spacing(1))
-    tp_by_pred = np.ascontiguousarray(tp.T, dtype=np.float64)
+    tp_flags = np.ascontiguousarray(tp, dtype=np.float64)
 
     units = np.asarray(_UNITS)
     n_thr = tp.shape[0]
@@ -753,7 +753,7 @@ def replicate_ap_and_aurc(
         n = len(weights)
         if with_ap:
             nothing = np.zeros((n, n_thr))
-            envelope = _replicate_envelope(tp_by_pred, weights, n_refs, nothing, nothing, REC_THRS, eps, NO_POINT)
+            envelope = _replicate_envelope(tp_flags, weights, n_refs, nothing, nothing, REC_THRS, eps, NO_POINT)
             ap = _replicate_ap_of(envelope, n_refs, NO_POINT)
         else:
             ap = np.empty((n, n_thr))
