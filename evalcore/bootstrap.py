@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evalcore._draw_kernels import _place_draws
-from evalcore._sum_kernels import _weighted_group_sums, _weighted_unit_sums
+from evalcore._sum_kernels import _group_members, _weighted_group_sums, _weighted_member_sums, _weighted_unit_sums
 from evalcore._typing import F64Array, IdArray
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 
@@ -372,11 +372,19 @@ def replicate_group_sums(weights: F64Array | WeightBlocks, values: F64Array, fla
     """
     values = np.ascontiguousarray(values, dtype=np.float64)
     groups = np.ascontiguousarray(np.asarray(flat_groups, dtype=np.int64).reshape(len(values), np.shape(flat_groups)[-1] if np.ndim(flat_groups) == 2 else -1))
+    if groups.size and not (groups.max() < n_groups and groups.min() >= -1):
+        raise ValueError(f"flat groups must be -1 .. {n_groups - 1}, got {groups.min()} .. {groups.max()}")
     n_replicates, blocks = _weight_blocks(weights, len(values))
     out = np.zeros((n_groups, n_replicates, values.shape[1]))
+    # A NaN or infinite value needs the kernel that skips a weight of 0 (0 x inf is NaN).
+    finite = bool(np.isfinite(values).all())
     # Fixed-order loops, not BLAS: the bits must not depend on memory alignment.
     for start, stop, block in blocks:
-        _weighted_group_sums(block, values[start:stop], groups[start:stop], out)
+        if finite:
+            members, bounds = _group_members(groups[start:stop], n_groups)
+            _weighted_member_sums(block, values[start:stop], members, bounds, out)
+        else:
+            _weighted_group_sums(block, values[start:stop], groups[start:stop], out)
     return ReplicateSums(out)
 
 
