@@ -41,7 +41,7 @@ import numpy as np
 from evalcore.bootstrap import bias_corrected_intervals, percentile_intervals
 from evalcore.levels import UNITS_PER_BLOCK, replicate_rows, tile_key
 from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
-from evalcore.metrics.registry import FAMILIES, finalize_all
+from evalcore.metrics.registry import FAMILIES, finalize_replicates
 from evalcore.metrics.scores import AP_KEYS
 from evalcore.options import EvalOptions, check_options
 from evalcore.present import GROUPS, OVERALL, better_of, compared_keys, is_worse
@@ -135,8 +135,7 @@ def _delta(c: object, i: object, reps_c: tuple | None, reps_i: tuple | None, lab
 
 
 def _group_replicates(merged: object, group: int, options: EvalOptions) -> dict:
-    sums = merged.replicates.groups[group]
-    return finalize_all({name: sums[:, j] for j, name in enumerate(merged.sums.columns)}, options)
+    return finalize_replicates(merged.replicates.groups[group], options)
 
 
 _UNIT_COUNTS = ("n_ref", "tp", "n_pred", "n_pred_matched")

@@ -18,7 +18,7 @@ import pandas as pd
 from evalcore.bootstrap import percentile_intervals
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 from evalcore.engine.sums import MergedSums
-from evalcore.metrics.registry import enabled_families, finalize_all, interval_keys
+from evalcore.metrics.registry import enabled_families, finalize_all, finalize_replicates, interval_keys
 from evalcore.levels import AoiLayer, Sites, overlapping_aois, tile_key, unit_table
 from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
 from evalcore.metrics.base import GroupView
@@ -50,8 +50,7 @@ DISTANCE_CRS = "WGS 84 / UTM zone of each polygon's centroid"
 def _replicate_intervals(merged: MergedSums, group: int, options: EvalOptions) -> tuple[dict, dict]:
     if merged.replicates is None:
         return {}, {}
-    sums = merged.replicates.groups[group]
-    values = finalize_all({name: sums[:, j] for j, name in enumerate(merged.sums.columns)}, options)
+    values = finalize_replicates(merged.replicates.groups[group], options)
     return percentile_intervals({k: values[k] for k in interval_keys(options)})
 
 

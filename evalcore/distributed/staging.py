@@ -71,9 +71,10 @@ def _signature_of_run(
         "sites": {name: input_sha256.get(name) for name in SITE_OPTIONS},
         "table_outputs": [(wd.url_of(p) or str(p)) if p is not None else None for p in table_outputs],
         "evalcore": __version__,
-        # Partition summaries hold exact digit sums (evalcore.exact); an older work
-        # directory's summaries are not reused.
-        "sums_format": "exact-digits-24x6",
+        # Partition summaries hold exact digit sums (evalcore.exact) and replicate sums of the
+        # interval columns only (registry.replicate_columns); an older work directory's
+        # summaries are not reused.
+        "sums_format": "exact-digits-24x6+replicate-columns",
     }
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest(), input_sha256

@@ -26,7 +26,8 @@ from evalcore.levels import UNASSIGNED_COLUMN, BlockedReplicates, UnitSums, Unit
 from evalcore.matching import Resolution
 from evalcore.metrics.base import RefContext
 from evalcore.metrics.registry import (
-    enabled_families, max_columns, order_statistics, quantity_columns, unit_columns, unit_replicate_columns,
+    enabled_families, max_columns, order_statistics, quantity_columns, replicate_columns, unit_columns,
+    unit_replicate_columns,
 )
 from evalcore.metrics.taxonomy import reference_codes, reference_flags
 from evalcore.options import EvalOptions, RunPlan
@@ -231,7 +232,8 @@ def summarize_partition(
         if draws is None or len(draws.weights_rows()) != n:
             raise ValueError(f"partition {key}: the bootstrap draws of its {n} reference fields are missing")
         weights = draws.weights()
-        replicates = replicate_group_sums(weights, table.values, flat_groups, plan.n_groups)
+        summed = [list(table.columns).index(c) for c in replicate_columns(options)]
+        replicates = replicate_group_sums(weights, table.values[:, summed], flat_groups, plan.n_groups)
     ucols, rcols = unit_sum_columns(options)
     units = unit_rows(ucols, table.columns, table.values)
     tiles = unit_sums(np.stack([refs.utm_epsg, refs.tile_x, refs.tile_y], axis=1), units, weights, ucols, rcols)
@@ -364,7 +366,8 @@ def merge_partitions(
     sums = GroupSums.empty(columns, max_cols, plan.n_groups)
     replicates = None
     if options.bootstrap > 0:
-        replicates = ReplicateSums(np.zeros((plan.n_groups, options.bootstrap, len(columns))))
+        rep_columns = replicate_columns(options)
+        replicates = ReplicateSums(np.zeros((plan.n_groups, options.bootstrap, len(rep_columns))))
     previous = None
     value_parts = []
     n_rep = options.bootstrap if options.bootstrap > 0 else None
@@ -403,11 +406,13 @@ def merge_partitions(
     if replicates is not None:
         groups = replicates.groups.copy()
         if unassigned_replicates is None:
-            groups[0] = groups[0] + row  # the same homeless predictions in every replicate
+            # the same homeless predictions in every replicate
+            groups[0] = groups[0] + np.array([unassigned.get(c, 0.0) for c in rep_columns])
         else:
-            col = {name: k for k, name in enumerate(columns)}
+            col = {name: k for k, name in enumerate(rep_columns)}
             for j, name in enumerate(unassigned_columns):
-                groups[0][:, col[name]] += unassigned_replicates[:, j]
+                if name in col:
+                    groups[0][:, col[name]] += unassigned_replicates[:, j]
         replicates = ReplicateSums(groups)
     wanted = wanted_series(options, plan)
     selected = select(wanted) if select is not None else select_local(wanted, value_parts)

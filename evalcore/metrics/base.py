@@ -382,6 +382,18 @@ class MetricFamily:
         """The interval keys published in the group's ``ci`` block (SPEC 5.1)."""
         return self.interval_keys(options)
 
+    def replicate_columns(self, options: object) -> tuple[str, ...]:
+        """The family's :meth:`columns` whose bootstrap replicate sums :meth:`finalize` reads
+        for the interval keys (of any family; the compared keys are among them).
+
+        Only these columns are summed per replicate (1000 sums per column, group and
+        partition): a column no interval reads is summed once. The default, every column
+        of a family with interval keys, is always right; a family narrows it to skip
+        work. ``tests/unit/test_replicate_columns.py`` checks that the intervals do not
+        read a column left out.
+        """
+        return self.columns(options) if self.interval_keys(options) else ()
+
     def summarize(self, group: GroupView) -> dict[str, object]:
         return {}
 

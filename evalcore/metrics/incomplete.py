@@ -77,6 +77,9 @@ class Incomplete(MetricFamily):
             return ("precision_touching",)
         return ("precision_touching", "precision_annotated")
 
+    def replicate_columns(self, options: object) -> tuple[str, ...]:
+        return tuple(c for c in self.columns(options) if c != "n_pred_fp_outside")  # a count, no interval
+
     def summarize(self, g: GroupView) -> dict[str, object]:
         out: dict[str, object] = {"precision_touching": g.point("precision_touching", NULL)}
         if g.options.annotated_area is not None:

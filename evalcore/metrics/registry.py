@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 
+import numpy as np
+
 from evalcore.metrics.area import Area
 from evalcore.metrics.base import MetricFamily, Option, Value
 from evalcore.metrics.classes import Classes
@@ -39,6 +41,8 @@ __all__ = [
     "max_columns",
     "finalize_all",
     "interval_keys",
+    "replicate_columns",
+    "finalize_replicates",
     "unit_columns",
     "unit_replicate_columns",
     "order_statistics",
@@ -105,6 +109,25 @@ def finalize_all(sums: Mapping[str, object], options: object) -> dict[str, Value
 
 def interval_keys(options: object) -> tuple[str, ...]:
     return tuple(k for f in enabled_families(options) for k in f.interval_keys(options))
+
+
+def replicate_columns(options: object) -> tuple[str, ...]:
+    """The quantity columns summed per bootstrap replicate (:meth:`MetricFamily.replicate_columns`
+    of every enabled family), in :func:`quantity_columns` order."""
+    wanted = {c for f in enabled_families(options) for c in f.replicate_columns(options)}
+    return tuple(c for c in quantity_columns(options) if c in wanted)
+
+
+def finalize_replicates(sums: object, options: object) -> dict[str, Value]:
+    """:func:`finalize_all` of one group's replicate sums, shape (n_replicates,
+    len(:func:`replicate_columns`)); the other columns are NaN, so only the keys the
+    intervals need are defined (tests/unit/test_replicate_columns.py)."""
+    columns = replicate_columns(options)
+    if sums.shape[-1] != len(columns):
+        raise ValueError(f"{sums.shape[-1]} columns of replicate sums for the {len(columns)} replicate columns of these options")
+    by_name = {name: sums[:, j] for j, name in enumerate(columns)}
+    nan = np.full(sums.shape[0], np.nan)  # shared by the columns left out
+    return finalize_all({name: by_name.get(name, nan) for name in quantity_columns(options)}, options)
 
 
 def unit_columns(options: object) -> tuple[str, ...]:

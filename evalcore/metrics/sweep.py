@@ -156,6 +156,10 @@ class Sweep(MetricFamily):
     def block_interval_keys(self, options: object) -> tuple[str, ...]:
         return ()  # published inside each sweep entry
 
+    def replicate_columns(self, options: object) -> tuple[str, ...]:
+        # The intervals are the rates': the IoU sums only make the point values' means.
+        return tuple(c for c in self.columns(options) if not c.startswith("sweep_iou@"))
+
     def summarize(self, g: GroupView) -> dict[str, object]:
         entries = []
         for t in g.options.iou_sweep_thresholds:

@@ -131,6 +131,9 @@ class Topology(MetricFamily):
     def interval_keys(self, options: object) -> tuple[str, ...]:
         return ("count_ratio",)
 
+    def replicate_columns(self, options: object) -> tuple[str, ...]:
+        return ()  # count_ratio reads the detection family's n_pred and n_ref
+
     def unit_columns(self, options: object) -> tuple[str, ...]:
         return ("merges", "splits")
 
