@@ -42,6 +42,7 @@ from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 __all__ = [
     "PartitionKey",
     "pool_id",
+    "pool_ids",
     "draw_partition_counts",
     "draw_pool_counts",
     "draw_field_counts",
@@ -100,6 +101,26 @@ def pool_id(name: str | None, stratified: bool) -> int:
     """
     label = "all" if not stratified else ("missing" if name is None else f"stratum:{name}")
     return int.from_bytes(hashlib.blake2b(label.encode("utf-8"), digest_size=8).digest(), "little") >> 1
+
+
+def pool_ids(names: Iterable[str | None], stratified: bool) -> IdArray:
+    """:func:`pool_id` of each of many rows' strata, each distinct name hashed once.
+
+    Examples
+    --------
+    >>> pool_ids(["a", None, "a"], True).tolist() == [pool_id("a", True), pool_id(None, True), pool_id("a", True)]
+    True
+    """
+    known: dict[tuple[type, object], int] = {}
+    out = []
+    for name in names:
+        # By type too: 1 and 1.0 are one dict key but two labels ("stratum:1", "stratum:1.0").
+        key = (type(name), name)
+        pool = known.get(key)
+        if pool is None:  # a new name, or a NaN (never equal to itself: hashed each time)
+            pool = known[key] = pool_id(name, stratified)
+        out.append(pool)
+    return np.array(out, dtype=np.int64)
 
 
 def _rng(seed: int, *key: int) -> np.random.Generator:

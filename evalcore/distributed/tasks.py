@@ -29,7 +29,7 @@ from evalcore.bootstrap import (
     draw_pool_counts,
     field_group_sizes,
     partition_field_draws,
-    pool_id,
+    pool_ids,
 )
 from evalcore.distributed import storage
 from evalcore.distributed import workdir as wd
@@ -221,7 +221,7 @@ def pairs_task(
         ref_own, ref_strata, _ = storage.read_partition(
             Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=tile, geometries=lean,
         )
-        ref_pools = np.array([pool_id(name, stratified) for name in ref_strata.tolist()], dtype=np.int64)
+        ref_pools = pool_ids(ref_strata.tolist(), stratified)
     else:
         ref_own = empty_layer("reference", crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=tile)
     pred_own = _read(workdir, "predicted", key, pred_info, ea_crs, tile, geometries=lean) if has_pred else empty_layer("predicted", crs=pred_info.crs, equal_area_crs=ea_crs, partition_size_m=tile)

@@ -395,3 +395,17 @@ def test_pool_ids_are_stable_and_distinct():
     ids = {pool_id(None, False), pool_id(None, True), pool_id("a", True), pool_id("b", True), pool_id("missing", True)}
     assert len(ids) == 5
     assert all(0 <= i < 2**63 for i in ids)
+
+
+def test_pool_ids_name_each_row_as_pool_id_does():
+    from evalcore.bootstrap import pool_ids
+
+    # Repeated names, the missing stratum, a NaN (not equal to itself), and 1 and 1.0 (one
+    # dict key, two labels): each row gets pool_id of its own value.
+    names = ["wheat", None, "maize", "wheat", float("nan"), 1, 1.0, None, "wheat"]
+    for stratified in (True, False):
+        got = pool_ids(names, stratified)
+        assert got.dtype == np.int64
+        assert got.tolist() == [pool_id(n, stratified) for n in names]
+    assert pool_ids([1, 1.0], True)[0] != pool_ids([1, 1.0], True)[1]
+    assert pool_ids([], True).tolist() == []
