@@ -55,6 +55,7 @@ __all__ = [
     "ReplicateSums",
     "BOOTSTRAP_UNITS",
     "RowDraws",
+    "HandedWeights",
     "RunDraws",
     "field_draws",
     "field_group_sizes",
@@ -462,6 +463,27 @@ def block_counts(n_units: int, n_replicates: int, seed: int, unit: str) -> np.nd
     for b in range(n_replicates):
         out[b] = np.bincount(rng.integers(0, n_units, size=n_units), minlength=n_units)
     return out
+
+
+@dataclass(frozen=True)
+class HandedWeights:
+    """Some rows' replicate weights as another task made them (:meth:`RowDraws.weights`),
+    in a small unsigned integer type; used where the draws would be made again.
+
+    Attributes
+    ----------
+    counts : ndarray of unsigned int, shape (n_replicates, n)
+    """
+
+    counts: np.ndarray
+
+    def weights_rows(self) -> IdArray:
+        """One entry per row, as :meth:`RowDraws.weights_rows`."""
+        return np.arange(self.counts.shape[1], dtype=np.int64)
+
+    def weights(self) -> F64Array:
+        """:meth:`RowDraws.weights` of the rows: the same whole numbers, as float64."""
+        return self.counts.astype(np.float64)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ from evalcore.distributed.reliability import PartitionMissingError
 from evalcore.distributed.sources import Chunk, LayerSource, plan_chunks
 from evalcore.distributed.staging import STAGED_STRATA_COLUMN, check_workers_see, stage_layer, start_run
 from evalcore.distributed.tasks import (
+    HANDED_WEIGHTS_DIR,
     components_task,
     group_draws_task,
     homeless_task,
@@ -505,9 +506,10 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     empty = resolve_run(concat_pair_results([])[0], without_draws(options), None,
                         plan.strata_names if plan is not None else None, plan.sizes if plan is not None else None, run_level=False)
     global_values = empty.global_values
+    handed_weights = None
     if "scores" in rows_wanted:
-        global_values = _scores_on_workers(client, setup, index, plan, [done[key] for key in sorted(done)], field_groups,
-                                           None if draws is None else draws.unit_keys)
+        global_values, handed_weights = _scores_on_workers(client, setup, index, plan, [done[key] for key in sorted(done)],
+                                                           field_groups, None if draws is None else draws.unit_keys)
     # Field draws as the merge and the sums tasks need them: their count (the sums tasks make
     # them from their groups' sizes and the pools' files).
     if field_groups is not None:
@@ -515,7 +517,7 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     run_level = Resolved(None, {}, empty.preds, empty.contributions, unassigned, None, None, global_values, draws,
                          empty.columns, replicates)
     return ResolvedRun(run_level, tuple(sorted(ref_parts)), None, time.perf_counter() - started, pred_shares, shares, field_groups,
-                       homeless, units_path)
+                       homeless, units_path, handed_weights)
 
 
 def _homeless_on_workers(client: object, setup: RunSetup, homeless: tuple[str, ...], ref_units: np.ndarray | None,
@@ -649,10 +651,11 @@ SCORE_RANGE_ROWS = 250_000
 
 
 def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan | None, resolves: list[dict],
-                       field_groups: dict | None = None, unit_keys: np.ndarray | None = None) -> dict:
+                       field_groups: dict | None = None, unit_keys: np.ndarray | None = None) -> tuple[dict, dict | None]:
     """The scores' run-level values (AP, PR curves, best F1, operating point, risk-coverage,
     and with a bootstrap the replicates' AP and aurc) by score ranges on the workers
-    (:mod:`evalcore.metrics.score_ranges`).
+    (:mod:`evalcore.metrics.score_ranges`), and ``{partition key: path}`` of the field
+    draws' weights the score weights tasks handed to the sums tasks (None: none).
 
     1. the client cuts score space at the resolves' sampled scores (a few per resolve);
     2. ``score-split-<key>``: each resolve's score rows go to their ranges' files (with a
@@ -684,6 +687,7 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
     bootstrap = options.bootstrap > 0
     out = setup.workdir / "resolve" / "scores"
     wd.remove_tree(out)
+    wd.remove_tree(setup.workdir / HANDED_WEIGHTS_DIR)
     strata = list(plan.strata_names) if plan is not None and plan.strata_names is not None else None
     n_groups = 1 + len(strata or ())
     n_pred, n_ref = index.layers["predicted"]["n_kept"], index.layers["reference"]["n_kept"]
@@ -698,6 +702,7 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
         split, homed = {key: v[0] for key, v in split.items()}, {key: v[1] for key, v in split.items()}
     n_ranges = len(cuts) + 1
     weights: dict = {}
+    handed = None
     n_refs = np.zeros(options.bootstrap)
     if bootstrap:
         block_units = unit_keys if options.bootstrap_unit != "field" else None
@@ -709,6 +714,7 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
                                          field_groups.get(key) if field_groups is not None else None, block_units,
                                          key=setup.task_key("score-weights", *key), retries=2, priority=index.rows(key))
         weighed = _gather(setup, "score-weights", futures, show=False)
+        handed = {key: w["weights"] for key, w in weighed.items() if w.get("weights") is not None} or None
         for key in sorted(weighed):  # whole numbers: exact in any order
             n_refs = n_refs + weighed[key]["n_ref"]
         for k in range(n_ranges):
@@ -766,7 +772,7 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
     )
     wd.remove_files(out, "range-*.npz", "replicates-*.npz")  # the PR curve's parts stay: the publication reads them
     logger.info("scores: %d predictions in %d score ranges", total.n, n_ranges)
-    return {"keys": keys, "ci": ci, "n_undefined": n_undefined, "tables": {"pr_curve": table}, "replicates": replicates}
+    return {"keys": keys, "ci": ci, "n_undefined": n_undefined, "tables": {"pr_curve": table}, "replicates": replicates}, handed
 
 
 def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun) -> SumsDone:
@@ -813,6 +819,7 @@ def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, 
             setup.predicted.id_column,
             r.draws.unit_keys if resolved.shares is not None and r.draws is not None else None,
             resolved.field_groups.get(key) if resolved.field_groups is not None else None,
+            resolved.handed_weights.get(key) if resolved.handed_weights is not None else None,
             key=setup.task_key("sums", *key),
             retries=2,
             priority=index.rows(key),
@@ -820,6 +827,7 @@ def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, 
     if done and setup.log:
         setup.log(f"sums: reusing {len(done)} finished partitions (checksums verified)")
     info = {**done, **_gather(setup, "sums", futures)}
+    wd.remove_tree(setup.workdir / HANDED_WEIGHTS_DIR)  # those of partitions whose sums were reused
     if setup.predictions_dir is not None:
         _write_predictions(client, setup, index, resolved)
     return SumsDone(info, len(done), time.perf_counter() - started)

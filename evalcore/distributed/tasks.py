@@ -22,6 +22,7 @@ from pyproj import CRS
 from evalcore import boundary
 from evalcore.arrays import index_of
 from evalcore.bootstrap import (
+    HandedWeights,
     PartitionKey,
     RowDraws,
     WeightBlocks,
@@ -656,6 +657,7 @@ def score_weights_task(
     results = _pair_results(workdir, key, signature)
     draws = _partition_draws(workdir, key, results, options, signature, field_groups, block_units)
     weights = draws.weights()  # (replicates, fields)
+    handed = _hand_weights(workdir, name, results.ref_pos, weights) if options.bootstrap_unit == "field" else None
     parts = []
     for resolver, path, n in homed:
         a = _read_work_file(path, f"partition {name}: the homed score rows of partition {resolver}")
@@ -675,7 +677,42 @@ def score_weights_task(
         w = _small_counts(weights[:, columns[mine]].T, f"partition {name}")
         storage.write_summary(Path(out_dir) / f"weights-{name}-{k}.npz", {"pos": pos[mine], "weights": w})
         written[int(k)] = len(mine)
-    return {"key": key, "n_ref": weights.sum(axis=1), "ranges": written}
+    return {"key": key, "n_ref": weights.sum(axis=1), "ranges": written, "weights": handed}
+
+
+HANDED_WEIGHTS_DIR = "handed-weights"
+"""The work directory's folder of the field draws' weights a score weights task hands to its
+partition's sums task (:func:`_hand_weights`)."""
+
+
+def _hand_weights(workdir: str, name: str, positions: np.ndarray, weights: np.ndarray) -> str | None:
+    """Write a partition's replicate weights (whole numbers up to 255, as uint8) for its sums
+    task, which would otherwise make the same field draws again (about a sixth of its time);
+    the path, or None when the work directory is on a store (fetching them would cost more
+    than drawing them) or a weight does not fit a byte."""
+    if wd.is_remote(workdir) or float(weights.max(initial=0.0)) > np.iinfo(np.uint8).max:
+        return None
+    path = Path(workdir) / HANDED_WEIGHTS_DIR / f"{name}.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    storage.write_summary(path, {"pos": np.asarray(positions, np.int64), "weights": weights.astype(np.uint8)})
+    return str(path)
+
+
+def _handed_weights(path: str, positions: np.ndarray, n_replicates: int) -> HandedWeights | None:
+    """The weights :func:`_hand_weights` wrote for these reference positions, then removed;
+    None when the file is gone, unreadable or of other rows (the caller draws them again:
+    the same numbers)."""
+    try:
+        a = storage.read_summary(Path(path))
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+    finally:
+        Path(path).unlink(missing_ok=True)
+    weights = a.get("weights")
+    if (weights is None or weights.dtype != np.uint8 or weights.shape != (n_replicates, len(positions))
+            or not np.array_equal(a.get("pos"), positions)):
+        return None
+    return HandedWeights(weights)
 
 
 def _small_counts(weights: np.ndarray, what: str) -> np.ndarray:
@@ -860,6 +897,7 @@ def sums_task(
     pred_id_column: str | None = None,
     block_units: np.ndarray | None = None,
     field_groups: tuple | None = None,
+    handed_weights: str | None = None,
 ) -> dict:
     """The sums phase of one partition: write its field table part and its partial sums.
 
@@ -869,6 +907,9 @@ def sums_task(
     with a field bootstrap ``field_groups`` is ``(sizes, holders)``: the run's sizes of its
     fields' (pool, tile) groups, whose counts it reads from the pools' files, and the other
     partitions holding fields of them, whose positions rank its fields (:func:`_field_draws`).
+    ``handed_weights`` is the file of those draws' weights its score weights task wrote
+    (:func:`_hand_weights`): read instead of drawing again when it is there and of these
+    fields, then removed.
 
     Reads the partition's own pairs phase output and what the resolve phase decided for
     it (per-pair values in the same (reference, prediction) order, the predictions'
@@ -883,7 +924,11 @@ def sums_task(
     else:
         # The resolve on the workers: the shares the resolves wrote for this partition.
         pair_values, contributions = _read_shares(key, resolved_path, results.pairs, options, plan, signature)
-        draws = _partition_draws(workdir, key, results, options, signature, field_groups, block_units)
+        draws = None
+        if handed_weights is not None and options.bootstrap > 0:
+            draws = _handed_weights(handed_weights, results.ref_pos, options.bootstrap)
+        if draws is None:
+            draws = _partition_draws(workdir, key, results, options, signature, field_groups, block_units)
     layer, strata, _ = storage.read_partition(
         Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=options.partition_size_m,
         geometries=("geometry",) if frame_dir is not None else (),

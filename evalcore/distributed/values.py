@@ -226,6 +226,10 @@ class ResolvedRun:
         Resolved on the workers: the file of the homeless predictions' tile and AOI sums
         (``resolved.homeless_tiles`` and ``homeless_aois`` are then None): they hold a
         row of replicates per unit, so the merge reads them when it adds them.
+    handed_weights : dict, optional
+        Resolved on the workers with scores and a field bootstrap: ``{partition key: path}``
+        of the replicate weights each score weights task wrote for its partition's sums task
+        (:func:`evalcore.distributed.tasks.sums_task`).
     """
 
     resolved: Resolved
@@ -237,6 +241,7 @@ class ResolvedRun:
     field_groups: dict | None = field(default=None, repr=False)
     homeless: tuple | None = field(default=None, repr=False)
     homeless_units: str | None = None
+    handed_weights: dict | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
