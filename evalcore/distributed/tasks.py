@@ -657,6 +657,9 @@ def score_weights_task(
     results = _pair_results(workdir, key, signature)
     draws = _partition_draws(workdir, key, results, options, signature, field_groups, block_units)
     weights = draws.weights()  # (replicates, fields)
+    n_ref = weights.sum(axis=1)
+    # Made small once: each range's columns are then gathered from an eighth of the bytes.
+    weights = _small_counts(weights, f"partition {name}")
     handed = _hand_weights(workdir, name, results.ref_pos, weights) if options.bootstrap_unit == "field" else None
     parts = []
     for resolver, path, n in homed:
@@ -674,10 +677,10 @@ def score_weights_task(
     written = {}
     for k in np.unique(which).tolist():
         mine = np.flatnonzero(which == k)
-        w = _small_counts(weights[:, columns[mine]].T, f"partition {name}")
+        w = np.ascontiguousarray(weights[:, columns[mine]].T)
         storage.write_summary(Path(out_dir) / f"weights-{name}-{k}.npz", {"pos": pos[mine], "weights": w})
         written[int(k)] = len(mine)
-    return {"key": key, "n_ref": weights.sum(axis=1), "ranges": written, "weights": handed}
+    return {"key": key, "n_ref": n_ref, "ranges": written, "weights": handed}
 
 
 HANDED_WEIGHTS_DIR = "handed-weights"
@@ -685,16 +688,16 @@ HANDED_WEIGHTS_DIR = "handed-weights"
 partition's sums task (:func:`_hand_weights`)."""
 
 
-def _hand_weights(workdir: str, name: str, positions: np.ndarray, weights: np.ndarray) -> str | None:
-    """Write a partition's replicate weights (whole numbers up to 255, as uint8) for its sums
-    task, which would otherwise make the same field draws again (about a sixth of its time);
-    the path, or None when the work directory is on a store (fetching them would cost more
-    than drawing them) or a weight does not fit a byte."""
-    if wd.is_remote(workdir) or float(weights.max(initial=0.0)) > np.iinfo(np.uint8).max:
+def _hand_weights(workdir: str, name: str, positions: np.ndarray, counts: np.ndarray) -> str | None:
+    """Write a partition's replicate weights (:func:`_small_counts`) for its sums task, which
+    would otherwise make the same field draws again (about a sixth of its time); the path,
+    or None when the work directory is on a store (fetching them would cost more than
+    drawing them) or a weight does not fit a byte."""
+    if wd.is_remote(workdir) or counts.dtype != np.uint8:
         return None
     path = Path(workdir) / HANDED_WEIGHTS_DIR / f"{name}.npz"
     path.parent.mkdir(parents=True, exist_ok=True)
-    storage.write_summary(path, {"pos": np.asarray(positions, np.int64), "weights": weights.astype(np.uint8)})
+    storage.write_summary(path, {"pos": np.asarray(positions, np.int64), "weights": counts})
     return str(path)
 
 
@@ -719,10 +722,15 @@ def _small_counts(weights: np.ndarray, what: str) -> np.ndarray:
     """Draw counts (whole numbers) in the smallest unsigned integer type holding them: a
     replicate's weights of 250,000 predictions and 1,000 replicates take 250 MB as uint8."""
     top = float(weights.max(initial=0.0))
-    if top > np.iinfo(np.uint32).max or not np.array_equal(weights, np.floor(weights)) or (weights < 0).any():
+    if not top <= np.iinfo(np.uint32).max:  # NaN included
         raise ValueError(f"{what}: replicate weights are not small whole numbers (largest {top})")
     dtype = np.uint8 if top <= np.iinfo(np.uint8).max else np.uint16 if top <= np.iinfo(np.uint16).max else np.uint32
-    return np.ascontiguousarray(weights, dtype=dtype)
+    with np.errstate(invalid="ignore"):
+        out = np.ascontiguousarray(weights, dtype=dtype)
+    # A negative or fractional weight (or a NaN) does not come back from the cast unchanged.
+    if not np.array_equal(out, weights):
+        raise ValueError(f"{what}: replicate weights are not small whole numbers (largest {top})")
+    return out
 
 
 def score_range_task(
