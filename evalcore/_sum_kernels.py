@@ -104,7 +104,8 @@ def _weighted_member_sums(weights: np.ndarray, values: np.ndarray, members: np.n
     A NaN or infinite value would not be left out: the caller sends those to
     :func:`_weighted_group_sums`. The gain is in the memory traffic: one load and one store
     of a cell per four fields, and each field's row loaded once for four replicates
-    (8,300 fields x 1000 replicates x 112 columns, 15 groups: 0.30 -> 0.18 s).
+    (8,300 fields x 1000 replicates x 112 columns, 15 groups, through
+    :func:`evalcore.bootstrap.replicate_group_sums`: 0.30 -> 0.215 s).
 
     Parameters
     ----------

@@ -51,6 +51,7 @@ __all__ = [
     "replicate_group_sums",
     "replicate_unit_sums",
     "rows_per_block",
+    "group_members",
     "WeightBlocks",
     "ReplicateSums",
     "BOOTSTRAP_UNITS",
@@ -389,6 +390,38 @@ def _weight_blocks(weights: F64Array | WeightBlocks, n_rows: int) -> tuple[int, 
     return weights.shape[0], [(0, n_rows, weights)]
 
 
+def group_members(flat_groups: IdArray, n_groups: int) -> tuple[IdArray, IdArray]:
+    """Each group's rows in position order: every row in group 0, then the rows of each group
+    of the flat group axis.
+
+    Parameters
+    ----------
+    flat_groups : ndarray of int64, shape (n, n_groupings)
+        Each row's group in each grouping, ``1 .. n_groups - 1`` (-1: none).
+    n_groups : int
+
+    Returns
+    -------
+    members, bounds : ndarray of int64
+        Group ``k``'s rows are ``members[bounds[k]:bounds[k + 1]]``.
+
+    Examples
+    --------
+    >>> members, bounds = group_members(np.array([[2], [-1], [2], [1]]), 3)
+    >>> members.tolist(), bounds.tolist()
+    ([0, 1, 2, 3, 3, 0, 2], [0, 4, 5, 7])
+    """
+    groups = np.ascontiguousarray(flat_groups, dtype=np.int64)
+    _check_flat_groups(groups, n_groups)
+    return _group_members(groups, n_groups)
+
+
+def _check_flat_groups(groups: IdArray, n_groups: int) -> None:
+    """The kernels index their output by these numbers, unchecked: one out of range is refused here."""
+    if groups.size and not (groups.max() < n_groups and groups.min() >= -1):
+        raise ValueError(f"flat groups must be -1 .. {n_groups - 1}, got {groups.min()} .. {groups.max()}")
+
+
 def replicate_group_sums(weights: F64Array | WeightBlocks, values: F64Array, flat_groups: IdArray, n_groups: int) -> ReplicateSums:
     """Count-weighted sums of quantity rows per replicate and group (:func:`field_weights`).
 
@@ -397,8 +430,7 @@ def replicate_group_sums(weights: F64Array | WeightBlocks, values: F64Array, fla
     """
     values = np.ascontiguousarray(values, dtype=np.float64)
     groups = np.ascontiguousarray(np.asarray(flat_groups, dtype=np.int64).reshape(len(values), np.shape(flat_groups)[-1] if np.ndim(flat_groups) == 2 else -1))
-    if groups.size and not (groups.max() < n_groups and groups.min() >= -1):
-        raise ValueError(f"flat groups must be -1 .. {n_groups - 1}, got {groups.min()} .. {groups.max()}")
+    _check_flat_groups(groups, n_groups)
     n_replicates, blocks = _weight_blocks(weights, len(values))
     out = np.zeros((n_groups, n_replicates, values.shape[1]))
     # A NaN or infinite value needs the kernel that skips a weight of 0 (0 x inf is NaN).

@@ -252,14 +252,16 @@ def prepare_sites(options: object, equal_area_crs: object = None, store: str | o
         message names the file and the rows.
     """
     tile = float(options.tile_km) * 1000.0
-    aois = annotated = None
     unknown = set(kinds) - {AOI.option, ANNOTATED_AREA.option}
     if unknown:
         raise ValueError(f"unknown site layer kinds {sorted(unknown)}: give 'aoi' and/or 'annotated_area'")
+    aoi_layer, annotated_layer = (prepare_site_layer(options, kind, equal_area_crs) if kind.option in kinds else None
+                                  for kind in (AOI, ANNOTATED_AREA))
     if store is not None:
-        return _stored_sites(options, equal_area_crs, Path(store), tile, kinds)
-    layer = prepare_site_layer(options, AOI, equal_area_crs) if AOI.option in kinds else None
-    if layer is not None:
+        return _stored_sites(aoi_layer, annotated_layer, Path(store), tile)
+    aois = annotated = None
+    if aoi_layer is not None:
+        layer = aoi_layer
         pieces, piece_aoi = [], []
         for k, geom in enumerate(layer.geoms_ea):
             cut = grid_pieces(np.asarray([geom], dtype=object))
@@ -268,23 +270,23 @@ def prepare_sites(options: object, equal_area_crs: object = None, store: str | o
         aois = AoiLayer(layer.id_column, layer.ids, layer.keys, layer.geoms_source, layer.geoms_ea, layer.crs, layer.source,
                         np.concatenate(pieces) if pieces else np.empty(0, dtype=object),
                         np.concatenate(piece_aoi) if piece_aoi else np.empty(0, dtype=np.int64))
-    layer = prepare_site_layer(options, ANNOTATED_AREA, equal_area_crs) if ANNOTATED_AREA.option in kinds else None
-    if layer is not None:
+    if annotated_layer is not None:
+        layer = annotated_layer
         annotated = AnnotatedArea(layer.geoms_ea, layer.source, layer.geoms_source, layer.crs, grid_pieces(layer.geoms_ea))
     return Sites(tile, aois, annotated)
 
 
-def _stored_sites(options: object, equal_area_crs: object, store: Path, tile: float, kinds: tuple[str, ...]) -> Sites:
-    """:func:`prepare_sites` with the pieces as cell indexes and boundary pieces in ``store``."""
+def _stored_sites(aoi_layer: object, annotated_layer: object, store: Path, tile: float) -> Sites:
+    """:func:`prepare_sites` of prepared layers with the pieces as cell indexes and boundary pieces in ``store``."""
     aois = annotated = None
-    layer = prepare_site_layer(options, AOI, equal_area_crs) if AOI.option in kinds else None
-    if layer is not None:
+    if aoi_layer is not None:
+        layer = aoi_layer
         cells = cut_layer([np.asarray([g], dtype=object) for g in layer.geoms_ea])
         overlaps = _cell_overlaps(cells)
         aois = AoiLayer(layer.id_column, layer.ids, layer.keys, layer.geoms_source, layer.geoms_ea, layer.crs, layer.source,
                         None, None, cells.without_geometry(store / "aoi"), overlaps)
-    layer = prepare_site_layer(options, ANNOTATED_AREA, equal_area_crs) if ANNOTATED_AREA.option in kinds else None
-    if layer is not None:
+    if annotated_layer is not None:
+        layer = annotated_layer
         cells = cut_layer([layer.geoms_ea])
         annotated = AnnotatedArea(layer.geoms_ea, layer.source, layer.geoms_source, layer.crs, None, cells.without_geometry(store / "annotated"))
     return Sites(tile, aois, annotated)

@@ -11,7 +11,7 @@ sorted values (:func:`evalcore.selection.select`) without concatenating them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -232,8 +232,7 @@ def summarize_partition(
         if draws is None or len(draws.weights_rows()) != n:
             raise ValueError(f"partition {key}: the bootstrap draws of its {n} reference fields are missing")
         weights = draws.weights()
-        summed = [list(table.columns).index(c) for c in replicate_columns(options)]
-        replicates = replicate_group_sums(weights, table.values[:, summed], flat_groups, plan.n_groups)
+        replicates = replicate_group_sums(weights, table.values[:, _replicated(table.columns, options)], flat_groups, plan.n_groups)
     ucols, rcols = unit_sum_columns(options)
     units = unit_rows(ucols, table.columns, table.values)
     tiles = unit_sums(np.stack([refs.utm_epsg, refs.tile_x, refs.tile_y], axis=1), units, weights, ucols, rcols)
@@ -311,6 +310,13 @@ def order_by_group(selected: Mapping[int, Mapping[Statistic, float]], options: E
     return out
 
 
+def _replicated(columns: Sequence[str], options: EvalOptions) -> list[int]:
+    """Where the columns summed per replicate (:func:`~evalcore.metrics.registry.replicate_columns`)
+    are among ``columns`` (a quantity table's, in :func:`quantity_columns` order)."""
+    where = {name: j for j, name in enumerate(columns)}
+    return [where[name] for name in replicate_columns(options)]
+
+
 def merge_partitions(
     parts: list[PartitionSummary] | Iterator[PartitionSummary],
     unassigned: dict[str, float],
@@ -366,8 +372,8 @@ def merge_partitions(
     sums = GroupSums.empty(columns, max_cols, plan.n_groups)
     replicates = None
     if options.bootstrap > 0:
-        rep_columns = replicate_columns(options)
-        replicates = ReplicateSums(np.zeros((plan.n_groups, options.bootstrap, len(rep_columns))))
+        replicated = _replicated(columns, options)
+        replicates = ReplicateSums(np.zeros((plan.n_groups, options.bootstrap, len(replicated))))
     previous = None
     value_parts = []
     n_rep = options.bootstrap if options.bootstrap > 0 else None
@@ -406,10 +412,9 @@ def merge_partitions(
     if replicates is not None:
         groups = replicates.groups.copy()
         if unassigned_replicates is None:
-            # the same homeless predictions in every replicate
-            groups[0] = groups[0] + np.array([unassigned.get(c, 0.0) for c in rep_columns])
+            groups[0] = groups[0] + row[replicated]  # the same homeless predictions in every replicate
         else:
-            col = {name: k for k, name in enumerate(rep_columns)}
+            col = {columns[j]: k for k, j in enumerate(replicated)}
             for j, name in enumerate(unassigned_columns):
                 if name in col:
                     groups[0][:, col[name]] += unassigned_replicates[:, j]

@@ -575,10 +575,12 @@ def group_members(group: IdArray, score_sorted: F64Array, n_groups: int) -> tupl
     last : ndarray of bool
         Whether each member is the last of its distinct score within its group.
     """
-    parts = [np.arange(len(group), dtype=np.int64)] + [np.flatnonzero(group == k).astype(np.int64) for k in range(n_groups - 1)]
-    members = np.concatenate(parts)
-    member_start = np.concatenate([[0], np.cumsum([len(m) for m in parts])]).astype(np.int64)
-    last = np.concatenate([step_ends(score_sorted[m]) for m in parts]) if len(members) else np.empty(0, bool)
+    from evalcore.bootstrap import group_members as members_of
+
+    group = np.asarray(group, dtype=np.int64)
+    members, member_start = members_of(np.where(group >= 0, group + 1, -1)[:, None], n_groups)
+    last = (np.concatenate([step_ends(score_sorted[members[a:b]]) for a, b in zip(member_start[:-1], member_start[1:], strict=True)])
+            if len(members) else np.empty(0, bool))
     return members, member_start, last
 
 

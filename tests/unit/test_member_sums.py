@@ -113,3 +113,22 @@ def test_member_sums_by_hand():
 def test_a_group_out_of_range_is_refused():
     with pytest.raises(ValueError, match="flat groups must be -1 .. 1"):
         replicate_group_sums(np.ones((1, 2)), np.ones((2, 1)), np.array([[1], [2]]), 2)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 40), st.integers(1, 5), st.integers(0, 2**32 - 1))
+def test_score_risk_groups_are_the_member_lists(n, n_groups, seed):
+    """:func:`evalcore.metrics.score_ranges.group_members` (every prediction, then each stratum's,
+    -1 in none) through :func:`evalcore.bootstrap.group_members`: the lists written out."""
+    from evalcore.metrics.score_ranges import group_members as risk_groups
+    from evalcore.metrics.score_ranges import step_ends
+
+    rng = np.random.default_rng(seed)
+    group = rng.integers(-1, n_groups - 1, size=n) if n_groups > 1 else np.full(n, -1)
+    score = np.sort(rng.choice([0.1, 0.5, 0.9], size=n))[::-1].copy()
+    parts = [np.arange(n)] + [np.flatnonzero(group == k) for k in range(n_groups - 1)]
+    members, starts, last = risk_groups(group, score, n_groups)
+    assert members.tolist() == np.concatenate(parts).tolist()
+    assert starts.tolist() == np.concatenate([[0], np.cumsum([len(p) for p in parts])]).tolist()
+    want_last = np.concatenate([step_ends(score[p]) for p in parts]) if n else np.empty(0, bool)
+    assert last.tolist() == want_last.tolist()
