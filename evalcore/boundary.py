@@ -293,8 +293,26 @@ def pairs_in_reference_zone(ref: PreparedLayer, pred: PreparedLayer, i_ref: IdAr
     pred_geoms = pred.geoms_utm[i_pred].copy()
     foreign = np.flatnonzero(pred.utm_epsg[i_pred] != zone)
     if len(foreign):
-        pred_geoms[foreign] = to_utm(pred.geoms_source[i_pred[foreign]], pred.crs, zone[foreign])
+        pred_geoms[foreign] = to_utm(_source_geoms(pred, i_pred[foreign]), pred.crs, zone[foreign])
     return ref_geoms, pred_geoms
+
+
+def _source_geoms(layer: PreparedLayer, rows: IdArray) -> GeomArray:
+    """``layer.geoms_source[rows]``, refusing rows whose source geometry was not decoded.
+
+    A prepared row always has a geometry; a missing one means the partition was read
+    without its source column (:func:`evalcore.distributed.storage.read_partition`), and
+    reprojecting nothing would silently drop a boundary from the measure.
+    """
+    geoms = layer.geoms_source[rows]
+    missing = shapely.is_missing(geoms)
+    if missing.any():
+        first = int(layer.positions[np.asarray(rows)[missing][0]])
+        raise ValueError(
+            f"the {layer.name} layer's row at input position {first} (and {int(missing.sum()) - 1} more) must be "
+            "reprojected from its source geometry, which was not read with its partition"
+        )
+    return geoms
 
 
 # ---------------------------------------------------------------------------
@@ -540,7 +558,7 @@ def _other_in_zone(other: PreparedLayer, rows: IdArray, code: int) -> tuple[F64A
     hx, hy, h_ring_off, _ = _flatten(other.geoms_utm[rows[home]])
     if home.all():
         return hx, hy, h_ring_off
-    sx, sy, f_ring_off, _ = _flatten(other.geoms_source[rows[~home]])
+    sx, sy, f_ring_off, _ = _flatten(_source_geoms(other, rows[~home]))
     fx, fy = transform_xy(sx, sy, other.crs, utm_crs(code))
     ox = np.ascontiguousarray(np.concatenate([hx, fx]), dtype=np.float64)
     oy = np.ascontiguousarray(np.concatenate([hy, fy]), dtype=np.float64)
@@ -566,8 +584,12 @@ def candidate_boxes(layer: PreparedLayer) -> F64Array:
 
     The union of the equal-area geometry's bounds and the equal-area image of the
     source geometry's box corners: the repair after reprojection can drop a collapsed
-    sliver that the UTM geometry (which is what gets measured) still has.
+    sliver that the UTM geometry (which is what gets measured) still has. A layer that
+    carries them (``layer.candidate_box``, read back with a prepared partition) gives
+    those, made by this function when the partition was prepared.
     """
+    if layer.candidate_box is not None:
+        return layer.candidate_box
     bounds = shapely.bounds(layer.geoms_ea)
     if len(layer) == 0 or layer.crs is None:
         return bounds

@@ -71,6 +71,11 @@ class PreparedLayer:
     n_within_training_buffer : int
         Rows the study area kept that lie within the leakage buffer of the training
         area; they are among the rows unless the run excludes them.
+    candidate_box : ndarray of float64, shape (n, 4), optional
+        Each row's equal-area candidate box, :func:`evalcore.boundary.candidate_boxes`,
+        when it was already made (read back with a prepared partition, whose source
+        geometry the pairs phase may then leave undecoded); None to make it from the
+        geometries when asked.
     """
 
     name: str
@@ -100,6 +105,7 @@ class PreparedLayer:
     n_outside_study_area: int = 0
     n_within_training_buffer: int = 0
     class_value: np.ndarray | None = None
+    candidate_box: F64Array | None = None
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -155,4 +161,5 @@ def empty_layer(
         n_repaired=0,
         equal_area_crs=equal_area_crs,
         partition_size_m=float(partition_size_m),
+        candidate_box=np.empty((0, 4), dtype=np.float64),
     )

@@ -145,10 +145,15 @@ def _labels_array(labels: pd.Index) -> pa.Array:
 GEOMETRY_COLUMNS = ("geometry", "geom_ea", "geom_utm")
 """The WKB columns of a prepared partition: source, equal-area and UTM geometry."""
 
+BOX_COLUMNS = ("ea_minx", "ea_miny", "ea_maxx", "ea_maxy")
+"""A prepared partition's candidate box columns (:func:`evalcore.boundary.candidate_boxes`
+when the chunk was prepared): the halo reads' windows, and the boxes the pairs phase
+selects tolerance candidates by, without decoding the source geometry they came from."""
+
 
 _WKB_WRITE_OPTIONS = {
     "use_dictionary": ["label", "stratum"],
-    "write_statistics": ["position", "ea_minx", "ea_miny", "ea_maxx", "ea_maxy"],
+    "write_statistics": ["position", *BOX_COLUMNS],
     "compression": {name: "NONE" for name in GEOMETRY_COLUMNS},
 }
 """Parquet options for prepared partitions. WKB neither compresses nor repeats: with
@@ -199,10 +204,7 @@ def write_prepared_chunk(
         "score": pa.array(layer.score[rows]),
         "class": pa.array(layer.class_value[rows].tolist() if layer.class_value is not None else [None] * len(rows), type=pa.string()),
         "perimeter_m": pa.array(layer.perimeter_m[rows]),
-        "ea_minx": pa.array(bounds[:, 0]),
-        "ea_miny": pa.array(bounds[:, 1]),
-        "ea_maxx": pa.array(bounds[:, 2]),
-        "ea_maxy": pa.array(bounds[:, 3]),
+        **{name: pa.array(bounds[:, k]) for k, name in enumerate(BOX_COLUMNS)},
         "reach": pa.array(reach_m[rows]),
         "stratum": pa.array(strata[rows] if strata is not None else [None] * len(rows), type=pa.string()),
         "geom_ea": pa.array(shapely.to_wkb(layer.geoms_ea[rows]), type=pa.binary()),
@@ -263,7 +265,8 @@ def read_partition(
     geometries : tuple of str
         Which of :data:`GEOMETRY_COLUMNS` to read and decode; the others are left
         out of the read and come back as arrays of None (the sums phase needs only the
-        source geometry, and only when it writes the field table).
+        source geometry, and only when it writes the field table). The layer carries
+        the stored candidate boxes (``candidate_box``) whatever is decoded.
 
     Returns
     -------
@@ -285,7 +288,7 @@ def read_partition(
             continue
         # A halo read: the boxes first, the geometries only when some row is in the window.
         parquet = pq.ParquetFile(path)
-        keep = _in_window(parquet.read(columns=["ea_minx", "ea_miny", "ea_maxx", "ea_maxy", "reach"]), window, grow_by_reach)
+        keep = _in_window(parquet.read(columns=[*BOX_COLUMNS, "reach"]), window, grow_by_reach)
         if keep.any():
             tables.append(parquet.read(columns=columns).filter(pa.array(keep)))
     if not tables:  # no row of this partition reaches the window
@@ -319,6 +322,7 @@ def read_partition(
         n_repaired=0,
         equal_area_crs=equal_area_crs,
         partition_size_m=partition_size_m,
+        candidate_box=np.stack([table[c].to_numpy().astype(np.float64) for c in BOX_COLUMNS], axis=1).reshape(-1, 4),
     )
     strata = np.asarray(table["stratum"].to_pylist(), dtype=object)
     return layer, strata, table["reach"].to_numpy().astype(np.float64)

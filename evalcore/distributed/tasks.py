@@ -72,7 +72,10 @@ def _concat_layers(layers: list[PreparedLayer]) -> PreparedLayer:
     fields = {}
     for name in first.__slots__:
         values = [getattr(layer, name) for layer in layers]
-        if isinstance(values[0], np.ndarray):
+        if name == "candidate_box" and any(v is not None for v in values):
+            # Each part's own boxes, made from its geometries where it carries none.
+            fields[name] = np.concatenate([boundary.candidate_boxes(layer) for layer in layers])
+        elif isinstance(values[0], np.ndarray):
             fields[name] = np.concatenate(values)
         elif isinstance(values[0], pd.Index):
             fields[name] = values[0].append(values[1:])
@@ -127,8 +130,9 @@ def prepare_chunk_task(
     local = layer.positions
     layer = replace(layer, positions=layer.positions + chunk.start)
     strata = strata_all[local] if strata_all is not None else None
-    reach = _reach(layer, tolerance_m)
     boxes = boundary.candidate_boxes(layer)
+    layer = replace(layer, candidate_box=boxes)  # made once, for the reach and the stored boxes
+    reach = _reach(layer, tolerance_m)
     keys = np.stack([layer.utm_epsg, layer.partition_x, layer.partition_y], axis=1) if len(layer) else np.empty((0, 3), np.int64)
     inject_fault("prepare", f"{source.role}-{chunk.index}")
     partitions = {}
@@ -209,10 +213,11 @@ def pairs_task(
     tol = options.boundary_tolerance_m
     has_ref, has_pred = key in ref_info.partitions, key in pred_info.partitions
     # The source geometry serves only to reproject a row into another zone than its own
-    # (and, with a tolerance, to bound its candidates): without a tolerance, only rows of
-    # partitions in another zone need it, and decoding it for the others is wasted.
+    # (the tolerance candidates are selected by the boxes stored with the partition):
+    # only rows of partitions in another zone need it, and decoding it for the others
+    # is wasted.
     everything = storage.GEOMETRY_COLUMNS
-    lean = ("geom_ea", "geom_utm") if tol is None else everything
+    lean = ("geom_ea", "geom_utm")
 
     def geometries(j: PartitionKey) -> tuple[str, ...]:
         return lean if j[0] == key[0] else everything
