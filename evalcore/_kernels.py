@@ -1228,3 +1228,84 @@ def _boundary_within_tolerance(qx, qy, q_ring_off, q_geom_off, ox, oy, o_ring_of
                 q_seg += 1
         out[g] = total
     return out
+
+
+# ---------------------------------------------------------------------------
+# Box joins
+# ---------------------------------------------------------------------------
+
+
+@njit(**_JIT)
+def _meeting_boxes(a_lo_x, a_lo_y, a_hi_x, a_hi_y, b_lo_x, b_lo_y, b_hi_x, b_hi_y, origin_x: float, origin_y: float,
+                   cell: float, ncx: int, ncy: int):
+    """Every pair of closed boxes ``(i, j)`` that meet (touching counts), each pair once.
+
+    A uniform grid of ``ncx`` x ``ncy`` square cells of side ``cell`` from
+    ``(origin_x, origin_y)`` (cells beyond the edges are clamped to the edge ones): every
+    ``b`` box is registered in the cells it covers, and every ``a`` box tests the ``b``
+    boxes of the cells it covers. A pair is reported by one cell only, the cell of the low
+    corner of the two boxes' intersection (which both cover), so no pair comes twice
+    and no sort is needed. The grid affects speed only. The boxes must be finite.
+
+    Returns
+    -------
+    i, j : int64 (n_pairs,)
+        Indices into the ``a`` and ``b`` lists, in the order of ``a``, then of the cells.
+    """
+    n = a_lo_x.shape[0]
+    m = b_lo_x.shape[0]
+    n_cells = ncx * ncy
+    count = np.zeros(n_cells + 1, dtype=np.int64)
+    for e in range(m):
+        i0, i1 = _cell_range(b_lo_x[e], b_hi_x[e], origin_x, cell, ncx)
+        k0, k1 = _cell_range(b_lo_y[e], b_hi_y[e], origin_y, cell, ncy)
+        for ci in range(i0, i1 + 1):
+            for ck in range(k0, k1 + 1):
+                count[ci * ncy + ck + 1] += 1
+    for c in range(n_cells):
+        count[c + 1] += count[c]
+    fill = count[:-1].copy()
+    ids = np.empty(count[n_cells], dtype=np.int64)
+    for e in range(m):
+        i0, i1 = _cell_range(b_lo_x[e], b_hi_x[e], origin_x, cell, ncx)
+        k0, k1 = _cell_range(b_lo_y[e], b_hi_y[e], origin_y, cell, ncy)
+        for ci in range(i0, i1 + 1):
+            for ck in range(k0, k1 + 1):
+                c = ci * ncy + ck
+                ids[fill[c]] = e
+                fill[c] += 1
+    cap = 4 * (n + m) + 16
+    out_i = np.empty(cap, dtype=np.int64)
+    out_j = np.empty(cap, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        i0, i1 = _cell_range(a_lo_x[i], a_hi_x[i], origin_x, cell, ncx)
+        k0, k1 = _cell_range(a_lo_y[i], a_hi_y[i], origin_y, cell, ncy)
+        for ci in range(i0, i1 + 1):
+            for ck in range(k0, k1 + 1):
+                c = ci * ncy + ck
+                for f in range(count[c], count[c + 1]):
+                    e = ids[f]
+                    if b_lo_x[e] > a_hi_x[i] or a_lo_x[i] > b_hi_x[e] or b_lo_y[e] > a_hi_y[i] or a_lo_y[i] > b_hi_y[e]:
+                        continue
+                    # Report the pair in the cell of the intersection's low corner only.
+                    cx, _ = _cell_range(max(a_lo_x[i], b_lo_x[e]), max(a_lo_x[i], b_lo_x[e]), origin_x, cell, ncx)
+                    cy, _ = _cell_range(max(a_lo_y[i], b_lo_y[e]), max(a_lo_y[i], b_lo_y[e]), origin_y, cell, ncy)
+                    if cx != ci or cy != ck:
+                        continue
+                    if k == cap:
+                        cap *= 2
+                        out_i = _grown(out_i, cap)
+                        out_j = _grown(out_j, cap)
+                    out_i[k] = i
+                    out_j[k] = e
+                    k += 1
+    return out_i[:k].copy(), out_j[:k].copy()
+
+
+@njit(**_JIT)
+def _grown(values, cap: int):
+    """``values`` copied into a new array of ``cap`` entries (the rest unset)."""
+    out = np.empty(cap, dtype=values.dtype)
+    out[: values.shape[0]] = values
+    return out
