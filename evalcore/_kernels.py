@@ -977,6 +977,23 @@ def _segment_length_within(px, py, qx, qy, ox, oy, seg_start, cand, n_cand, tol,
 
 
 @njit(**_JIT)
+def _mean_segment_length(x, y, ring_off) -> float:
+    """Mean length of the segments of flat rings (0.0 without segments): the grid's scale only.
+
+    Each ring's segments join consecutive coordinates; no segment spans two rings.
+    """
+    total = 0.0
+    n_seg = 0
+    for r in range(ring_off.shape[0] - 1):
+        for i in range(ring_off[r] + 1, ring_off[r + 1]):
+            dx = x[i] - x[i - 1]
+            dy = y[i] - y[i - 1]
+            total += np.sqrt(dx * dx + dy * dy)
+        n_seg += max(ring_off[r + 1] - ring_off[r] - 1, 0)
+    return total / n_seg if n_seg > 0 else 0.0
+
+
+@njit(**_JIT)
 def _radix_argsort(keys):
     """Stable argsort of non-negative int64 keys (LSD radix sort, 16-bit digits)."""
     n = keys.size

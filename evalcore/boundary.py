@@ -400,17 +400,6 @@ def pair_boundary_iou(ref_geoms: GeomArray, pred_geoms: GeomArray, width_m: floa
 # ---------------------------------------------------------------------------
 
 
-def _mean_segment_length(x: F64Array, y: F64Array, ring_off: IdArray) -> float:
-    """Mean length of the segments of flat rings (0.0 without segments)."""
-    n_seg = len(x) - (len(ring_off) - 1)
-    if n_seg <= 0:
-        return 0.0
-    piece = np.hypot(np.diff(x), np.diff(y))
-    jumps = ring_off[1:-1] - 1  # np.diff also spans the gap from one ring to the next
-    jumps = jumps[(jumps >= 0) & (jumps < len(piece))]
-    return float((piece.sum() - piece[jumps].sum()) / n_seg)
-
-
 def _grid_cell(
     x: F64Array, y: F64Array, ring_off: IdArray, ox: F64Array, oy: F64Array, o_ring_off: IdArray, tolerance_m: float
 ) -> float:
@@ -420,7 +409,7 @@ def _grid_cell(
     cells a few segments wide, so that registering segments and looking cells up stay
     cheap while a cell still holds few segments. Never so small that cell keys overflow.
     """
-    seg = _mean_segment_length(x, y, ring_off) + _mean_segment_length(ox, oy, o_ring_off)
+    seg = _kernels._mean_segment_length(x, y, ring_off) + _kernels._mean_segment_length(ox, oy, o_ring_off)
     extent = max(float(np.ptp(x)), float(np.ptp(y)), 1.0) + 4 * tolerance_m
     cell = max(4.0 * tolerance_m, min(2.0 * seg, GRID_CELL_CAP_M), extent / 2.0**26, 1e-6)
     return float(cell)
