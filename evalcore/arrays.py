@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from evalcore._typing import IdArray
+from evalcore import _kernels
+from evalcore._typing import F64Array, IdArray
 
-__all__ = ["index_of"]
+__all__ = ["index_of", "meeting_boxes"]
 
 
 def index_of(sorted_keys: IdArray, keys: IdArray) -> IdArray:
@@ -25,3 +26,43 @@ def index_of(sorted_keys: IdArray, keys: IdArray) -> IdArray:
     if len(keys) and (idx.max(initial=0) >= len(sorted_keys) or not np.array_equal(sorted_keys[idx], keys)):
         raise KeyError("a position is missing from the table it is looked up in")
     return idx
+
+
+def meeting_boxes(boxes: F64Array, other_boxes: F64Array) -> tuple[IdArray, IdArray]:
+    """Every pair ``(i, j)`` of closed boxes ``boxes[i]`` and ``other_boxes[j]`` that meet.
+
+    Touching counts (the closed intervals of an envelope test); a box with a non-finite
+    bound meets nothing. A uniform grid (:func:`evalcore._kernels._meeting_boxes`), with
+    no geometry built.
+
+    Parameters
+    ----------
+    boxes, other_boxes : ndarray of float64, shape (n, 4) and (m, 4)
+        ``(minx, miny, maxx, maxy)``.
+
+    Returns
+    -------
+    i, j : ndarray of int64
+        Each meeting pair once, in an order that depends on the boxes only.
+
+    Examples
+    --------
+    >>> meeting_boxes(np.array([[0.0, 0.0, 1.0, 1.0]]), np.array([[1.0, 1.0, 2.0, 2.0], [3.0, 0.0, 4.0, 1.0]]))
+    (array([0]), array([0]))
+    """
+    a = np.flatnonzero(np.isfinite(boxes).all(axis=1))
+    b = np.flatnonzero(np.isfinite(other_boxes).all(axis=1))
+    if len(a) == 0 or len(b) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    sa, sb = boxes[a], other_boxes[b]
+    origin_x, origin_y = float(sb[:, 0].min()), float(sb[:, 1].min())
+    extent = max(float(sb[:, 2].max()) - origin_x, float(sb[:, 3].max()) - origin_y, 1e-9)
+    # Cells about twice a box's mean side: each box covers a few cells, each cell holds a
+    # few boxes; never more than 2**20 cells (speed only, never the pairs).
+    side = float(np.mean(np.maximum(sb[:, 2] - sb[:, 0], sb[:, 3] - sb[:, 1])))
+    cell = max(2.0 * side, extent / 1024.0, 1e-9)
+    ncx = int((float(sb[:, 2].max()) - origin_x) // cell) + 1
+    ncy = int((float(sb[:, 3].max()) - origin_y) // cell) + 1
+    i, j = _kernels._meeting_boxes(*(np.ascontiguousarray(sa[:, k]) for k in range(4)),
+                                   *(np.ascontiguousarray(sb[:, k]) for k in range(4)), origin_x, origin_y, cell, ncx, ncy)
+    return a[i], b[j]

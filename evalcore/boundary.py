@@ -36,6 +36,7 @@ from pyproj import CRS
 
 from evalcore import _kernels
 from evalcore._typing import F64Array, GeomArray, IdArray
+from evalcore.arrays import meeting_boxes
 from evalcore.config import BOUNDARY_MAX_SAMPLES, BOUNDARY_SAMPLE_SPACING_M
 from evalcore.crs import WGS84, max_scale, to_utm, transform_xy, utm_crs
 from evalcore.layer import PreparedLayer
@@ -486,46 +487,11 @@ def _tolerance_candidates(layer: PreparedLayer, other: PreparedLayer, tolerance_
     o_bounds = candidate_boxes(other)
     o_size = np.hypot(o_bounds[:, 2] - o_bounds[:, 0], o_bounds[:, 3] - o_bounds[:, 1])
     o_grow = _CANDIDATE_SIZE_MARGIN * o_size
-    return _meeting_pairs(bounds - grow[:, None] * _BOX_SIGNS, o_bounds - o_grow[:, None] * _BOX_SIGNS)
+    return meeting_boxes(bounds - grow[:, None] * _BOX_SIGNS, o_bounds - o_grow[:, None] * _BOX_SIGNS)
 
 
 _BOX_SIGNS = np.array([1.0, 1.0, -1.0, -1.0])
 """``box - grow * _BOX_SIGNS`` grows a (minx, miny, maxx, maxy) box by ``grow`` on every side."""
-
-
-def _meeting_pairs(boxes: F64Array, other_boxes: F64Array) -> tuple[IdArray, IdArray]:
-    """Every pair ``(i, j)`` of closed boxes ``boxes[i]`` and ``other_boxes[j]`` that meet.
-
-    Touching counts (the closed intervals of an envelope test); a box with a non-finite
-    bound meets nothing. A uniform grid (:func:`evalcore._kernels._meeting_boxes`), with
-    no geometry built.
-
-    Parameters
-    ----------
-    boxes, other_boxes : ndarray of float64, shape (n, 4) and (m, 4)
-        ``(minx, miny, maxx, maxy)``.
-
-    Returns
-    -------
-    i, j : ndarray of int64
-        Each meeting pair once, in an order that depends on the boxes only.
-    """
-    a = np.flatnonzero(np.isfinite(boxes).all(axis=1))
-    b = np.flatnonzero(np.isfinite(other_boxes).all(axis=1))
-    if len(a) == 0 or len(b) == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    sa, sb = boxes[a], other_boxes[b]
-    origin_x, origin_y = float(sb[:, 0].min()), float(sb[:, 1].min())
-    extent = max(float(sb[:, 2].max()) - origin_x, float(sb[:, 3].max()) - origin_y, 1e-9)
-    # Cells about twice a box's mean side: each box covers a few cells, each cell holds a
-    # few boxes; never more than 2**20 cells (speed only, never the pairs).
-    side = float(np.mean(np.maximum(sb[:, 2] - sb[:, 0], sb[:, 3] - sb[:, 1])))
-    cell = max(2.0 * side, extent / 1024.0, 1e-9)
-    ncx = int((float(sb[:, 2].max()) - origin_x) // cell) + 1
-    ncy = int((float(sb[:, 3].max()) - origin_y) // cell) + 1
-    i, j = _kernels._meeting_boxes(*(np.ascontiguousarray(sa[:, k]) for k in range(4)),
-                                   *(np.ascontiguousarray(sb[:, k]) for k in range(4)), origin_x, origin_y, cell, ncx, ncy)
-    return a[i], b[j]
 
 
 def tolerance_lengths(layer: PreparedLayer, other: PreparedLayer, tolerance_m: float) -> F64Array:

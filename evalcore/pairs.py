@@ -12,6 +12,7 @@ import shapely
 
 from evalcore import _area_kernels
 from evalcore._typing import F64Array, GeomArray, IdArray
+from evalcore.arrays import meeting_boxes
 from evalcore.layer import PreparedLayer
 from evalcore.pairtable import PairTable
 from evalcore.rings import flatten_rings
@@ -110,8 +111,11 @@ def candidate_pairs(ref: PreparedLayer, pred: PreparedLayer) -> PairTable:
     """
     if len(ref) == 0 or len(pred) == 0:
         return PairTable.empty()
-    tree = shapely.STRtree(pred.geoms_ea)
-    i_ref, i_pred = tree.query(ref.geoms_ea, predicate="intersects")
+    # Pairs whose boxes meet, with no intersects predicate: two polygons whose boxes meet
+    # but which are disjoint (half a percent of such pairs on fields) have an
+    # intersection area of exactly 0 and are dropped below with the touching ones, and
+    # GEOS's predicate on every pair cost more than the areas of those few.
+    i_ref, i_pred = meeting_boxes(shapely.bounds(ref.geoms_ea), shapely.bounds(pred.geoms_ea))
     inter = intersection_areas(ref.geoms_ea[i_ref], pred.geoms_ea[i_pred])
     positive = inter > 0.0
     i_ref, i_pred, inter = i_ref[positive], i_pred[positive], inter[positive]

@@ -1,4 +1,4 @@
-"""The box join of the tolerance candidates (:func:`evalcore.boundary._meeting_pairs`, a
+"""The box join of the tolerance candidates (:func:`evalcore.arrays.meeting_boxes`, a
 uniform grid in numba) against the obvious double loop over closed intervals, and
 against GEOS's envelope query (the STRtree the candidates were selected with before)."""
 
@@ -9,7 +9,7 @@ import shapely
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evalcore.boundary import _meeting_pairs
+from evalcore.arrays import meeting_boxes as _meeting_pairs
 
 
 def _by_loop(a: np.ndarray, b: np.ndarray) -> set[tuple[int, int]]:
