@@ -294,8 +294,12 @@ def read_partition(
     if not tables:  # no row of this partition reaches the window
         tables.append(pq.read_schema(files[0]).empty_table().select(columns))
     table = pa.concat_tables(tables)
-    order = np.argsort(table["position"].to_numpy(), kind="stable")
-    table = table.take(pa.array(order))
+    positions = table["position"].to_numpy()
+    # The chunk files (named by their first position, taken in name order) hold disjoint
+    # ranges of rows in position order, so the rows almost always come in order already;
+    # reordering a table copies every column, geometry included.
+    if len(positions) > 1 and not np.all(positions[1:] > positions[:-1]):
+        table = table.take(pa.array(np.argsort(positions, kind="stable")))
     layer = PreparedLayer(
         name=layer_name,
         positions=table["position"].to_numpy().astype(np.int64),

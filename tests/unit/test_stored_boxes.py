@@ -97,3 +97,22 @@ def test_reprojecting_an_unread_source_geometry_is_refused(tmp_path, layers):
     mine = ref.take(np.flatnonzero(ref.utm_epsg == 32613))
     with pytest.raises(ValueError, match=r"predicted layer's row at input position \d+ .*not read with its partition"):
         boundary.tolerance_lengths(mine, lean_pred, TOLERANCE_M)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_partition_comes_back_in_position_order(tmp_path, layers, reverse):
+    """Rows come back in position order whether the chunk files hold them in order (the
+    reorder is skipped) or not (a file written with its rows reversed)."""
+    ref, _ = layers
+    key = (32613, 0, 0)
+    rows = np.flatnonzero(ref.utm_epsg == 32613)
+    boxes, reach = boundary.candidate_boxes(ref), _reach(ref, TOLERANCE_M)
+    directory = tmp_path / "prepared" / "reference" / storage.key_name(key)
+    first, second = rows[: len(rows) // 2], rows[len(rows) // 2:]
+    storage.write_prepared_chunk(directory, ref, second[::-1] if reverse else second, reach, None, boxes)
+    storage.write_prepared_chunk(directory, ref, first, reach, None, boxes)
+    read, _, read_reach = storage.read_partition(tmp_path, "reference", key, crs=ref.crs, equal_area_crs=ref.equal_area_crs,
+                                                 partition_size_m=ref.partition_size_m)
+    assert read.positions.tolist() == ref.positions[rows].tolist()
+    assert read.candidate_box.tobytes() == boxes[rows].tobytes() and read_reach.tobytes() == reach[rows].tobytes()
+    assert shapely.equals_exact(read.geoms_utm, ref.geoms_utm[rows], tolerance=0.0).all()
