@@ -42,7 +42,7 @@ __all__ = [
     "AP_THRESHOLDS", "REC_THRS", "PR_THRESHOLDS", "MAX_CURVE_POINTS", "ScoreRows", "RangeCounts", "RangeValues",
     "range_of", "splitters", "range_counts", "prefix_counts", "range_values", "pr_rows", "risk_rows", "ap_of",
     "thinned_rows", "ReplicateCounts", "ReplicateShares", "group_members", "replicate_counts", "replicate_shares",
-    "replicate_values",
+    "replicate_values", "as_counts",
 ]
 
 AP_THRESHOLDS: tuple[float, ...] = IOU_SWEEP_THRESHOLDS
@@ -513,7 +513,9 @@ def run_keys(values: RangeValues, total: RangeCounts, n_ref: int, score_threshol
 # max and by sum. The whole run is one range (:func:`evalcore.metrics.scores.replicate_ap_and_aurc`).
 
 REPLICATE_CHUNK_BYTES = 32 * 2**20
-"""Memory of one chunk of replicate weights (replicates x predictions, float64) in a range's computations."""
+"""Memory of one chunk of replicate weights (replicates x predictions, counted as float64;
+pass 2's chunks hold the counts in their own small type, an eighth of it as uint8) in a
+range's computations."""
 
 
 @dataclass(frozen=True)
@@ -584,13 +586,32 @@ def group_members(group: IdArray, score_sorted: F64Array, n_groups: int) -> tupl
     return members, member_start, last
 
 
-def _chunks(weights: np.ndarray, chunk_bytes: int):
-    """Consecutive replicates of ``weights`` (n_replicates, n) as contiguous float64 blocks."""
+def _chunks(weights: np.ndarray, chunk_bytes: int, dtype: type | None = np.float64):
+    """Consecutive replicates of ``weights`` (n_replicates, n) as contiguous blocks of
+    ``dtype`` (None: the weights' own type)."""
     from evalcore.bootstrap import replicates_per_chunk
 
     step = replicates_per_chunk(weights.shape[1], chunk_bytes)
     for a in range(0, weights.shape[0], step):
-        yield a, np.ascontiguousarray(weights[a:a + step], dtype=np.float64)
+        yield a, np.ascontiguousarray(weights[a:a + step], dtype=dtype)
+
+
+def as_counts(weights: np.ndarray) -> np.ndarray:
+    """Replicate weights in the smallest unsigned integer type that holds them, when they are
+    whole numbers from 0 to 2**32 - 1 (bootstrap counts, always), else as float64.
+
+    The replicate kernels read counts in any type with the same bits (their sums are of
+    whole numbers, exact); a byte a weight instead of eight is less to convert and to
+    read, and their counts add as integers.
+    """
+    w = np.asarray(weights)
+    if np.issubdtype(w.dtype, np.unsignedinteger) or w.size == 0:
+        return w
+    low, high = w.min(), w.max()
+    if not (low >= 0 and high <= np.iinfo(np.uint32).max):  # NaN fails both
+        return w.astype(np.float64, copy=False)
+    counts = w.astype(np.uint8 if high <= 255 else np.uint16 if high <= 65_535 else np.uint32)
+    return counts if np.array_equal(counts, w) else w.astype(np.float64, copy=False)
 
 
 def _check_weights(rows: ScoreRows, weights: np.ndarray) -> None:
@@ -674,7 +695,8 @@ def replicate_shares(rows: ScoreRows, weights: np.ndarray, before: ReplicateCoun
     n_refs = np.asarray(n_refs, dtype=np.float64)
     units = np.asarray(_UNITS)
     envelopes, aurc_digits = [], []
-    for a, w in _chunks(weights, chunk_bytes):
+    # The kernels take the counts in their own small type: no float64 copy of the matrix.
+    for a, w in _chunks(as_counts(weights), chunk_bytes, dtype=None):
         b = slice(a, a + len(w))
         envelopes.append(_replicate_envelope(tp_flags, w, n_refs[b], np.ascontiguousarray(before.tp[b]),
                                              np.ascontiguousarray(before.fp[b]), REC_THRS, EPS, NO_POINT))

@@ -68,6 +68,7 @@ from evalcore.metrics.score_ranges import (
     RangeCounts,
     ScoreRows,
     _none,
+    as_counts,
     pr_rows,
     range_counts,
     range_values,
@@ -751,14 +752,15 @@ def replicate_ap_and_aurc(
     def kernels(weights: np.ndarray, n_refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # The whole run as one score range: nothing ahead of it (score_ranges' replicates).
         n = len(weights)
+        counts = as_counts(weights)  # the kernels' small integer type, the same bits
         if with_ap:
             nothing = np.zeros((n, n_thr))
-            envelope = _replicate_envelope(tp_flags, weights, n_refs, nothing, nothing, REC_THRS, eps, NO_POINT)
+            envelope = _replicate_envelope(tp_flags, counts, n_refs, nothing, nothing, REC_THRS, eps, NO_POINT)
             ap = _replicate_ap_of(envelope, n_refs, NO_POINT)
         else:
             ap = np.empty((n, n_thr))
         nothing = np.zeros((n, groups.n_groups))
-        aurc_digits = _replicate_aurc_digits(error, weights, members, member_start, last, nothing, nothing, units)
+        aurc_digits = _replicate_aurc_digits(error, counts, members, member_start, last, nothing, nothing, units)
         weight = np.stack([weights[:, m].sum(axis=1) for m in groups.members], axis=1)  # whole numbers: exact
         with np.errstate(divide="ignore", invalid="ignore"):
             aurc = np.where(weight > 0.0, value_of(aurc_digits) / np.where(weight > 0.0, weight, 1.0), np.nan)

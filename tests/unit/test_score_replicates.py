@@ -211,3 +211,34 @@ def test_aurc_digits_kernel_is_the_definition_with_zero_and_huge_weights():
     assert np.array_equal(got, expected)
     assert (got[3, :, 4] != 0).any()  # the large terms did reach digit 4
     assert (got[4] == 0).all() and (got[0, :, 3] != 0).any()
+
+
+def test_counts_in_their_smallest_type():
+    from evalcore.metrics.score_ranges import as_counts
+
+    assert as_counts(np.array([[0.0, 3.0, 255.0]])).dtype == np.uint8
+    assert as_counts(np.array([[0.0, 256.0]])).dtype == np.uint16
+    assert as_counts(np.array([[70_000]], dtype=np.int64)).dtype == np.uint32
+    for bad in ([[0.5, 1.0]], [[-1.0, 2.0]], [[np.nan, 1.0]], [[2.0**33]]):
+        kept = as_counts(np.array(bad))
+        assert kept.dtype == np.float64 and np.array_equal(kept, np.array(bad), equal_nan=True)
+    u = np.array([[1, 2]], dtype=np.uint32)
+    assert as_counts(u) is u
+    assert as_counts(np.array([[1.0, 2.0]])).tolist() == [[1, 2]]
+
+
+def test_the_envelope_kernel_reads_counts_of_any_type_and_refuses_fractions():
+    from evalcore._score_kernels import _replicate_envelope
+    from evalcore.metrics.score_ranges import EPS, NO_POINT, REC_THRS
+
+    rows, weights, n_refs, _ = _run(13, n=300, n_rep=9)
+    flags = np.ascontiguousarray(rows.tp, dtype=np.float64)
+    before = np.floor(np.random.default_rng(2).random((9, 10)) * 7)
+    outs = [_replicate_envelope(flags, np.ascontiguousarray(weights.astype(t)), n_refs, before, before, REC_THRS, EPS, NO_POINT)
+            for t in (np.float64, np.uint8, np.uint16, np.int64)]
+    assert all(o.tobytes() == outs[0].tobytes() for o in outs[1:])
+    assert (outs[0] != NO_POINT).sum() > 1000
+    fractional = weights.copy()
+    fractional[3, 7] = 0.5
+    with pytest.raises(ValueError, match="whole numbers"):
+        _replicate_envelope(flags, fractional, n_refs, before, before, REC_THRS, EPS, NO_POINT)
