@@ -1271,26 +1271,7 @@ def _meeting_boxes(a_lo_x, a_lo_y, a_hi_x, a_hi_y, b_lo_x, b_lo_y, b_hi_x, b_hi_
     """
     n = a_lo_x.shape[0]
     m = b_lo_x.shape[0]
-    n_cells = ncx * ncy
-    count = np.zeros(n_cells + 1, dtype=np.int64)
-    for e in range(m):
-        i0, i1 = _cell_range(b_lo_x[e], b_hi_x[e], origin_x, cell, ncx)
-        k0, k1 = _cell_range(b_lo_y[e], b_hi_y[e], origin_y, cell, ncy)
-        for ci in range(i0, i1 + 1):
-            for ck in range(k0, k1 + 1):
-                count[ci * ncy + ck + 1] += 1
-    for c in range(n_cells):
-        count[c + 1] += count[c]
-    fill = count[:-1].copy()
-    ids = np.empty(count[n_cells], dtype=np.int64)
-    for e in range(m):
-        i0, i1 = _cell_range(b_lo_x[e], b_hi_x[e], origin_x, cell, ncx)
-        k0, k1 = _cell_range(b_lo_y[e], b_hi_y[e], origin_y, cell, ncy)
-        for ci in range(i0, i1 + 1):
-            for ck in range(k0, k1 + 1):
-                c = ci * ncy + ck
-                ids[fill[c]] = e
-                fill[c] += 1
+    count, ids = _cell_lists(b_lo_x, b_lo_y, b_hi_x, b_hi_y, origin_x, origin_y, cell, ncx, ncy)
     cap = 4 * (n + m) + 16
     out_i = np.empty(cap, dtype=np.int64)
     out_j = np.empty(cap, dtype=np.int64)
@@ -1318,6 +1299,40 @@ def _meeting_boxes(a_lo_x, a_lo_y, a_hi_x, a_hi_y, b_lo_x, b_lo_y, b_hi_x, b_hi_
                     out_j[k] = e
                     k += 1
     return out_i[:k].copy(), out_j[:k].copy()
+
+
+@njit(**_JIT)
+def _cell_lists(lo_x, lo_y, hi_x, hi_y, origin_x: float, origin_y: float, cell: float, ncx: int, ncy: int):
+    """Every box registered in each grid cell it covers (as :func:`_meeting_boxes` lays the grid).
+
+    Returns
+    -------
+    start : int64 (ncx * ncy + 1,)
+        Cell ``c``'s boxes are ``ids[start[c]:start[c + 1]]``, in box order.
+    ids : int64
+    """
+    n_cells = ncx * ncy
+    start = np.zeros(n_cells + 1, dtype=np.int64)
+    fill = start[:-1]
+    ids = np.empty(0, dtype=np.int64)
+    for pass_ in range(2):  # count, then fill
+        if pass_ == 1:
+            for c in range(n_cells):
+                start[c + 1] += start[c]
+            fill = start[:-1].copy()
+            ids = np.empty(start[n_cells], dtype=np.int64)
+        for e in range(lo_x.shape[0]):
+            i0, i1 = _cell_range(lo_x[e], hi_x[e], origin_x, cell, ncx)
+            k0, k1 = _cell_range(lo_y[e], hi_y[e], origin_y, cell, ncy)
+            for ci in range(i0, i1 + 1):
+                for ck in range(k0, k1 + 1):
+                    c = ci * ncy + ck
+                    if pass_ == 0:
+                        start[c + 1] += 1
+                    else:
+                        ids[fill[c]] = e
+                        fill[c] += 1
+    return start, ids
 
 
 @njit(**_JIT)

@@ -34,6 +34,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from functools import lru_cache
@@ -517,12 +518,39 @@ def check_writable(url: str, option: str) -> None:
 
 def file_sha256(path: str | os.PathLike) -> str:
     """SHA-256 of a local file, read in 1 MiB blocks (the one local file hash: done records,
-    run directories, input manifests)."""
+    run directories, input manifests).
+
+    A file this process hashed before, last written more than two seconds before that,
+    and unchanged since (the same device, inode, size and modification time) is not read
+    again: a run hashes its inputs for its signature when it starts and for the input
+    manifest when it ends (two reads of 1.4 GB at 2M fields, about 2 s each).
+    """
+    before = os.stat(path)
+    key = (before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns)
+    known = _HASHED.get(key)
+    if known is not None:
+        return known
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()
+    sha = digest.hexdigest()
+    after = os.stat(path)
+    # Kept only for a file last written well before (git's "racily clean" rule): a file
+    # system's clock ticks in milliseconds, so a file written again just after being hashed
+    # could keep its modification time; one written two seconds later cannot.
+    settled = time.time_ns() - after.st_mtime_ns > _SETTLED_NS
+    if settled and (after.st_dev, after.st_ino, after.st_size, after.st_mtime_ns) == key:
+        if len(_HASHED) >= _HASHED_MAX:
+            _HASHED.pop(next(iter(_HASHED)))  # the oldest
+        _HASHED[key] = sha
+    return sha
+
+
+_HASHED: dict[tuple[int, int, int, int], str] = {}
+"""The hashes :func:`file_sha256` made in this process, by the file's (device, inode, size, modification time)."""
+_HASHED_MAX = 65_536
+_SETTLED_NS = 2_000_000_000
 
 
 @contextlib.contextmanager

@@ -104,3 +104,27 @@ def test_normalise_is_idempotent_and_ignores_repeated_slashes(scheme: str, bucke
     assert remote.normalise(once) == once
     assert once == remote.normalise(f"{scheme}://{bucket}" + "".join("/" + key for key in keys))
     assert "//" not in once.partition("://")[2] and not once.endswith("/")
+
+
+def test_a_file_hashed_before_and_unchanged_is_not_read_again(tmp_path, monkeypatch):
+    import builtins
+    import hashlib
+    import os
+
+    from evalcore import remote
+
+    opened = []
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    path = tmp_path / "layer.parquet"
+    path.write_bytes(b"x" * 3_000_000)
+    x = hashlib.sha256(b"x" * 3_000_000).hexdigest()
+    # Just written: hashed each time (a rewrite in the same clock tick would keep its time).
+    assert remote.file_sha256(path) == x and remote.file_sha256(path) == x and opened == [path, path]
+    stat = os.stat(path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns - 10_000_000_000))  # written ten seconds ago
+    assert remote.file_sha256(path) == x and len(opened) == 3
+    assert remote.file_sha256(path) == x and len(opened) == 3  # from memory
+    # The same size, written again (its modification time now): read again.
+    path.write_bytes(b"y" * 3_000_000)
+    assert remote.file_sha256(path) == hashlib.sha256(b"y" * 3_000_000).hexdigest() and len(opened) == 4
