@@ -776,7 +776,23 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
 
 
 def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun) -> SumsDone:
-    """Phase 4a: per-partition field tables and partial sums, written to the work directory."""
+    """Phase 4a: per-partition field tables and partial sums, written to the work directory.
+
+    The run's PR curve file is copied from its parts meanwhile, on a thread of the client
+    (:func:`write_pr_curve`, 172 MB and 3.5 s of the client's merge at 2M fields when it
+    came after the phase); the phase ends when both have.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="evalcore-pr-curve") as pool:
+        curve = pool.submit(write_pr_curve, setup, resolved)
+        done = _sums_phase(client, setup, index, plan, resolved)
+        curve.result()  # its error, if any, is the run's (a failed phase waits for the copy on leaving the pool)
+    return done
+
+
+def _sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun) -> SumsDone:
+    """:func:`sums_phase`'s tasks."""
     started = time.perf_counter()
     ref_info = index.info("reference")
     ea = setup.ea_crs.to_wkt()
@@ -957,9 +973,8 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
 
 def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, sums: SumsDone,
                 client: object = None) -> dict[str, object]:
-    """Phase 4b: the PR curve's file; read every partition's sums, check completeness, add
-    them in key order; the pixel counts of the tiles (on the workers, with a pixel GSD); the summary."""
-    write_pr_curve(setup, resolved)
+    """Phase 4b: read every partition's sums, check completeness, add them in key order; the
+    pixel counts of the tiles (on the workers, with a pixel GSD); the summary."""
     merged = merge_sums(setup, index, plan, resolved, sums, client)
     if setup.options.pixel_gsd_m is not None:
         if client is None:
@@ -1028,8 +1043,8 @@ def summary_of(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
 
 def write_pr_curve(setup: RunSetup, resolved: ResolvedRun) -> None:
     """The run's exact PR curve, copied from its parts into ``setup.pr_curve_out`` (when asked
-    for and scored). Before the merge: the copy's buffers are not added to the merged
-    tiles' replicates, the client's largest holding."""
+    for and scored). During the sums phase (:func:`sums_phase`): the copy's buffers are not
+    added to the merged tiles' replicates, the client's largest holding."""
     curve = resolved.resolved.global_values.get("tables", {}).get("pr_curve")
     if setup.pr_curve_out is not None and curve is not None:
         atomic_path(setup.pr_curve_out, lambda tmp: curve.to_parquet(tmp, index=False))
