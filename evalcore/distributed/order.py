@@ -3,8 +3,8 @@
 The medians and quantiles are found by :func:`evalcore.selection.select` without
 gathering the per-field values: each partition's sums task left its gathered values
 sorted per group and column beside its sums (``sums/<key>.values.npz``); every round,
-the client writes its queries to ``select/`` and one task per partition
-(:func:`evalcore.distributed.tasks.select_task`) answers all of them, for every group and column at once, from that file, and the
+the client writes its queries to ``select/`` and one task per :data:`SELECT_BATCH` partitions
+(:func:`evalcore.distributed.tasks.select_tasks`) answers all of them, for every group and column at once, from their files, and the
 client narrows the intervals from the answers (a few counts and samples per
 partition and query). Without a client the same tasks run in this process, one
 partition's file at a time.
@@ -21,7 +21,7 @@ from evalcore.bootstrap import PartitionKey
 from evalcore.distributed import storage
 from evalcore.distributed import workdir as wd
 from evalcore.distributed.reliability import PartitionMissingError
-from evalcore.distributed.tasks import select_task
+from evalcore.distributed.tasks import SelectFailed, select_task, select_tasks
 from evalcore.distributed.values import RunSetup
 from evalcore.errors import EvalInputError
 from evalcore.metrics.registry import order_statistics
@@ -74,12 +74,14 @@ def partition_rounds(
         try:
             if client is None:
                 return [_answer(key, lambda p=path: select_task(str(p), str(asked), columns, n_groups)) for key, path in zip(keys, paths)]
+            batches = [range(a, min(a + SELECT_BATCH, len(keys))) for a in range(0, len(keys), SELECT_BATCH)]
             futures = [
-                client.submit(select_task, str(path), str(asked), columns, n_groups, key=setup.task_key("select", call, rounds[0], *key), retries=2)
-                for key, path in zip(keys, paths)
+                client.submit(select_tasks, [str(paths[i]) for i in batch], str(asked), columns, n_groups,
+                              key=setup.task_key("select", call, rounds[0], *keys[batch[0]]), retries=2)
+                for batch in batches
             ]
             try:
-                return [_answer(key, future.result) for key, future in zip(keys, futures)]
+                return [answers for batch, future in zip(batches, futures) for answers in _batch_answers([keys[i] for i in batch], future.result)]
             finally:
                 for future in futures:
                     future.release()
@@ -87,6 +89,24 @@ def partition_rounds(
             wd.remove(asked)
 
     return ask
+
+
+SELECT_BATCH = 8
+"""Partitions answered by one select task (:func:`evalcore.distributed.tasks.select_tasks`)."""
+
+
+def _batch_answers(keys: list[PartitionKey], result: Callable[[], list[Answers]]) -> list[Answers]:
+    """A batch's answers; a failure that names no partition (a lost task) names the batch's."""
+    try:
+        answers = result()
+    except (EvalInputError, PartitionMissingError, SelectFailed):
+        raise
+    except Exception as exc:
+        names = ", ".join(storage.key_name(k) for k in keys)
+        raise RuntimeError(f"select failed for the partitions {names}: {type(exc).__name__}: {exc}") from exc
+    if len(answers) != len(keys):
+        raise RuntimeError(f"select: {len(answers)} answers for the partitions {', '.join(storage.key_name(k) for k in keys)}")
+    return answers
 
 
 def _answer(key: PartitionKey, result: Callable[[], Answers]) -> Answers:

@@ -993,6 +993,29 @@ def select_task(sums_path: str, queries_path: str, columns: tuple[str, ...], n_g
     return answer(values, storage.read_queries(Path(queries_path)))
 
 
+class SelectFailed(RuntimeError):
+    """A partition's select task failed: the message names the partition."""
+
+
+def select_tasks(sums_paths: list[str], queries_path: str, columns: tuple[str, ...], n_groups: int) -> list[Answers]:
+    """:func:`select_task` for several partitions in turn: their answers in order.
+
+    A round asks every partition a few small questions; one task a partition spent more
+    of a round on the scheduler than on the answers (241 tasks a round at 2M fields).
+    A failure names its partition (:class:`SelectFailed`), a missing or foreign file
+    as :func:`select_task` does.
+    """
+    answers = []
+    for path in sums_paths:
+        try:
+            answers.append(select_task(path, queries_path, columns, n_groups))
+        except (EvalInputError, PartitionMissingError):
+            raise
+        except Exception as exc:
+            raise SelectFailed(f"select failed for partition {Path(path).name.split('.')[0]}: {type(exc).__name__}: {exc}") from exc
+    return answers
+
+
 def _read_shares(key: PartitionKey, paths: list[str], pairs: object, options: EvalOptions, plan: RunPlan, signature: str):
     """The partition's per-pair values and contributions from the resolves' shares; a resolve
     whose output is missing or changed is named."""

@@ -250,6 +250,20 @@ def test_selection_rounds_survive_a_transient_fault_and_a_killed_worker(cluster_
     assert to_jsonable(merge_phase(setup, index, plan, resolved, sums, cluster_client)) == expected
 
 
+def test_selection_in_batches_of_any_size(cluster_client, data, expected, tmp_path, monkeypatch):
+    """One select task answers several partitions (order.SELECT_BATCH): batches of one, of
+    five (the last one short) and of every partition give the single process's numbers."""
+    from evalcore.distributed import order
+
+    setup = _setup(data, tmp_path / "work")
+    index, plan, resolved, sums = _through_sums(cluster_client, setup)
+    n = len(index.layers["reference"]["partitions"])
+    assert n > 5 and n % 5 != 0
+    for batch in (1, 5, n + 5):
+        monkeypatch.setattr(order, "SELECT_BATCH", batch)
+        assert to_jsonable(merge_phase(setup, index, plan, resolved, sums, cluster_client)) == expected, batch
+
+
 def test_permanent_selection_fault_names_the_partition(cluster_client, data, tmp_path):
     setup = _setup(data, tmp_path / "work")
     index, plan, resolved, sums = _through_sums(cluster_client, setup)
