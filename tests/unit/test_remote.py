@@ -110,18 +110,27 @@ def test_a_file_hashed_before_and_unchanged_is_not_read_again(tmp_path, monkeypa
     import builtins
     import hashlib
     import os
+    import time
 
     from evalcore import remote
 
+    path = tmp_path / "layer.parquet"
     opened = []
     real_open = builtins.open
-    monkeypatch.setattr(builtins, "open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
-    path = tmp_path / "layer.parquet"
+
+    def counting_open(*args, **kwargs):
+        if str(args[0]) == str(path):  # other threads of the test process open files too
+            opened.append(args[0])
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
     path.write_bytes(b"x" * 3_000_000)
     x = hashlib.sha256(b"x" * 3_000_000).hexdigest()
-    # Just written: hashed each time (a rewrite in the same clock tick would keep its time).
-    assert remote.file_sha256(path) == x and remote.file_sha256(path) == x and opened == [path, path]
     stat = os.stat(path)
+    # Written just now (its time set a minute ahead, so that no pause of the machine makes it
+    # look older): hashed each time, as a rewrite in the same clock tick would keep its time.
+    os.utime(path, ns=(stat.st_atime_ns, time.time_ns() + 60_000_000_000))
+    assert remote.file_sha256(path) == x and remote.file_sha256(path) == x and opened == [path, path]
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns - 10_000_000_000))  # written ten seconds ago
     assert remote.file_sha256(path) == x and len(opened) == 3
     assert remote.file_sha256(path) == x and len(opened) == 3  # from memory
