@@ -21,7 +21,7 @@ from evalcore.bootstrap import PartitionKey
 from evalcore.distributed import storage
 from evalcore.distributed import workdir as wd
 from evalcore.distributed.reliability import PartitionMissingError
-from evalcore.distributed.tasks import SelectFailed, select_task, select_tasks
+from evalcore.distributed.tasks import SelectFailed, select_tasks
 from evalcore.distributed.values import RunSetup
 from evalcore.errors import EvalInputError
 from evalcore.metrics.registry import order_statistics
@@ -72,8 +72,8 @@ def partition_rounds(
         # with the worker holding it.
         asked = storage.write_queries(setup.workdir / "select" / f"{call}-{rounds[0]}.npz", queries)
         try:
-            if client is None:
-                return [_answer(key, lambda p=path: select_task(str(p), str(asked), columns, n_groups)) for key, path in zip(keys, paths)]
+            if client is None:  # every partition in turn, in this process
+                return _batch_answers(list(keys), lambda: select_tasks([str(p) for p in paths], str(asked), columns, n_groups))
             batches = [range(a, min(a + SELECT_BATCH, len(keys))) for a in range(0, len(keys), SELECT_BATCH)]
             futures = [
                 client.submit(select_tasks, [str(paths[i]) for i in batch], str(asked), columns, n_groups,
@@ -107,15 +107,6 @@ def _batch_answers(keys: list[PartitionKey], result: Callable[[], list[Answers]]
     if len(answers) != len(keys):
         raise RuntimeError(f"select: {len(answers)} answers for the partitions {', '.join(storage.key_name(k) for k in keys)}")
     return answers
-
-
-def _answer(key: PartitionKey, result: Callable[[], Answers]) -> Answers:
-    try:
-        return result()
-    except (EvalInputError, PartitionMissingError):
-        raise
-    except Exception as exc:
-        raise RuntimeError(f"select failed for partition {storage.key_name(key)}: {type(exc).__name__}: {exc}") from exc
 
 
 def select_on_partitions(

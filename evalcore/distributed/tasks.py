@@ -31,6 +31,7 @@ from evalcore.bootstrap import (
     field_group_sizes,
     partition_field_draws,
     pool_ids,
+    small_counts,
 )
 from evalcore.distributed import storage
 from evalcore.distributed import workdir as wd
@@ -724,18 +725,12 @@ def _handed_weights(path: str, positions: np.ndarray, n_replicates: int) -> Hand
 
 
 def _small_counts(weights: np.ndarray, what: str) -> np.ndarray:
-    """Draw counts (whole numbers) in the smallest unsigned integer type holding them: a
-    replicate's weights of 250,000 predictions and 1,000 replicates take 250 MB as uint8."""
-    top = float(weights.max(initial=0.0))
-    if not top <= np.iinfo(np.uint32).max:  # NaN included
-        raise ValueError(f"{what}: replicate weights are not small whole numbers (largest {top})")
-    dtype = np.uint8 if top <= np.iinfo(np.uint8).max else np.uint16 if top <= np.iinfo(np.uint16).max else np.uint32
-    with np.errstate(invalid="ignore"):
-        out = np.ascontiguousarray(weights, dtype=dtype)
-    # A negative or fractional weight (or a NaN) does not come back from the cast unchanged.
-    if not np.array_equal(out, weights):
-        raise ValueError(f"{what}: replicate weights are not small whole numbers (largest {top})")
-    return out
+    """:func:`evalcore.bootstrap.small_counts` of draw counts, which are always small whole
+    numbers: anything else is refused, naming ``what``."""
+    counts = small_counts(weights)
+    if counts is None:
+        raise ValueError(f"{what}: replicate weights are not small whole numbers (largest {float(np.max(weights, initial=0))})")
+    return counts
 
 
 def score_range_task(

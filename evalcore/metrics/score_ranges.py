@@ -597,21 +597,22 @@ def _chunks(weights: np.ndarray, chunk_bytes: int, dtype: type | None = np.float
 
 
 def as_counts(weights: np.ndarray) -> np.ndarray:
-    """Replicate weights in the smallest unsigned integer type that holds them, when they are
-    whole numbers from 0 to 2**32 - 1 (bootstrap counts, always), else as float64.
+    """Replicate weights as the replicate kernels read them best: as they are when of an
+    unsigned integer type, else in the smallest one holding them
+    (:func:`evalcore.bootstrap.small_counts`) when they are whole numbers from 0 to
+    2**32 - 1 (bootstrap counts, always), else as float64.
 
-    The replicate kernels read counts in any type with the same bits (their sums are of
-    whole numbers, exact); a byte a weight instead of eight is less to convert and to
-    read, and their counts add as integers.
+    The kernels read counts in any type with the same bits (their sums are of whole
+    numbers, exact); a byte a weight instead of eight is less to convert and to read, and
+    their counts add as integers.
     """
+    from evalcore.bootstrap import small_counts
+
     w = np.asarray(weights)
     if np.issubdtype(w.dtype, np.unsignedinteger) or w.size == 0:
         return w
-    low, high = w.min(), w.max()
-    if not (low >= 0 and high <= np.iinfo(np.uint32).max):  # NaN fails both
-        return w.astype(np.float64, copy=False)
-    counts = w.astype(np.uint8 if high <= 255 else np.uint16 if high <= 65_535 else np.uint32)
-    return counts if np.array_equal(counts, w) else w.astype(np.float64, copy=False)
+    counts = small_counts(w)
+    return counts if counts is not None else w.astype(np.float64, copy=False)
 
 
 def _check_weights(rows: ScoreRows, weights: np.ndarray) -> None:

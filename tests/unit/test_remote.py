@@ -110,7 +110,6 @@ def test_a_file_hashed_before_and_unchanged_is_not_read_again(tmp_path, monkeypa
     import builtins
     import hashlib
     import os
-    import time
 
     from evalcore import remote
 
@@ -126,14 +125,19 @@ def test_a_file_hashed_before_and_unchanged_is_not_read_again(tmp_path, monkeypa
     monkeypatch.setattr(builtins, "open", counting_open)
     path.write_bytes(b"x" * 3_000_000)
     x = hashlib.sha256(b"x" * 3_000_000).hexdigest()
-    stat = os.stat(path)
-    # Written just now (its time set a minute ahead, so that no pause of the machine makes it
-    # look older): hashed each time, as a rewrite in the same clock tick would keep its time.
-    os.utime(path, ns=(stat.st_atime_ns, time.time_ns() + 60_000_000_000))
+    # Changed within the settling time (a year here, so that no pause of the machine can
+    # make the file look settled): hashed each time, as a rewrite in the same clock tick
+    # would keep its times.
+    monkeypatch.setattr(remote, "_SETTLED_NS", 365 * 86_400 * 10**9)
     assert remote.file_sha256(path) == x and remote.file_sha256(path) == x and opened == [path, path]
-    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns - 10_000_000_000))  # written ten seconds ago
+    # Settled (a settling time of nothing): read once, then from memory.
+    monkeypatch.setattr(remote, "_SETTLED_NS", -1)
     assert remote.file_sha256(path) == x and len(opened) == 3
-    assert remote.file_sha256(path) == x and len(opened) == 3  # from memory
-    # The same size, written again (its modification time now): read again.
+    assert remote.file_sha256(path) == x and len(opened) == 3
+    # The same size written again, its modification time put back as it was: its change
+    # time moved, so it is read again.
+    stat = os.stat(path)
     path.write_bytes(b"y" * 3_000_000)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert os.stat(path).st_mtime_ns == stat.st_mtime_ns and os.stat(path).st_size == stat.st_size
     assert remote.file_sha256(path) == hashlib.sha256(b"y" * 3_000_000).hexdigest() and len(opened) == 4
