@@ -18,7 +18,7 @@ from evalcore.cli import (
     format_summary,
 )
 from evalcore.errors import EvalInputError
-from flows.server import run_api
+from flows.server import PrefectApi
 
 __all__ = ["run_command"]
 
@@ -38,6 +38,13 @@ def run_command(args: argparse.Namespace) -> int:
     What the terminal shows is set by :func:`evalcore.logs.configure_logging` (``-v``);
     the whole log goes to ``<output_dir>/logs/run.log``.
     """
+    # The temporary Prefect server boots while the flow is imported and the inputs checked.
+    with PrefectApi() as api:
+        return _run(args, api)
+
+
+def _run(args: argparse.Namespace, api: PrefectApi) -> int:
+    """:func:`run_command` with its Prefect API started."""
     from pydantic import ValidationError
 
     from flows.evaluate import RUN_LOG, evaluate_layers
@@ -80,7 +87,7 @@ def run_command(args: argparse.Namespace) -> int:
     from evalcore.logs import failures_reported_once
 
     try:
-        with run_api(), failures_reported_once():  # the failure's one line comes from evalcore.cli.run
+        with api.serving(), failures_reported_once():  # the failure's one line comes from evalcore.cli.run
             metrics = evaluate_layers(params)
     except GatesNotPassed as exc:
         # A decision, not a crash: the whole run is written, so it is shown as a passed

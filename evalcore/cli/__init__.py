@@ -19,9 +19,13 @@ one line and exit status.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
 import sys
 import warnings
 from collections.abc import Sequence
+from typing import NoReturn
 
 from evalcore.cli.allocator import arrow_on_system_allocator, return_freed_memory
 
@@ -38,6 +42,7 @@ from evalcore.logs import DEBUG_ENV, configure_logging, debug_enabled
 
 __all__ = [
     "build_parser",
+    "command",
     "check_columns_up_front",
     "check_output_dir",
     "check_site_layers",
@@ -85,6 +90,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     error (the traceback only with ``EVALCORE_DEBUG=1``). 130: interrupted.
     """
     return run(argv)[0]
+
+
+def command() -> NoReturn:
+    """The ``evalcore`` console command: :func:`main`, then the process ends at once.
+
+    The exit handlers run (the log files are closed, the temporary files removed) and the
+    streams are flushed; the interpreter's own teardown of every loaded module (Prefect,
+    Dask, pandas, matplotlib) is skipped: after a run it took 1.3-1.4 s (py-spy, a
+    1,000-field run, 2026-12-06), with nothing left to do. An exception that escapes
+    :func:`main` (``EVALCORE_DEBUG=1``) ends the process the usual way, with its traceback.
+    """
+    status = main()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or broken pipe: nothing more to say
+            stream.flush()
+    os._exit(status)
 
 
 def run(argv: Sequence[str] | None = None) -> tuple[int, str | None]:

@@ -67,7 +67,7 @@ def test_wheel_holds_both_packages_and_the_entry_points(installed):
         entry_points = next(wheel.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "evalcore/__init__.py" in names and "evalcore/cli/__init__.py" in names
     assert "flows/__init__.py" in names and "flows/cli.py" in names
-    assert "evalcore = evalcore.cli:main" in entry_points
+    assert "evalcore = evalcore.cli:command" in entry_points
     assert "run = flows.cli:run_command" in entry_points
 
 

@@ -361,3 +361,66 @@ def test_killed_run_leaves_no_prefect_server(tmp_path: Path, layers: tuple[Path,
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
     assert not alive, f"the Prefect server {alive} outlived its run ({sig.name})"
+
+
+@pytest.mark.cli
+@pytest.mark.prefect
+def test_a_run_refused_after_its_server_started_leaves_no_prefect_server(tmp_path: Path, layers: tuple[Path, Path]) -> None:
+    """The temporary server starts before the inputs' columns are checked (it boots while
+    they are); a run refused there stops it."""
+    import psutil
+
+    marker = f"evalcore-test-{os.getpid()}-{time.monotonic_ns()}"
+
+    def marked() -> list[int]:
+        found = []
+        for process in psutil.process_iter():
+            try:
+                if process.environ().get("EVALCORE_TEST_MARK") == marker and any("uvicorn" in p for p in _cmdline(process)):
+                    found.append(process.pid)
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                continue
+        return found
+
+    run = subprocess.Popen(
+        [sys.executable, "-m", "evalcore.cli", "run", "-p", str(layers[0]), "-r", str(layers[1]), "--strata-column", "no_such_column",
+         "-o", str(tmp_path / "run")],
+        text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(_run_env(None), EVALCORE_TEST_MARK=marker),
+    )
+    seen: set[int] = set()
+    while run.poll() is None:
+        seen.update(marked())
+        time.sleep(0.05)
+    stderr = run.stderr.read()
+    assert run.returncode == 2, stderr
+    assert "no_such_column" in stderr
+    assert seen, "no Prefect server was seen while the run checked its inputs"
+    deadline = time.monotonic() + 10
+    while (alive := [pid for pid in seen if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in alive:  # leave the machine clean even when the test fails
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    assert not alive, f"the Prefect server {alive} outlived the refused run"
+
+
+@pytest.mark.prefect
+def test_the_temporary_server_is_stopped_when_its_block_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """flows.server.PrefectApi: the server started on entry answers in ``serving``, and a
+    failure in the block stops it and lets its watchdog go, before the process ends."""
+    import httpx
+    import psutil
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.server import PrefectApi
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    with temporary_settings(restore_defaults={PREFECT_API_URL}), pytest.raises(RuntimeError, match="inside the block"):
+        with PrefectApi() as api:
+            server, watchdog = api._server.pid, api._watchdog.pid
+            with api.serving() as url:
+                assert url == api.url and httpx.get(f"{url}/health").status_code == 200
+                assert PREFECT_API_URL.value() == url
+                raise RuntimeError("inside the block")
+    for pid in (server, watchdog):
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
