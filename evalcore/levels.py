@@ -51,7 +51,7 @@ from evalcore.bootstrap import WeightBlocks, replicate_unit_sums
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 from evalcore.crs import WGS84, transform_xy, utm_crs
 from evalcore.site_cells import CellPieces, cells_of_bounds, cut_layer
-from evalcore.sites import ANNOTATED_AREA, AOI, grid_pieces, prepare_site_layer
+from evalcore.sites import ANNOTATED_AREA, AOI, GRID_CELL_M, grid_pieces, prepare_site_layer
 from evalcore.errors import EvalInputError, IncompatibleStatsError
 from evalcore.exact import N_DIGITS, value_of
 from evalcore.rates import F1_HARMONIC_POSITIVE, detection_rates
@@ -171,7 +171,8 @@ class AoiLayer:
 class AnnotatedArea:
     """The prepared annotated-area polygons (SPEC 6.4), in the equal-area CRS.
 
-    ``pieces`` are the union's grid pieces; or ``cells`` holds them (:mod:`evalcore.site_cells`).
+    ``pieces`` are the union's grid pieces, cut into cells of ``cell_m`` metres; or
+    ``cells`` holds them (:mod:`evalcore.site_cells`, with its own cell size).
     """
 
     geoms_ea: GeomArray
@@ -180,6 +181,7 @@ class AnnotatedArea:
     crs: CRS | None = None
     pieces: GeomArray | None = None
     cells: CellPieces | None = None
+    cell_m: float = GRID_CELL_M
 
     __reduce__ = _reduce_site_layer
 
@@ -439,33 +441,40 @@ def annotated_fractions(annotated: AnnotatedArea, geoms_ea: GeomArray, area_m2: 
 
     A polygon's pieces are summed in piece order (row-major cells), not in the order the
     tree finds them, so that the answer is the same from the pieces of any extent holding
-    the polygon (:mod:`evalcore.site_cells`).
+    the polygon (:mod:`evalcore.site_cells`). A polygon whose box lies strictly inside a
+    range of cells that are all full squares of the union is wholly annotated: 1 exactly,
+    without geometry (its pieces' intersection areas summed were 1 give or take their
+    rounding, e.g. 0.9999999999999998, for a prediction across a grid line).
     """
     out = np.zeros(len(geoms_ea))
     if len(geoms_ea) == 0:
         return out
     if annotated.cells is not None:
-        # A polygon strictly inside a whole cell is wholly annotated (its only piece holds
-        # it: area / area, 1 exactly): the cell index answers it, without geometry.
+        # A polygon strictly inside whole cells is wholly annotated: the cell index answers
+        # it, without geometry (the pieces below would give the same 1).
         cell_m = annotated.cells.cell_m
         bounds = shapely.bounds(geoms_ea)
         cx, cy, low = _strict_cells(bounds[:, :2], cell_m)
         hx, hy, high = _strict_cells(bounds[:, 2:], cell_m)
-        inner = low & high & (cx == hx) & (cy == hy) & (area_m2 > 0)
-        inner[inner] = annotated.cells.sole_owner(cx[inner], cy[inner]) >= 0
+        inner = low & high & (area_m2 > 0)
+        inner[inner] = annotated.cells.range_state(cx[inner], hx[inner] + 1, cy[inner], hy[inner] + 1) == 1
         out[inner] = 1.0
         rest = np.flatnonzero(~inner & ~shapely.is_empty(geoms_ea))  # an empty polygon has no annotated area
         if len(rest):
             out[rest] = annotated_fractions(replace(annotated, cells=None, pieces=annotated.cells.pieces_in(
-                cells_of_bounds(shapely.total_bounds(geoms_ea[rest]), cell_m))[0]), geoms_ea[rest], area_m2[rest])
+                cells_of_bounds(shapely.total_bounds(geoms_ea[rest]), cell_m))[0], cell_m=cell_m), geoms_ea[rest], area_m2[rest])
         return out
-    pieces = annotated.pieces if annotated.pieces is not None else grid_pieces(annotated.geoms_ea)
+    cell_m = annotated.cell_m
+    pieces = annotated.pieces if annotated.pieces is not None else grid_pieces(annotated.geoms_ea, cell_m)
     if len(pieces) == 0:
         return out
     tree = shapely.STRtree(pieces)
     row, cand = tree.query(geoms_ea, predicate="intersects")
     if not len(row):
         return out
+    covered = _in_full_cells(geoms_ea, area_m2, pieces[_full_squares(pieces, cell_m)], cell_m)
+    keep = ~covered[row]
+    row, cand = row[keep], cand[keep]
     order = np.lexsort((cand, row))
     row, cand = row[order], cand[order]
     inside = np.zeros(len(geoms_ea))
@@ -477,8 +486,64 @@ def annotated_fractions(annotated: AnnotatedArea, geoms_ea: GeomArray, area_m2: 
     # The pieces do not overlap, so a polygon's annotated area is the sum over its pieces.
     inside = np.bincount(row, weights=inside_area, minlength=len(geoms_ea))
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(area_m2 > 0, inside / area_m2, 0.0)
-    return np.clip(out, 0.0, 1.0)
+        measured = np.where(area_m2 > 0, inside / area_m2, 0.0)
+    return np.where(covered, 1.0, np.clip(measured, 0.0, 1.0))
+
+
+def _full_squares(pieces: GeomArray, cell_m: float) -> np.ndarray:
+    """Whether each grid piece is its whole cell: a polygon of the four corners of a cell of
+    ``cell_m`` and nothing else (a whole cell's square, or a clipped cell the union covers)."""
+    pieces = np.asarray(pieces, dtype=object)
+    out = np.zeros(len(pieces), dtype=bool)
+    candidates = np.flatnonzero((shapely.get_type_id(pieces) == int(shapely.GeometryType.POLYGON))
+                                & (shapely.get_num_interior_rings(pieces) == 0) & (shapely.get_num_coordinates(pieces) == 5))
+    if not len(candidates):
+        return out
+    corners = shapely.get_coordinates(pieces[candidates]).reshape(-1, 5, 2)[:, :4]
+    b = shapely.bounds(pieces[candidates])
+    x0, y0 = np.floor(b[:, 0] / cell_m), np.floor(b[:, 1] / cell_m)
+    # The cell's edges as evalcore.sites.cell_boxes computes them.
+    cell = np.stack([x0 * cell_m, y0 * cell_m, (x0 + 1) * cell_m, (y0 + 1) * cell_m], axis=1)
+    on_x = (corners[:, :, 0] == cell[:, None, 0]) | (corners[:, :, 0] == cell[:, None, 2])
+    on_y = (corners[:, :, 1] == cell[:, None, 1]) | (corners[:, :, 1] == cell[:, None, 3])
+    # Four corners of the cell, each once: the square (a valid piece cannot be a bow-tie).
+    code = (corners[:, :, 0] == cell[:, None, 2]).astype(np.int64) * 2 + (corners[:, :, 1] == cell[:, None, 3])
+    distinct = np.sort(code, axis=1) == np.arange(4)
+    out[candidates] = (on_x & on_y).all(axis=1) & distinct.all(axis=1) & (b == cell).all(axis=1)
+    return out
+
+
+def _in_full_cells(geoms_ea: GeomArray, area_m2: F64Array, full: GeomArray, cell_m: float) -> np.ndarray:
+    """Whether each polygon's box lies strictly inside a range of cells that are each one of the
+    ``full`` squares (pieces that are their whole cell, :func:`_full_squares`).
+
+    Such a polygon lies inside the union, wherever in the range it is (it need not touch
+    every cell of its box). Each range's cells are looked up one by one: a field spans a
+    few cells, and nothing here depends on the extent of the pieces given.
+    """
+    bounds = shapely.bounds(geoms_ea)
+    cx, cy, low = _strict_cells(bounds[:, :2], cell_m)
+    hx, hy, high = _strict_cells(bounds[:, 2:], cell_m)
+    out = low & high & (area_m2 > 0)
+    if not len(full) or not out.any():
+        return np.zeros(len(geoms_ea), dtype=bool)
+    fb = shapely.bounds(full)
+    known = np.sort(_cell_key(np.floor(fb[:, 0] / cell_m).astype(np.int64), np.floor(fb[:, 1] / cell_m).astype(np.int64)))
+    rows = np.flatnonzero(out)
+    width, height = hx[rows] - cx[rows] + 1, hy[rows] - cy[rows] + 1
+    size = width * height
+    which = np.repeat(np.arange(len(rows)), size)
+    k = np.arange(len(which)) - np.repeat(np.cumsum(size) - size, size)  # each cell's index within its range
+    keys = _cell_key(cx[rows][which] + k % width[which], cy[rows][which] + k // width[which])
+    at = np.minimum(np.searchsorted(known, keys), len(known) - 1)
+    missing = np.bincount(which, weights=(known[at] != keys).astype(np.float64), minlength=len(rows))
+    out[rows] = missing == 0
+    return out
+
+
+def _cell_key(x: IdArray, y: IdArray) -> IdArray:
+    """One int64 per cell (indices within +-2**30)."""
+    return (x + (1 << 30)) * (1 << 31) + (y + (1 << 30))
 
 
 def locate(geoms_ea: GeomArray, area_m2: F64Array, sites: Sites | None, *, annotate: bool) -> tuple[IdArray, F64Array]:

@@ -156,7 +156,7 @@ def test_aoi_lookups_from_extents_equal_the_whole_layer(tmp_path_factory, seed, 
 def test_annotated_fractions_from_extents_equal_the_whole_layer(tmp_path_factory, seed, n_parts, n_groups):
     rng = np.random.default_rng(seed)
     geoms = np.asarray([_polygon(rng) for _ in range(n_parts)], dtype=object)
-    whole = AnnotatedArea(geoms, "annotated (test)", pieces=grid_pieces(geoms, CELL))
+    whole = AnnotatedArea(geoms, "annotated (test)", pieces=grid_pieces(geoms, CELL), cell_m=CELL)
     stored = AnnotatedArea(geoms, "annotated (test)", cells=write_cell_pieces(cut_layer([geoms], CELL), tmp_path_factory.mktemp("ann")))
     fields = _fields(rng, 200)
     area = shapely.area(fields)
@@ -183,7 +183,7 @@ def test_locate_reads_the_store(tmp_path):
     fields = _fields(rng, 50)
     aoi, fraction = locate(fields, shapely.area(fields), Sites(1000.0, aois, annotated), annotate=True)
     whole_aois = _aoi_layer(geoms, *_whole_pieces(geoms))
-    whole_ann = AnnotatedArea(geoms, "annotated (test)", pieces=grid_pieces(geoms, CELL))
+    whole_ann = AnnotatedArea(geoms, "annotated (test)", pieces=grid_pieces(geoms, CELL), cell_m=CELL)
     ref_aoi, ref_fraction = locate(fields, shapely.area(fields), Sites(1000.0, whole_aois, whole_ann), annotate=True)
     np.testing.assert_array_equal(aoi, ref_aoi)
     assert fraction.tobytes() == ref_fraction.tobytes()
