@@ -332,13 +332,28 @@ def _cmdline(process: object) -> list[str]:
         return []
 
 
+def _alive_after(pids: list[int] | set[int], seconds: float) -> list[int]:
+    """The processes of ``pids`` still alive (not zombies) after waiting up to ``seconds``;
+    they are then killed, to leave the machine clean even when the test fails."""
+    import psutil
+
+    def alive() -> list[int]:
+        return [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+
+    deadline = time.monotonic() + seconds
+    while (left := alive()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return left
+
+
 @pytest.mark.cli
 @pytest.mark.cluster  # evalcore run in a subprocess: a flow on a LocalCluster
 @pytest.mark.prefect
 @pytest.mark.parametrize("sig", [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])  # SIGTERM: make slow (CI time)
 def test_killed_run_leaves_no_prefect_server(tmp_path: Path, layers: tuple[Path, Path], sig: signal.Signals) -> None:
-    import psutil
-
     # Output to a file: a pipe would stay open in whatever the killed run left behind.
     log = open(tmp_path / "run.out", "w")  # noqa: SIM115 (closed below)
     run = _evalcore_run(["-p", str(layers[0]), "-r", str(layers[1]), "-o", str(tmp_path / "run")], None,
@@ -352,14 +367,7 @@ def test_killed_run_leaves_no_prefect_server(tmp_path: Path, layers: tuple[Path,
     run.send_signal(sig)
     run.wait(timeout=60)
     log.close()
-    deadline = time.monotonic() + 30
-    alive = servers
-    while alive and time.monotonic() < deadline:
-        alive = [pid for pid in servers if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
-        time.sleep(0.2)
-    for pid in alive:  # leave the machine clean even when the test fails
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+    alive = _alive_after(servers, 30)
     assert not alive, f"the Prefect server {alive} outlived its run ({sig.name})"
 
 
@@ -395,12 +403,7 @@ def test_a_run_refused_after_its_server_started_leaves_no_prefect_server(tmp_pat
     assert run.returncode == 2, stderr
     assert "no_such_column" in stderr
     assert seen, "no Prefect server was seen while the run checked its inputs"
-    deadline = time.monotonic() + 10
-    while (alive := [pid for pid in seen if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for pid in alive:  # leave the machine clean even when the test fails
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+    alive = _alive_after(seen, 10)
     assert not alive, f"the Prefect server {alive} outlived the refused run"
 
 
