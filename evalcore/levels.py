@@ -444,7 +444,7 @@ def annotated_fractions(annotated: AnnotatedArea, geoms_ea: GeomArray, area_m2: 
     the polygon (:mod:`evalcore.site_cells`). A polygon whose box lies strictly inside a
     range of cells that are all full squares of the union is wholly annotated: 1 exactly,
     without geometry (its pieces' intersection areas summed were 1 give or take their
-    rounding, e.g. 0.9999999999999998, for a prediction across a grid line).
+    rounding, e.g. 0.9999999999999996, for a prediction across a grid line).
     """
     out = np.zeros(len(geoms_ea))
     if len(geoms_ea) == 0:
@@ -509,7 +509,7 @@ def _full_squares(pieces: GeomArray, cell_m: float) -> np.ndarray:
     # Four corners of the cell, each once: the square (a valid piece cannot be a bow-tie).
     code = (corners[:, :, 0] == cell[:, None, 2]).astype(np.int64) * 2 + (corners[:, :, 1] == cell[:, None, 3])
     distinct = np.sort(code, axis=1) == np.arange(4)
-    out[candidates] = (on_x & on_y).all(axis=1) & distinct.all(axis=1) & (b == cell).all(axis=1)
+    out[candidates] = (on_x & on_y).all(axis=1) & distinct.all(axis=1)
     return out
 
 

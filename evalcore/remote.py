@@ -34,6 +34,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -541,9 +542,10 @@ def file_sha256(path: str | os.PathLike) -> str:
     # could keep its times; one written two seconds later cannot.
     settled = time.time_ns() - max(key[3], key[4]) > _SETTLED_NS
     if settled and _stat_key(os.stat(path)) == key:  # and not written to while read
-        if len(_HASHED) >= _HASHED_MAX:
-            _HASHED.pop(next(iter(_HASHED)))  # the oldest
-        _HASHED[key] = sha
+        with _HASHED_LOCK:  # files are hashed on several threads (evalcore.threads.map_each)
+            if len(_HASHED) >= _HASHED_MAX:
+                _HASHED.pop(next(iter(_HASHED)))  # the oldest
+            _HASHED[key] = sha
     return sha
 
 
@@ -554,6 +556,7 @@ def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
 _HASHED: dict[tuple[int, int, int, int, int], str] = {}
 """The hashes :func:`file_sha256` made in this process, by the file's (device, inode, size, modification and change times)."""
 _HASHED_MAX = 65_536
+_HASHED_LOCK = threading.Lock()
 _SETTLED_NS = 2_000_000_000
 
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import TypeVar
 
 import numpy as np
 
-__all__ = ["GEOMS_PER_THREAD", "MAX_THREADS", "n_threads", "map_slices", "map_elements"]
+__all__ = ["GEOMS_PER_THREAD", "MAX_THREADS", "n_threads", "map_slices", "map_elements", "map_each"]
 
 MAX_THREADS = 8
 """At most this many threads by default (a laptop's cores; set ``EVALCORE_THREADS`` for more)."""
@@ -121,3 +121,17 @@ def map_elements(fn: Callable[..., object], *arrays: object, min_slice: int) -> 
         raise ValueError(f"the arrays must have one length, but got {[len(a) for a in arrays]}")
     parts = map_slices(lambda start, stop: fn(*(a[start:stop] for a in arrays)), n, min_slice)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def map_each(fn: Callable[[object], T], items: Sequence[object]) -> list[T]:
+    """``[fn(item) for item in items]``, a slice of the items on each of this process's
+    threads, in order: for calls that spend their time outside the GIL, such as hashing
+    files (hashlib releases it while it hashes a large buffer).
+
+    Examples
+    --------
+    >>> map_each(len, ["a", "bcd", ""])
+    [1, 3, 0]
+    """
+    return [result for part in map_slices(lambda start, stop: [fn(item) for item in items[start:stop]], len(items), 1)
+            for result in part]

@@ -100,7 +100,7 @@ from evalcore.sites import ANNOTATED_AREA, AOI, SITE_LAYERS
 from evalcore.arrays import index_of
 from evalcore.layer_warnings import extent_of
 from evalcore.summary import LayerTally, level_tables, run_summary
-from evalcore.threads import map_slices
+from evalcore.threads import map_each
 from evalcore.writers import atomic_path, write_json, write_table
 
 __all__ = [
@@ -934,9 +934,7 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
     # The records checked on this process's threads (hashing a file releases the GIL, and the
     # workers are idle during the merge): at 2M fields the fields table's parts alone are 535 MiB,
     # and the hashing took 2.8 s on one thread (py-spy of the client, 2026-12-06).
-    valid = [ok for part in map_slices(
-        lambda a, b: [storage.done_record_valid(paths[k].with_suffix(".done.json"), setup.signature) for k in keys[a:b]],
-        len(keys), 1) for ok in part]
+    valid = map_each(lambda key: storage.done_record_valid(paths[key].with_suffix(".done.json"), setup.signature), keys)
     for key, ok in zip(keys, valid, strict=True):
         if not ok:
             raise PartitionMissingError(
