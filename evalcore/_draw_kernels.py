@@ -18,9 +18,10 @@ __all__ = ["_place_draws"]
 
 @njit(**NUMBA_OPTIONS)
 def _place_draws(draws_per_replicate: np.ndarray, ranks: np.ndarray, row_of_rank: np.ndarray, first_rank: np.ndarray,
-                 out: np.ndarray) -> None:
+                 out: np.ndarray) -> bool:
     """Add one to ``out[j, row]`` for every draw of every group in every replicate ``j``
-    (draws whose rank has no row here are skipped).
+    (draws whose rank has no row here are skipped); whether a count wrapped round to 0
+    (only a count kept in an unsigned integer type can, past its largest value).
 
     Parameters
     ----------
@@ -34,9 +35,12 @@ def _place_draws(draws_per_replicate: np.ndarray, ranks: np.ndarray, row_of_rank
         the same wherever its fields are, and each partition keeps its own).
     first_rank : int64 (n_groups,)
         Where each group's ranks start in ``row_of_rank``.
-    out : float64 (n_chunk_replicates, n_rows), zeroed, updated in place
+    out : float64 or unsigned int (n_chunk_replicates, n_rows), zeroed, updated in place
+        Any memory layout: the field bootstrap's counts are kept rows by replicates
+        (:meth:`evalcore.bootstrap.RowDraws.draw_counts`), here seen transposed.
     """
     n_groups, n_rep = draws_per_replicate.shape
+    wrapped = False
     k = 0
     for g in range(n_groups):
         base = first_rank[g]
@@ -44,5 +48,8 @@ def _place_draws(draws_per_replicate: np.ndarray, ranks: np.ndarray, row_of_rank
             for _ in range(draws_per_replicate[g, j]):
                 row = row_of_rank[base + ranks[k]]
                 if row >= 0:
-                    out[j, row] += 1.0
+                    out[j, row] += 1
+                    if out[j, row] == 0:
+                        wrapped = True
                 k += 1
+    return wrapped

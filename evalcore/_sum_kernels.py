@@ -95,7 +95,8 @@ def _group_members(flat_groups: np.ndarray, n_groups: int) -> tuple[np.ndarray, 
 
 
 @njit(**NUMBA_OPTIONS)
-def _weighted_member_sums(weights: np.ndarray, values: np.ndarray, members: np.ndarray, bounds: np.ndarray, out: np.ndarray) -> None:
+def _weighted_member_sums(weights: np.ndarray, values: np.ndarray, members: np.ndarray, bounds: np.ndarray, out: np.ndarray,
+                          member_block: int) -> None:
     """:func:`_weighted_group_sums` of finite values, four replicates and four fields at a time.
 
     Each cell still receives its group's fields one by one in position order, so the bits
@@ -107,55 +108,66 @@ def _weighted_member_sums(weights: np.ndarray, values: np.ndarray, members: np.n
     (8,300 fields x 1000 replicates x 112 columns, 15 groups, through
     :func:`evalcore.bootstrap.replicate_group_sums`: 0.30 -> 0.215 s).
 
+    A group's fields are taken ``member_block`` at a time through every replicate: with
+    the weights kept rows by replicates (each field's counts contiguous, as
+    :meth:`evalcore.bootstrap.RowDraws.draw_counts` makes them), a block's counts and
+    value rows stay in the cache while the replicates go by (8,300 fields x 1000
+    replicates x 89 columns, 9 groups: 0.160 s with the float64 replicates-by-fields
+    matrix and no blocks, 0.130 s with byte counts and blocks of 128; the blocks alone
+    on that matrix were slower, 0.21 s). Each cell still receives its fields in order.
+
     Parameters
     ----------
-    weights : float64 (n_replicates, n_fields)
+    weights : float64 or unsigned int (n_replicates, n_fields)
     values : float64 (n_fields, n_columns)
         Finite.
     members, bounds : int64
         :func:`_group_members` of the fields' groups.
     out : float64 (n_groups, n_replicates, n_columns), updated in place
+    member_block : int
+        Fields of a group per pass through the replicates (at least 1).
     """
     n_rep = weights.shape[0]
     n_cols = values.shape[1]
     n_groups = bounds.shape[0] - 1
     for k in range(n_groups):
-        first, stop = bounds[k], bounds[k + 1]
-        b = 0
-        while b + 4 <= n_rep:
-            m = first
-            while m + 4 <= stop:
-                i0, i1, i2, i3 = members[m], members[m + 1], members[m + 2], members[m + 3]
-                a0, a1, a2, a3 = weights[b, i0], weights[b, i1], weights[b, i2], weights[b, i3]
-                c0, c1, c2, c3 = weights[b + 1, i0], weights[b + 1, i1], weights[b + 1, i2], weights[b + 1, i3]
-                d0, d1, d2, d3 = weights[b + 2, i0], weights[b + 2, i1], weights[b + 2, i2], weights[b + 2, i3]
-                e0, e1, e2, e3 = weights[b + 3, i0], weights[b + 3, i1], weights[b + 3, i2], weights[b + 3, i3]
-                # The columns vectorise; the parentheses keep each cell's additions in field order.
-                for j in range(n_cols):
-                    v0, v1, v2, v3 = values[i0, j], values[i1, j], values[i2, j], values[i3, j]
-                    out[k, b, j] = (((out[k, b, j] + a0 * v0) + a1 * v1) + a2 * v2) + a3 * v3
-                    out[k, b + 1, j] = (((out[k, b + 1, j] + c0 * v0) + c1 * v1) + c2 * v2) + c3 * v3
-                    out[k, b + 2, j] = (((out[k, b + 2, j] + d0 * v0) + d1 * v1) + d2 * v2) + d3 * v3
-                    out[k, b + 3, j] = (((out[k, b + 3, j] + e0 * v0) + e1 * v1) + e2 * v2) + e3 * v3
-                m += 4
-            while m < stop:
-                i0 = members[m]
-                a0, c0, d0, e0 = weights[b, i0], weights[b + 1, i0], weights[b + 2, i0], weights[b + 3, i0]
-                for j in range(n_cols):
-                    v0 = values[i0, j]
-                    out[k, b, j] += a0 * v0
-                    out[k, b + 1, j] += c0 * v0
-                    out[k, b + 2, j] += d0 * v0
-                    out[k, b + 3, j] += e0 * v0
-                m += 1
-            b += 4
-        while b < n_rep:
-            for m in range(first, stop):
-                i0 = members[m]
-                a0 = weights[b, i0]
-                for j in range(n_cols):
-                    out[k, b, j] += a0 * values[i0, j]
-            b += 1
+        for first in range(bounds[k], bounds[k + 1], member_block):
+            stop = min(first + member_block, bounds[k + 1])
+            b = 0
+            while b + 4 <= n_rep:
+                m = first
+                while m + 4 <= stop:
+                    i0, i1, i2, i3 = members[m], members[m + 1], members[m + 2], members[m + 3]
+                    a0, a1, a2, a3 = weights[b, i0], weights[b, i1], weights[b, i2], weights[b, i3]
+                    c0, c1, c2, c3 = weights[b + 1, i0], weights[b + 1, i1], weights[b + 1, i2], weights[b + 1, i3]
+                    d0, d1, d2, d3 = weights[b + 2, i0], weights[b + 2, i1], weights[b + 2, i2], weights[b + 2, i3]
+                    e0, e1, e2, e3 = weights[b + 3, i0], weights[b + 3, i1], weights[b + 3, i2], weights[b + 3, i3]
+                    # The columns vectorise; the parentheses keep each cell's additions in field order.
+                    for j in range(n_cols):
+                        v0, v1, v2, v3 = values[i0, j], values[i1, j], values[i2, j], values[i3, j]
+                        out[k, b, j] = (((out[k, b, j] + a0 * v0) + a1 * v1) + a2 * v2) + a3 * v3
+                        out[k, b + 1, j] = (((out[k, b + 1, j] + c0 * v0) + c1 * v1) + c2 * v2) + c3 * v3
+                        out[k, b + 2, j] = (((out[k, b + 2, j] + d0 * v0) + d1 * v1) + d2 * v2) + d3 * v3
+                        out[k, b + 3, j] = (((out[k, b + 3, j] + e0 * v0) + e1 * v1) + e2 * v2) + e3 * v3
+                    m += 4
+                while m < stop:
+                    i0 = members[m]
+                    a0, c0, d0, e0 = weights[b, i0], weights[b + 1, i0], weights[b + 2, i0], weights[b + 3, i0]
+                    for j in range(n_cols):
+                        v0 = values[i0, j]
+                        out[k, b, j] += a0 * v0
+                        out[k, b + 1, j] += c0 * v0
+                        out[k, b + 2, j] += d0 * v0
+                        out[k, b + 3, j] += e0 * v0
+                    m += 1
+                b += 4
+            while b < n_rep:
+                for m in range(first, stop):
+                    i0 = members[m]
+                    a0 = weights[b, i0]
+                    for j in range(n_cols):
+                        out[k, b, j] += a0 * values[i0, j]
+                b += 1
 
 
 @njit(**NUMBA_OPTIONS)
@@ -177,9 +189,21 @@ def _weighted_unit_sums(weights: np.ndarray, values: np.ndarray, units: np.ndarr
     units : int64 (n_rows,)
         Each row's cell on ``out``'s first axis; rows of no unit point at a last, spare cell.
     out : float64 (n_cells, n_replicates, n_columns), updated in place
+
+    Weights kept rows by replicates (a transposed view, each row's counts contiguous) are
+    read row by row, each row through every replicate; a replicates-by-rows matrix
+    replicate by replicate. The same additions in the same order either way.
     """
     n_rep, n_rows = weights.shape
     n_cols = values.shape[1]
+    if weights.strides[0] < weights.strides[1]:
+        for i in range(n_rows):
+            k = units[i]
+            for b in range(n_rep):
+                w = weights[b, i]
+                for j in range(n_cols):
+                    out[k, b, j] += w * values[i, j]
+        return
     for b in range(n_rep):
         for i in range(n_rows):
             w = weights[b, i]

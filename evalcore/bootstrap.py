@@ -217,10 +217,11 @@ def draw_field_counts(m: IdArray, n_fields: int, seed: int, pool: int, key: Part
     return out
 
 
-def _add_group_draws(out: F64Array, m: IdArray, size: int, seed: int, pool: int, key: PartitionKey,
-                     column_of_rank: IdArray) -> None:
+def _add_group_draws(out: np.ndarray, m: IdArray, size: int, seed: int, pool: int, key: PartitionKey,
+                     column_of_rank: IdArray) -> bool:
     """Add one (pool, tile) group's draws to the columns of ``out`` (n_replicates, n) that
-    hold its ranks (``column_of_rank``, -1: a rank held elsewhere).
+    hold its ranks (``column_of_rank``, -1: a rank held elsewhere); whether a count kept in
+    an unsigned integer type wrapped round (:func:`evalcore._draw_kernels._place_draws`).
 
     One generator call per chunk of replicates draws what :func:`field_count_stream`
     draws with one call per replicate (the bounded draws continue the same stream,
@@ -228,16 +229,18 @@ def _add_group_draws(out: F64Array, m: IdArray, size: int, seed: int, pool: int,
     draws go straight to their columns, without the group's replicates-by-fields matrix.
     """
     if size == 0:
-        return
+        return False
     rng = _field_rng(seed, pool, key)
     chunk = replicates_per_chunk(size, WEIGHT_CHUNK_BYTES)
     first = np.zeros(1, dtype=np.int64)
+    wrapped = False
     for b0 in range(0, len(m), chunk):
         counts = np.ascontiguousarray(m[b0 : b0 + chunk]).reshape(1, -1)
         total = int(counts.sum())
         if total:
             ranks = rng.integers(0, size, size=total).astype(np.int64, copy=False)
-            _place_draws(counts, ranks, column_of_rank, first, out[b0 : b0 + counts.shape[1]])
+            wrapped |= _place_draws(counts, ranks, column_of_rank, first, out[b0 : b0 + counts.shape[1]])
+    return wrapped
 
 
 def _field_rng(seed: int, pool: int, key: PartitionKey) -> np.random.Generator:
@@ -442,17 +445,38 @@ def small_counts(weights: np.ndarray) -> np.ndarray | None:
     return counts if np.array_equal(counts, weights) else None
 
 
+def _whole_counts(weights: F64Array) -> np.ndarray:
+    """:func:`small_counts` of draw counts, which are whole numbers by construction."""
+    counts = small_counts(weights)
+    if counts is None:
+        raise ValueError(f"bootstrap draw counts must be whole numbers below 2**32 (largest {float(np.max(weights, initial=0))})")
+    return counts
+
+
 def _check_flat_groups(groups: IdArray, n_groups: int) -> None:
     """The kernels index their output by these numbers, unchecked: one out of range is refused here."""
     if groups.size and not (groups.max() < n_groups and groups.min() >= -1):
         raise ValueError(f"flat groups must be -1 .. {n_groups - 1}, got {groups.min()} .. {groups.max()}")
 
 
+MEMBER_BLOCK = 128
+"""Fields of a group per pass through the replicates when each field's counts are contiguous
+(:func:`evalcore._sum_kernels._weighted_member_sums`)."""
+
+
+def _member_block(weights: np.ndarray) -> int:
+    """A group's fields per pass: :data:`MEMBER_BLOCK` for weights kept rows by replicates,
+    all of them for a replicates-by-rows matrix (there the blocks were slower)."""
+    return MEMBER_BLOCK if weights.strides[0] < weights.strides[1] else max(1, weights.shape[1])
+
+
 def replicate_group_sums(weights: F64Array | WeightBlocks, values: F64Array, flat_groups: IdArray, n_groups: int) -> ReplicateSums:
     """Count-weighted sums of quantity rows per replicate and group (:func:`field_weights`).
 
-    ``weights`` is the replicates-by-rows matrix, or :class:`WeightBlocks` making it a
-    block of rows at a time (the same bits: every cell adds its rows in order either way).
+    ``weights`` is the replicates-by-rows matrix (float64, or draw counts in an unsigned
+    integer type, :meth:`RowDraws.draw_counts`, in either memory layout), or
+    :class:`WeightBlocks` making it a block of rows at a time (the same bits: every cell
+    adds its rows in order either way).
     """
     values = np.ascontiguousarray(values, dtype=np.float64)
     groups = np.ascontiguousarray(np.asarray(flat_groups, dtype=np.int64).reshape(len(values), np.shape(flat_groups)[-1] if np.ndim(flat_groups) == 2 else -1))
@@ -465,7 +489,7 @@ def replicate_group_sums(weights: F64Array | WeightBlocks, values: F64Array, fla
     for start, stop, block in blocks:
         if finite:
             members, bounds = _group_members(groups[start:stop], n_groups)
-            _weighted_member_sums(block, values[start:stop], members, bounds, out)
+            _weighted_member_sums(block, values[start:stop], members, bounds, out, _member_block(block))
         else:
             _weighted_group_sums(block, values[start:stop], groups[start:stop], out)
     return ReplicateSums(out)
@@ -479,7 +503,7 @@ def replicate_unit_sums(weights: F64Array | WeightBlocks, values: F64Array, unit
 
     Parameters
     ----------
-    weights : ndarray of float64, shape (n_replicates, n), or WeightBlocks
+    weights : ndarray of float64 or of unsigned int counts, shape (n_replicates, n), or WeightBlocks
     values : ndarray of float64, shape (n, n_columns)
     units : ndarray of int64, shape (n,)
         Each row's unit, ``0 .. n_units - 1`` (-1: none).
@@ -546,6 +570,10 @@ class HandedWeights:
         """:meth:`RowDraws.weights` of the rows: the same whole numbers, as float64."""
         return self.counts.astype(np.float64)
 
+    def draw_counts(self) -> np.ndarray:
+        """:meth:`RowDraws.draw_counts` of the rows (as they were handed)."""
+        return self.counts
+
 
 @dataclass(frozen=True)
 class RowDraws:
@@ -594,13 +622,43 @@ class RowDraws:
             for u in np.unique(self.units):
                 out[:, self.units == u] = self.unit_counts[int(u)][:, None]
             return out
-        out = np.zeros((self.n_replicates, len(self.pools)))
+        return self._field_counts(np.zeros((self.n_replicates, len(self.pools))))
+
+    def draw_counts(self) -> np.ndarray:
+        """:meth:`weights` as small unsigned integers, rows by replicates in memory.
+
+        The same whole numbers, read with the same bits by the replicate kernels (a count
+        times a value is the same float64 product whatever the count's type). Field draws
+        are placed straight into bytes, each row's replicates side by side: the array is
+        an eighth of the float64 matrix, and a row's counts are one contiguous run, which
+        the bootstrap's sums read a block of rows at a time
+        (:func:`evalcore._sum_kernels._weighted_member_sums`) and the score ranges gather
+        row by row. A count past 255 (a field drawn that often in one replicate) takes the
+        smallest wider type (:func:`small_counts`).
+
+        Returns
+        -------
+        ndarray of uint8 (or uint16, uint32), shape (n_replicates, n)
+            A transposed view of a C-contiguous (n, n_replicates) array for field draws.
+        """
+        if self.unit != "field":
+            return _whole_counts(self.weights())
+        rows_by_replicate = np.zeros((len(self.pools), self.n_replicates), dtype=np.uint8)
+        try:
+            return self._field_counts(rows_by_replicate.T)
+        except OverflowError:
+            return _whole_counts(self.weights())
+
+    def _field_counts(self, out: np.ndarray) -> np.ndarray:
+        """Place the field draws of every (pool, tile) group of the rows on ``out``
+        (n_replicates, n), zeroed; OverflowError when a count of an integer ``out`` wrapped."""
         for pool, tile, mine in _field_groups(self.pools, self.tiles):
             size, counts = self.groups[(pool, tile)]
             # The whole group's draws, regenerated here: the same wherever its fields are.
             column_of_rank = np.full(size, -1, dtype=np.int64)
             column_of_rank[self.ranks[mine]] = mine
-            _add_group_draws(out, np.asarray(counts, dtype=np.int64), size, self.seed, pool, tile, column_of_rank)
+            if _add_group_draws(out, np.asarray(counts, dtype=np.int64), size, self.seed, pool, tile, column_of_rank):
+                raise OverflowError(f"a count of pool {pool}, tile {tile} does not fit {out.dtype}")
         return out
 
 

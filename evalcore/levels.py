@@ -884,7 +884,7 @@ def unit_sums(keys: IdArray, values: F64Array, weights: F64Array | WeightBlocks 
         (those rows belong to no unit).
     values : ndarray of float64, shape (n, len(columns))
         The rows' unit columns (:func:`unit_rows`).
-    weights : ndarray of float64, shape (n_replicates, n), or WeightBlocks, optional
+    weights : ndarray of float64 or of unsigned int counts, shape (n_replicates, n), or WeightBlocks, optional
         How often each row is drawn in each replicate.
     columns, replicate_columns : tuple of str
         The unit columns, and those the replicates carry (a subset).

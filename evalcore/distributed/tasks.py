@@ -662,10 +662,10 @@ def score_weights_task(
     inject_fault("score-weights", name)
     results = _pair_results(workdir, key, signature)
     draws = _partition_draws(workdir, key, results, options, signature, field_groups, block_units)
-    weights = draws.weights()  # (replicates, fields)
-    n_ref = weights.sum(axis=1)
-    # Made small once: each range's columns are then gathered from an eighth of the bytes.
-    weights = _small_counts(weights, f"partition {name}")
+    # (replicates, fields), small whole numbers, each field's replicates side by side: each
+    # range's rows are then gathered as contiguous runs of bytes.
+    weights = draws.draw_counts()
+    n_ref = weights.sum(axis=1, dtype=np.float64)  # whole numbers: exact in any order
     handed = _hand_weights(workdir, name, results.ref_pos, weights) if options.bootstrap_unit == "field" else None
     parts = []
     for resolver, path, n in homed:
@@ -683,7 +683,7 @@ def score_weights_task(
     written = {}
     for k in np.unique(which).tolist():
         mine = np.flatnonzero(which == k)
-        w = np.ascontiguousarray(weights[:, columns[mine]].T)
+        w = np.ascontiguousarray(weights.T[columns[mine]])
         storage.write_summary(Path(out_dir) / f"weights-{name}-{k}.npz", {"pos": pos[mine], "weights": w})
         written[int(k)] = len(mine)
     return {"key": key, "n_ref": n_ref, "ranges": written, "weights": handed}

@@ -231,7 +231,7 @@ def summarize_partition(
     if options.bootstrap > 0:
         if draws is None or len(draws.weights_rows()) != n:
             raise ValueError(f"partition {key}: the bootstrap draws of its {n} reference fields are missing")
-        weights = draws.weights()
+        weights = draws.draw_counts()  # small whole numbers: the same sums as their float64 values
         replicates = replicate_group_sums(weights, table.values[:, _replicated(table.columns, options)], flat_groups, plan.n_groups)
     ucols, rcols = unit_sum_columns(options)
     units = unit_rows(ucols, table.columns, table.values)

@@ -48,16 +48,23 @@ def cases(draw):
     return weights, values, flat_groups, n_groups
 
 
+def _rows_by_replicates(weights: np.ndarray) -> np.ndarray:
+    """The weights as :meth:`evalcore.bootstrap.RowDraws.draw_counts` keeps them: bytes, each
+    row's replicates contiguous, seen as replicates x rows."""
+    return np.ascontiguousarray(weights.T.astype(np.uint8)).T
+
+
 @settings(max_examples=200, deadline=None)
-@given(cases())
-def test_member_kernel_has_the_bits_of_the_one_field_kernel(case):
+@given(cases(), st.integers(1, 9))
+def test_member_kernel_has_the_bits_of_the_one_field_kernel(case, member_block):
     weights, values, flat_groups, n_groups = case
     want = np.zeros((n_groups, weights.shape[0], values.shape[1]))
     _weighted_group_sums(weights, values, flat_groups, want)
     members, bounds = _group_members(flat_groups, n_groups)
-    got = np.zeros_like(want)
-    _weighted_member_sums(weights, values, members, bounds, got)
-    assert got.tobytes() == want.tobytes()
+    for w, block in ((weights, max(1, len(values))), (weights, member_block), (_rows_by_replicates(weights), member_block)):
+        got = np.zeros_like(want)
+        _weighted_member_sums(w, values, members, bounds, got, block)
+        assert got.tobytes() == want.tobytes()
     if values.size <= 200:
         assert want.tobytes() == _one_at_a_time(weights, values, flat_groups, n_groups).tobytes()
 
@@ -68,6 +75,7 @@ def test_replicate_group_sums_from_blocks_with_and_without_a_nan(case, rows_per_
     weights, values, flat_groups, n_groups = case
     want = _one_at_a_time(weights, values, flat_groups, n_groups)
     assert replicate_group_sums(weights, values, flat_groups, n_groups).groups.tobytes() == want.tobytes()
+    assert replicate_group_sums(_rows_by_replicates(weights), values, flat_groups, n_groups).groups.tobytes() == want.tobytes()
     if len(values):
         values = values.copy()
         values[len(values) // 2, 0] = np.nan
@@ -78,6 +86,26 @@ def test_replicate_group_sums_from_blocks_with_and_without_a_nan(case, rows_per_
     ones = WeightBlocks.ones(weights.shape[0], len(values), chunk_bytes=8 * weights.shape[0] * rows_per_block)
     got = replicate_group_sums(ones, values, flat_groups, n_groups).groups
     assert got.tobytes() == _one_at_a_time(np.ones_like(weights), values, flat_groups, n_groups).tobytes()
+
+
+@settings(max_examples=100, deadline=None)
+@given(cases())
+def test_unit_sums_in_either_layout_are_the_rows_added_in_order(case):
+    """:func:`evalcore.bootstrap.replicate_unit_sums` (each row into its unit's cell, -1 in
+    none) from the float64 matrix and from byte counts kept rows by replicates: the bits of
+    the Python loop."""
+    from evalcore.bootstrap import replicate_unit_sums
+
+    weights, values, flat_groups, n_groups = case
+    units = flat_groups[:, 0] if flat_groups.shape[1] else np.full(len(values), -1)
+    want = np.zeros((n_groups, weights.shape[0], values.shape[1]))
+    for b in range(weights.shape[0]):
+        for i in range(len(values)):
+            if units[i] >= 0:
+                for j in range(values.shape[1]):
+                    want[units[i], b, j] = want[units[i], b, j] + weights[b, i] * values[i, j]
+    for w in (weights, _rows_by_replicates(weights)):
+        assert replicate_unit_sums(w, values, units, n_groups).tobytes() == want.tobytes()
 
 
 def test_group_members_by_hand():

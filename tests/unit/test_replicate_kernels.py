@@ -122,3 +122,21 @@ def test_a_partitions_row_draws_are_its_rows_of_the_runs(chunk_bytes, monkeypatc
     slow = np.array(list(_slow_ref_weights(draws)))
     for rows in (np.arange(n_fields), np.sort(rng.choice(n_fields, 150, replace=False)), np.array([5])):
         assert np.array_equal(draws.rows(rows).weights(), slow[:, rows])
+        counts = draws.rows(rows).draw_counts()
+        # Bytes, each row's replicates contiguous, the same whole numbers.
+        assert counts.dtype == np.uint8 and counts.T.flags.c_contiguous
+        assert np.array_equal(counts, slow[:, rows])
+
+
+def test_draw_counts_past_a_byte_take_a_wider_type():
+    """A field drawn 300 times in one replicate (its group of one field draws 300 times
+    there): the byte would wrap round to 44; the counts come in uint16, all of them right."""
+    from evalcore.bootstrap import RowDraws
+
+    draws = RowDraws("field", 3, 5, pools=np.array([0, 0]), ranks=np.array([0, 0]),
+                     tiles=np.array([[32613, 0, 0], [32613, 0, 1]]),
+                     groups={(0, (32613, 0, 0)): (1, np.array([1, 300, 0])), (0, (32613, 0, 1)): (1, np.array([2, 0, 255]))})
+    counts = draws.draw_counts()
+    assert counts.dtype == np.uint16
+    assert counts.tolist() == [[1, 2], [300, 0], [0, 255]]
+    assert counts.tolist() == draws.weights().tolist()
