@@ -101,11 +101,28 @@ def band_position(epsg: int, rects: F64Array) -> IdArray:
     rects = np.asarray(rects, dtype=np.float64).reshape(-1, 4)
     if len(rects) == 0:
         return np.empty(0, np.int64)
-    band = zone_band(int(epsg))
+    band, edges = _band_edges(int(epsg))
     boxes = shapely.box(rects[:, 0], rects[:, 1], rects[:, 2], rects[:, 3])
-    near = shapely.distance(boxes, band.boundary) <= EDGE_MARGIN_M
-    inside = shapely.intersects(band, boxes)
+    # A box's distance to the band's boundary is its distance to the nearest of the
+    # boundary's segments: the tree finds those within the margin (a country's tiles:
+    # 0.9 s of the 2M benchmark's client measuring each box against the whole boundary).
+    near = np.zeros(len(rects), dtype=bool)
+    near[edges.query(boxes, predicate="dwithin", distance=EDGE_MARGIN_M)[0]] = True
+    # A box farther from the boundary lies wholly on one side: its centre tells which.
+    inside = shapely.contains_xy(band, 0.5 * (rects[:, 0] + rects[:, 2]), 0.5 * (rects[:, 1] + rects[:, 3]))
     return np.where(near, -1, np.where(inside, 1, 0)).astype(np.int64)
+
+
+@functools.lru_cache(maxsize=64)
+def _band_edges(epsg: int) -> tuple[shapely.Geometry, shapely.STRtree]:
+    """The zone's band (prepared) and a tree of its boundary's segments, ring by ring."""
+    band = zone_band(epsg)
+    shapely.prepare(band)
+    segments = []
+    for ring in shapely.get_rings(band):
+        xy = shapely.get_coordinates(ring)
+        segments.append(shapely.linestrings(np.stack([xy[:-1], xy[1:]], axis=1)))
+    return band, shapely.STRtree(np.concatenate(segments))
 
 
 def _longitude(epsg: int, x: F64Array, y: F64Array) -> F64Array:

@@ -198,3 +198,29 @@ def test_tile_band_area_km2_is_exact_on_edge_tiles_and_whole_inside():
     assert area[0] == pytest.approx(densified_band_area(32633, rect) / 1e6, rel=1e-9)
     assert area[1] == 100.0  # wholly inside: the square
     assert area[2] == 0.0    # easting 0-10 km at 50°N: west of 12°
+
+
+@pytest.mark.parametrize("epsg", [32614, 32731, 32601, 32660])
+def test_band_position_is_the_distance_and_intersection_rule(epsg):
+    """The segment tree and centre test of band_position give what its rule says: -1 within
+    EDGE_MARGIN_M of the band's boundary (shapely.distance to the whole boundary), else 1
+    where the box meets the band, 0 where not; on 10 km tiles across the zone and its
+    neighbours, small boxes, and boxes touching the edge's margin."""
+    rng = np.random.default_rng(epsg)
+    x0 = np.floor(rng.uniform(-300_000, 1_300_000, 3000) / 10_000) * 10_000
+    y0 = np.floor(rng.uniform(0, 9_900_000, 3000) / 10_000) * 10_000
+    rects = np.concatenate([
+        np.column_stack([x0, y0, x0 + 10_000, y0 + 10_000]),
+        np.column_stack([x0 + 3.3, y0, x0 + 7.9, y0 + 4.1]),
+    ])
+    band = zone_band(epsg)
+    edge_x = shapely.get_coordinates(band.exterior)[::50]
+    # Boxes whose nearest side is just inside and just outside the margin from a boundary vertex.
+    for d in (EDGE_MARGIN_M * 0.5, EDGE_MARGIN_M * 2.0):
+        rects = np.concatenate([rects, np.column_stack([edge_x[:, 0] + d, edge_x[:, 1], edge_x[:, 0] + d + 5.0, edge_x[:, 1] + 5.0])])
+    boxes = shapely.box(rects[:, 0], rects[:, 1], rects[:, 2], rects[:, 3])
+    near = shapely.distance(boxes, band.boundary) <= EDGE_MARGIN_M
+    want = np.where(near, -1, np.where(shapely.intersects(band, boxes), 1, 0))
+    got = band_position(epsg, rects)
+    assert got.tolist() == want.tolist()
+    assert set(got.tolist()) == {-1, 0, 1}
