@@ -42,6 +42,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -78,6 +79,7 @@ from evalcore.distributed.values import (
     LAYERS,
     Box,
     PairsDone,
+    PredictionsPending,
     ProgressCallback,
     ResolvedRun,
     RunIndex,
@@ -115,6 +117,7 @@ __all__ = [
     "pixels_phase",
     "summary_of",
     "run_phases",
+    "finish_predictions",
     "phase_timings",
     "run_distributed",
 ]
@@ -503,14 +506,22 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     options = setup.options
     if options.bootstrap > 0 and options.bootstrap_unit != "field" and ref_units is None:  # no reference field anywhere: no unit of a field
         ref_units = np.empty((0, 3 if options.bootstrap_unit == "tile" else 1), np.int64)
-    unassigned, units_path, replicates, draws = _homeless_on_workers(client, setup, homeless, ref_units, unit_keys)
+    homeless_outcome = _submit_homeless(client, setup, homeless, ref_units, unit_keys)
+    # Block draws are made over the units the homeless task returns, which the scores'
+    # resamples need; a field bootstrap's scores do not wait for it (a single task of 1.4 s
+    # at 2M fields, during which the other worker had nothing to do).
+    block_units = options.bootstrap > 0 and options.bootstrap_unit != "field"
+    if block_units:
+        unassigned, units_path, replicates, draws = homeless_outcome()
     empty = resolve_run(concat_pair_results([])[0], without_draws(options), None,
                         plan.strata_names if plan is not None else None, plan.sizes if plan is not None else None, run_level=False)
     global_values = empty.global_values
     handed_weights = None
     if "scores" in rows_wanted:
         global_values, handed_weights = _scores_on_workers(client, setup, index, plan, [done[key] for key in sorted(done)],
-                                                           field_groups, None if draws is None else draws.unit_keys)
+                                                           field_groups, draws.unit_keys if block_units and draws is not None else None)
+    if not block_units:
+        unassigned, units_path, replicates, draws = homeless_outcome()
     # Field draws as the merge and the sums tasks need them: their count (the sums tasks make
     # them from their groups' sizes and the pools' files).
     if field_groups is not None:
@@ -523,6 +534,12 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
 
 def _homeless_on_workers(client: object, setup: RunSetup, homeless: tuple[str, ...], ref_units: np.ndarray | None,
                          unit_keys: np.ndarray | None = None, phase: str = "homeless") -> tuple:
+    """:func:`_submit_homeless` and its outcome, waited for."""
+    return _submit_homeless(client, setup, homeless, ref_units, unit_keys, phase)()
+
+
+def _submit_homeless(client: object, setup: RunSetup, homeless: tuple[str, ...], ref_units: np.ndarray | None,
+                     unit_keys: np.ndarray | None = None, phase: str = "homeless") -> Callable[[], tuple]:
     """The ``homeless`` task (:func:`evalcore.distributed.tasks.homeless_task`): the run's
     unassigned sums and the homeless predictions' tile and AOI sums, added in position order.
 
@@ -533,8 +550,13 @@ def _homeless_on_workers(client: object, setup: RunSetup, homeless: tuple[str, .
     must hold every unit of the run: a unit of the union absent from the run is drawn and
     weighs nothing in it, as :func:`evalcore.engine.resolve.run_draws` weighs it on the client.
 
+    The task is submitted first in priority; the call returned waits for it (one task:
+    the other workers go on with what follows meanwhile).
+
     Returns
     -------
+    callable
+        Returning ``(unassigned, units_path, unassigned_replicates, draws)``:
     unassigned, unassigned_replicates
         As :func:`evalcore.engine.resolve.homeless_sums`.
     units_path : str
@@ -554,15 +576,19 @@ def _homeless_on_workers(client: object, setup: RunSetup, homeless: tuple[str, .
         own = np.empty((0, unit_keys.shape[1]), np.int64) if ref_units is None else np.asarray(ref_units, np.int64)
         ref_units = np.concatenate([unit_keys, own.reshape(-1, unit_keys.shape[1])])
     units_path = str(setup.workdir / "resolve" / f"{phase}-units.npz")
-    unassigned, replicates, keys = client.submit(
-        homeless_task, list(homeless), options, ref_units, units_path, key=setup.task_key(phase), retries=2,
-    ).result()
-    if unit_keys is not None and keys is not None and len(keys) != len(unit_keys):
-        raise ValueError(f"the {len(unit_keys)} units given to draw from lack {len(keys) - len(unit_keys)} of the units of the run "
-                         f"in {setup.workdir}; give the union of the compared runs' units.")
-    draws = None if keys is None else RunDraws(options.bootstrap_unit, options.bootstrap, options.bootstrap_seed, len(keys),
-                                               unit_keys=keys)
-    return unassigned, units_path, replicates, draws
+    future = client.submit(homeless_task, list(homeless), options, ref_units, units_path, key=setup.task_key(phase), retries=2,
+                           priority=2**40)
+
+    def outcome() -> tuple:
+        unassigned, replicates, keys = future.result()
+        if unit_keys is not None and keys is not None and len(keys) != len(unit_keys):
+            raise ValueError(f"the {len(unit_keys)} units given to draw from lack {len(keys) - len(unit_keys)} of the units of the "
+                             f"run in {setup.workdir}; give the union of the compared runs' units.")
+        draws = None if keys is None else RunDraws(options.bootstrap_unit, options.bootstrap, options.bootstrap_seed, len(keys),
+                                                   unit_keys=keys)
+        return unassigned, units_path, replicates, draws
+
+    return outcome
 
 
 def _scores_resampled(options: EvalOptions) -> bool:
@@ -779,6 +805,10 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
 def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun) -> SumsDone:
     """Phase 4a: per-partition field tables and partial sums, written to the work directory.
 
+    With a per-prediction table, its tasks are submitted here too, below the sums in
+    priority, and left running: :func:`finish_predictions` waits for them after the merge
+    (:attr:`SumsDone.predictions`).
+
     The run's PR curve file is copied from its parts meanwhile, on a thread of the client
     (:func:`write_pr_curve`, 172 MB and 3.5 s of the client's merge at 2M fields when it
     came after the phase); the phase ends when both have.
@@ -843,11 +873,19 @@ def _sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan,
         )
     if done and setup.log:
         setup.log(f"sums: reusing {len(done)} finished partitions (checksums verified)")
-    info = {**done, **_gather(setup, "sums", futures)}
+    # The per-prediction table's tasks queue behind the sums' (they need none of them): the
+    # workers take them up as the sums run out, and they run on while the client merges
+    # (finish_predictions). They were a phase of their own after the sums, 15 s of the
+    # 2M benchmark's 396 s during which the client waited, then merged alone for 9 s.
+    pending = _submit_predictions(client, setup, index, resolved) if setup.predictions_dir is not None else None
+    try:
+        info = {**done, **_gather(setup, "sums", futures)}
+    except BaseException:
+        if pending is not None:
+            client.cancel(list(pending.futures.values()))
+        raise
     wd.remove_tree(setup.workdir / HANDED_WEIGHTS_DIR)  # those of partitions whose sums were reused
-    if setup.predictions_dir is not None:
-        _write_predictions(client, setup, index, resolved)
-    return SumsDone(info, len(done), time.perf_counter() - started)
+    return SumsDone(info, len(done), time.perf_counter() - started, pending)
 
 
 def _aoi_keys(index: RunIndex) -> list[str] | None:
@@ -855,8 +893,14 @@ def _aoi_keys(index: RunIndex) -> list[str] | None:
     return sites.aois.keys if sites is not None and sites.aois is not None else None
 
 
-def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolved: ResolvedRun) -> None:
-    """The per-prediction table, one GeoParquet part per partition holding predictions."""
+PREDICTIONS_PRIORITY = -(2**40)
+"""Added to the per-prediction tasks' priorities (their partitions' rows): below every sums
+task's (its rows) and the merge's selection tasks' (0), which the workers take first."""
+
+
+def _submit_predictions(client: object, setup: RunSetup, index: RunIndex, resolved: ResolvedRun) -> PredictionsPending:
+    """The per-prediction table's tasks, one GeoParquet part per partition holding predictions,
+    submitted (:func:`finish_predictions` gathers them)."""
     out = setup.predictions_dir
     out.mkdir(parents=True, exist_ok=True)
     wd.remove_files(out, "part-*.parquet")
@@ -888,14 +932,23 @@ def _write_predictions(client: object, setup: RunSetup, index: RunIndex, resolve
             setup.reference.id_column,
             key=setup.task_key("predictions", *key),
             retries=2,
-            priority=index.rows(key),
+            priority=PREDICTIONS_PRIORITY + index.rows(key),
         )
         for key, rows in sorted(parts.items(), key=lambda kv: -index.rows(kv[0]))
     }
-    written = _gather(setup, "predictions", futures)
+    return PredictionsPending(futures, expected)
+
+
+def finish_predictions(setup: RunSetup, sums: SumsDone) -> None:
+    """Wait for the per-prediction table's tasks submitted with the sums (none: nothing to
+    do), and check that their parts hold every prediction the resolve kept."""
+    pending = sums.predictions
+    if pending is None:
+        return
+    written = _gather(setup, "predictions", pending.futures)
     n = sum(w["n_pred"] for w in written.values())
-    if n != expected:
-        raise PartitionMissingError(f"the per-prediction parts hold {n} predictions but {expected} were resolved")
+    if n != pending.expected:
+        raise PartitionMissingError(f"the per-prediction parts hold {n} predictions but {pending.expected} were resolved")
 
 
 def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, sums: SumsDone,
@@ -1068,7 +1121,14 @@ def run_phases(client: object, setup: RunSetup) -> RunOutcome:
     resolved = resolve_phase(setup, index, pairs, plan, client=client)
     sums = sums_phase(client, setup, index, plan, resolved)
     started = time.perf_counter()
-    metrics = merge_phase(setup, index, plan, resolved, sums, client)
+    try:
+        metrics = merge_phase(setup, index, plan, resolved, sums, client)
+    except BaseException:
+        if sums.predictions is not None:
+            client.cancel(list(sums.predictions.futures.values()))
+        raise
+    # The merge's seconds include the wait for the per-prediction parts, written meanwhile.
+    finish_predictions(setup, sums)
     timings = {**phase_timings(prepare=index, pairs=pairs, resolve=resolved, sums=sums), "merge": time.perf_counter() - started}
     return RunOutcome(metrics, index, pairs, resolved, sums, timings)
 

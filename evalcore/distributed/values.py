@@ -34,6 +34,7 @@ __all__ = [
     "PairsDone",
     "ResolvedRun",
     "SumsDone",
+    "PredictionsPending",
     "RunOutcome",
 ]
 
@@ -254,11 +255,31 @@ class SumsDone:
         ``{key: {"key", "n_ref", "n_pred", "path"}}``.
     reused : int
     seconds : float
+    predictions : PredictionsPending, optional
+        The per-prediction table's tasks, submitted with the sums' and still running
+        (:func:`evalcore.distributed.runner.finish_predictions` waits for them).
     """
 
     partitions: dict
     reused: int = 0
     seconds: float = 0.0
+    predictions: PredictionsPending | None = None
+
+
+@dataclass(frozen=True)
+class PredictionsPending:
+    """The per-prediction table's tasks of a run, submitted and not yet gathered.
+
+    Attributes
+    ----------
+    futures : dict
+        ``{partition key: future}`` of :func:`evalcore.distributed.tasks.predictions_task`.
+    expected : int
+        Predictions the resolve kept: the parts must hold that many.
+    """
+
+    futures: dict
+    expected: int
 
 
 @dataclass(frozen=True)
