@@ -806,8 +806,8 @@ def sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan, 
     """Phase 4a: per-partition field tables and partial sums, written to the work directory.
 
     With a per-prediction table, its tasks are submitted here too, below the sums in
-    priority, and left running: :func:`finish_predictions` waits for them after the merge
-    (:attr:`SumsDone.predictions`).
+    priority, and left running: :func:`merge_phase` waits for them after its merge
+    (:attr:`SumsDone.predictions`, :func:`finish_predictions`).
 
     The run's PR curve file is copied from its parts meanwhile, on a thread of the client
     (:func:`write_pr_curve`, 172 MB and 3.5 s of the client's merge at 2M fields when it
@@ -877,13 +877,10 @@ def _sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan,
     # workers take them up as the sums run out, and they run on while the client merges
     # (finish_predictions). They were a phase of their own after the sums, 15 s of the
     # 2M benchmark's 396 s during which the client waited, then merged alone for 9 s.
+    # A failed sums task fails the phase with them still queued: a retry of the phase
+    # submits the same keys again and takes them up where they are.
     pending = _submit_predictions(client, setup, index, resolved) if setup.predictions_dir is not None else None
-    try:
-        info = {**done, **_gather(setup, "sums", futures)}
-    except BaseException:
-        if pending is not None:
-            client.cancel(list(pending.futures.values()))
-        raise
+    info = {**done, **_gather(setup, "sums", futures)}
     wd.remove_tree(setup.workdir / HANDED_WEIGHTS_DIR)  # those of partitions whose sums were reused
     return SumsDone(info, len(done), time.perf_counter() - started, pending)
 
@@ -1032,13 +1029,17 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
 def merge_phase(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: ResolvedRun, sums: SumsDone,
                 client: object = None) -> dict[str, object]:
     """Phase 4b: read every partition's sums, check completeness, add them in key order; the
-    pixel counts of the tiles (on the workers, with a pixel GSD); the summary."""
+    pixel counts of the tiles (on the workers, with a pixel GSD); the summary. Then the
+    wait for the per-prediction table's tasks, which ran meanwhile (:func:`finish_predictions`):
+    the phase ends with every part written and counted."""
     merged = merge_sums(setup, index, plan, resolved, sums, client)
     if setup.options.pixel_gsd_m is not None:
         if client is None:
             raise ValueError("pixel metrics need the Dask client to count the tiles on the workers")
         merged = replace(merged, pixels=pixels_phase(client, setup, index, merged))
-    return summary_of(setup, index, plan, resolved, merged)
+    summary = summary_of(setup, index, plan, resolved, merged)
+    finish_predictions(setup, sums)
+    return summary
 
 
 def pixels_phase(client: object, setup: RunSetup, index: RunIndex, merged: MergedSums) -> dict:
@@ -1121,14 +1122,7 @@ def run_phases(client: object, setup: RunSetup) -> RunOutcome:
     resolved = resolve_phase(setup, index, pairs, plan, client=client)
     sums = sums_phase(client, setup, index, plan, resolved)
     started = time.perf_counter()
-    try:
-        metrics = merge_phase(setup, index, plan, resolved, sums, client)
-    except BaseException:
-        if sums.predictions is not None:
-            client.cancel(list(sums.predictions.futures.values()))
-        raise
-    # The merge's seconds include the wait for the per-prediction parts, written meanwhile.
-    finish_predictions(setup, sums)
+    metrics = merge_phase(setup, index, plan, resolved, sums, client)
     timings = {**phase_timings(prepare=index, pairs=pairs, resolve=resolved, sums=sums), "merge": time.perf_counter() - started}
     return RunOutcome(metrics, index, pairs, resolved, sums, timings)
 

@@ -623,3 +623,24 @@ def test_worker_lost_in_a_score_weights_task_gives_identical_intervals(cluster_c
         assert metrics.get(key) == expected.get(key), key
     for key in ("ap50", "ap75", "ap50_95", "aurc"):
         assert metrics["bootstrap"]["ci"][key] == expected["bootstrap"]["ci"][key], key
+
+
+def test_permanent_predictions_fault_fails_the_merge_naming_the_partition(cluster_client, data, tmp_path):
+    """The per-prediction table's tasks run while the client merges (submitted with the sums):
+    the merge phase, as the flow calls it, still waits for every one of them, so a part
+    that cannot be written fails the run, named, and never leaves a short table behind a
+    finished merge."""
+    pred, ref = data
+    options = check_options(boundary_tolerance_m=10.0, partition_size_m=OPTIONS["partition_size_m"])
+    setup = start_run(LayerSource(str(pred), None, "predicted"), LayerSource(str(ref), None, "reference"), options,
+                      tmp_path / "work", strata_column="stratum", size_bins="auto", predictions_dir=tmp_path / "predictions")
+    index = prepare_phase(cluster_client, setup)
+    plan = plan_phase(setup, index)
+    victim = sorted(index.layers["predicted"]["partitions"])[-1]
+    name = "_".join(map(str, victim))
+    _set_fault(cluster_client, phase="predictions", partition=name, mode="always", marker=str(tmp_path / "m"))
+    resolved = resolve_phase(setup, index, pairs_phase(cluster_client, setup, index), plan, client=cluster_client)
+    sums = sums_phase(cluster_client, setup, index, plan, resolved)
+    assert sums.predictions is not None  # submitted with the sums, not gathered by them
+    with pytest.raises(RuntimeError, match=rf"predictions failed for partition {name}: InjectedFault"):
+        merge_phase(setup, index, plan, resolved, sums, cluster_client)
