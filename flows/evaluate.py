@@ -49,6 +49,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.utilities.annotations import quote
 
 from evalcore.distributed.cluster import DASHBOARD_ADDRESS
 from evalcore.distributed.runner import (
@@ -385,20 +386,23 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
                 pr_curve_out=out / "pr_curve.parquet" if options.score_column is not None else None,
             )
             recording_since = start_recording(client)
-            index, plan = prepare(client, setup)
+            # The phases' values go to the tasks quoted: Prefect would walk every item of each
+            # (a country's index, resolve and metrics) to look for futures in it, 2 s of the
+            # client's serial time at 2M fields (py-spy, 2026-12-06); nothing in them is one.
+            index, plan = prepare(client, quote(setup))
             client_peaks["prepare"] = peak_rss_mib()
             logger.info(
                 "prepared %d reference fields and %d predictions into %d partitions",
                 index.layers["reference"]["n_kept"], index.layers["predicted"]["n_kept"], len(index.keys()),
             )
-            done_pairs = pairs(client, setup, index)
+            done_pairs = pairs(client, quote(setup), quote(index))
             client_peaks["pairs"] = peak_rss_mib()
-            resolved = resolve(client, setup, index, done_pairs, plan)
+            resolved = resolve(client, quote(setup), quote(index), quote(done_pairs), quote(plan))
             client_peaks["resolve"] = peak_rss_mib()
-            done_sums = sums(client, setup, index, plan, resolved)
+            done_sums = sums(client, quote(setup), quote(index), quote(plan), quote(resolved))
             client_peaks["sums"] = peak_rss_mib()
             merge_started = time.perf_counter()
-            metrics = merge(client, setup, index, plan, resolved, done_sums)
+            metrics = merge(client, quote(setup), quote(index), quote(plan), quote(resolved), quote(done_sums))
             merge_seconds = time.perf_counter() - merge_started
             client_peaks["merge"] = peak_rss_mib()
             if on_store:
@@ -406,11 +410,11 @@ def _evaluate(params: EvaluateParams, options: EvalOptions, out: Path) -> dict:
                 if setup.predictions_dir is not None:
                     _fetch_parts(setup.predictions_dir, staged.directory(out / "predictions"))
             staged.commit()
-            publish(record(), metrics, params, started, dashboard)
+            publish(quote(record()), quote(metrics), params, started, dashboard)
             gate_result = check_gates(params) if params.gates else None
             reliability = run_reliability(client, recording_since, record().timings, client_peaks, embedded=not params.cluster)
             release_mirrors(client, workdir)  # the workers' copies of a store work directory
-        evidence(params, setup, metrics, reliability, started)
+        evidence(params, quote(setup), quote(metrics), quote(reliability), started)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalcore-release") as releasing:
             # Only what this run wrote in the work directory goes, and the directory only if
             # evalcore made it (evalcore.outputs); on a thread while the report is drawn (at
