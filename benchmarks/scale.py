@@ -388,6 +388,33 @@ def busy_seconds(stream: Iterable[Mapping], workers: int) -> dict[str, float]:
     return {"any_s": any_s, "all_s": all_s}
 
 
+def idle_gaps(stream: Iterable[Mapping], min_s: float = 1.0) -> list[dict]:
+    """The stretches, at least ``min_s`` long, when no worker computed a task: where the
+    client's serial steps are (the rest of the wall time with no worker computing is
+    before the first task and after the last).
+
+    Returns
+    -------
+    list of dict
+        ``{"at_s": seconds from the first task's start, "seconds", "before": the phase of
+        the last task to end before it, "after": that of the first to start after}``,
+        in time order.
+    """
+    spans = sorted((s["start"], s["stop"], phase_of(record["key"])) for record in stream for s in record["startstops"]
+                   if s["action"] == "compute" and s["stop"] > s["start"])
+    if not spans:
+        return []
+    first = spans[0][0]
+    out = []
+    end, last = spans[0][1], spans[0][2]
+    for start, stop, name in spans[1:]:
+        if start - end >= min_s:
+            out.append({"at_s": end - first, "seconds": start - end, "before": last, "after": name})
+        if stop > end:
+            end, last = stop, name
+    return out
+
+
 def phase_colours(prefixes: Sequence[str], palette: Sequence[tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
     """A colour per task prefix from ``palette`` (tab20: more prefixes than tab10 has
     colours), leaving out its greys, which are the transfers' colour (the 2M picture of
@@ -764,7 +791,7 @@ def measure_size(n_ref: int, base: Path, stamp: str, workers: int = 2, interval_
         "partitions": len(manifest["partitions"]),
         "client_mib": mem["client"]["peak_mib"], "worker_mib": [mem[f"w{k}"]["peak_mib"] for k in range(workers)],
         "memory": mem, "dashboard": dashboard, "task_stream_tasks": len(stream),
-        "tasks": task_costs(stream), "busy_s": busy_seconds(stream, workers),
+        "tasks": task_costs(stream), "busy_s": busy_seconds(stream, workers), "idle_gaps": idle_gaps(stream),
     })
     row["tasks_complete"] = len(stream) < TASK_STREAM_LENGTH
     row["peak_phase"] = {role: phase_at(mem[role].get("peak_at_s"), mem["phases_at_s"])
@@ -821,6 +848,10 @@ def print_rows(rows: Sequence[Mapping]) -> None:
             b = r["busy_s"]
             print(f"    no worker computing {r['wall_s'] - b['any_s']:.1f} s of the {r['wall_s']:.1f} s (client, scheduler, start, publication); "
                   f"some but not all {b['any_s'] - b['all_s']:.1f} s")
+        if r.get("idle_gaps"):
+            gaps = r["idle_gaps"]
+            print(f"    between tasks, {sum(g['seconds'] for g in gaps):.1f} s in {len(gaps)} gaps of 1 s or more: " + "; ".join(
+                f"{g['seconds']:.1f} s at {g['at_s']:.0f} s ({g['before']} -> {g['after']})" for g in gaps))
     print("\ntargets (ratios from sizes of this run)")
     print(targets_table(targets(rows)))
     if rows:

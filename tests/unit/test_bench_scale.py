@@ -245,6 +245,23 @@ def test_busy_seconds_any_and_all_workers():
     assert busy_seconds([], 2) == {"any_s": 0.0, "all_s": 0.0}
 
 
+def test_idle_gaps_are_the_stretches_without_a_computing_worker():
+    stream = [
+        _record("pairs-a", 10.0, 14.0, worker="w0"),
+        _record("pairs-b", 11.0, 12.0, worker="w1"),   # ends inside pairs-a: no gap after it
+        _record("components-a", 15.5, 16.0, worker="w1"),  # 1.5 s after pairs-a
+        _record("sums-a", 16.5, 17.0, worker="w0"),  # 0.5 s: under the 1 s kept
+        _record("score-values-3", 20.0, 21.0, worker="w0"),
+        {"key": "select-x", "worker": "w1", "startstops": ({"action": "transfer", "start": 17.0, "stop": 19.5},)},
+    ]
+    assert scale.idle_gaps(stream) == [
+        {"at_s": 4.0, "seconds": 1.5, "before": "pairs", "after": "components"},
+        {"at_s": 7.0, "seconds": 3.0, "before": "sums", "after": "score-values"},
+    ]
+    assert scale.idle_gaps(stream, min_s=0.4)[1] == {"at_s": 6.0, "seconds": 0.5, "before": "components", "after": "sums"}
+    assert scale.idle_gaps([]) == []
+
+
 def test_disk_mib_counts_allocated_blocks_per_entry(tmp_path):
     (tmp_path / "work" / "sums").mkdir(parents=True)
     (tmp_path / "work" / "sums" / "a.npz").write_bytes(b"x" * 3 * 2**20)
