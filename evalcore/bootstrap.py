@@ -53,6 +53,7 @@ __all__ = [
     "rows_per_block",
     "group_members",
     "small_counts",
+    "whole_counts",
     "WeightBlocks",
     "ReplicateSums",
     "BOOTSTRAP_UNITS",
@@ -445,11 +446,12 @@ def small_counts(weights: np.ndarray) -> np.ndarray | None:
     return counts if np.array_equal(counts, weights) else None
 
 
-def _whole_counts(weights: F64Array) -> np.ndarray:
-    """:func:`small_counts` of draw counts, which are whole numbers by construction."""
+def whole_counts(weights: np.ndarray, what: str) -> np.ndarray:
+    """:func:`small_counts` of draw counts, which are always small whole numbers: anything
+    else is refused, naming ``what``."""
     counts = small_counts(weights)
     if counts is None:
-        raise ValueError(f"bootstrap draw counts must be whole numbers below 2**32 (largest {float(np.max(weights, initial=0))})")
+        raise ValueError(f"{what}: replicate weights are not small whole numbers (largest {float(np.max(weights, initial=0))})")
     return counts
 
 
@@ -552,8 +554,8 @@ def block_counts(n_units: int, n_replicates: int, seed: int, unit: str) -> np.nd
 
 @dataclass(frozen=True)
 class HandedWeights:
-    """Some rows' replicate weights as another task made them (:meth:`RowDraws.weights`),
-    in a small unsigned integer type; used where the draws would be made again.
+    """Some rows' draw counts as another task made them (:meth:`RowDraws.draw_counts`), in a
+    small unsigned integer type; used where the draws would be made again.
 
     Attributes
     ----------
@@ -565,10 +567,6 @@ class HandedWeights:
     def weights_rows(self) -> IdArray:
         """One entry per row, as :meth:`RowDraws.weights_rows`."""
         return np.arange(self.counts.shape[1], dtype=np.int64)
-
-    def weights(self) -> F64Array:
-        """:meth:`RowDraws.weights` of the rows: the same whole numbers, as float64."""
-        return self.counts.astype(np.float64)
 
     def draw_counts(self) -> np.ndarray:
         """:meth:`RowDraws.draw_counts` of the rows (as they were handed)."""
@@ -642,12 +640,12 @@ class RowDraws:
             A transposed view of a C-contiguous (n, n_replicates) array for field draws.
         """
         if self.unit != "field":
-            return _whole_counts(self.weights())
+            return whole_counts(self.weights(), "bootstrap draw counts")
         rows_by_replicate = np.zeros((len(self.pools), self.n_replicates), dtype=np.uint8)
         try:
             return self._field_counts(rows_by_replicate.T)
         except OverflowError:
-            return _whole_counts(self.weights())
+            return whole_counts(self.weights(), "bootstrap draw counts")
 
     def _field_counts(self, out: np.ndarray) -> np.ndarray:
         """Place the field draws of every (pool, tile) group of the rows on ``out``

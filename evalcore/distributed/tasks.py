@@ -31,7 +31,7 @@ from evalcore.bootstrap import (
     field_group_sizes,
     partition_field_draws,
     pool_ids,
-    small_counts,
+    whole_counts,
 )
 from evalcore.distributed import storage
 from evalcore.distributed import workdir as wd
@@ -695,8 +695,9 @@ partition's sums task (:func:`_hand_weights`)."""
 
 
 def _hand_weights(workdir: str, name: str, positions: np.ndarray, counts: np.ndarray) -> str | None:
-    """Write a partition's replicate weights (:func:`_small_counts`) for its sums task, which
-    would otherwise make the same field draws again (about a sixth of its time); the path,
+    """Write a partition's draw counts (:meth:`evalcore.bootstrap.RowDraws.draw_counts`) for
+    its sums task, which would otherwise make the same field draws again (about a sixth of
+    its time); the path,
     or None when the work directory is on a store (fetching them would cost more than
     drawing them) or a weight does not fit a byte."""
     if wd.is_remote(workdir) or counts.dtype != np.uint8:
@@ -722,15 +723,6 @@ def _handed_weights(path: str, positions: np.ndarray, n_replicates: int) -> Hand
             or not np.array_equal(a.get("pos"), positions)):
         return None
     return HandedWeights(weights)
-
-
-def _small_counts(weights: np.ndarray, what: str) -> np.ndarray:
-    """:func:`evalcore.bootstrap.small_counts` of draw counts, which are always small whole
-    numbers: anything else is refused, naming ``what``."""
-    counts = small_counts(weights)
-    if counts is None:
-        raise ValueError(f"{what}: replicate weights are not small whole numbers (largest {float(np.max(weights, initial=0))})")
-    return counts
 
 
 def score_range_task(
@@ -786,7 +778,7 @@ def _range_weights(rows: ScoreRows, extra: dict, weights: list[tuple[str, str, i
         at = _unit_index(block_units, unit)
         if len(at) and (at.max() >= len(block_units) or not np.array_equal(block_units[at], unit)):
             raise PartitionMissingError(f"score range {k}: some predictions count in units the run does not hold")
-        counts = _small_counts(block_draws(options.bootstrap_unit, block_units, np.empty(0, np.int64), B, options.bootstrap_seed).counts,
+        counts = whole_counts(block_draws(options.bootstrap_unit, block_units, np.empty(0, np.int64), B, options.bootstrap_seed).counts,
                                f"score range {k}")
         out = np.empty((len(rows), B), counts.dtype)
         for start, stop, block in WeightBlocks.of_units(counts, at).blocks():
