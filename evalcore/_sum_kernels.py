@@ -171,7 +171,7 @@ def _weighted_member_sums(weights: np.ndarray, values: np.ndarray, members: np.n
 
 
 @njit(**NUMBA_OPTIONS)
-def _weighted_unit_sums(weights: np.ndarray, values: np.ndarray, units: np.ndarray, out: np.ndarray) -> None:
+def _weighted_unit_sums(weights: np.ndarray, values: np.ndarray, units: np.ndarray, out: np.ndarray, by_row: bool) -> None:
     """Add each row's ``weight * values`` into its unit's cell, in every replicate.
 
     The rows of a partition's reporting tiles or AOIs, a few columns each: unlike
@@ -189,14 +189,14 @@ def _weighted_unit_sums(weights: np.ndarray, values: np.ndarray, units: np.ndarr
     units : int64 (n_rows,)
         Each row's cell on ``out``'s first axis; rows of no unit point at a last, spare cell.
     out : float64 (n_cells, n_replicates, n_columns), updated in place
-
-    Weights kept rows by replicates (a transposed view, each row's counts contiguous) are
-    read row by row, each row through every replicate; a replicates-by-rows matrix
-    replicate by replicate. The same additions in the same order either way.
+    by_row : bool
+        Whether the weights are kept rows by replicates (a transposed view, each row's
+        counts contiguous): then read row by row, each row through every replicate; else
+        replicate by replicate. The same additions in the same order either way.
     """
     n_rep, n_rows = weights.shape
     n_cols = values.shape[1]
-    if weights.strides[0] < weights.strides[1]:
+    if by_row:
         for i in range(n_rows):
             k = units[i]
             for b in range(n_rep):

@@ -466,10 +466,16 @@ MEMBER_BLOCK = 128
 (:func:`evalcore._sum_kernels._weighted_member_sums`)."""
 
 
+def _by_row(weights: np.ndarray) -> bool:
+    """Whether replicates-by-rows weights are kept rows by replicates in memory (each row's
+    counts contiguous, :meth:`RowDraws.draw_counts`): the kernels then go row by row."""
+    return weights.strides[0] < weights.strides[1]
+
+
 def _member_block(weights: np.ndarray) -> int:
     """A group's fields per pass: :data:`MEMBER_BLOCK` for weights kept rows by replicates,
     all of them for a replicates-by-rows matrix (there the blocks were slower)."""
-    return MEMBER_BLOCK if weights.strides[0] < weights.strides[1] else max(1, weights.shape[1])
+    return MEMBER_BLOCK if _by_row(weights) else max(1, weights.shape[1])
 
 
 def replicate_group_sums(weights: F64Array | WeightBlocks, values: F64Array, flat_groups: IdArray, n_groups: int) -> ReplicateSums:
@@ -524,7 +530,7 @@ def replicate_unit_sums(weights: F64Array | WeightBlocks, values: F64Array, unit
     n_replicates, blocks = _weight_blocks(weights, len(values))
     out = np.zeros((n_units + 1, n_replicates, values.shape[1]))
     for start, stop, block in blocks:
-        _weighted_unit_sums(block, values[start:stop], cells[start:stop], out)
+        _weighted_unit_sums(block, values[start:stop], cells[start:stop], out, _by_row(block))
     return out[:n_units]
 
 
