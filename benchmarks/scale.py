@@ -41,7 +41,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
@@ -364,6 +364,14 @@ def tasks_at(stream: Iterable[Mapping], worker: str, start: float, stop: float) 
     return dict(sorted(out.items()))
 
 
+def _computes(stream: Iterable[Mapping]) -> Iterator[tuple[float, float, str]]:
+    """``(start, stop, phase)`` of every stretch of computing in the task stream records."""
+    for record in stream:
+        for s in record["startstops"]:
+            if s["action"] == "compute" and s["stop"] > s["start"]:
+                yield s["start"], s["stop"], phase_of(record["key"])
+
+
 def busy_seconds(stream: Iterable[Mapping], workers: int) -> dict[str, float]:
     """How long at least one worker, and how long every worker, was computing a task, s.
 
@@ -371,12 +379,7 @@ def busy_seconds(stream: Iterable[Mapping], workers: int) -> dict[str, float]:
     scheduler worked (start, the client's phases, publication); ``any_s - all_s`` is when
     part of the workers waited (the end of a phase, too few tasks).
     """
-    events = []
-    for record in stream:
-        for s in record["startstops"]:
-            if s["action"] == "compute" and s["stop"] > s["start"]:
-                events += [(s["start"], 1), (s["stop"], -1)]
-    events.sort()
+    events = sorted(e for start, stop, _ in _computes(stream) for e in ((start, 1), (stop, -1)))
     any_s = all_s = 0.0
     running, last = 0, None
     for t, step in events:
@@ -400,8 +403,7 @@ def idle_gaps(stream: Iterable[Mapping], min_s: float = 1.0) -> list[dict]:
         the last task to end before it, "after": that of the first to start after}``,
         in time order.
     """
-    spans = sorted((s["start"], s["stop"], phase_of(record["key"])) for record in stream for s in record["startstops"]
-                   if s["action"] == "compute" and s["stop"] > s["start"])
+    spans = sorted(_computes(stream))
     if not spans:
         return []
     first = spans[0][0]

@@ -57,7 +57,7 @@ def _hash_ahead(paths: list[str]) -> threading.Thread:
 
     def run() -> None:
         for path in paths:
-            if path is None or remote.is_url(str(path)):
+            if remote.is_url(str(path)):
                 continue
             try:
                 sha256_path(path)

@@ -506,12 +506,12 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     options = setup.options
     if options.bootstrap > 0 and options.bootstrap_unit != "field" and ref_units is None:  # no reference field anywhere: no unit of a field
         ref_units = np.empty((0, 3 if options.bootstrap_unit == "tile" else 1), np.int64)
-    homeless_outcome = _submit_homeless(client, setup, homeless, ref_units, unit_keys)
+    homeless_outcome = _homeless_on_workers(client, setup, homeless, ref_units, unit_keys)
     # Block draws are made over the units the homeless task returns, which the scores'
     # resamples need; a field bootstrap's scores do not wait for it (a single task of 1.4 s
     # at 2M fields, during which the other worker had nothing to do).
-    block_units = options.bootstrap > 0 and options.bootstrap_unit != "field"
-    if block_units:
+    scores_need_units = options.bootstrap > 0 and options.bootstrap_unit != "field"
+    if scores_need_units:
         unassigned, units_path, replicates, draws = homeless_outcome()
     empty = resolve_run(concat_pair_results([])[0], without_draws(options), None,
                         plan.strata_names if plan is not None else None, plan.sizes if plan is not None else None, run_level=False)
@@ -519,8 +519,8 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
     handed_weights = None
     if "scores" in rows_wanted:
         global_values, handed_weights = _scores_on_workers(client, setup, index, plan, [done[key] for key in sorted(done)],
-                                                           field_groups, draws.unit_keys if block_units and draws is not None else None)
-    if not block_units:
+                                                           field_groups, draws.unit_keys if scores_need_units and draws is not None else None)
+    if not scores_need_units:
         unassigned, units_path, replicates, draws = homeless_outcome()
     # Field draws as the merge and the sums tasks need them: their count (the sums tasks make
     # them from their groups' sizes and the pools' files).
@@ -532,14 +532,13 @@ def _resolve_on_workers(client: object, setup: RunSetup, index: RunIndex, pairs:
                        homeless, units_path, handed_weights)
 
 
+PRIORITY_SPAN = 2**40
+"""More than any partition's rows (the tasks' usual priority): a task given it goes before all
+of them (the homeless task), one given it subtracted after all of them (the predictions)."""
+
+
 def _homeless_on_workers(client: object, setup: RunSetup, homeless: tuple[str, ...], ref_units: np.ndarray | None,
-                         unit_keys: np.ndarray | None = None, phase: str = "homeless") -> tuple:
-    """:func:`_submit_homeless` and its outcome, waited for."""
-    return _submit_homeless(client, setup, homeless, ref_units, unit_keys, phase)()
-
-
-def _submit_homeless(client: object, setup: RunSetup, homeless: tuple[str, ...], ref_units: np.ndarray | None,
-                     unit_keys: np.ndarray | None = None, phase: str = "homeless") -> Callable[[], tuple]:
+                         unit_keys: np.ndarray | None = None, phase: str = "homeless") -> Callable[[], tuple]:
     """The ``homeless`` task (:func:`evalcore.distributed.tasks.homeless_task`): the run's
     unassigned sums and the homeless predictions' tile and AOI sums, added in position order.
 
@@ -577,7 +576,7 @@ def _submit_homeless(client: object, setup: RunSetup, homeless: tuple[str, ...],
         ref_units = np.concatenate([unit_keys, own.reshape(-1, unit_keys.shape[1])])
     units_path = str(setup.workdir / "resolve" / f"{phase}-units.npz")
     future = client.submit(homeless_task, list(homeless), options, ref_units, units_path, key=setup.task_key(phase), retries=2,
-                           priority=2**40)
+                           priority=PRIORITY_SPAN)
 
     def outcome() -> tuple:
         unassigned, replicates, keys = future.result()
@@ -610,7 +609,7 @@ def _redrawn_on_workers(client: object, setup: RunSetup, previous: ResolvedRun, 
     r = previous.resolved
     own = r.draws.unit_keys if r.draws is not None and r.draws.unit_keys is not None else None
     unassigned, units_path, replicates, draws = _homeless_on_workers(client, setup, previous.homeless, own, unit_keys,
-                                                                     phase="homeless-paired")
+                                                                     phase="homeless-paired")()
     logger.info("resolve: the homeless predictions' sums drawn again over the %d units of the comparison (%d of the run's own)",
                 len(unit_keys), 0 if own is None else len(own))
     resolved = replace(r, unassigned=unassigned, draws=draws, unassigned_replicates=replicates)
@@ -891,7 +890,7 @@ def _aoi_keys(index: RunIndex) -> list[str] | None:
     return sites.aois.keys if sites is not None and sites.aois is not None else None
 
 
-PREDICTIONS_PRIORITY = -(2**40)
+PREDICTIONS_PRIORITY = -PRIORITY_SPAN
 """Added to the per-prediction tasks' priorities (their partitions' rows): below every sums
 task's (its rows) and the merge's selection tasks' (0), which the workers take first."""
 
