@@ -33,6 +33,7 @@ __all__ = [
     "DiskFullError",
     "write_json",
     "write_geoparquet",
+    "write_geoparquet_wkb",
     "TABLE_FORMATS",
     "table_format",
     "write_table",
@@ -179,6 +180,97 @@ def write_geoparquet(path: str | os.PathLike, frame: geopandas.GeoDataFrame) -> 
         frame.to_parquet(tmp, index=None)
 
     return atomic_path(path, _write)
+
+
+GEOPARQUET_VERSION = "1.1.0"
+"""The GeoParquet version :func:`write_geoparquet_wkb` writes (geopandas 1.x's default)."""
+
+_TYPE_NAMES = {3: "Polygon", 6: "MultiPolygon"}
+
+
+def write_geoparquet_wkb(path: str | os.PathLike, frame: pd.DataFrame, wkb: object, crs: object) -> Path:
+    """Write a table and a column of WKB polygons as GeoParquet, atomically, without
+    building the geometries.
+
+    The file is the one :func:`write_geoparquet` writes for ``GeoDataFrame(frame,
+    geometry=shapely.from_wkb(wkb), crs=crs)`` (the same columns, field and file metadata,
+    the geometry last), except that the ``geo`` metadata names evalcore as its creator:
+    the geometry types and the bounding box are read from the bytes
+    (:func:`evalcore._wkb_kernels._wkb_polygon_extent`), so a partition's stored
+    geometries reach the output as they are instead of being decoded and encoded again.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        The attribute columns, without a ``geometry`` column.
+    wkb : pyarrow.BinaryArray or ChunkedArray, shape (len(frame),)
+        2D WKB Polygons or MultiPolygons (little-endian, as shapely writes them); null or
+        empty values are missing geometries. Anything else is decoded and written through
+        geopandas instead.
+    crs : pyproj.CRS or None
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from evalcore._wkb_kernels import _wkb_polygon_extent
+
+    if "geometry" in frame.columns:
+        raise ValueError("write_geoparquet_wkb: the frame already has a geometry column")
+    values = wkb.combine_chunks() if isinstance(wkb, pa.ChunkedArray) else wkb
+    values = values.cast(pa.binary())
+    if len(values) != len(frame):
+        raise ValueError(f"write_geoparquet_wkb: {len(values)} geometries for {len(frame)} rows")
+    n = len(values)
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[values.offset:values.offset + n + 1].astype(np.int64) if n else np.zeros(1, np.int64)
+    data = np.frombuffer(values.buffers()[2], dtype=np.uint8) if n and values.buffers()[2] is not None else np.zeros(0, np.uint8)
+    types = np.empty(n, dtype=np.int64)
+    box = np.empty(4, dtype=np.float64)
+    if values.null_count or not _wkb_polygon_extent(data, offsets, types, box):
+        import shapely
+
+        geoms = shapely.from_wkb(values.to_numpy(zero_copy_only=False))
+        return write_geoparquet(path, geopandas.GeoDataFrame(frame, geometry=geoms, crs=crs))
+
+    attributes = pd.DataFrame(frame.copy(deep=False))
+    attributes["geometry"] = None  # geopandas' placeholder: an Arrow null column, replaced below
+    table = pa.Table.from_pandas(attributes, preserve_index=None)
+    crs_json = crs.to_json_dict() if crs is not None else None
+    extension = {"ARROW:extension:name": "geoarrow.wkb",
+                 "ARROW:extension:metadata": json.dumps({"crs": crs_json}) if crs_json is not None else "{}"}
+    field = pa.field("geometry", type=pa.binary(), nullable=True, metadata=extension)
+    table = table.set_column(table.schema.get_field_index("geometry"), field, values)
+    column: dict = {"encoding": "WKB", "crs": _without_member_ids(crs_json), "geometry_types": sorted(_TYPE_NAMES[t] for t in np.unique(types[types >= 0]))}
+    if np.isfinite(box).all():
+        column["bbox"] = box.tolist()
+    geo = {"primary_column": "geometry", "columns": {"geometry": column}, "version": GEOPARQUET_VERSION,
+           "creator": {"library": "evalcore", "version": _evalcore_version()}}
+    metadata = dict(table.schema.metadata or {})
+    metadata[b"geo"] = json.dumps(geo).encode("utf-8")
+    if frame.attrs:
+        metadata["PANDAS_ATTRS"] = json.dumps(frame.attrs)
+    table = table.replace_schema_metadata(metadata)
+    return atomic_path(path, lambda tmp: pq.write_table(table, tmp, compression="snappy"))
+
+
+def _without_member_ids(crs_json: dict | None) -> dict | None:
+    """A PROJJSON CRS without the ids of its datum ensemble's members, as geopandas and GDAL
+    write it (older PROJ databases do not know the newer members' ids)."""
+    if crs_json is None:
+        return None
+
+    def strip(value: object) -> object:
+        if isinstance(value, dict):
+            return {k: (([{kk: vv for kk, vv in m.items() if kk != "id"} if isinstance(m, dict) else m for m in v])
+                        if k == "members" and isinstance(v, list) else strip(v)) for k, v in value.items()}
+        return value
+
+    return strip(crs_json)
+
+
+def _evalcore_version() -> str:
+    from evalcore._version import __version__
+
+    return __version__
 
 
 TABLE_FORMATS: dict[str, str | None] = {

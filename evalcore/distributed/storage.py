@@ -59,6 +59,7 @@ __all__ = [
     "index_from_json",
     "write_prepared_chunk",
     "read_partition",
+    "read_source_wkb",
     "partition_files",
     "write_summary",
     "read_summary",
@@ -243,6 +244,48 @@ def _in_window(boxes: pa.Table, window: tuple[float, float, float, float], grow_
     )
 
 
+def _fetched_files(workdir: Path, layer_name: str, key: PartitionKey) -> list[Path]:
+    files = partition_files(workdir, layer_name, key)
+    if not files:
+        raise FileNotFoundError(f"partition {key_name(key)} of the {layer_name} layer has no prepared rows in {workdir}")
+    return [wd.fetch(f) for f in files]
+
+
+def _partition_table(files: list[Path], columns: list[str], window: tuple[float, float, float, float] | None,
+                     grow_by_reach: bool) -> pa.Table:
+    """Some columns of a partition's chunk files, rows in position order (those in ``window`` only, when given)."""
+    tables = []
+    for path in files:
+        if window is None:
+            tables.append(pq.read_table(path, columns=columns))
+            continue
+        # A halo read: the boxes first, the geometries only when some row is in the window.
+        parquet = pq.ParquetFile(path)
+        keep = _in_window(parquet.read(columns=[*BOX_COLUMNS, "reach"]), window, grow_by_reach)
+        if keep.any():
+            tables.append(parquet.read(columns=columns).filter(pa.array(keep)))
+    if not tables:  # no row of this partition reaches the window
+        tables.append(pq.read_schema(files[0]).empty_table().select(columns))
+    table = pa.concat_tables(tables)
+    positions = table["position"].to_numpy()
+    # The chunk files (named by their first position, taken in name order) hold disjoint
+    # ranges of rows in position order, so the rows almost always come in order already;
+    # reordering a table copies every column, geometry included.
+    if len(positions) > 1 and not np.all(positions[1:] > positions[:-1]):
+        table = table.take(pa.array(np.argsort(positions, kind="stable")))
+    return table
+
+
+def read_source_wkb(workdir: Path, layer_name: str, key: PartitionKey) -> tuple[np.ndarray, pa.ChunkedArray]:
+    """A partition's positions and its rows' source geometries as the WKB they were stored as.
+
+    For writing them out again (:func:`evalcore.writers.write_geoparquet_wkb`) without
+    decoding them; rows in position order, as :func:`read_partition` gives them.
+    """
+    table = _partition_table(_fetched_files(workdir, layer_name, key), ["position", "geometry"], None, False)
+    return table["position"].to_numpy().astype(np.int64), table["geometry"]
+
+
 def read_partition(
     workdir: Path,
     layer_name: str,
@@ -276,30 +319,9 @@ def read_partition(
         Stratum of each row (None: missing).
     reach : ndarray of float64
     """
-    files = partition_files(workdir, layer_name, key)
-    if not files:
-        raise FileNotFoundError(f"partition {key_name(key)} of the {layer_name} layer has no prepared rows in {workdir}")
-    files = [wd.fetch(f) for f in files]
+    files = _fetched_files(workdir, layer_name, key)
     columns = [c for c in pq.read_schema(files[0]).names if c not in GEOMETRY_COLUMNS or c in geometries]
-    tables = []
-    for path in files:
-        if window is None:
-            tables.append(pq.read_table(path, columns=columns))
-            continue
-        # A halo read: the boxes first, the geometries only when some row is in the window.
-        parquet = pq.ParquetFile(path)
-        keep = _in_window(parquet.read(columns=[*BOX_COLUMNS, "reach"]), window, grow_by_reach)
-        if keep.any():
-            tables.append(parquet.read(columns=columns).filter(pa.array(keep)))
-    if not tables:  # no row of this partition reaches the window
-        tables.append(pq.read_schema(files[0]).empty_table().select(columns))
-    table = pa.concat_tables(tables)
-    positions = table["position"].to_numpy()
-    # The chunk files (named by their first position, taken in name order) hold disjoint
-    # ranges of rows in position order, so the rows almost always come in order already;
-    # reordering a table copies every column, geometry included.
-    if len(positions) > 1 and not np.all(positions[1:] > positions[:-1]):
-        table = table.take(pa.array(np.argsort(positions, kind="stable")))
+    table = _partition_table(files, columns, window, grow_by_reach)
     layer = PreparedLayer(
         name=layer_name,
         positions=table["position"].to_numpy().astype(np.int64),

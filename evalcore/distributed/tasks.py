@@ -13,7 +13,6 @@ import zipfile
 from dataclasses import replace
 from pathlib import Path
 
-import geopandas
 import numpy as np
 import pandas as pd
 import shapely
@@ -55,7 +54,7 @@ from evalcore.options import EvalOptions, RunPlan
 from evalcore.prepare import prepare_layer
 from evalcore.selection import Answers, answer
 from evalcore.study import Study
-from evalcore.writers import atomic_path, write_geoparquet
+from evalcore.writers import atomic_path, write_geoparquet_wkb
 
 __all__ = ["prepare_chunk_task", "pairs_task", "components_task", "seam_labels_task", "group_draws_task", "resolve_task",
            "homeless_task", "sums_task", "select_task", "predictions_task", "pixels_task", "score_split_task", "score_weights_task",
@@ -931,7 +930,7 @@ def sums_task(
             draws = _partition_draws(workdir, key, results, options, signature, field_groups, block_units)
     layer, strata, _ = storage.read_partition(
         Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=options.partition_size_m,
-        geometries=("geometry",) if frame_dir is not None else (),
+        geometries=(),
     )
     refs = RefRows.of_layer(layer, strata, plan)
     summary, fields = summarize_partition(key, refs, results, pair_values, contributions, options, plan, draws)
@@ -951,8 +950,10 @@ def sums_task(
             ref_class=layer.class_value if options.class_column is not None else None,
         )
         table = output_table(table, "fields", ref_id_column=id_column, pred_id_column=pred_id_column)
-        frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=ref_info.crs)
-        written.append(wd.publish(write_geoparquet(wd.local(Path(frame_dir) / f"part-{storage.key_name(key)}.parquet"), frame)))
+        positions, wkb = storage.read_source_wkb(Path(workdir), "reference", key)
+        if not np.array_equal(positions, layer.positions):
+            raise PartitionMissingError(f"partition {storage.key_name(key)}: its prepared reference rows changed while read")
+        written.append(wd.publish(write_geoparquet_wkb(wd.local(Path(frame_dir) / f"part-{storage.key_name(key)}.parquet"), table, wkb, ref_info.crs)))
     path = Path(workdir) / "sums" / f"{storage.key_name(key)}.npz"
     written.append(storage.write_summary(path, storage.summary_to_arrays(summary)))
     # The gathered values stay here, sorted; the merge's selection rounds read them (select_task).
@@ -1045,18 +1046,14 @@ def predictions_task(
     if isinstance(preds, list):
         frames = [storage.read_frame(Path(p)) for p in preds]
         preds = pd.concat(frames).sort_index() if frames else pd.DataFrame()
-    layer, _, _ = storage.read_partition(
-        Path(workdir), "predicted", key, crs=pred_info.crs, equal_area_crs=CRS.from_user_input(ea_crs_text),
-        partition_size_m=1.0, geometries=("geometry",),
-    )
-    if not np.array_equal(layer.positions, preds.index.to_numpy(np.int64)):
+    positions, wkb = storage.read_source_wkb(Path(workdir), "predicted", key)
+    if not np.array_equal(positions, preds.index.to_numpy(np.int64)):
         raise PartitionMissingError(f"partition {storage.key_name(key)}: its prepared predictions differ from those resolved")
     table = prediction_table(preds, aoi_keys=aoi_keys, annotated=annotated, scored=scored, boundary_iou=boundary_iou,
                              classed=classed)
     table = output_table(table, "predictions", ref_id_column=ref_id_column, pred_id_column=id_column)
-    frame = geopandas.GeoDataFrame(table, geometry=layer.geoms_source, crs=pred_info.crs)
-    path = wd.publish(write_geoparquet(wd.local(Path(out_dir) / f"part-{storage.key_name(key)}.parquet"), frame))
-    return {"key": key, "n_pred": len(frame), "path": str(path)}
+    path = wd.publish(write_geoparquet_wkb(wd.local(Path(out_dir) / f"part-{storage.key_name(key)}.parquet"), table, wkb, pred_info.crs))
+    return {"key": key, "n_pred": len(table), "path": str(path)}
 
 
 def pixels_task(

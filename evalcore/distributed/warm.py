@@ -42,6 +42,7 @@ def warm_engine() -> None:
         ref = geopandas.GeoDataFrame(geometry=[shapely.box(500_000, 5_000_000, 500_100, 5_000_100)], crs=32613)
         pred = geopandas.GeoDataFrame(geometry=[shapely.box(500_010, 5_000_000, 500_110, 5_000_100)], crs=32613)
         evalcore.evaluate(pred, ref)
+        _touch_wkb_kernel()
     except Exception as exc:  # noqa: BLE001  (a warm-up failure must not stop the worker)
         logger.debug("evalcore warm-up failed: %s", exc)
 
@@ -75,7 +76,19 @@ def compile_kernels(n_ref: int = 400) -> float:
         boundary_tolerance_m=10, boundary_iou_width_m=2, score_column="score", aoi=aoi, aoi_id_column="aoi_id",
         annotated_area=annotated, class_column="crop", pred_class_column="crop", pixel_gsd_m=10,
     )
+    _touch_wkb_kernel()
     return time.perf_counter() - started
+
+
+def _touch_wkb_kernel() -> None:
+    """Run the WKB reader of the distributed outputs' writer once (the in-process evaluation does not write them)."""
+    import numpy as np
+    import shapely
+
+    from evalcore._wkb_kernels import _wkb_polygon_extent
+
+    data = np.frombuffer(shapely.to_wkb(shapely.box(0, 0, 1, 1)), dtype=np.uint8)
+    _wkb_polygon_extent(data, np.array([0, len(data)], dtype=np.int64), np.empty(1, np.int64), np.empty(4))
 
 
 def main(argv: list[str] | None = None) -> int:
