@@ -241,6 +241,29 @@ def _densify_rings(x, y, ring_off, spacing: float):
 
 
 @njit(**_JIT)
+def _original_positions(x, y, ring_off, out_x, out_y, out_off):
+    """Where each coordinate of the rings ``x, y`` is among their densified samples
+    (:func:`_densify_rings`' output ``out_x, out_y, out_off``): the index of a sample equal
+    to it, or -1 when there is none.
+
+    The densifier keeps every vertex in order, except one equal to the sample before it
+    (and the closing vertex, which its closing sample repeats), so a forward scan of
+    each ring's samples finds them all.
+    """
+    at = np.full(x.size, -1, dtype=np.int64)
+    for r in range(ring_off.size - 1):
+        k = out_off[r]
+        stop = out_off[r + 1]
+        for c in range(ring_off[r], ring_off[r + 1]):
+            while k < stop and (out_x[k] != x[c] or out_y[k] != y[c]):
+                k += 1
+            if k == stop:
+                break
+            at[c] = k
+    return at
+
+
+@njit(**_JIT)
 def _ring_samples(x, y, ring_off, ring: int, spacing: float):
     """Samples of one ring and their trapezoidal weights (test and debugging entry point).
 

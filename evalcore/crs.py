@@ -7,11 +7,14 @@ so longitude/easting always comes first.
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 import shapely
 from pyproj import CRS, Proj, Transformer
+from pyproj.transformer import TransformerGroup
 
 from evalcore import _kernels
 from evalcore._typing import F64Array, GeomArray, IdArray
@@ -27,6 +30,7 @@ __all__ = [
     "equal_area_crs_from",
     "transform_geoms",
     "reproject_polygons",
+    "Halfway",
     "transform_xy",
     "utm_epsg_of",
     "to_utm",
@@ -152,7 +156,8 @@ def transform_geoms(geoms: GeomArray, src: CRS, dst: CRS) -> GeomArray:
     return shapely.transform(np.asarray(geoms, dtype=object), _apply)
 
 
-def reproject_polygons(geoms: GeomArray, src: CRS, dst: CRS, *, split: float | None = None) -> GeomArray:
+def reproject_polygons(geoms: GeomArray, src: CRS, dst: CRS, *, split: float | None = None,
+                       halfway: bool = False) -> GeomArray | tuple[GeomArray, Halfway | None]:
     """Reproject (Multi)Polygons vertex by vertex, optionally splitting edges first.
 
     Flat arrays all the way (:func:`evalcore.rings.flatten_rings`, PROJ on the
@@ -173,17 +178,37 @@ def reproject_polygons(geoms: GeomArray, src: CRS, dst: CRS, *, split: float | N
     src, dst : pyproj.CRS
     split : float, optional
         Largest piece length after splitting, in ``src`` units; None: no split.
+    halfway : bool
+        Also return the geometries' own vertices (before the split) at the end of the
+        steps that the transformation to ``dst`` shares with those to UTM zones
+        (:class:`Halfway`, for :func:`to_utm`; None when there are no such steps).
     """
     everything = np.asarray(geoms, dtype=object)
     result = everything.copy()
     rows = np.flatnonzero(~shapely.is_empty(everything))
     if len(rows) == 0 or (src == dst and split is None):
-        return result
+        return (result, None) if halfway else result
     subset = everything[rows]
     x, y, ring_off, ring_ext, geom_off = flatten_rings(subset)
+    source_x, source_y, source_ring_off = x, y, ring_off
     if split is not None:
         x, y, ring_off = _kernels._densify_rings(x, y, ring_off, float(split))
-    tx, ty = transform_xy(x, y, src, dst)
+    steps = _shared_steps(src, dst) if halfway and src != dst else None
+    kept = None
+    if steps is None:
+        tx, ty = transform_xy(x, y, src, dst)
+    else:
+        # The steps shared with the UTM zones once, for every point; the vertices' results
+        # are kept for to_utm, whose direct transformation would repeat them.
+        hx, hy = _transform_steps(x, y, steps[0])
+        tx, ty = _transform_steps(hx, hy, steps[1])
+        at = _kernels._original_positions(source_x, source_y, source_ring_off, x, y, ring_off) if split is not None else np.arange(len(x))
+        if len(at) and at.min() >= 0 and _same_bits(source_x, x[at]) and _same_bits(source_y, y[at]):
+            start = np.zeros(len(everything), dtype=np.int64)
+            count = np.zeros(len(everything), dtype=np.int64)
+            first = source_ring_off[geom_off]
+            start[rows], count[rows] = first[:-1], np.diff(first)
+            kept = Halfway(hx[at], hy[at], start, count, steps[0])
     coords = np.column_stack([tx, ty])
     part_ring = np.flatnonzero(ring_ext)  # each part's exterior ring
     part_off = np.append(part_ring, len(ring_ext)).astype(np.int64)
@@ -198,7 +223,160 @@ def reproject_polygons(geoms: GeomArray, src: CRS, dst: CRS, *, split: float | N
         members = np.concatenate([np.arange(geom_part[g], geom_part[g + 1]) for g in multi])
         out[multi] = shapely.multipolygons(parts[members], indices=np.repeat(np.arange(len(multi)), counts))
     result[rows] = out
-    return result
+    return (result, kept) if halfway else result
+
+
+@dataclass(frozen=True)
+class Halfway:
+    """Polygons' vertices part of the way to their UTM zones: after the steps of PROJ's
+    transformation that the one to the equal-area CRS shares (an inverse projection to
+    geographic radians, a unit conversion), made once for both by :func:`reproject_polygons`.
+
+    Attributes
+    ----------
+    x, y : ndarray of float64
+        Every vertex, geometry after geometry, in ``shapely.get_coordinates`` order.
+    start, count : ndarray of int64, shape (n,)
+        Geometry ``g``'s vertices are ``x[start[g]:start[g] + count[g]]``.
+    steps : str
+        The PROJ pipeline that took them there.
+    """
+
+    x: F64Array
+    y: F64Array
+    start: IdArray
+    count: IdArray
+    steps: str
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def take(self, rows: IdArray) -> Halfway:
+        """The same for some geometries (the vertices are shared, not copied)."""
+        return Halfway(self.x, self.y, self.start[rows], self.count[rows], self.steps)
+
+    def vertices(self, rows: IdArray) -> tuple[F64Array, F64Array]:
+        """The vertices of some geometries, one after another."""
+        counts = self.count[rows]
+        ends = np.cumsum(counts)
+        index = np.arange(ends[-1] if len(ends) else 0, dtype=np.int64) + np.repeat(self.start[rows] - (ends - counts), counts)
+        return self.x[index], self.y[index]
+
+
+def _same_bits(a: F64Array, b: F64Array) -> bool:
+    return bool(np.array_equal(a.view(np.int64), b.view(np.int64)))
+
+
+@lru_cache(maxsize=256)
+def _steps_of(src: CRS, dst: CRS) -> tuple[str, ...] | None:
+    """The steps of the one PROJ pipeline that transforms ``src`` to ``dst`` (``always_xy``),
+    or None when PROJ may choose between pipelines that differ, or gives no plain pipeline."""
+    definition = _transformer(src, dst).definition
+    if definition.startswith("unavailable"):
+        # Several operations, chosen point by point by their areas of use: one pipeline
+        # only when every operation PROJ can run here is the same pipeline.
+        try:
+            with warnings.catch_warnings():  # pyproj warns of better operations whose grids are missing
+                warnings.simplefilter("ignore")
+                definitions = {t.definition for t in TransformerGroup(src, dst, always_xy=True).transformers}
+        except Exception:  # noqa: BLE001  (no split then: the direct transformation decides)
+            return None
+        if len(definitions) != 1:
+            return None
+        definition = definitions.pop()
+    header, *steps = definition.split(" step ")
+    if header != "proj=pipeline" or not steps or any(" step" in s or s.startswith("step") for s in steps):
+        return None
+    return tuple(steps)
+
+
+def _pipeline(steps: tuple[str, ...]) -> str:
+    return "proj=pipeline step " + " step ".join(steps)
+
+
+@lru_cache(maxsize=256)
+def _steps_transformer(text: str) -> Transformer:
+    return Transformer.from_pipeline(text)
+
+
+def _transform_steps(x: F64Array, y: F64Array, text: str) -> tuple[F64Array, F64Array]:
+    """Run some steps of a pipeline on coordinates as they are (no degree/radian conversion
+    by pyproj: the steps' own units in and out), on this process's threads."""
+    transformer = _steps_transformer(text)
+    tx, ty = np.empty_like(x), np.empty_like(y)
+
+    def run(start: int, stop: int) -> None:
+        tx[start:stop], ty[start:stop] = transformer.transform(x[start:stop], y[start:stop], radians=True)
+
+    map_slices(run, len(x), POINTS_PER_THREAD)
+    return tx, ty
+
+
+_PROBE_EASTINGS = np.array([0.0, 1234.5678, -98765.4321, 500_000.0, 3_000_000.0])
+_PROBE_NORTHINGS = np.array([0.0, 4_000_000.0, 1_000_000.0, -2_000_000.5, 5_678_901.25])
+
+
+@lru_cache(maxsize=256)
+def _shared_steps(src: CRS, dst: CRS) -> tuple[str, str] | None:
+    """The steps the transformation ``src -> dst`` shares with those from ``src`` to the UTM
+    zones, and the rest of it, as two pipelines; None when there are none.
+
+    Shared means: the same leading steps, word for word, as the pipeline to UTM zone 31N
+    (every zone's pipeline differs from it only in its last steps, which is checked for
+    each zone by :func:`_utm_rest`). The split pipelines are tried on probe points, which
+    must come out with the same bits as the direct transformation.
+    """
+    steps, utm_steps = _steps_of(src, dst), _steps_of(src, _utm_crs(32631))
+    if steps is None or utm_steps is None:
+        return None
+    k = 0
+    while k < min(len(steps), len(utm_steps)) - 1 and steps[k] == utm_steps[k]:
+        k += 1
+    if k == 0:
+        return None
+    split = (_pipeline(steps[:k]), _pipeline(steps[k:]))
+    return split if _split_is_exact(src, dst, *split) else None
+
+
+def _utm_rest(src: CRS, code: int, shared: str) -> str | None:
+    """The steps from ``shared``'s end to UTM zone ``code``, or None when the pipeline to
+    that zone does not begin with them."""
+    steps = _steps_of(src, _utm_crs(int(code)))
+    if steps is None:
+        return None
+    for k in range(1, len(steps)):
+        if _pipeline(steps[:k]) == shared:
+            rest = _pipeline(steps[k:])
+            return rest if _split_is_exact(src, _utm_crs(int(code)), shared, rest) else None
+    return None
+
+
+@lru_cache(maxsize=512)
+def _split_is_exact(src: CRS, dst: CRS, first: str, rest: str) -> bool:
+    """Whether two pipelines one after the other give the direct transformation's bits on
+    probe points inside the source CRS's area of use (a guard: the pipelines are taken
+    word for word from the direct one, so they should)."""
+    x, y = _probe_points(src)
+    try:
+        hx, hy = _transform_steps(x, y, first)
+        sx, sy = _transform_steps(hx, hy, rest)
+    except Exception:  # noqa: BLE001
+        return False
+    dx, dy = _transformer(src, dst).transform(x, y)
+    return _same_bits(np.asarray(dx, dtype=np.float64), sx) and _same_bits(np.asarray(dy, dtype=np.float64), sy)
+
+
+def _probe_points(crs: CRS) -> tuple[F64Array, F64Array]:
+    """A few points of ``crs`` inside its area of use (its centre and near its corners)."""
+    area = crs.area_of_use
+    west, south, east, north = area.bounds if area is not None else (-10.0, -10.0, 10.0, 10.0)
+    if east < west:
+        east += 360.0
+    lon = np.array([0.5, 0.2, 0.8, 0.35, 0.65]) * (east - west) + west
+    lon = np.where(lon > 180.0, lon - 360.0, lon)
+    lat = np.array([0.5, 0.25, 0.75, 0.6, 0.4]) * (north - south) + south
+    x, y = _transformer(WGS84, crs).transform(lon, lat)
+    return np.ascontiguousarray(x, dtype=np.float64), np.ascontiguousarray(y, dtype=np.float64)
 
 
 def utm_epsg_of(lon: F64Array, lat: F64Array) -> IdArray:
@@ -223,7 +401,7 @@ def _utm_crs(epsg: int) -> CRS:
     return CRS.from_epsg(int(epsg))
 
 
-def to_utm(geoms: GeomArray, src: CRS, epsg: IdArray) -> GeomArray:
+def to_utm(geoms: GeomArray, src: CRS, epsg: IdArray, halfway: Halfway | None = None) -> GeomArray:
     """Reproject each geometry into the UTM zone given for it.
 
     Parameters
@@ -232,6 +410,9 @@ def to_utm(geoms: GeomArray, src: CRS, epsg: IdArray) -> GeomArray:
     src : pyproj.CRS
     epsg : ndarray of int64, shape (n,)
         Target EPSG code of each geometry.
+    halfway : Halfway, optional
+        The geometries' vertices part of the way already (:func:`reproject_polygons`):
+        only the rest of each zone's pipeline is run on them, with the same result.
 
     Returns
     -------
@@ -239,9 +420,22 @@ def to_utm(geoms: GeomArray, src: CRS, epsg: IdArray) -> GeomArray:
     """
     geoms = np.asarray(geoms, dtype=object)
     out = np.empty(len(geoms), dtype=object)
+    if halfway is not None and len(halfway) != len(geoms):
+        raise ValueError(f"to_utm: {len(halfway)} halfway geometries for {len(geoms)} geometries")
     for code in np.unique(epsg):
         rows = np.flatnonzero(epsg == code)
-        out[rows] = transform_geoms(geoms[rows], src, _utm_crs(int(code)))
+        rest = _utm_rest(src, int(code), halfway.steps) if halfway is not None else None
+        if rest is None:
+            out[rows] = transform_geoms(geoms[rows], src, _utm_crs(int(code)))
+            continue
+        hx, hy = halfway.vertices(rows)
+
+        def _rest(coords: F64Array, hx: F64Array = hx, hy: F64Array = hy, rest: str = rest) -> F64Array:
+            if len(coords) != len(hx):
+                raise RuntimeError(f"to_utm: {len(coords)} coordinates for {len(hx)} halfway vertices")
+            return np.column_stack(_transform_steps(hx, hy, rest))
+
+        out[rows] = shapely.transform(geoms[rows], _rest)
     return out
 
 

@@ -29,7 +29,7 @@ from pyproj import CRS
 
 from evalcore._typing import BoolArray, F64Array, GeomArray, IdArray
 from evalcore.config import AREA_WARNING_RTOL, DEFAULT_EQUAL_AREA_CRS
-from evalcore.crs import WGS84, check_earth_crs, edge_split_length, equal_area_crs_from, reproject_polygons, transform_xy
+from evalcore.crs import WGS84, Halfway, check_earth_crs, edge_split_length, equal_area_crs_from, reproject_polygons, transform_xy
 from evalcore.threads import GEOMS_PER_THREAD, map_elements
 from evalcore.errors import CRSError, EvalInputError
 from evalcore.io import LINEARIZED_ROWS_ATTR
@@ -101,6 +101,9 @@ class EqualAreaPolygons:
         Input rows the repair, the polygonal-part filter or the reader's linearization
         of curves changed.
     equal_area_crs : pyproj.CRS
+    halfway : evalcore.crs.Halfway or None
+        The kept rows' source vertices part of the way to their UTM zones, for
+        :func:`evalcore.crs.to_utm` (None when the transformations share no step).
     """
 
     labels: pd.Index
@@ -111,6 +114,7 @@ class EqualAreaPolygons:
     area_m2: F64Array
     repaired: BoolArray
     equal_area_crs: CRS
+    halfway: Halfway | None = None
 
     @property
     def n_input(self) -> int:
@@ -193,7 +197,7 @@ def equal_area_polygons(layer: object, name: str, where: str, equal_area_crs: ob
     split = edge_split_length(crs)
     _check_split_size(where, labels, rows, source, crs, split)
     _check_antimeridian(where, labels, rows, source, bounds, crs)
-    geoms_ea = reproject_polygons(source, crs, ea_crs, split=split)
+    geoms_ea, halfway = reproject_polygons(source, crs, ea_crs, split=split, halfway=True)
     _check_reprojected(where, labels, rows, source, geoms_ea, crs, ea_crs)
     ea_invalid = ~map_elements(shapely.is_valid, geoms_ea, min_slice=GEOMS_PER_THREAD)
     if ea_invalid.any():
@@ -203,10 +207,12 @@ def equal_area_polygons(layer: object, name: str, where: str, equal_area_crs: ob
     area = np.where(shapely.is_missing(geoms_ea), 0.0, shapely.area(geoms_ea))
     usable = area > 0.0
     rows, source, geoms_ea, area = rows[usable], source[usable], geoms_ea[usable], area[usable]
+    if halfway is not None:
+        halfway = halfway.take(np.flatnonzero(usable))
 
     if user_crs and ea_crs != CRS.from_user_input(DEFAULT_EQUAL_AREA_CRS) and len(rows):
         _warn_area_change(name, source, crs, ea_crs, area)
-    return EqualAreaPolygons(labels, crs, rows, source, geoms_ea, area, repaired, ea_crs)
+    return EqualAreaPolygons(labels, crs, rows, source, geoms_ea, area, repaired, ea_crs, halfway)
 
 
 def layer_geometries(layer: object, name: str) -> tuple[GeomArray, pd.Index, CRS | None]:

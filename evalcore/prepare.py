@@ -93,16 +93,18 @@ def prepare_layer(
     if crs is None:
         return empty_layer(name, equal_area_crs=ea_crs, partition_size_m=partition_size_m, labels=labels, n_input=n_input)
     rows, source, geoms_ea, area = polygons.positions, polygons.geoms_source, polygons.geoms_ea, polygons.area_m2
+    halfway = polygons.halfway
     n_prepared, n_repaired = len(rows), int(polygons.repaired[rows].sum())  # what SPEC 2 kept and repaired
     if study is not None and study.study_area is not None:
 
         inside = study_area_mask(study.study_area, geoms_ea)
         rows, source, geoms_ea, area = rows[inside], source[inside], geoms_ea[inside], area[inside]
+        halfway = halfway.take(np.flatnonzero(inside)) if halfway is not None else None
 
     centroids = map_elements(shapely.centroid, geoms_ea, min_slice=GEOMS_PER_THREAD)
     lon, lat = transform_xy(shapely.get_x(centroids), shapely.get_y(centroids), ea_crs, WGS84)
     epsg = utm_epsg_of(lon, lat)
-    geoms_utm = to_utm(source, crs, epsg)
+    geoms_utm = to_utm(source, crs, epsg, halfway)
     zone_x, zone_y = _zone_xy(lon, lat, epsg)
     partition_x, partition_y = _tiles(zone_x, zone_y, partition_size_m)
     tile_x, tile_y = _tiles(zone_x, zone_y, sites.tile_size_m if sites is not None else DEFAULT_TILE_KM * 1000.0)
