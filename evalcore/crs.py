@@ -356,13 +356,13 @@ def _split_is_exact(src: CRS, dst: CRS, first: str, rest: str) -> bool:
     """Whether two pipelines one after the other give the direct transformation's bits on
     probe points inside the source CRS's area of use (a guard: the pipelines are taken
     word for word from the direct one, so they should)."""
-    x, y = _probe_points(src)
     try:
+        x, y = _probe_points(src)
         hx, hy = _transform_steps(x, y, first)
         sx, sy = _transform_steps(hx, hy, rest)
-    except Exception:  # noqa: BLE001
+        dx, dy = _transformer(src, dst).transform(x, y)
+    except Exception:  # noqa: BLE001  (anything unexpected: no split, the direct transformation decides)
         return False
-    dx, dy = _transformer(src, dst).transform(x, y)
     return _same_bits(np.asarray(dx, dtype=np.float64), sx) and _same_bits(np.asarray(dy, dtype=np.float64), sy)
 
 
