@@ -11,7 +11,7 @@ import numpy as np
 from evalcore import _kernels
 from evalcore._typing import F64Array, IdArray
 
-__all__ = ["index_of", "meeting_boxes"]
+__all__ = ["index_of", "meeting_boxes", "binary_buffers"]
 
 
 def index_of(sorted_keys: IdArray, keys: IdArray) -> IdArray:
@@ -66,3 +66,27 @@ def meeting_boxes(boxes: F64Array, other_boxes: F64Array) -> tuple[IdArray, IdAr
     i, j = _kernels._meeting_boxes(*(np.ascontiguousarray(sa[:, k]) for k in range(4)),
                                    *(np.ascontiguousarray(sb[:, k]) for k in range(4)), origin_x, origin_y, cell, ncx, ncy)
     return a[i], b[j]
+
+
+def binary_buffers(values: object) -> tuple[np.ndarray, IdArray]:
+    """The bytes and offsets of a pyarrow binary array (or chunked array), without copying
+    the values: value ``i`` is ``data[offsets[i]:offsets[i + 1]]`` (a null value is empty).
+
+    For the numba readers of WKB columns, which take plain arrays.
+
+    Returns
+    -------
+    data : uint8 (n_bytes,)
+    offsets : int64 (len(values) + 1,)
+    """
+    import pyarrow as pa
+
+    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if not pa.types.is_binary(arr.type):
+        arr = arr.cast(pa.binary())
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + n + 1].astype(np.int64)
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
+    return data, offsets

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from evalcore import remote
+from evalcore.arrays import binary_buffers
 from evalcore.errors import CRSError, EvalInputError, first_line
 
 __all__ = [
@@ -389,11 +390,8 @@ def _curved_mask(wkb: object) -> np.ndarray:
     out = np.zeros(n, dtype=bool)
     if n == 0:
         return out
-    if pa.types.is_large_binary(arr.type):
-        arr = arr.cast(pa.binary())
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + n + 1]
-    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
-    start = offsets[:-1].astype(np.int64)
+    data, offsets = binary_buffers(arr)
+    start = offsets[:-1]
     long_enough = (offsets[1:] - offsets[:-1]) >= 5
     if arr.null_count:
         long_enough &= ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False))

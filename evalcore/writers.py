@@ -213,6 +213,7 @@ def write_geoparquet_wkb(path: str | os.PathLike, frame: pd.DataFrame, wkb: obje
     import pyarrow.parquet as pq
 
     from evalcore._wkb_kernels import _wkb_polygon_extent
+    from evalcore.arrays import binary_buffers
 
     if "geometry" in frame.columns:
         raise ValueError("write_geoparquet_wkb: the frame already has a geometry column")
@@ -220,10 +221,8 @@ def write_geoparquet_wkb(path: str | os.PathLike, frame: pd.DataFrame, wkb: obje
     values = values.cast(pa.binary())
     if len(values) != len(frame):
         raise ValueError(f"write_geoparquet_wkb: {len(values)} geometries for {len(frame)} rows")
-    n = len(values)
-    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[values.offset:values.offset + n + 1].astype(np.int64) if n else np.zeros(1, np.int64)
-    data = np.frombuffer(values.buffers()[2], dtype=np.uint8) if n and values.buffers()[2] is not None else np.zeros(0, np.uint8)
-    types = np.empty(n, dtype=np.int64)
+    data, offsets = binary_buffers(values)
+    types = np.empty(len(values), dtype=np.int64)
     box = np.empty(4, dtype=np.float64)
     if values.null_count or not _wkb_polygon_extent(data, offsets, types, box):
         import shapely

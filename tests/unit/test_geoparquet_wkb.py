@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from pyproj import CRS
 
 from evalcore._wkb_kernels import _wkb_polygon_extent
+from evalcore.arrays import binary_buffers
 from evalcore.writers import write_geoparquet, write_geoparquet_wkb
 
 
@@ -122,3 +123,16 @@ def test_a_frame_with_a_geometry_column_is_refused(tmp_path):
     frame = pd.DataFrame({"geometry": [1]})
     with pytest.raises(ValueError, match="already has a geometry column"):
         write_geoparquet_wkb(tmp_path / "x.parquet", frame, pa.array([shapely.to_wkb(shapely.box(0, 0, 1, 1))]), None)
+
+
+def test_binary_buffers_of_a_sliced_chunked_column():
+    # Offsets of a slice start where the slice does; a null value is empty; large_binary is cast.
+    values = [b"ab", None, b"", b"cde", b"f"]
+    for typ in (pa.binary(), pa.large_binary()):
+        column = pa.chunked_array([pa.array(values, typ).slice(1), pa.array([b"gh"], typ)])
+        data, offsets = binary_buffers(column)
+        assert offsets.dtype == np.int64 and len(offsets) == 6
+        got = [bytes(data[offsets[i]:offsets[i + 1]]) for i in range(5)]
+        assert got == [b"", b"", b"cde", b"f", b"gh"]
+    data, offsets = binary_buffers(pa.array([], pa.binary()))
+    assert len(data) == 0 and offsets.tolist() == [0]
