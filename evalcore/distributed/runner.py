@@ -902,7 +902,6 @@ def _submit_predictions(client: object, setup: RunSetup, index: RunIndex, resolv
     out.mkdir(parents=True, exist_ok=True)
     wd.remove_files(out, "part-*.parquet")
     pred_info = index.info("predicted")
-    ea = setup.ea_crs.to_wkt()
     preds = resolved.resolved.preds
     annotated = index.sites is not None and index.sites.annotated is not None
     if resolved.shares is not None:  # resolved on the workers: pred_rows holds the paths of their frames
@@ -919,7 +918,6 @@ def _submit_predictions(client: object, setup: RunSetup, index: RunIndex, resolv
             pred_info.only([key]),
             rows,
             str(out),
-            ea,
             _aoi_keys(index),
             annotated,
             setup.predicted.id_column,

@@ -223,8 +223,9 @@ def partition_files(workdir: Path, layer_name: str, key: PartitionKey) -> list[P
     return wd.files(Path(workdir) / "prepared" / layer_name / key_name(key), "chunk-*.parquet")
 
 
-def _geometries(table: pa.Table, column: str) -> np.ndarray:
-    if column not in table.column_names:
+def _geometries(table: pa.Table, column: str, decoded: tuple[str, ...]) -> np.ndarray:
+    """A geometry column decoded, or None for each row when it is not among ``decoded`` (or not read)."""
+    if column not in decoded or column not in table.column_names:
         return np.full(table.num_rows, None, dtype=object)
     return np.asarray(shapely.from_wkb(table[column].to_numpy(zero_copy_only=False)), dtype=object)
 
@@ -297,7 +298,8 @@ def read_partition(
     window: tuple[float, float, float, float] | None = None,
     grow_by_reach: bool = False,
     geometries: tuple[str, ...] = GEOMETRY_COLUMNS,
-) -> tuple[PreparedLayer, np.ndarray, F64Array]:
+    return_wkb: bool = False,
+) -> tuple[PreparedLayer, np.ndarray, F64Array] | tuple[PreparedLayer, np.ndarray, F64Array, pa.ChunkedArray]:
     """Read a partition's prepared rows back, optionally only those in a window.
 
     Parameters
@@ -307,9 +309,12 @@ def read_partition(
         ``grow_by_reach``) intersects this box.
     geometries : tuple of str
         Which of :data:`GEOMETRY_COLUMNS` to read and decode; the others are left
-        out of the read and come back as arrays of None (the sums phase needs only the
-        source geometry, and only when it writes the field table). The layer carries
-        the stored candidate boxes (``candidate_box``) whatever is decoded.
+        out of the read and come back as arrays of None (the sums phase decodes none).
+        The layer carries the stored candidate boxes (``candidate_box``) whatever is decoded.
+    return_wkb : bool
+        Also return the source geometry as it is stored (its WKB, undecoded, in the
+        layer's row order): what the field table's part is written from
+        (:func:`evalcore.writers.write_geoparquet_wkb`).
 
     Returns
     -------
@@ -318,22 +323,24 @@ def read_partition(
     strata : ndarray of object
         Stratum of each row (None: missing).
     reach : ndarray of float64
+    wkb : pyarrow.ChunkedArray
+        With ``return_wkb`` only.
     """
     files = _fetched_files(workdir, layer_name, key)
-    columns = [c for c in pq.read_schema(files[0]).names if c not in GEOMETRY_COLUMNS or c in geometries]
+    columns = [c for c in pq.read_schema(files[0]).names if c not in GEOMETRY_COLUMNS or c in geometries or (return_wkb and c == "geometry")]
     table = _partition_table(files, columns, window, grow_by_reach)
     layer = PreparedLayer(
         name=layer_name,
         positions=table["position"].to_numpy().astype(np.int64),
         labels=pd.Index(table["label"].to_pandas()),
         crs=crs,
-        geoms_source=_geometries(table, "geometry"),
-        geoms_ea=_geometries(table, "geom_ea"),
+        geoms_source=_geometries(table, "geometry", geometries),
+        geoms_ea=_geometries(table, "geom_ea", geometries),
         area_m2=table["area_m2"].to_numpy().astype(np.float64),
         lon=table["lon"].to_numpy().astype(np.float64),
         lat=table["lat"].to_numpy().astype(np.float64),
         utm_epsg=table["utm_epsg"].to_numpy().astype(np.int64),
-        geoms_utm=_geometries(table, "geom_utm"),
+        geoms_utm=_geometries(table, "geom_utm", geometries),
         perimeter_m=table["perimeter_m"].to_numpy().astype(np.float64),
         partition_x=table["partition_x"].to_numpy().astype(np.int64),
         partition_y=table["partition_y"].to_numpy().astype(np.int64),
@@ -351,7 +358,8 @@ def read_partition(
         candidate_box=np.stack([table[c].to_numpy().astype(np.float64) for c in BOX_COLUMNS], axis=1).reshape(-1, 4),
     )
     strata = np.asarray(table["stratum"].to_pylist(), dtype=object)
-    return layer, strata, table["reach"].to_numpy().astype(np.float64)
+    reach = table["reach"].to_numpy().astype(np.float64)
+    return (layer, strata, reach, table["geometry"]) if return_wkb else (layer, strata, reach)
 
 
 def write_summary(path: Path, arrays: dict[str, np.ndarray]) -> Path:

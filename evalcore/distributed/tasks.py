@@ -928,9 +928,9 @@ def sums_task(
             draws = _handed_weights(handed_weights, results.ref_pos, options.bootstrap)
         if draws is None:
             draws = _partition_draws(workdir, key, results, options, signature, field_groups, block_units)
-    layer, strata, _ = storage.read_partition(
+    layer, strata, _, wkb = storage.read_partition(
         Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=options.partition_size_m,
-        geometries=(),
+        geometries=(), return_wkb=True,
     )
     refs = RefRows.of_layer(layer, strata, plan)
     summary, fields = summarize_partition(key, refs, results, pair_values, contributions, options, plan, draws)
@@ -950,9 +950,6 @@ def sums_task(
             ref_class=layer.class_value if options.class_column is not None else None,
         )
         table = output_table(table, "fields", ref_id_column=id_column, pred_id_column=pred_id_column)
-        positions, wkb = storage.read_source_wkb(Path(workdir), "reference", key)
-        if not np.array_equal(positions, layer.positions):
-            raise PartitionMissingError(f"partition {storage.key_name(key)}: its prepared reference rows changed while read")
         written.append(wd.publish(write_geoparquet_wkb(wd.local(Path(frame_dir) / f"part-{storage.key_name(key)}.parquet"), table, wkb, ref_info.crs)))
     path = Path(workdir) / "sums" / f"{storage.key_name(key)}.npz"
     written.append(storage.write_summary(path, storage.summary_to_arrays(summary)))
@@ -1028,7 +1025,6 @@ def predictions_task(
     pred_info: LayerInfo,
     preds: pd.DataFrame | list[str],
     out_dir: str,
-    ea_crs_text: str,
     aoi_keys: list[str] | None,
     annotated: bool,
     id_column: str | None = None,
