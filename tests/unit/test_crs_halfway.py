@@ -130,6 +130,6 @@ def test_prepared_layer_is_the_same_without_the_halfway(monkeypatch):
     assert np.array_equal(with_halfway.utm_epsg, without.utm_epsg)
 
 
-def test_no_split_when_the_pipelines_share_nothing():
+def test_no_split_of_a_transformation_that_is_no_pipeline():
     # A transformation that is no pipeline (a CRS to itself) has no step to share.
     assert crs_module._shared_steps(CRS.from_epsg(32631), CRS.from_epsg(32631)) is None
