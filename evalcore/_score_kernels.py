@@ -14,7 +14,7 @@ from numba import njit
 
 from evalcore.config import NUMBA_OPTIONS
 
-__all__ = ["_coco_match", "_weighted_ap", "_replicate_envelope", "_replicate_ap_of", "_replicate_aurc_digits"]
+__all__ = ["_coco_match", "_weighted_ap", "_replicate_envelope", "_replicate_ap_of", "_replicate_aurc_digits", "_transposed"]
 
 
 @njit(**NUMBA_OPTIONS)
@@ -345,4 +345,33 @@ def _replicate_aurc_digits(error: np.ndarray, weights: np.ndarray, members: np.n
             out[b, g, 3] = s3
             out[b, g, 4] = s4
             out[b, g, 5] = s5
+    return out
+
+
+@njit(**NUMBA_OPTIONS)
+def _transposed(a: np.ndarray) -> np.ndarray:
+    """``a.T`` as a new C-contiguous array, copied in square blocks of 64 x 64.
+
+    A score range's weights are gathered rows x replicates (each file's rows are runs of
+    bytes) and read by the replicate kernels replicates x rows. numpy copies a transposed
+    view element by element along the source's columns: 2.1 s for 250,000 x 1000 bytes,
+    against 0.4-0.6 s in blocks (both measured on the development machine, 2026-12-06).
+
+    Parameters
+    ----------
+    a : (n, m) array of any numeric type
+
+    Returns
+    -------
+    (m, n) array of ``a``'s type
+    """
+    n, m = a.shape
+    out = np.empty((m, n), dtype=a.dtype)
+    for i0 in range(0, n, 64):
+        i1 = min(i0 + 64, n)
+        for j0 in range(0, m, 64):
+            j1 = min(j0 + 64, m)
+            for j in range(j0, j1):
+                for i in range(i0, i1):
+                    out[j, i] = a[i, j]
     return out

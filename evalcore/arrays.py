@@ -11,7 +11,7 @@ import numpy as np
 from evalcore import _kernels
 from evalcore._typing import F64Array, IdArray
 
-__all__ = ["index_of", "meeting_boxes", "binary_buffers"]
+__all__ = ["index_of", "meeting_boxes", "binary_buffers", "rows_by_key"]
 
 
 def index_of(sorted_keys: IdArray, keys: IdArray) -> IdArray:
@@ -90,3 +90,28 @@ def binary_buffers(values: object) -> tuple[np.ndarray, IdArray]:
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + n + 1].astype(np.int64)
     data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
     return data, offsets
+
+
+def rows_by_key(keys: IdArray) -> tuple[IdArray, IdArray, IdArray]:
+    """The distinct rows of ``keys`` (n, k) in increasing lexicographic order, and which rows
+    hold each: key ``j``'s rows are ``rows[starts[j]:starts[j + 1]]``, in increasing order.
+
+    What ``np.unique(keys, axis=0, return_inverse=True)`` and a stable sort of the inverse
+    give, by one lexicographic sort (``np.unique`` along an axis sorts the rows as structured
+    values: 4 of the 224 task-seconds of a 2M-field run's preparation, py-spy, 2026-12-06).
+
+    Examples
+    --------
+    >>> unique, rows, starts = rows_by_key(np.array([[2, 1], [1, 5], [2, 1], [1, -3]]))
+    >>> unique.tolist(), rows.tolist(), starts.tolist()
+    ([[1, -3], [1, 5], [2, 1]], [3, 1, 0, 2], [0, 1, 2, 4])
+    """
+    keys = np.asarray(keys, dtype=np.int64)
+    n = len(keys)
+    if n == 0:
+        return keys.reshape(0, keys.shape[1] if keys.ndim == 2 else 0), np.zeros(0, np.int64), np.zeros(1, np.int64)
+    rows = np.lexsort(keys.T[::-1])  # by the first column, then the second, ...; stable
+    ordered = keys[rows]
+    new = np.flatnonzero((ordered[1:] != ordered[:-1]).any(axis=1)) + 1
+    starts = np.concatenate([[0], new, [n]]).astype(np.int64)
+    return ordered[starts[:-1]], rows.astype(np.int64), starts

@@ -546,7 +546,8 @@ def _cell_key(x: IdArray, y: IdArray) -> IdArray:
     return (x + (1 << 30)) * (1 << 31) + (y + (1 << 30))
 
 
-def locate(geoms_ea: GeomArray, area_m2: F64Array, sites: Sites | None, *, annotate: bool) -> tuple[IdArray, F64Array]:
+def locate(geoms_ea: GeomArray, area_m2: F64Array, sites: Sites | None, *, annotate: bool,
+           centroids_ea: GeomArray | None = None) -> tuple[IdArray, F64Array]:
     """Each row's AOI (-1: none) and annotated fraction (NaN without an annotated area).
 
     Parameters
@@ -557,6 +558,8 @@ def locate(geoms_ea: GeomArray, area_m2: F64Array, sites: Sites | None, *, annot
     sites : Sites or None
     annotate : bool
         Measure the annotated fraction (the predictions need it, the reference does not).
+    centroids_ea : ndarray of shapely Points, optional
+        ``shapely.centroid(geoms_ea)`` when the caller has it (the preparation does).
     """
     n = len(geoms_ea)
     aoi = np.full(n, -1, dtype=np.int64)
@@ -564,7 +567,7 @@ def locate(geoms_ea: GeomArray, area_m2: F64Array, sites: Sites | None, *, annot
     if sites is None:
         return aoi, fraction
     if sites.aois is not None and n:
-        aoi = first_aoi(sites.aois, shapely.centroid(geoms_ea))
+        aoi = first_aoi(sites.aois, shapely.centroid(geoms_ea) if centroids_ea is None else centroids_ea)
     if annotate and sites.annotated is not None:
         fraction = annotated_fractions(sites.annotated, geoms_ea, area_m2)
     return aoi, fraction

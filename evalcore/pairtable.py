@@ -2,7 +2,7 @@
 
 :func:`evalcore.pairs.candidate_pairs` builds it from two prepared layers' geometry;
 this module holds the type alone, so that what only reads pairs (matching, the metric
-families, the npz codec) need not import the geometry that finds them.
+families, the arrays codec) need not import the geometry that finds them.
 """
 
 from __future__ import annotations

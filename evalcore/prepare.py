@@ -108,7 +108,7 @@ def prepare_layer(
     zone_x, zone_y = _zone_xy(lon, lat, epsg)
     partition_x, partition_y = _tiles(zone_x, zone_y, partition_size_m)
     tile_x, tile_y = _tiles(zone_x, zone_y, sites.tile_size_m if sites is not None else DEFAULT_TILE_KM * 1000.0)
-    aoi, annotated_fraction = locate(geoms_ea, area, sites, annotate=name == "predicted")
+    aoi, annotated_fraction = locate(geoms_ea, area, sites, annotate=name == "predicted", centroids_ea=centroids)
     score = np.full(len(rows), np.nan)
     if score_column is not None:
 

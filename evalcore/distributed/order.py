@@ -2,7 +2,7 @@
 
 The medians and quantiles are found by :func:`evalcore.selection.select` without
 gathering the per-field values: each partition's sums task left its gathered values
-sorted per group and column beside its sums (``sums/<key>.values.npz``); every round,
+sorted per group and column beside its sums (``sums/<key>.values.arrays``); every round,
 the client writes its queries to ``select/`` and one task per :data:`SELECT_BATCH` partitions
 (:func:`evalcore.distributed.tasks.select_tasks`) answers all of them, for every group and column at once, from their files, and the
 client narrows the intervals from the answers (a few counts and samples per
@@ -54,7 +54,7 @@ def partition_rounds(
     callable
         Queries to the partitions' answers, in ``keys`` order.
     """
-    paths = [setup.workdir / "sums" / f"{storage.key_name(key)}.npz" for key in keys]
+    paths = [setup.workdir / "sums" / f"{storage.key_name(key)}.arrays" for key in keys]
     missing = [key for key, path in zip(keys, paths) if not wd.exists(storage.values_path(path))]
     if missing:
         raise PartitionMissingError(
@@ -70,7 +70,7 @@ def partition_rounds(
         # The round's queries travel through the work directory, once: in the task graph
         # they would sit in the scheduler once per partition, and scattered data dies
         # with the worker holding it.
-        asked = storage.write_queries(setup.workdir / "select" / f"{call}-{rounds[0]}.npz", queries)
+        asked = storage.write_queries(setup.workdir / "select" / f"{call}-{rounds[0]}.arrays", queries)
         try:
             if client is None:  # every partition in turn, in this process
                 return _batch_answers(list(keys), lambda: select_tasks([str(p) for p in paths], str(asked), columns, n_groups))

@@ -560,7 +560,7 @@ def _homeless_on_workers(client: object, setup: RunSetup, homeless: tuple[str, .
         As :func:`evalcore.engine.resolve.homeless_sums`.
     units_path : str
         Where the task wrote the homeless predictions' tile and AOI sums
-        (:func:`storage.write_unit_sums`; ``resolve/<phase>-units.npz``).
+        (:func:`storage.write_unit_sums`; ``resolve/<phase>-units.arrays``).
     draws : RunDraws or None
         Block draws (their units only); None otherwise.
 
@@ -574,7 +574,7 @@ def _homeless_on_workers(client: object, setup: RunSetup, homeless: tuple[str, .
         unit_keys = np.asarray(unit_keys, np.int64)
         own = np.empty((0, unit_keys.shape[1]), np.int64) if ref_units is None else np.asarray(ref_units, np.int64)
         ref_units = np.concatenate([unit_keys, own.reshape(-1, unit_keys.shape[1])])
-    units_path = str(setup.workdir / "resolve" / f"{phase}-units.npz")
+    units_path = str(setup.workdir / "resolve" / f"{phase}-units.arrays")
     future = client.submit(homeless_task, list(homeless), options, ref_units, units_path, key=setup.task_key(phase), retries=2,
                            priority=PRIORITY_SPAN)
 
@@ -734,7 +734,7 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
         block_units = unit_keys if options.bootstrap_unit != "field" else None
         futures = {}
         for key in sorted(index.layers["reference"]["partitions"]):
-            files = [(storage.key_name(r), str(out / f"homed-{storage.key_name(r)}-{storage.key_name(key)}.npz"), homed[r][key])
+            files = [(storage.key_name(r), str(out / f"homed-{storage.key_name(r)}-{storage.key_name(key)}.arrays"), homed[r][key])
                      for r in sorted(homed) if key in homed[r]]
             futures[key] = client.submit(score_weights_task, str(setup.workdir), key, files, str(out), options, setup.signature,
                                          field_groups.get(key) if field_groups is not None else None, block_units,
@@ -744,17 +744,17 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
         for key in sorted(weighed):  # whole numbers: exact in any order
             n_refs = n_refs + weighed[key]["n_ref"]
         for k in range(n_ranges):
-            weights[k] = [(storage.key_name(key), str(out / f"weights-{storage.key_name(key)}-{k}.npz"), weighed[key]["ranges"][k])
+            weights[k] = [(storage.key_name(key), str(out / f"weights-{storage.key_name(key)}-{k}.arrays"), weighed[key]["ranges"][k])
                           for key in sorted(weighed) if k in weighed[key]["ranges"]]
         if sum(n for r in homed.values() for n in r.values()) != sum(n for files in weights.values() for _, _, n in files):
             raise PartitionMissingError("the reference partitions weighed other predictions than the resolves homed in them")
     futures = {}
     for k in range(n_ranges):
         # Each split file with the rows its task reported: the range task checks it holds them.
-        splits = [(storage.key_name(key), str(out / f"split-{storage.key_name(key)}-{k}.npz"), split[key][k])
+        splits = [(storage.key_name(key), str(out / f"split-{storage.key_name(key)}-{k}.arrays"), split[key][k])
                   for key in sorted(split) if split[key][k] > 0]
         extra = (weights.get(k, []), options, unit_keys if options.bootstrap_unit != "field" else None) if bootstrap else ()
-        futures[(k,)] = client.submit(score_range_task, splits, str(out / f"range-{k}.npz"), n_groups, k, *extra,
+        futures[(k,)] = client.submit(score_range_task, splits, str(out / f"range-{k}.arrays"), n_groups, k, *extra,
                                       key=setup.task_key("score-range", k), retries=2)
     counts = _gather(setup, "score-range", futures, show=False)
     replicate_counts: list = []
@@ -769,7 +769,7 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
         before_b.append(total_b)
         total_b = total_b + c
     futures = {
-        (k,): client.submit(score_values_task, str(out / f"range-{k}.npz"), counts[(k,)].n, before[k], total, n_ref,
+        (k,): client.submit(score_values_task, str(out / f"range-{k}.arrays"), counts[(k,)].n, before[k], total, n_ref,
                             options.score_threshold, options.precision_targets, str(out), k,
                             (before_b[k], n_refs) if bootstrap else None,
                             key=setup.task_key("score-values", k), retries=2)
@@ -779,7 +779,7 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
     # homed and weight files again (a rerun makes them afresh), and with the range files they
     # were 21 GiB of a 10M-field run's work directory, kept until its end. Removed while the
     # value tasks run (0.85 s of the 2M client's, between two steps of tasks, before).
-    wd.remove_files(out, "split-*.npz", "homed-*.npz", "weights-*.npz")
+    wd.remove_files(out, "split-*.arrays", "homed-*.arrays", "weights-*.arrays")
     shares = _gather(setup, "score-values", futures, show=False)
     merged = shares[(0,)][0]
     for k in range(1, n_ranges):
@@ -797,7 +797,7 @@ def _scores_on_workers(client: object, setup: RunSetup, index: RunIndex, plan: R
         [shares[(k,)][1][i] for i in range(len(PR_THRESHOLDS)) for k in range(n_ranges)],
         [f"PR curve of score range {k} at IoU {t}" for t in PR_THRESHOLDS for k in range(n_ranges)],
     )
-    wd.remove_files(out, "range-*.npz", "replicates-*.npz")  # the PR curve's parts stay: the publication reads them
+    wd.remove_files(out, "range-*.arrays", "replicates-*.arrays")  # the PR curve's parts stay: the publication reads them
     logger.info("scores: %d predictions in %d score ranges", total.n, n_ranges)
     return {"keys": keys, "ci": ci, "n_undefined": n_undefined, "tables": {"pr_curve": table}, "replicates": replicates}, handed
 
@@ -832,10 +832,10 @@ def _sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan,
     r = resolved.resolved
     slot = {key: i for i, key in enumerate(resolved.ref_keys)}
     for key in sorted(ref_info.partitions, key=lambda k: -index.rows(k)):  # largest first
-        npz = setup.workdir / "sums" / f"{storage.key_name(key)}.npz"
-        if storage.done_record_valid(npz.with_suffix(".done.json"), setup.signature):
-            part = storage.summary_from_arrays(storage.read_summary(npz))
-            done[key] = {"key": key, "n_ref": part.n_ref, "n_pred": part.n_pred, "path": str(npz)}
+        path = setup.workdir / "sums" / f"{storage.key_name(key)}.arrays"
+        if storage.done_record_valid(path.with_suffix(".done.json"), setup.signature):
+            part = storage.summary_from_arrays(storage.read_summary(path))
+            done[key] = {"key": key, "n_ref": part.n_ref, "n_pred": part.n_pred, "path": str(path)}
             continue
         if resolved.shares is not None:  # resolved on the workers: the shares they wrote for it
             handed = resolved.shares.get(key, [])
@@ -845,7 +845,7 @@ def _sums_phase(client: object, setup: RunSetup, index: RunIndex, plan: RunPlan,
             i = slot[key]
             pair_rows = resolved.routing.pair_rows[i]
             handed = str(storage.write_sums_input(
-                setup.workdir / "resolved" / f"{storage.key_name(key)}.npz",
+                setup.workdir / "resolved" / f"{storage.key_name(key)}.arrays",
                 {name: values[pair_rows] for name, values in r.pair_values.items()},
                 r.contributions.take(resolved.routing.contribution_rows[i]),
                 r.draws.rows(resolved.routing.ref_rows[i]) if r.draws is not None else None,
@@ -953,7 +953,7 @@ def merge_sums(setup: RunSetup, index: RunIndex, plan: RunPlan, resolved: Resolv
     (tasks on ``client``, or in this process without one)."""
     ref = index.layers["reference"]
     keys = sorted(ref["partitions"])
-    paths = {key: setup.workdir / "sums" / f"{storage.key_name(key)}.npz" for key in keys}
+    paths = {key: setup.workdir / "sums" / f"{storage.key_name(key)}.arrays" for key in keys}
     # Every missing partition is named, not only the first: after a failure the
     # others may have been cancelled, and the user wants the one that failed.
     missing = [key for key in keys if not wd.exists(paths[key])]

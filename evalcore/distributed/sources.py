@@ -7,6 +7,7 @@ row, so positions are the same as reading the whole layer at once.
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from dataclasses import dataclass
@@ -191,7 +192,14 @@ def _geoparquet_crs(metadata: dict, column: str) -> CRS | None:
         return CRS.from_user_input("OGC:CRS84")
     if column_meta["crs"] is None:
         return None
-    return CRS.from_user_input(column_meta["crs"])
+    return _crs_of(json.dumps(column_meta["crs"], sort_keys=True))
+
+
+@functools.lru_cache(maxsize=16)
+def _crs_of(projjson: str) -> CRS:
+    """A CRS from its PROJJSON text, made once per worker process: every chunk of a layer
+    names the same (14 ms each, 2 of a 2M-field run's 224 preparation task-seconds)."""
+    return CRS.from_user_input(json.loads(projjson))
 
 
 def read_chunk(source: LayerSource, chunk: Chunk) -> geopandas.GeoDataFrame:

@@ -4,9 +4,9 @@ Layout under ``workdir``::
 
     prepared/<layer>/<epsg>_<tx>_<ty>/chunk-<i>.parquet   prepared rows (GeoParquet)
     prepared/index.json                                   the run index (rows and boxes per partition)
-    sums/<epsg>_<tx>_<ty>.npz                             sums phase output of a partition
-    sums/<epsg>_<tx>_<ty>.values.npz                      its gathered values, sorted per group and column
-    select/<call>-<round>.npz                             a selection round's queries (removed after the round)
+    sums/<epsg>_<tx>_<ty>.arrays                             sums phase output of a partition
+    sums/<epsg>_<tx>_<ty>.values.arrays                      its gathered values, sorted per group and column
+    select/<call>-<round>.arrays                             a selection round's queries (removed after the round)
     fields/<epsg>_<tx>_<ty>.parquet                       per-field table part (GeoParquet)
 
 Prepared rows keep their input position, label, areas, home zone, tile, boundary
@@ -25,9 +25,10 @@ from __future__ import annotations
 import bisect
 import json
 import os
-import zipfile
+import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -362,21 +363,80 @@ def read_partition(
     return (layer, strata, reach, table["geometry"]) if return_wkb else (layer, strata, reach)
 
 
+_ARRAYS_MAGIC = b"\x93EVALCORE-ARRAYS 1\n"
+_NAME_LENGTH = struct.Struct("<H")
+
+
 def write_summary(path: Path, arrays: dict[str, np.ndarray]) -> Path:
-    """Write a partition's sums as an ``.npz`` of plain arrays (no pickle), atomically."""
+    """Write named plain arrays (no pickle) to an arrays file, atomically.
+
+    The file is a magic line, then for each array its name (a 2-byte little-endian length
+    and UTF-8) and the array in ``.npy`` format (its header, then its bytes). Not an
+    ``.npz``: a zip member's CRC-32 and the copies of numpy's zip writer and reader took
+    the workers about 48 s of a 2M-field run (py-spy, 2026-12-06), the bootstrap's weights
+    files being 2 GB a pass; these are written and read at the speed of the disk cache.
+    A file cut short is refused by :func:`read_summary`; a partition's resumable outputs
+    are checked by their SHA-256 besides (:func:`write_done_record`).
+    """
 
     def _write(tmp: Path) -> None:
         with open(tmp, "wb") as handle:
-            np.savez(handle, **arrays)
+            handle.write(_ARRAYS_MAGIC)
+            for name, value in arrays.items():
+                encoded = name.encode()
+                handle.write(_NAME_LENGTH.pack(len(encoded)) + encoded)
+                np.lib.format.write_array(handle, np.asanyarray(value), allow_pickle=False)
 
     atomic_path(wd.local(path), _write)
     return wd.publish(path)
 
 
+def _array_headers(handle: BinaryIO, path: object) -> Iterator[tuple[str, int, tuple, bool, np.dtype]]:
+    """``(name, offset of its .npy magic, shape, fortran order, dtype)`` of each array of an
+    arrays file, the handle left at the array's bytes (the caller reads them or not)."""
+    if handle.read(len(_ARRAYS_MAGIC)) != _ARRAYS_MAGIC:
+        raise ValueError(f"{path} is not an evalcore arrays file (its first bytes are not {_ARRAYS_MAGIC!r})")
+    while True:
+        length = handle.read(_NAME_LENGTH.size)
+        if not length:
+            return
+        if len(length) < _NAME_LENGTH.size:
+            raise EOFError(f"{path} ends inside an array's name")
+        (n,) = _NAME_LENGTH.unpack(length)
+        name = handle.read(n).decode()
+        offset = handle.tell()
+        version = np.lib.format.read_magic(handle)
+        header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if header is None:
+            raise ValueError(f"{path}: its array {name!r} is in .npy format {version}, not 1.0 or 2.0")
+        shape, fortran, dtype = header(handle)
+        yield name, offset, shape, fortran, dtype
+
+
 def read_summary(path: Path, names: tuple[str, ...] | None = None, skip: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
-    """The arrays of a partition's sums file: all of them, or only ``names``, but those in ``skip`` (the others are not read)."""
-    with np.load(wd.fetch(path), allow_pickle=False) as data:
-        return {name: data[name] for name in (data.files if names is None else names) if name not in skip}
+    """The arrays of an arrays file (:func:`write_summary`): all of them, or only ``names``,
+    but those in ``skip`` (the others are skipped over, not read).
+
+    Raises
+    ------
+    KeyError
+        A name asked for is not in the file.
+    ValueError, EOFError
+        The file is not an arrays file, or is cut short.
+    """
+    wanted = None if names is None else set(names)
+    out: dict[str, np.ndarray] = {}
+    with open(wd.fetch(path), "rb") as handle:
+        for name, offset, shape, _, dtype in _array_headers(handle, path):
+            if (wanted is None or name in wanted) and name not in skip:
+                handle.seek(offset)
+                out[name] = np.lib.format.read_array(handle, allow_pickle=False)
+            else:
+                handle.seek(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, os.SEEK_CUR)
+    missing = [name for name in (names or ()) if name not in out and name not in skip]
+    if missing:
+        raise KeyError(f"{missing[0]!r} is not an array of {path}")
+    return out if names is None else {name: out[name] for name in names if name not in skip}
 
 
 # ----------------------------------------------------------------------------- resume
@@ -534,33 +594,28 @@ def _unit_sums_of(a: dict[str, np.ndarray], level: str) -> UnitSums:
 
 
 def write_unit_sums(path: Path, tiles: UnitSums, aois: UnitSums) -> Path:
-    """Tile and AOI sums (the homeless predictions') as an ``.npz``, atomically: the merge
+    """Tile and AOI sums (the homeless predictions') as an arrays file, atomically: the merge
     reads them when it adds them (:func:`iter_unit_sums`), so the client does not hold them
     from the resolve on. Arrays are stored in C order, which the reader streams."""
     return write_summary(path, {name: np.ascontiguousarray(a) for name, a in _unit_arrays(tiles, aois).items()})
 
 
-def _npy_rows(archive: zipfile.ZipFile, name: str, rows: int) -> Iterator[np.ndarray]:
-    """The array ``name`` of an ``.npz`` (C order, as :func:`write_unit_sums` stores it),
-    ``rows`` leading rows at a time, read as the member streams."""
-    with archive.open(f"{name}.npy") as stream:
-        version = np.lib.format.read_magic(stream)
-        header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-        if header is None:
-            raise PartitionMissingError(f"{archive.filename}: its array {name!r} is in .npy format {version}, not 1.0 or 2.0")
-        shape, fortran, dtype = header(stream)
-        if fortran or dtype.hasobject or not shape:
-            raise PartitionMissingError(f"{archive.filename}: its array {name!r} is not a C-ordered numeric array with rows")
-        row_shape = tuple(shape[1:])
-        row_bytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
-        if shape[0] == 0:
-            yield np.empty(shape, dtype)
-        for start in range(0, shape[0], rows):
-            n = min(rows, shape[0] - start)
-            data = stream.read(n * row_bytes)
-            if len(data) != n * row_bytes:
-                raise PartitionMissingError(f"{archive.filename}: its array {name!r} ends early (row {start} of {shape[0]})")
-            yield np.frombuffer(data, dtype=dtype).reshape((n,) + row_shape).copy()
+def _npy_rows(handle: BinaryIO, path: object, name: str, shape: tuple, fortran: bool, dtype: np.dtype,
+              rows: int) -> Iterator[np.ndarray]:
+    """The array ``name`` of an arrays file (C order, as :func:`write_unit_sums` stores it),
+    ``rows`` leading rows at a time, read from ``handle`` (at the array's bytes) as it streams."""
+    if fortran or dtype.hasobject or not shape:
+        raise PartitionMissingError(f"{path}: its array {name!r} is not a C-ordered numeric array with rows")
+    row_shape = tuple(shape[1:])
+    row_bytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
+    if shape[0] == 0:
+        yield np.empty(shape, dtype)
+    for start in range(0, shape[0], rows):
+        n = min(rows, shape[0] - start)
+        data = handle.read(n * row_bytes)
+        if len(data) != n * row_bytes:
+            raise PartitionMissingError(f"{path}: its array {name!r} ends early (row {start} of {shape[0]})")
+        yield np.frombuffer(data, dtype=dtype).reshape((n,) + row_shape).copy()
 
 
 def iter_unit_sums(path: Path, level: str, units: int = 256) -> Iterator[UnitSums]:
@@ -569,18 +624,27 @@ def iter_unit_sums(path: Path, level: str, units: int = 256) -> Iterator[UnitSum
     country's replicates (up to every tile x 1000 resamples x 4 columns: the file was
     85.7 MB in a 2M-field run of 2,606 tiles, about what all of them take) are never held
     a second time."""
-    with zipfile.ZipFile(wd.fetch(path)) as archive:
+    with open(wd.fetch(path), "rb") as handle:
+        arrays = {}
+        for name, offset, shape, fortran, dtype in _array_headers(handle, path):
+            arrays[name] = (offset, handle.tell(), shape, fortran, dtype)
+            handle.seek(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, os.SEEK_CUR)
+
         def small(name: str) -> np.ndarray:
-            with archive.open(f"{level}_{name}.npy") as member:
-                return np.lib.format.read_array(member, allow_pickle=False)
+            if f"{level}_{name}" not in arrays:
+                raise PartitionMissingError(f"{path}: it has no array {level}_{name!r}")
+            handle.seek(arrays[f"{level}_{name}"][0])
+            return np.lib.format.read_array(handle, allow_pickle=False)
 
         # Everything but the replicates: a few numbers per unit.
         head = _unit_sums_of({f"{level}_{name}": small(name) for name in ("keys", "digits", "columns", "replicate_columns")}, level)
-        if f"{level}_replicates.npy" not in archive.namelist():
+        if f"{level}_replicates" not in arrays:
             yield head
             return
+        _, data_start, shape, fortran, dtype = arrays[f"{level}_replicates"]
+        handle.seek(data_start)
         start = 0
-        for reps in _npy_rows(archive, f"{level}_replicates", units):
+        for reps in _npy_rows(handle, path, f"{level}_replicates", shape, fortran, dtype, units):
             n = len(reps)
             yield UnitSums(head.keys[start : start + n], head.digits[start : start + n], reps, head.columns, head.replicate_columns)
             start += n
@@ -606,12 +670,12 @@ def summary_from_arrays(a: dict[str, np.ndarray]) -> object:
 
 
 def values_path(sums_path: Path) -> Path:
-    """The sorted values' file beside a partition's sums output (``<key>.values.npz``)."""
-    return Path(sums_path).with_suffix(".values.npz")
+    """The sorted values' file beside a partition's sums output (``<key>.values.arrays``)."""
+    return Path(sums_path).with_suffix(".values.arrays")
 
 
 def write_sorted_values(path: Path, values: SortedValues) -> Path:
-    """A partition's :class:`~evalcore.selection.SortedValues` as an ``.npz`` of plain arrays, atomically."""
+    """A partition's :class:`~evalcore.selection.SortedValues` as an arrays file (:func:`write_summary`), atomically."""
     return write_summary(path, {
         "columns": np.asarray(values.columns, dtype=str),
         "n_groups": np.asarray(values.n_groups, dtype=np.int64),
@@ -643,7 +707,7 @@ def read_queries(path: Path) -> Queries:
 
 
 def write_sums_input(path: Path, pair_values: dict[str, np.ndarray], contributions: object, draws: object | None) -> Path:
-    """What the resolve phase hands one partition's sums task, as an ``.npz`` of plain arrays.
+    """What the resolve phase hands one partition's sums task, as an arrays file (:func:`write_summary`).
 
     These travel through the work directory, not the task graph: in the graph they sat
     in the scheduler's memory (the client's process on the embedded cluster) until every
@@ -701,7 +765,7 @@ def read_sums_input(path: Path) -> tuple[dict[str, np.ndarray], object, object |
 def write_labels(directory: Path, key: PartitionKey, labels: object, pred_pos: np.ndarray, signature: str) -> Path:
     """A partition's component labels (:class:`~evalcore.engine.components.PartitionLabels`) and its own
     predictions' positions, with a done record."""
-    path = directory / f"{key_name(key)}.npz"
+    path = directory / f"{key_name(key)}.arrays"
     write_summary(path, {"pair_label": labels.pair_label, "pred_label": labels.pred_label, "pred_pos": pred_pos,
                          "label_min_ref": labels.label_min_ref})
     write_done_record(path.with_suffix(".done.json"), signature, [path])
@@ -710,7 +774,7 @@ def write_labels(directory: Path, key: PartitionKey, labels: object, pred_pos: n
 
 def ref_positions_path(workdir: Path, key: PartitionKey) -> Path:
     """Where a partition's reference fields' (pool, reporting tile, position) are written for a field bootstrap."""
-    return workdir / "resolve" / "positions" / f"{key_name(key)}.npz"
+    return workdir / "resolve" / "positions" / f"{key_name(key)}.arrays"
 
 
 def write_ref_positions(workdir: Path, key: PartitionKey, pos: np.ndarray, pools: np.ndarray, tiles: np.ndarray,
@@ -745,7 +809,7 @@ pool every task read the whole pool, whose tiles grow with the country's extent.
 
 def group_draws_path(workdir: Path, pool: int) -> Path:
     """The directory of a field bootstrap pool's per-replicate counts of its reporting tiles:
-    ``index.npz`` (each file's first tile) and ``tiles-<i>.npz``, each with a done record."""
+    ``index.arrays`` (each file's first tile) and ``tiles-<i>.arrays``, each with a done record."""
     return workdir / "resolve" / "groups" / str(int(pool))
 
 
@@ -770,11 +834,11 @@ def write_group_draws(workdir: Path, pool: int, tiles: np.ndarray, sizes: np.nda
     counts = np.asarray(counts).astype(count_dtype(sizes.sum()), copy=False)
     starts = range(0, len(tiles), step)
     for i, start in enumerate(starts):
-        path = directory / f"tiles-{i}.npz"
+        path = directory / f"tiles-{i}.arrays"
         write_summary(path, {"tile": tiles[start:start + step], "size": sizes[start:start + step],
                              "counts": np.ascontiguousarray(counts[:, start:start + step])})
         write_done_record(path.with_suffix(".done.json"), signature, [path])
-    index = directory / "index.npz"
+    index = directory / "index.arrays"
     write_summary(index, {"first_tile": tiles[list(starts)].reshape(-1, 3), "n_replicates": np.int64(counts.shape[0])})
     write_done_record(index.with_suffix(".done.json"), signature, [index])
     return directory
@@ -787,7 +851,7 @@ def read_group_draws(workdir: Path, pool: int, signature: str,
     missing, changed or of another run (the caller names the partition that needed it).
     A tile the pool does not hold is absent from what is returned."""
     directory = group_draws_path(workdir, pool)
-    index = directory / "index.npz"
+    index = directory / "index.arrays"
     if not done_record_valid(index.with_suffix(".done.json"), signature):
         return None
     a = read_summary(index)
@@ -795,7 +859,7 @@ def read_group_draws(workdir: Path, pool: int, signature: str,
     wanted = sorted({max(bisect.bisect_right(first, tuple(t)) - 1, 0) for t in tiles}) if first else []
     parts = []
     for i in wanted:
-        path = directory / f"tiles-{i}.npz"
+        path = directory / f"tiles-{i}.arrays"
         if not done_record_valid(path.with_suffix(".done.json"), signature):
             return None
         parts.append(read_summary(path))
@@ -808,7 +872,7 @@ def read_group_draws(workdir: Path, pool: int, signature: str,
 def read_labels(directory: Path, key: PartitionKey, signature: str, own: bool = False) -> tuple | None:
     """``(pair_label, pred_label)`` of :func:`write_labels` (``own``: ``(pred_pos, pred_label,
     label_min_ref)``), or None when absent or not valid."""
-    path = directory / f"{key_name(key)}.npz"
+    path = directory / f"{key_name(key)}.arrays"
     if not done_record_valid(path.with_suffix(".done.json"), signature):
         return None
     a = read_summary(path)

@@ -9,7 +9,6 @@ phases that submit them are in :mod:`evalcore.distributed.runner`.
 from __future__ import annotations
 
 import json
-import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import shapely
 from pyproj import CRS
 
 from evalcore import boundary
-from evalcore.arrays import index_of
+from evalcore.arrays import index_of, rows_by_key
 from evalcore.bootstrap import (
     HandedWeights,
     PartitionKey,
@@ -46,8 +45,8 @@ from evalcore.errors import EvalInputError
 from evalcore.groups import strata_values
 from evalcore.layer import PreparedLayer, empty_layer
 from evalcore.metrics.score_ranges import (
-    RangeCounts, RangeValues, ReplicateCounts, ReplicateShares, ScoreRows, range_counts, range_of, range_values, replicate_counts,
-    replicate_shares, replicate_values,
+    RangeCounts, RangeValues, ReplicateCounts, ReplicateShares, ScoreRows, by_replicate, range_counts, range_of, range_values,
+    replicate_counts, replicate_shares, replicate_values,
 )
 from evalcore.levels import Sites
 from evalcore.options import EvalOptions, RunPlan
@@ -137,12 +136,10 @@ def prepare_chunk_task(
     inject_fault("prepare", f"{source.role}-{chunk.index}")
     partitions = {}
     files = []
-    unique_keys, key_of_row = np.unique(keys, axis=0, return_inverse=True)
-    rows_by_key = np.argsort(key_of_row.ravel(), kind="stable")  # each key's rows together, in row order
-    starts = np.searchsorted(key_of_row.ravel()[rows_by_key], np.arange(len(unique_keys) + 1))
+    unique_keys, key_rows, starts = rows_by_key(keys)  # each key's rows together, in row order
     for k, key_row in enumerate(unique_keys):
         key = tuple(int(v) for v in key_row)
-        rows = rows_by_key[starts[k] : starts[k + 1]]
+        rows = key_rows[starts[k] : starts[k + 1]]
         files.append(str(storage.write_prepared_chunk(Path(workdir) / "prepared" / source.role / storage.key_name(key), layer, rows, reach, strata, boxes)))
         b = boxes[rows]
         r = reach[rows]
@@ -483,12 +480,12 @@ def resolve_task(
     for i, source in enumerate(held.tolist()):
         rows = routing.pair_rows[i]
         shares[sources[source]] = str(storage.write_share(
-            out / f"to-{storage.key_name(sources[source])}.npz", results.pairs.ref_pos[rows], results.pairs.pred_pos[rows],
+            out / f"to-{storage.key_name(sources[source])}.arrays", results.pairs.ref_pos[rows], results.pairs.pred_pos[rows],
             {n: v[rows] for n, v in resolved.pair_values.items()}, resolved.contributions.take(routing.contribution_rows[i]),
         ))
     at = np.searchsorted(results.pred_pos, resolved.homeless_pos)
     tiles = np.stack([results.pred_utm_epsg, results.pred_tile_x, results.pred_tile_y], axis=1)[at]
-    homeless = storage.write_homeless(out / "homeless.npz", resolved.homeless_pos, resolved.homeless_rows, resolved.columns, tiles,
+    homeless = storage.write_homeless(out / "homeless.arrays", resolved.homeless_pos, resolved.homeless_rows, resolved.columns, tiles,
                                       results.pred_aoi[at])
     preds: dict = {}
     if with_preds:
@@ -502,7 +499,7 @@ def resolve_task(
     if "scores" in run_level_rows and options.bootstrap > 0:
         scores = run_level_rows["scores"]
         run_level_rows["scores"] = {**scores, **_score_draw_keys(scores["pos"], resolved.preds, results, ref_part, sources, options)}
-    run_level = {name: storage.write_summary(out / f"run-level-{name}.npz", rows) for name, rows in run_level_rows.items()}
+    run_level = {name: storage.write_summary(out / f"run-level-{name}.arrays", rows) for name, rows in run_level_rows.items()}
     sample: list[float] = []
     if "scores" in resolved.run_level_rows:
         score = np.sort(resolved.run_level_rows["scores"]["score"])
@@ -547,7 +544,7 @@ def resolve_done(out: Path, listing: dict) -> dict:
         "n_pairs": listing["n_pairs"],
         "n_homeless": listing["n_homeless"],
         "shares": {storage.parse_key_name(k): str(out / v) for k, v in listing["shares"].items()},
-        "homeless": str(out / "homeless.npz"),
+        "homeless": str(out / "homeless.arrays"),
         "with_preds": bool(listing.get("with_preds")),
         "preds": {storage.parse_key_name(k): str(out / v) for k, v in listing.get("preds", {}).items()},
         "run_level": {name: str(out / v) for name, v in listing.get("run_level", {}).items()},
@@ -562,6 +559,9 @@ def _score_rows(path: Path, what: str, n: int | None = None) -> ScoreRows:
 DRAW_KEYS = ("home", "home_key", "unit")
 """The score rows' arrays that weigh them in the bootstrap's replicates (:func:`_score_draw_keys`)."""
 
+REPLICATE_WEIGHTS = "replicate_weights"
+"""A score range's rows file's array of their weights, replicates x rows (:func:`score_range_task`)."""
+
 
 def _score_arrays(path: Path, what: str, n: int | None = None, keys: tuple[str, ...] = ()) -> tuple[ScoreRows, dict]:
     """Score rows a score task reads from the work directory (:meth:`ScoreRows.from_arrays`).
@@ -574,10 +574,11 @@ def _score_arrays(path: Path, what: str, n: int | None = None, keys: tuple[str, 
     try:
         a = storage.read_summary(path)
         rows = ScoreRows.from_arrays(a)
-        lengths = {len(rows.pos), len(rows.score), rows.tp.shape[1], len(rows.error), len(rows.group), *(len(a[k]) for k in keys)}
+        lengths = {len(rows.pos), len(rows.score), rows.tp.shape[1], len(rows.error), len(rows.group),
+                   *(a[k].shape[1] if k == REPLICATE_WEIGHTS else len(a[k]) for k in keys)}
     except FileNotFoundError:
         raise PartitionMissingError(f"{what} ({path}) is missing") from None
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+    except (OSError, ValueError, KeyError, EOFError) as exc:
         raise PartitionMissingError(f"{what} ({path}) cannot be read ({type(exc).__name__}: {exc})") from None
     if len(lengths) != 1:
         raise PartitionMissingError(f"{what} ({path}) is not whole (its columns have {sorted(lengths)} rows)")
@@ -594,11 +595,11 @@ def _range_name(k: int) -> str:
 def score_split_task(path: str, cuts: np.ndarray, out_dir: str, name: str, with_draws: bool = False) -> list[int] | tuple:
     """One resolve's score rows cut into the score ranges (``cuts``, decreasing;
     :func:`evalcore.metrics.score_ranges.range_of`): a file per non-empty range,
-    ``<out_dir>/split-<name>-<range>.npz``. Returns the rows per range.
+    ``<out_dir>/split-<name>-<range>.arrays``. Returns the rows per range.
 
     ``with_draws`` (a bootstrap): the rows keep what weighs them (:data:`DRAW_KEYS`), and
     the rows with a home go, with their home and range, to a file per partition holding
-    their homes (``<out_dir>/homed-<name>-<partition>.npz``, read by
+    their homes (``<out_dir>/homed-<name>-<partition>.arrays``, read by
     :func:`score_weights_task`); returns ``(rows per range, {partition key: rows})``.
 
     ``name`` is the resolving partition's; its resolve's score rows missing or unreadable
@@ -610,7 +611,7 @@ def score_split_task(path: str, cuts: np.ndarray, out_dir: str, name: str, with_
     counts = np.bincount(which, minlength=len(cuts) + 1)
     for k in np.flatnonzero(counts).tolist():
         mine = np.flatnonzero(which == k)
-        storage.write_summary(Path(out_dir) / f"split-{name}-{k}.npz",
+        storage.write_summary(Path(out_dir) / f"split-{name}-{k}.arrays",
                               {**rows.take(mine).as_arrays(), **{c: v[mine] for c, v in extra.items()}})
     if not with_draws:
         return counts.tolist()
@@ -623,7 +624,7 @@ def score_split_task(path: str, cuts: np.ndarray, out_dir: str, name: str, with_
     inverse = np.asarray(inverse).ravel()
     for i, key in enumerate(map(tuple, keys.tolist())):
         mine = has[inverse == i]
-        storage.write_summary(Path(out_dir) / f"homed-{name}-{storage.key_name(key)}.npz",
+        storage.write_summary(Path(out_dir) / f"homed-{name}-{storage.key_name(key)}.arrays",
                               {"pos": rows.pos[mine], "home": home[mine], "range": which[mine]})
         homed[key] = len(mine)
     return counts.tolist(), homed
@@ -634,7 +635,7 @@ def _read_work_file(path: str | Path, what: str) -> dict:
     :class:`PartitionMissingError` naming ``what`` and the file."""
     try:
         return storage.read_summary(Path(path))
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+    except (OSError, ValueError, KeyError, EOFError) as exc:
         raise PartitionMissingError(f"{what} ({path}) cannot be read ({type(exc).__name__}: {exc})") from None
 
 
@@ -648,7 +649,7 @@ def score_weights_task(
     prediction homed in one of them weighs that field's draw count in every replicate.
     ``homed`` are ``(resolving partition, path, rows)``: the split tasks' files of the
     predictions homed here. Writes, per score range, their positions and weights
-    (``<out_dir>/weights-<partition>-<range>.npz``, replicates as columns, the smallest
+    (``<out_dir>/weights-<partition>-<range>.arrays``, replicates as columns, the smallest
     unsigned integer type holding them).
 
     Returns
@@ -683,7 +684,7 @@ def score_weights_task(
     for k in np.unique(which).tolist():
         mine = np.flatnonzero(which == k)
         w = np.ascontiguousarray(weights.T[columns[mine]])
-        storage.write_summary(Path(out_dir) / f"weights-{name}-{k}.npz", {"pos": pos[mine], "weights": w})
+        storage.write_summary(Path(out_dir) / f"weights-{name}-{k}.arrays", {"pos": pos[mine], "weights": w})
         written[int(k)] = len(mine)
     return {"key": key, "n_ref": n_ref, "ranges": written, "weights": handed}
 
@@ -701,7 +702,7 @@ def _hand_weights(workdir: str, name: str, positions: np.ndarray, counts: np.nda
     drawing them) or a weight does not fit a byte."""
     if wd.is_remote(workdir) or counts.dtype != np.uint8:
         return None
-    path = Path(workdir) / HANDED_WEIGHTS_DIR / f"{name}.npz"
+    path = Path(workdir) / HANDED_WEIGHTS_DIR / f"{name}.arrays"
     path.parent.mkdir(parents=True, exist_ok=True)
     storage.write_summary(path, {"pos": np.asarray(positions, np.int64), "weights": counts})
     return str(path)
@@ -713,7 +714,7 @@ def _handed_weights(path: str, positions: np.ndarray, n_replicates: int) -> Hand
     the same numbers)."""
     try:
         a = storage.read_summary(Path(path))
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+    except (OSError, ValueError, KeyError, EOFError):
         return None
     finally:
         Path(path).unlink(missing_ok=True)
@@ -736,7 +737,7 @@ def score_range_task(
     is a :class:`PartitionMissingError` naming the range, the partition and the file.
 
     With a bootstrap (``weights`` not None) the rows' replicate weights are written beside
-    them (``weights``, rows x replicates) and their counts in every replicate returned too
+    them (:data:`REPLICATE_WEIGHTS`, replicates x rows) and their counts in every replicate returned too
     (:func:`evalcore.metrics.score_ranges.replicate_counts`): field draws from ``weights``,
     ``(partition, path, rows)`` of the :func:`score_weights_task` files for this range (a
     prediction without a home weighs 1); block draws from ``block_units``, the run's units.
@@ -752,9 +753,12 @@ def score_range_task(
         return range_counts(rows, n_groups)
     extra = {c: (np.concatenate([p[1][c] for p in parts]) if parts else np.empty((0,) if c == "home" else (0, 3), np.int64))[order]
              for c in DRAW_KEYS}
-    w = _range_weights(rows, extra, weights, options, block_units, k)
-    storage.write_summary(Path(out), {**rows.as_arrays(), "weights": w})
-    return range_counts(rows, n_groups), replicate_counts(rows, w.T, n_groups)
+    # Gathered rows x replicates, kept replicates x rows: what both replicate passes read
+    # (given a transposed view, they copied it element by element: 11.6 of a 2M-field
+    # run's 89.8 score-values task-seconds, py-spy, 2026-12-06).
+    w = by_replicate(_range_weights(rows, extra, weights, options, block_units, k))
+    storage.write_summary(Path(out), {**rows.as_arrays(), REPLICATE_WEIGHTS: w})
+    return range_counts(rows, n_groups), replicate_counts(rows, w, n_groups)
 
 
 def _range_weights(rows: ScoreRows, extra: dict, weights: list[tuple[str, str, int]], options: EvalOptions,
@@ -822,21 +826,21 @@ def score_values_task(
     With a bootstrap, ``replicates`` is ``(counts ahead in every replicate, each replicate's
     reference count)``: the range's share of the replicates' AP and aurc
     (:func:`evalcore.metrics.score_ranges.replicate_shares`) goes to
-    ``<out_dir>/replicates-<k>.npz``, whose path is returned third.
+    ``<out_dir>/replicates-<k>.arrays``, whose path is returned third.
 
     ``path`` is the range's rows as its range task wrote them, ``n`` how many it counted:
     a file missing, unreadable or holding another number is a
     :class:`PartitionMissingError` naming the range and the file.
     """
     inject_fault("score-values", _range_name(k))
-    rows, extra = _score_arrays(Path(path), f"score range {k}: its rows file", n, ("weights",) if replicates is not None else ())
+    rows, extra = _score_arrays(Path(path), f"score range {k}: its rows file", n, (REPLICATE_WEIGHTS,) if replicates is not None else ())
     values, pr_parts, _ = range_values(rows, before, total, n_ref, score_threshold, precision_targets)
     paths = [str(storage.write_table_part(Path(out_dir) / f"pr-{i}-{k}.parquet", part)) for i, part in enumerate(pr_parts)]
     if replicates is None:
         return values, paths
     before_b, n_refs = replicates
-    shares = replicate_shares(rows, extra["weights"].T, before_b, n_refs)
-    shared = storage.write_summary(Path(out_dir) / f"replicates-{k}.npz",
+    shares = replicate_shares(rows, extra[REPLICATE_WEIGHTS], before_b, n_refs)
+    shared = storage.write_summary(Path(out_dir) / f"replicates-{k}.arrays",
                                    {"envelope": shares.envelope, "aurc_digits": shares.aurc_digits})
     return values, paths, str(shared)
 
@@ -951,7 +955,7 @@ def sums_task(
         )
         table = output_table(table, "fields", ref_id_column=id_column, pred_id_column=pred_id_column)
         written.append(wd.publish(write_geoparquet_wkb(wd.local(Path(frame_dir) / f"part-{storage.key_name(key)}.parquet"), table, wkb, ref_info.crs)))
-    path = Path(workdir) / "sums" / f"{storage.key_name(key)}.npz"
+    path = Path(workdir) / "sums" / f"{storage.key_name(key)}.arrays"
     written.append(storage.write_summary(path, storage.summary_to_arrays(summary)))
     # The gathered values stay here, sorted; the merge's selection rounds read them (select_task).
     written.append(storage.write_sorted_values(storage.values_path(path), summary.values))

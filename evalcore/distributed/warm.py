@@ -81,7 +81,8 @@ def compile_kernels(n_ref: int = 400) -> float:
 
 
 def _touch_wkb_kernel() -> None:
-    """Run the WKB reader of the distributed outputs' writer once (the in-process evaluation does not write them)."""
+    """Run the kernels only the distributed run uses once: the WKB reader of its outputs' writer
+    and the score ranges' transposition (the in-process evaluation runs neither)."""
     import numpy as np
     import shapely
 
@@ -89,6 +90,10 @@ def _touch_wkb_kernel() -> None:
 
     data = np.frombuffer(shapely.to_wkb(shapely.box(0, 0, 1, 1)), dtype=np.uint8)
     _wkb_polygon_extent(data, np.array([0, len(data)], dtype=np.int64), np.empty(1, np.int64), np.empty(4))
+    from evalcore.metrics.score_ranges import by_replicate
+
+    for counts in (np.uint8, np.uint16):  # the score ranges' weights (only the distributed run gathers them)
+        by_replicate(np.zeros((2, 3), counts))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,7 +36,7 @@ A family (one module of :mod:`evalcore.metrics`) declares:
   none, or a bespoke one).
 
 Nothing else in the engine knows a family's columns or keys: the quantity table, the
-sums, the bootstrap, the npz codec and the output layout loop over the registry.
+sums, the bootstrap, the arrays codec and the output layout loop over the registry.
 """
 
 from __future__ import annotations

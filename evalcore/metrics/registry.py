@@ -2,7 +2,7 @@
 
 :data:`FAMILIES` lists the families in output order. Everything that depends on the
 set of metrics (the quantity columns, the options and so the CLI flags and flow
-parameters, the bootstrap, the npz codec, the summary layout) loops over it, so adding
+parameters, the bootstrap, the arrays codec, the summary layout) loops over it, so adding
 a family is one module, one line here, one test file and one docs section
 (docs/architecture.md, "Adding a metric family").
 

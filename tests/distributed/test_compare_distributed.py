@@ -56,7 +56,7 @@ def test_tile_bootstrap_comparison_resolves_on_the_workers_and_equals_single_pro
     assert len(redrawn) == 2 and all(f"over the {n_units} units" in m for m in redrawn), redrawn
     for model in ("candidate", "incumbent"):
         assert list(work.glob(f"{model}/resolve/by-*.done.json")), model  # resolved on the workers
-    assert not list(work.glob("*/resolved/*.npz"))  # no client resolve's sums inputs
+    assert not list(work.glob("*/resolved/*.arrays"))  # no client resolve's sums inputs
     # Every entry but the models' labels (a path on the cluster, the layer's source in process).
     assert differences(*({k: v for k, v in r.items() if k not in ("candidate", "incumbent")} for r in (result, single)), rtol=0.0) == []
     assert result["overall"]["f1"]["ci"][0] < result["overall"]["f1"]["ci"][1]
@@ -74,7 +74,7 @@ def test_tile_bootstrap_comparison_with_scores_equals_single_process(local_clien
     with caplog.at_level(logging.INFO, logger="evalcore.distributed.runner"):
         result = compare_on_cluster(paths["cand"], paths["inc"], paths["ref"], local_clients.get(2), workdir=work, **options)
     assert not [r for r in caplog.records if "drawn again over the" in r.getMessage()]  # not the homeless task alone
-    assert not list(work.glob("*/resolved/*.npz"))  # resolved on the workers, no client resolve's sums inputs
+    assert not list(work.glob("*/resolved/*.arrays"))  # resolved on the workers, no client resolve's sums inputs
     assert single["overall"]["ap50"]["ci"] is not None and single["overall"]["ap50"]["ci"][0] is not None
     assert differences(*({k: v for k, v in r.items() if k not in ("candidate", "incumbent")} for r in (result, single)), rtol=0.0) == []
 

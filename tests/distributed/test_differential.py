@@ -13,6 +13,7 @@ import pytest
 
 import evalcore
 from evalcore.api import check_options
+from evalcore.distributed import storage
 from evalcore.distributed.reliability import PartitionMissingError
 from evalcore.distributed.runner import (
     merge_phase,
@@ -181,10 +182,10 @@ def test_field_bootstrap_resolved_on_the_workers_equals_single_process_exactly(l
     assert result["bootstrap"]["ci"] and len(result["per_stratum"]) >= 2
     # The groups really span partitions: some (pool, tile) is held by 3 or more of them.
     holders: dict = {}
-    for path in work.glob("resolve/positions/*.npz"):
-        with np.load(path) as a:
-            for group in set(map(tuple, np.column_stack([a["pool"], a["tile"]]).tolist())):
-                holders[group] = holders.get(group, 0) + 1
+    for path in work.glob("resolve/positions/*.arrays"):
+        a = storage.read_summary(path, ("pool", "tile"))
+        for group in set(map(tuple, np.column_stack([a["pool"], a["tile"]]).tolist())):
+            holders[group] = holders.get(group, 0) + 1
     assert len({p for p, *_ in holders}) >= 2 and max(holders.values()) >= 3
 
 
@@ -292,7 +293,7 @@ def test_missing_partition_fails_the_merge(phases_before_merge, tmp_path, output
     import shutil
 
     work, (setup, index, plan, resolved, sums) = phases_before_merge
-    pattern = "*.values.npz" if output == "sorted values" else "*_*_*[0-9].npz"
+    pattern = "*.values.arrays" if output == "sorted values" else "*_*_*[0-9].arrays"
     victim = sorted((work / "sums").glob(pattern))[3]
     aside = shutil.move(victim, tmp_path / victim.name)
     try:

@@ -81,7 +81,7 @@ def test_scores_on_the_workers_equal_single_process(layers, expected, client, pa
     # Several score ranges computed it: their PR curve parts are in the work directory (the
     # ranges' own files are removed once read).
     assert len(list((work / "resolve" / "scores").glob("pr-0-*.parquet"))) >= 2
-    assert not list((work / "resolve" / "scores").glob("range-*.npz"))
+    assert not list((work / "resolve" / "scores").glob("range-*.arrays"))
     for key in SCORE_KEYS:
         assert key in result, key
         assert result[key] == single.summary[key], key
@@ -134,7 +134,7 @@ def test_bootstrap_intervals_on_the_workers_equal_single_process(layers, single_
     # Resolved on the workers, the replicates by two score ranges or more; their
     # intermediates (split, homed, weight, range and replicate files) are removed once read,
     # the PR curve's parts stay for the publication.
-    assert list((work / "resolve").glob("by-*/run-level-scores.npz"))
+    assert list((work / "resolve").glob("by-*/run-level-scores.arrays"))
     scores_dir = work / "resolve" / "scores"
     assert len(list(scores_dir.glob("pr-0-*.parquet"))) >= 2
     assert {p.name.split("-")[0] for p in scores_dir.iterdir()} == {"pr"}

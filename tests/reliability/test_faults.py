@@ -283,7 +283,7 @@ def test_resume_reuses_verified_partitions_and_changed_inputs_invalidate(cluster
     assert to_jsonable(metrics) == expected
     assert index.reused is True and pairs.reused == len(pairs.keys) and sums.reused == 0
     # Tamper with one finished partition: it must be recomputed, not trusted.
-    npz = sorted((work / "sums").glob("*.npz"))[0]
+    npz = sorted((work / "sums").glob("*.arrays"))[0]
     npz.write_bytes(npz.read_bytes()[:-10] + b"0123456789")
     metrics, _, _, sums = _all_phases(cluster_client, _setup(data, work))
     assert to_jsonable(metrics) == expected
@@ -352,7 +352,7 @@ def test_missing_resolve_output_fails_the_run_naming_the_partition(cluster_clien
     setup = _setup(data, work, **WORKER_RESOLVE)
     index, plan, pairs, resolved = _worker_resolve_phases(cluster_client, setup)
     owner, other = _seam_owner(work)
-    (work / "resolve" / f"by-{owner}" / f"to-{other}.npz").unlink()
+    (work / "resolve" / f"by-{owner}" / f"to-{other}.arrays").unlink()
     # Every partition the owner wrote a share for fails (the first to fail stops the phase), naming the owner.
     with pytest.raises(RuntimeError, match=rf"sums failed for partition \S+: PartitionMissingError: partition {owner}: its resolve output"):
         sums_phase(cluster_client, setup, index, plan, resolved)
@@ -366,7 +366,7 @@ def test_missing_homeless_unit_sums_fail_the_merge_naming_the_file(cluster_clien
     work = tmp_path / "work"
     setup = _setup(data, work, **WORKER_RESOLVE)
     index, plan, pairs, resolved = _worker_resolve_phases(cluster_client, setup)
-    path = work / "resolve" / "homeless-units.npz"
+    path = work / "resolve" / "homeless-units.arrays"
     assert resolved.homeless_units == str(path) and path.exists()
     sums = sums_phase(cluster_client, setup, index, plan, resolved)
     path.unlink()
@@ -424,7 +424,7 @@ def test_missing_positions_of_a_field_bootstrap_fail_the_run_naming_the_partitio
     shared = sorted({other for _, others in resolved.field_groups.values() for other in others})
     assert shared, "no (pool, reporting tile) group spans partitions in this data"
     victim = storage.key_name(shared[0])
-    (work / "resolve" / "positions" / f"{victim}.npz").unlink()
+    (work / "resolve" / "positions" / f"{victim}.arrays").unlink()
     with pytest.raises(RuntimeError, match=rf"sums failed for partition \S+: PartitionMissingError: partition {victim}: its reference positions"):
         sums_phase(cluster_client, setup, index, plan, resolved)
 
@@ -465,7 +465,7 @@ def test_missing_pool_counts_of_a_field_bootstrap_fail_the_run_naming_the_file(c
     index, plan, pairs, resolved = _worker_resolve_phases(cluster_client, setup)
     pool = _largest_pool(data)
     path = work / "resolve" / "groups" / str(pool)
-    (path / "index.npz").unlink()
+    (path / "index.arrays").unlink()
     with pytest.raises(PartitionMissingError, match=rf"sums failed for partition \S+: PartitionMissingError: partition \S+: "
                                                     rf"the field bootstrap counts of pool {pool} \({re.escape(str(path))}\) are missing"):
         sums_phase(cluster_client, setup, index, plan, resolved)
@@ -618,7 +618,7 @@ def test_worker_lost_in_a_score_weights_task_gives_identical_intervals(cluster_c
     assert marker.exists()
     # The ranges carried the replicates (their files removed once read; no weight file is left either).
     assert metrics["bootstrap"]["ci"]["ap50"][0] < metrics["bootstrap"]["ci"]["ap50"][1]
-    assert not list((work / "resolve" / "scores").glob("weights-*.npz"))
+    assert not list((work / "resolve" / "scores").glob("weights-*.arrays"))
     for key in ("ap50", "ap50_95", "aurc", "risk_coverage", "ap_interval"):
         assert metrics.get(key) == expected.get(key), key
     for key in ("ap50", "ap75", "ap50_95", "aurc"):

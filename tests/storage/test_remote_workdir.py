@@ -195,7 +195,7 @@ def test_a_copy_is_read_only_while_it_is_the_objects_current_version(monkeypatch
     remote._filesystem.cache_clear()
     try:
         fs = s3_store.fs()
-        url = s3_store.url("work-versions", "sums", "1_2_3.npz")
+        url = s3_store.url("work-versions", "sums", "1_2_3.arrays")
         fs.pipe_file(url[5:], b"first run")
         assert wd.fetch(url).read_bytes() == b"first run"
         fs.pipe_file(url[5:], b"second run")  # another process, another run

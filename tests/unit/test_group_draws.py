@@ -96,10 +96,10 @@ def test_a_partition_reads_only_the_files_holding_its_tiles(tmp_path, monkeypatc
     group_draws_task(str(tmp_path), A, np.array(TILES), sizes, B, SEED, SIGNATURE)
     whole = draw_pool_counts(A, dict(zip(TILES, sizes.tolist())), B, SEED)[2]
     directory = storage.group_draws_path(tmp_path, A)
-    assert len(list(directory.glob("tiles-*.npz"))) == -(-len(TILES) // shard_tiles)
+    assert len(list(directory.glob("tiles-*.arrays"))) == -(-len(TILES) // shard_tiles)
     mine = {TILES[0]: 3, TILES[7]: 24, TILES[8]: 27}  # the first tile and two in the middle
     holding = sorted({TILES.index(t) // shard_tiles for t in mine})
-    for path in directory.glob("tiles-*.npz"):
+    for path in directory.glob("tiles-*.arrays"):
         if int(path.stem.split("-")[1]) not in holding:
             path.unlink()
     got = _group_counts(str(tmp_path), (32633, 0, 0), {(A, t): n for t, n in mine.items()}, B, SIGNATURE)
@@ -136,7 +136,7 @@ def _partition_two(tmp_path):
 def test_a_missing_pool_file_names_the_file_and_the_partition(tmp_path):
     key, sizes = _partition_two(tmp_path)
     path = storage.group_draws_path(tmp_path, C)
-    (path / "index.npz").unlink()
+    (path / "index.arrays").unlink()
     with pytest.raises(PartitionMissingError, match=rf"partition 32633_1_0: .* pool {C} \({re.escape(str(path))}\) are missing"):
         _group_counts(str(tmp_path), key, sizes, B, SIGNATURE)
     # Of another run (its done record names another signature): the same.
@@ -161,12 +161,12 @@ def test_a_stale_or_short_pool_file_names_the_file_and_the_partition(tmp_path):
         _group_counts(str(tmp_path), key, sizes, B, SIGNATURE)
     # A file changed after its done record: its checksum no longer matches.
     group_draws_task(str(tmp_path), A, tiles, n, B, SEED, SIGNATURE)
-    shutil.copyfile(storage.group_draws_path(tmp_path, C) / "tiles-0.npz", path / "tiles-0.npz")
+    shutil.copyfile(storage.group_draws_path(tmp_path, C) / "tiles-0.arrays", path / "tiles-0.arrays")
     with pytest.raises(PartitionMissingError, match="are missing or do not match their checksums"):
         _group_counts(str(tmp_path), key, sizes, B, SIGNATURE)
     # A file the partition needs removed, its index still there: the same.
     group_draws_task(str(tmp_path), A, tiles, n, B, SEED, SIGNATURE)
-    (path / "tiles-0.npz").unlink()
+    (path / "tiles-0.arrays").unlink()
     with pytest.raises(PartitionMissingError, match=rf"pool {A} \({re.escape(str(path))}\) are missing"):
         _group_counts(str(tmp_path), key, sizes, B, SIGNATURE)
 

@@ -23,13 +23,13 @@ def _weights(n_rep: int = 7, n: int = 13, seed: int = 0) -> np.ndarray:
 def test_handed_weights_come_back_as_the_same_numbers_and_the_file_goes(tmp_path):
     weights, positions = _weights(), np.arange(100, 113)
     path = _hand_weights(str(tmp_path), "32631_1_2", positions, whole_counts(weights, "p"))
-    assert path == str(tmp_path / HANDED_WEIGHTS_DIR / "32631_1_2.npz")
+    assert path == str(tmp_path / HANDED_WEIGHTS_DIR / "32631_1_2.arrays")
     got = _handed_weights(path, positions, 7)
     assert isinstance(got, HandedWeights)
     assert got.draw_counts().dtype == np.uint8
     assert got.draw_counts().astype(np.float64).tobytes() == weights.tobytes()
     assert got.weights_rows().tolist() == list(range(13))
-    assert not (tmp_path / HANDED_WEIGHTS_DIR / "32631_1_2.npz").exists()
+    assert not (tmp_path / HANDED_WEIGHTS_DIR / "32631_1_2.arrays").exists()
     assert _handed_weights(path, positions, 7) is None  # read once
 
 
@@ -44,9 +44,9 @@ def test_weights_of_other_fields_or_replicates_are_not_used(tmp_path):
 
 
 def test_a_missing_or_damaged_file_means_drawing_again(tmp_path):
-    assert _handed_weights(str(tmp_path / "none.npz"), np.arange(3), 2) is None
-    bad = tmp_path / "bad.npz"
-    bad.write_bytes(b"PK\x03\x04 not a zip")
+    assert _handed_weights(str(tmp_path / "none.arrays"), np.arange(3), 2) is None
+    bad = tmp_path / "bad.arrays"
+    bad.write_bytes(b"PK\x03\x04 not an arrays file")
     assert _handed_weights(str(bad), np.arange(3), 2) is None
     assert not bad.exists()
 
@@ -57,7 +57,7 @@ def test_weights_above_a_byte_or_a_store_work_directory_are_not_handed(tmp_path)
     counts = whole_counts(weights, "p")
     assert counts.dtype == np.uint16
     assert _hand_weights(str(tmp_path), "a", np.arange(13), counts) is None
-    assert not (tmp_path / HANDED_WEIGHTS_DIR / "a.npz").exists()
+    assert not (tmp_path / HANDED_WEIGHTS_DIR / "a.arrays").exists()
     assert _hand_weights("s3://bucket/run/work", "a", np.arange(13), whole_counts(_weights(), "p")) is None
 
 

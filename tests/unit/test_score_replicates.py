@@ -242,3 +242,16 @@ def test_the_envelope_kernel_reads_counts_of_any_type_and_refuses_fractions():
     fractional[3, 7] = 0.5
     with pytest.raises(ValueError, match="whole numbers"):
         _replicate_envelope(flags, fractional, n_refs, before, before, REC_THRS, EPS, NO_POINT)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.float64])
+@pytest.mark.parametrize("shape", [(0, 7), (1, 1), (63, 65), (130, 200), (3, 1000)])
+def test_weights_by_replicate_are_the_transpose_in_c_order(dtype, shape):
+    from evalcore.metrics.score_ranges import by_replicate
+
+    rows_by_rep = np.random.default_rng(sum(shape)).integers(0, 250, shape).astype(dtype)
+    got = by_replicate(rows_by_rep)
+    assert got.dtype == rows_by_rep.dtype and got.flags.c_contiguous
+    assert got.shape == shape[::-1] and got.tobytes() == np.ascontiguousarray(rows_by_rep.T).tobytes()
+    strided = by_replicate(rows_by_rep[::2])  # a view: copied first
+    assert np.array_equal(strided, rows_by_rep[::2].T)

@@ -42,7 +42,7 @@ def _rows(n: int, seed: int, first_pos: int) -> ScoreRows:
 def resolves(tmp_path):
     """Two resolves' score rows, as resolve_task writes them: ``{partition: path}``."""
     out = tmp_path / "resolve"
-    return {name: storage.write_summary(out / f"by-{name}" / "run-level-scores.npz", _rows(40, seed, 100 * seed).as_arrays())
+    return {name: storage.write_summary(out / f"by-{name}" / "run-level-scores.arrays", _rows(40, seed, 100 * seed).as_arrays())
             for seed, name in enumerate(["32633_0_0", "32633_1_0"], start=1)}
 
 
@@ -54,15 +54,15 @@ def _splits(resolves: dict, out: Path) -> dict[str, list[int]]:
 
 
 def _range_inputs(split: dict, out: Path, k: int) -> list[tuple[str, str, int]]:
-    return [(name, str(out / f"split-{name}-{k}.npz"), split[name][k]) for name in sorted(split) if split[name][k] > 0]
+    return [(name, str(out / f"split-{name}-{k}.arrays"), split[name][k]) for name in sorted(split) if split[name][k] > 0]
 
 
 def _through_the_tasks(resolves: dict, out: Path) -> tuple[list, storage.TableParts]:
     split = _splits(resolves, out)
     n_ranges = len(CUTS) + 1
-    counts = [score_range_task(_range_inputs(split, out, k), str(out / f"range-{k}.npz"), N_GROUPS, k) for k in range(n_ranges)]
+    counts = [score_range_task(_range_inputs(split, out, k), str(out / f"range-{k}.arrays"), N_GROUPS, k) for k in range(n_ranges)]
     before, total = prefix_counts(counts, N_GROUPS)
-    shares = [score_values_task(str(out / f"range-{k}.npz"), counts[k].n, before[k], total, 50, 0.5, (0.6,), str(out), k)
+    shares = [score_values_task(str(out / f"range-{k}.arrays"), counts[k].n, before[k], total, 50, 0.5, (0.6,), str(out), k)
               for k in range(n_ranges)]
     parts = storage.TableParts([shares[k][1][i] for i in range(len(PR_THRESHOLDS)) for k in range(n_ranges)],
                                [f"PR curve of score range {k} at IoU {t}" for t in PR_THRESHOLDS for k in range(n_ranges)])
@@ -89,21 +89,21 @@ def test_the_tasks_files_give_the_one_range_computation(resolves, tmp_path, monk
 
 def test_a_missing_resolve_score_file_names_the_partition_and_the_file(resolves, tmp_path):
     resolves["32633_1_0"].unlink()
-    with pytest.raises(PartitionMissingError, match=r"partition 32633_1_0: the score file of its resolve \(.*by-32633_1_0/run-level-scores\.npz\) is missing"):
+    with pytest.raises(PartitionMissingError, match=r"partition 32633_1_0: the score file of its resolve \(.*by-32633_1_0/run-level-scores\.arrays\) is missing"):
         score_split_task(str(resolves["32633_1_0"]), CUTS, str(tmp_path / "scores"), "32633_1_0")
 
 
 def test_a_truncated_resolve_score_file_cannot_be_read(resolves, tmp_path):
     path = resolves["32633_0_0"]
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    with pytest.raises(PartitionMissingError, match=r"partition 32633_0_0: the score file of its resolve \(.*run-level-scores\.npz\) cannot be read"):
+    with pytest.raises(PartitionMissingError, match=r"partition 32633_0_0: the score file of its resolve \(.*run-level-scores\.arrays\) cannot be read"):
         score_split_task(str(path), CUTS, str(tmp_path / "scores"), "32633_0_0")
 
 
 def test_a_score_file_whose_columns_differ_in_length_is_not_whole(tmp_path):
     rows = _rows(10, 5, 0).as_arrays()
     rows["error"] = rows["error"][:7]
-    path = storage.write_summary(tmp_path / "run-level-scores.npz", rows)
+    path = storage.write_summary(tmp_path / "run-level-scores.arrays", rows)
     with pytest.raises(PartitionMissingError, match=r"partition 1_2_3: .*\) is not whole"):
         score_split_task(str(path), CUTS, str(tmp_path / "scores"), "1_2_3")
 
@@ -113,9 +113,9 @@ def test_a_missing_split_names_the_range_the_partition_and_the_file(resolves, tm
     split = _splits(resolves, out)
     inputs = _range_inputs(split, out, 1)
     Path(inputs[-1][1]).unlink()
-    with pytest.raises(PartitionMissingError, match=rf"score range 1: the split file of partition 32633_1_0 \(.*split-32633_1_0-1\.npz\) is missing"):
-        score_range_task(inputs, str(out / "range-1.npz"), N_GROUPS, 1)
-    assert not (out / "range-1.npz").exists()
+    with pytest.raises(PartitionMissingError, match=rf"score range 1: the split file of partition 32633_1_0 \(.*split-32633_1_0-1\.arrays\) is missing"):
+        score_range_task(inputs, str(out / "range-1.arrays"), N_GROUPS, 1)
+    assert not (out / "range-1.arrays").exists()
 
 
 def test_a_split_holding_other_rows_than_its_task_wrote_is_refused(resolves, tmp_path):
@@ -125,19 +125,19 @@ def test_a_split_holding_other_rows_than_its_task_wrote_is_refused(resolves, tmp
     name, path, n = inputs[0]
     storage.write_summary(Path(path), ScoreRows.from_arrays(storage.read_summary(Path(path))).take(np.arange(n - 1)).as_arrays())
     with pytest.raises(PartitionMissingError, match=rf"score range 2: the split file of partition {name} \(.*\) holds {n - 1} predictions but {n} were written there"):
-        score_range_task(inputs, str(out / "range-2.npz"), N_GROUPS, 2)
+        score_range_task(inputs, str(out / "range-2.arrays"), N_GROUPS, 2)
 
 
 def test_a_missing_or_short_range_file_names_the_range(resolves, tmp_path):
     out = tmp_path / "scores"
     split = _splits(resolves, out)
-    counts = [score_range_task(_range_inputs(split, out, k), str(out / f"range-{k}.npz"), N_GROUPS, k) for k in range(3)]
+    counts = [score_range_task(_range_inputs(split, out, k), str(out / f"range-{k}.arrays"), N_GROUPS, k) for k in range(3)]
     before, total = prefix_counts(counts, N_GROUPS)
-    with pytest.raises(PartitionMissingError, match=rf"score range 1: its rows file \(.*range-1\.npz\) holds {counts[1].n} predictions but {counts[1].n + 1} were"):
-        score_values_task(str(out / "range-1.npz"), counts[1].n + 1, before[1], total, 50, None, None, str(out), 1)
-    (out / "range-0.npz").unlink()
-    with pytest.raises(PartitionMissingError, match=r"score range 0: its rows file \(.*range-0\.npz\) is missing"):
-        score_values_task(str(out / "range-0.npz"), counts[0].n, before[0], total, 50, None, None, str(out), 0)
+    with pytest.raises(PartitionMissingError, match=rf"score range 1: its rows file \(.*range-1\.arrays\) holds {counts[1].n} predictions but {counts[1].n + 1} were"):
+        score_values_task(str(out / "range-1.arrays"), counts[1].n + 1, before[1], total, 50, None, None, str(out), 1)
+    (out / "range-0.arrays").unlink()
+    with pytest.raises(PartitionMissingError, match=r"score range 0: its rows file \(.*range-0\.arrays\) is missing"):
+        score_values_task(str(out / "range-0.arrays"), counts[0].n, before[0], total, 50, None, None, str(out), 0)
     assert not list(out.glob("pr-*"))  # nothing written by the failed tasks
 
 
@@ -186,11 +186,11 @@ def test_the_score_tasks_inject_faults_by_range_and_partition(resolves, tmp_path
     marker = tmp_path / "marker"
     monkeypatch.setenv(FAULT_ENV, json.dumps({"phase": "score-range", "partition": "range-1", "mode": "once", "marker": str(marker)}))
     with pytest.raises(InjectedFault, match="score-range of partition range-1"):
-        score_range_task([], str(out / "range-1.npz"), N_GROUPS, 1)
-    assert marker.exists() and score_range_task([], str(out / "range-1.npz"), N_GROUPS, 1).n == 0  # once
+        score_range_task([], str(out / "range-1.arrays"), N_GROUPS, 1)
+    assert marker.exists() and score_range_task([], str(out / "range-1.arrays"), N_GROUPS, 1).n == 0  # once
     monkeypatch.setenv(FAULT_ENV, json.dumps({"phase": "score-values", "partition": "range-1", "mode": "always"}))
     with pytest.raises(InjectedFault, match="score-values of partition range-1"):
-        score_values_task(str(out / "range-1.npz"), 0, None, None, 0, None, None, str(out), 1)
+        score_values_task(str(out / "range-1.arrays"), 0, None, None, 0, None, None, str(out), 1)
 
 
 def test_a_fault_in_an_unknown_phase_is_refused(monkeypatch):
@@ -225,26 +225,28 @@ def test_a_range_whose_homed_rows_lack_their_weights_is_refused(tmp_path):
     rows = _rows(30, 9, 0)
     home = np.where(np.arange(30) % 3 == 0, -1, 1000 + np.arange(30))
     extra = {"home": home, "home_key": np.where(home[:, None] >= 0, np.array([[32633, 0, 0]]), 0), "unit": np.zeros((30, 0), np.int64)}
-    path = storage.write_summary(tmp_path / "run-level-scores.npz", {**rows.as_arrays(), **extra})
+    path = storage.write_summary(tmp_path / "run-level-scores.arrays", {**rows.as_arrays(), **extra})
     out = tmp_path / "scores"
     counts, homed = score_split_task(str(path), np.empty(0), str(out), "32633_0_0", True)
     assert counts == [30] and homed == {(32633, 0, 0): 20}
     options = check_options(bootstrap=4, score_column="s")
-    a = storage.read_summary(out / "homed-32633_0_0-32633_0_0.npz")
+    a = storage.read_summary(out / "homed-32633_0_0-32633_0_0.arrays")
     weights = np.arange(20 * 4, dtype=np.uint8).reshape(20, 4) % 5
-    halves = [(f"32633_0_{i}", str(storage.write_summary(out / f"weights-32633_0_{i}-0.npz", {"pos": a["pos"][s], "weights": weights[s]})),
+    halves = [(f"32633_0_{i}", str(storage.write_summary(out / f"weights-32633_0_{i}-0.arrays", {"pos": a["pos"][s], "weights": weights[s]})),
                len(a["pos"][s])) for i, s in enumerate([slice(0, 12), slice(12, 20)])]
-    splits = [("32633_0_0", str(out / "split-32633_0_0-0.npz"), 30)]
-    score_range_task(splits, str(out / "range-0.npz"), N_GROUPS, 0, halves, options)
-    got = storage.read_summary(out / "range-0.npz")
+    splits = [("32633_0_0", str(out / "split-32633_0_0-0.arrays"), 30)]
+    score_range_task(splits, str(out / "range-0.arrays"), N_GROUPS, 0, halves, options)
+    got = storage.read_summary(out / "range-0.arrays")
     by_pos = dict(zip(a["pos"].tolist(), weights.tolist()))
-    assert [by_pos.get(p, [1] * 4) for p in got["pos"].tolist()] == got["weights"].tolist()  # homeless: 1
+    # Kept replicates x rows (what the replicate passes read), C order.
+    assert got["replicate_weights"].shape == (4, 30) and got["replicate_weights"].flags.c_contiguous
+    assert [by_pos.get(p, [1] * 4) for p in got["pos"].tolist()] == got["replicate_weights"].T.tolist()  # homeless: 1
     Path(halves[1][1]).unlink()
-    with pytest.raises(PartitionMissingError, match=r"score range 0: the weights file of partition 32633_0_1 \(.*weights-32633_0_1-0\.npz\) cannot be read"):
-        score_range_task(splits, str(out / "range-1.npz"), N_GROUPS, 0, halves, options)
+    with pytest.raises(PartitionMissingError, match=r"score range 0: the weights file of partition 32633_0_1 \(.*weights-32633_0_1-0\.arrays\) cannot be read"):
+        score_range_task(splits, str(out / "range-1.arrays"), N_GROUPS, 0, halves, options)
     with pytest.raises(PartitionMissingError, match=r"score range 0: 20 predictions with a home but 12 weighed"):
-        score_range_task(splits, str(out / "range-1.npz"), N_GROUPS, 0, halves[:1], options)
-    assert not (out / "range-1.npz").exists()
+        score_range_task(splits, str(out / "range-1.arrays"), N_GROUPS, 0, halves[:1], options)
+    assert not (out / "range-1.arrays").exists()
 
 
 def test_a_weights_file_weighing_a_row_twice_or_a_homeless_row_is_refused(tmp_path):
@@ -256,23 +258,23 @@ def test_a_weights_file_weighing_a_row_twice_or_a_homeless_row_is_refused(tmp_pa
     rows = _rows(30, 9, 0)
     home = np.where(np.arange(30) % 3 == 0, -1, 1000 + np.arange(30))
     extra = {"home": home, "home_key": np.where(home[:, None] >= 0, np.array([[32633, 0, 0]]), 0), "unit": np.zeros((30, 0), np.int64)}
-    path = storage.write_summary(tmp_path / "run-level-scores.npz", {**rows.as_arrays(), **extra})
+    path = storage.write_summary(tmp_path / "run-level-scores.arrays", {**rows.as_arrays(), **extra})
     out = tmp_path / "scores"
     score_split_task(str(path), np.empty(0), str(out), "32633_0_0", True)
     options = check_options(bootstrap=4, score_column="s")
-    homed_pos = storage.read_summary(out / "homed-32633_0_0-32633_0_0.npz")["pos"]
+    homed_pos = storage.read_summary(out / "homed-32633_0_0-32633_0_0.arrays")["pos"]
     homeless_pos = rows.pos[home < 0]
-    splits = [("32633_0_0", str(out / "split-32633_0_0-0.npz"), 30)]
+    splits = [("32633_0_0", str(out / "split-32633_0_0-0.arrays"), 30)]
 
     def files(*parts):
-        return [(f"32633_0_{i}", str(storage.write_summary(out / f"w-{len(parts)}-{i}.npz",
+        return [(f"32633_0_{i}", str(storage.write_summary(out / f"w-{len(parts)}-{i}.arrays",
                                                           {"pos": p, "weights": np.ones((len(p), 4), np.uint8)})), len(p))
                 for i, p in enumerate(parts)]
 
     twice = files(homed_pos[:12], homed_pos[4:12])  # 20 rows in all, 8 of them twice
-    with pytest.raises(PartitionMissingError, match=r"score range 0: the weights file of partition 32633_0_1 \(.*w-2-1\.npz\) weighs predictions"):
-        score_range_task(splits, str(out / "range-0.npz"), N_GROUPS, 0, twice, options)
+    with pytest.raises(PartitionMissingError, match=r"score range 0: the weights file of partition 32633_0_1 \(.*w-2-1\.arrays\) weighs predictions"):
+        score_range_task(splits, str(out / "range-0.arrays"), N_GROUPS, 0, twice, options)
     homeless = files(np.concatenate([homed_pos[:19], homeless_pos[:1]]))
     with pytest.raises(PartitionMissingError, match=r"score range 0: the weights file of partition 32633_0_0 .* weighs predictions"):
-        score_range_task(splits, str(out / "range-0.npz"), N_GROUPS, 0, homeless, options)
-    assert not (out / "range-0.npz").exists()
+        score_range_task(splits, str(out / "range-0.arrays"), N_GROUPS, 0, homeless, options)
+    assert not (out / "range-0.arrays").exists()
