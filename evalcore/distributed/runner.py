@@ -226,6 +226,7 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
     # union; 3.6 and 4.5 s at the 2M benchmark's extent, 8.4 s in one task).
     parts = [client.submit(prepare_sites, options, options.equal_area_crs, store, (kind.option,),
                            key=setup.task_key("site-layers", kind.option), retries=2) for kind in (AOI, ANNOTATED_AREA)]
+    aois_future = parts[0]
     sites_future = client.submit(Sites.joined, *parts, key=setup.task_key("site-layers", "sites"), retries=2)
     study_future = client.submit(prepare_study, options, options.equal_area_crs, store, key=setup.task_key("site-layers", "study"),
                                  retries=2)
@@ -251,7 +252,9 @@ def prepare_phase(client: object, setup: RunSetup) -> RunIndex:
             options.partition_size_m,
             options.boundary_tolerance_m,
             setup.strata_column,
-            sites_future,
+            # The reference's rows are located in the AOIs only (the annotated fraction is the
+            # predictions'): its chunks start when the AOIs are cut, not when both are.
+            sites_future if source.role == "predicted" else aois_future,
             options.score_column,
             study_future,
             class_layer_columns(options),

@@ -95,7 +95,7 @@ def test_site_polygons_spanning_many_partitions_equal_single_process_to_the_bit(
     assert differences(cluster, single, rtol=0.0) == []
     # The boundary pieces were read from the work directory, in blocks.
     assert sorted(p.name for p in (tmp_path / "work" / "sites").iterdir()) == ["annotated", "aoi"]
-    assert list((tmp_path / "work" / "sites" / "aoi").glob("block_*.arrays"))
+    assert list((tmp_path / "work" / "sites" / "aoi").glob("block_*.npz"))
 
 
 def test_every_tiles_interval_equals_single_process_to_the_bit(client, tmp_path, monkeypatch):
