@@ -4,9 +4,9 @@ Layout under ``workdir``::
 
     prepared/<layer>/<epsg>_<tx>_<ty>/chunk-<i>.parquet   prepared rows (GeoParquet)
     prepared/index.json                                   the run index (rows and boxes per partition)
-    sums/<epsg>_<tx>_<ty>.arrays                             sums phase output of a partition
-    sums/<epsg>_<tx>_<ty>.values.arrays                      its gathered values, sorted per group and column
-    select/<call>-<round>.arrays                             a selection round's queries (removed after the round)
+    sums/<epsg>_<tx>_<ty>.arrays                          sums phase output of a partition (an arrays file)
+    sums/<epsg>_<tx>_<ty>.values.arrays                   its gathered values, sorted per group and column
+    select/<call>-<round>.arrays                          a selection round's queries (removed after the round)
     fields/<epsg>_<tx>_<ty>.parquet                       per-field table part (GeoParquet)
 
 Prepared rows keep their input position, label, areas, home zone, tile, boundary
@@ -431,6 +431,8 @@ def read_summary(path: Path, names: tuple[str, ...] | None = None, skip: tuple[s
             if (wanted is None or name in wanted) and name not in skip:
                 handle.seek(offset)
                 out[name] = np.lib.format.read_array(handle, allow_pickle=False)
+                if wanted is not None and wanted <= out.keys() | set(skip):
+                    break  # the rest is not read, not even its headers
             else:
                 handle.seek(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, os.SEEK_CUR)
     missing = [name for name in (names or ()) if name not in out and name not in skip]
