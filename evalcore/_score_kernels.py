@@ -350,16 +350,16 @@ def _replicate_aurc_digits(error: np.ndarray, weights: np.ndarray, members: np.n
 
 @njit(**NUMBA_OPTIONS)
 def _transposed(a: np.ndarray) -> np.ndarray:
-    """``a.T`` as a new C-contiguous array, copied in square blocks of 64 x 64.
+    """``a.T`` as a new C-contiguous array, copied in tiles of 64 x 64.
 
-    A score range's weights are gathered rows x replicates (each file's rows are runs of
-    bytes) and read by the replicate kernels replicates x rows. numpy copies a transposed
-    view element by element along the source's columns: 2.1 s for 250,000 x 1000 bytes,
-    against 0.4-0.6 s in blocks (both measured on the development machine, 2026-12-06).
+    For blocks of a score range's weights, stored rows x replicates and read by the
+    replicate kernels replicates x rows (:func:`evalcore.metrics.score_ranges._chunks`):
+    numpy copies a transposed view element by element along the source's columns, 2.1 s
+    for 250,000 x 1000 bytes against 0.4-0.6 s here (the development machine, 2026-12-06).
 
     Parameters
     ----------
-    a : (n, m) array of any numeric type
+    a : (n, m) array of any numeric type, any strides
 
     Returns
     -------

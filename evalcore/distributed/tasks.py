@@ -45,8 +45,8 @@ from evalcore.errors import EvalInputError
 from evalcore.groups import strata_values
 from evalcore.layer import PreparedLayer, empty_layer
 from evalcore.metrics.score_ranges import (
-    RangeCounts, RangeValues, ReplicateCounts, ReplicateShares, ScoreRows, by_replicate, range_counts, range_of, range_values,
-    replicate_counts, replicate_shares, replicate_values,
+    RangeCounts, RangeValues, ReplicateCounts, ReplicateShares, ScoreRows, range_counts, range_of, range_values, replicate_counts,
+    replicate_shares, replicate_values,
 )
 from evalcore.levels import Sites
 from evalcore.options import EvalOptions, RunPlan
@@ -559,9 +559,6 @@ def _score_rows(path: Path, what: str, n: int | None = None) -> ScoreRows:
 DRAW_KEYS = ("home", "home_key", "unit")
 """The score rows' arrays that weigh them in the bootstrap's replicates (:func:`_score_draw_keys`)."""
 
-REPLICATE_WEIGHTS = "replicate_weights"
-"""A score range's rows file's array of their weights, replicates x rows (:func:`score_range_task`)."""
-
 
 def _score_arrays(path: Path, what: str, n: int | None = None, keys: tuple[str, ...] = ()) -> tuple[ScoreRows, dict]:
     """Score rows a score task reads from the work directory (:meth:`ScoreRows.from_arrays`).
@@ -574,8 +571,7 @@ def _score_arrays(path: Path, what: str, n: int | None = None, keys: tuple[str, 
     try:
         a = storage.read_summary(path)
         rows = ScoreRows.from_arrays(a)
-        lengths = {len(rows.pos), len(rows.score), rows.tp.shape[1], len(rows.error), len(rows.group),
-                   *(a[k].shape[1] if k == REPLICATE_WEIGHTS else len(a[k]) for k in keys)}
+        lengths = {len(rows.pos), len(rows.score), rows.tp.shape[1], len(rows.error), len(rows.group), *(len(a[k]) for k in keys)}
     except FileNotFoundError:
         raise PartitionMissingError(f"{what} ({path}) is missing") from None
     except (OSError, ValueError, KeyError, EOFError) as exc:
@@ -737,7 +733,7 @@ def score_range_task(
     is a :class:`PartitionMissingError` naming the range, the partition and the file.
 
     With a bootstrap (``weights`` not None) the rows' replicate weights are written beside
-    them (:data:`REPLICATE_WEIGHTS`, replicates x rows) and their counts in every replicate returned too
+    them (``weights``, rows x replicates) and their counts in every replicate returned too
     (:func:`evalcore.metrics.score_ranges.replicate_counts`): field draws from ``weights``,
     ``(partition, path, rows)`` of the :func:`score_weights_task` files for this range (a
     prediction without a home weighs 1); block draws from ``block_units``, the run's units.
@@ -753,12 +749,9 @@ def score_range_task(
         return range_counts(rows, n_groups)
     extra = {c: (np.concatenate([p[1][c] for p in parts]) if parts else np.empty((0,) if c == "home" else (0, 3), np.int64))[order]
              for c in DRAW_KEYS}
-    # Gathered rows x replicates, kept replicates x rows: what both replicate passes read
-    # (given a transposed view, they copied it element by element: 11.6 of a 2M-field
-    # run's 89.8 score-values task-seconds, py-spy, 2026-12-06).
-    w = by_replicate(_range_weights(rows, extra, weights, options, block_units, k))
-    storage.write_summary(Path(out), {**rows.as_arrays(), REPLICATE_WEIGHTS: w})
-    return range_counts(rows, n_groups), replicate_counts(rows, w, n_groups)
+    w = _range_weights(rows, extra, weights, options, block_units, k)
+    storage.write_summary(Path(out), {**rows.as_arrays(), "weights": w})
+    return range_counts(rows, n_groups), replicate_counts(rows, w.T, n_groups)
 
 
 def _range_weights(rows: ScoreRows, extra: dict, weights: list[tuple[str, str, int]], options: EvalOptions,
@@ -833,13 +826,13 @@ def score_values_task(
     :class:`PartitionMissingError` naming the range and the file.
     """
     inject_fault("score-values", _range_name(k))
-    rows, extra = _score_arrays(Path(path), f"score range {k}: its rows file", n, (REPLICATE_WEIGHTS,) if replicates is not None else ())
+    rows, extra = _score_arrays(Path(path), f"score range {k}: its rows file", n, ("weights",) if replicates is not None else ())
     values, pr_parts, _ = range_values(rows, before, total, n_ref, score_threshold, precision_targets)
     paths = [str(storage.write_table_part(Path(out_dir) / f"pr-{i}-{k}.parquet", part)) for i, part in enumerate(pr_parts)]
     if replicates is None:
         return values, paths
     before_b, n_refs = replicates
-    shares = replicate_shares(rows, extra[REPLICATE_WEIGHTS], before_b, n_refs)
+    shares = replicate_shares(rows, extra["weights"].T, before_b, n_refs)
     shared = storage.write_summary(Path(out_dir) / f"replicates-{k}.arrays",
                                    {"envelope": shares.envelope, "aurc_digits": shares.aurc_digits})
     return values, paths, str(shared)

@@ -90,10 +90,10 @@ def _touch_wkb_kernel() -> None:
 
     data = np.frombuffer(shapely.to_wkb(shapely.box(0, 0, 1, 1)), dtype=np.uint8)
     _wkb_polygon_extent(data, np.array([0, len(data)], dtype=np.int64), np.empty(1, np.int64), np.empty(4))
-    from evalcore.metrics.score_ranges import by_replicate
+    from evalcore._score_kernels import _transposed
 
-    for counts in (np.uint8, np.uint16):  # the score ranges' weights (only the distributed run gathers them)
-        by_replicate(np.zeros((2, 3), counts))
+    for counts in (np.uint8, np.uint16):  # blocks of the score ranges' weights (only the distributed run stores them by row)
+        _transposed(np.zeros((3, 4), counts)[:, :2])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,7 +42,7 @@ __all__ = [
     "AP_THRESHOLDS", "REC_THRS", "PR_THRESHOLDS", "MAX_CURVE_POINTS", "ScoreRows", "RangeCounts", "RangeValues",
     "range_of", "splitters", "range_counts", "prefix_counts", "range_values", "pr_rows", "risk_rows", "ap_of",
     "thinned_rows", "ReplicateCounts", "ReplicateShares", "group_members", "replicate_counts", "replicate_shares",
-    "replicate_values", "as_counts", "by_replicate",
+    "replicate_values", "as_counts",
 ]
 
 AP_THRESHOLDS: tuple[float, ...] = IOU_SWEEP_THRESHOLDS
@@ -588,12 +588,27 @@ def group_members(group: IdArray, score_sorted: F64Array, n_groups: int) -> tupl
 
 def _chunks(weights: np.ndarray, chunk_bytes: int, dtype: type | None = np.float64):
     """Consecutive replicates of ``weights`` (n_replicates, n) as contiguous blocks of
-    ``dtype`` (None: the weights' own type)."""
+    ``dtype`` (None: the weights' own type).
+
+    A score range's weights are stored rows x replicates (each weights file's rows are
+    runs of bytes) and handed here transposed: such a block is copied by
+    :func:`evalcore._score_kernels._transposed`, in 64 x 64 tiles. numpy copies a
+    transposed view element by element along the source's columns (11.6 of a 2M-field
+    run's 89.8 score-values task-seconds, py-spy, 2026-12-06; 2.1 s against 0.4-0.6 s
+    for 250,000 rows x 1000 replicates of bytes), and a whole transposed copy made once
+    would hold the range's weights twice (250 MB each).
+    """
+    from evalcore._score_kernels import _transposed
     from evalcore.bootstrap import replicates_per_chunk
 
     step = replicates_per_chunk(weights.shape[1], chunk_bytes)
+    by_row = weights.ndim == 2 and not weights.flags.c_contiguous and weights.T.flags.c_contiguous
     for a in range(0, weights.shape[0], step):
-        yield a, np.ascontiguousarray(weights[a:a + step], dtype=dtype)
+        if by_row and weights.shape[1]:
+            block = _transposed(weights.T[:, a:a + step])
+            yield a, block if dtype is None else block.astype(dtype, copy=False)
+        else:
+            yield a, np.ascontiguousarray(weights[a:a + step], dtype=dtype)
 
 
 def as_counts(weights: np.ndarray) -> np.ndarray:
@@ -613,19 +628,6 @@ def as_counts(weights: np.ndarray) -> np.ndarray:
         return w
     counts = small_counts(w)
     return counts if counts is not None else w.astype(np.float64, copy=False)
-
-
-def by_replicate(weights: np.ndarray) -> np.ndarray:
-    """Weights gathered rows x replicates, as the replicate passes (:func:`replicate_counts`,
-    :func:`replicate_shares`) read them: replicates x rows, C order, the same type.
-
-    Given a transposed view instead, each pass copied it a chunk of replicates at a time,
-    element by element (numpy: 2.1 s for 250,000 rows x 1000 replicates of bytes, against
-    0.4-0.6 s for this copy in blocks).
-    """
-    from evalcore._score_kernels import _transposed
-
-    return _transposed(np.ascontiguousarray(weights))
 
 
 def _check_weights(rows: ScoreRows, weights: np.ndarray) -> None:
@@ -671,16 +673,21 @@ def replicate_counts(rows: ScoreRows, weights: np.ndarray, n_groups: int,
     for g in range(n_groups):
         in_group[members[member_start[g]:member_start[g + 1]], g] = True
     step = rows_per_block(n_rep, chunk_bytes)
+    # Weights handed as the transpose of a rows x replicates matrix (a score range's) are
+    # read a block of whole rows at a time, contiguous, and multiplied from the other side:
+    # every count is exact, so the product's order changes no bit.
+    by_row = weights.ndim == 2 and not weights.flags.c_contiguous and weights.T.flags.c_contiguous
     for a in range(0, n, step):
         b = slice(a, min(n, a + step))
-        w = np.asarray(weights[:, b], dtype=np.float64)
+        w = np.asarray(weights.T[b] if by_row else weights[:, b], dtype=np.float64)
         # Unsigned integers are whole and not negative: only a float or signed type is looked at.
         whole = weights.dtype.kind == "u" or ((w >= 0.0).all() and np.array_equal(w, np.floor(w)))
         if w.size and (not whole or float(w.max()) * n >= 2.0**53):
             raise ValueError(f"replicate weights must be whole numbers from 0 to {2.0**53 / max(n, 1):.0f}")
         tp = np.asarray(rows.tp[:, b], dtype=bool).T
         error = np.asarray(rows.error[b], dtype=bool)[:, None]
-        out += w @ np.concatenate([tp, in_group[b], in_group[b] & error], axis=1).astype(np.float64)
+        flags = np.concatenate([tp, in_group[b], in_group[b] & error], axis=1).astype(np.float64)
+        out += (flags.T @ w).T if by_row else w @ flags
     tp, group_n, group_errors = out[:, :n_thr], out[:, n_thr:n_thr + n_groups], out[:, n_thr + n_groups:]
     return ReplicateCounts(tp, group_n[:, :1] - tp, group_n, group_errors)
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from evalcore.metrics.score_ranges import (
-    ReplicateCounts, ScoreRows, range_of, replicate_counts, replicate_shares, replicate_values, splitters,
+    REPLICATE_CHUNK_BYTES, ReplicateCounts, ScoreRows, range_of, replicate_counts, replicate_shares, replicate_values, splitters,
 )
 from evalcore.metrics.scores import _RiskGroups, _weighted_curve, coco_ap, replicate_ap_and_aurc
 
@@ -246,12 +246,30 @@ def test_the_envelope_kernel_reads_counts_of_any_type_and_refuses_fractions():
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.float64])
 @pytest.mark.parametrize("shape", [(0, 7), (1, 1), (63, 65), (130, 200), (3, 1000)])
-def test_weights_by_replicate_are_the_transpose_in_c_order(dtype, shape):
-    from evalcore.metrics.score_ranges import by_replicate
+def test_the_tiled_transposition_is_the_transpose(dtype, shape):
+    from evalcore._score_kernels import _transposed
 
-    rows_by_rep = np.random.default_rng(sum(shape)).integers(0, 250, shape).astype(dtype)
-    got = by_replicate(rows_by_rep)
-    assert got.dtype == rows_by_rep.dtype and got.flags.c_contiguous
-    assert got.shape == shape[::-1] and got.tobytes() == np.ascontiguousarray(rows_by_rep.T).tobytes()
-    strided = by_replicate(rows_by_rep[::2])  # a view: copied first
-    assert np.array_equal(strided, rows_by_rep[::2].T)
+    a = np.random.default_rng(sum(shape)).integers(0, 250, shape).astype(dtype)
+    got = _transposed(a)
+    assert got.dtype == a.dtype and got.flags.c_contiguous and got.shape == shape[::-1]
+    assert got.tobytes() == np.ascontiguousarray(a.T).tobytes()
+    assert np.array_equal(_transposed(a[::2, 1:]), a[::2, 1:].T)  # any strides
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 2_000, REPLICATE_CHUNK_BYTES])
+def test_weights_stored_by_row_give_the_bits_of_weights_by_replicate(chunk_bytes):
+    """A score range's weights are stored rows x replicates and handed transposed: both
+    passes read them in tiles or row blocks, with the bits of the same weights laid out
+    replicates x rows."""
+    rows, weights, n_refs, n_groups = _run(29, n=700, n_rep=70)
+    counts = weights.astype(np.uint8)  # (replicates, rows), C order
+    stored = np.ascontiguousarray(counts.T)  # as a range file holds them
+    assert not stored.T.flags.c_contiguous
+    want = replicate_counts(rows, counts, n_groups, chunk_bytes)
+    got = replicate_counts(rows, stored.T, n_groups, chunk_bytes)
+    for name in ("tp", "fp", "group_n", "group_errors"):
+        assert getattr(got, name).tobytes() == getattr(want, name).tobytes()
+    before = ReplicateCounts.zero(70, n_groups)
+    a = replicate_shares(rows, counts, before, n_refs, chunk_bytes)
+    b = replicate_shares(rows, stored.T, before, n_refs, chunk_bytes)
+    assert a.envelope.tobytes() == b.envelope.tobytes() and a.aurc_digits.tobytes() == b.aurc_digits.tobytes()

@@ -238,9 +238,7 @@ def test_a_range_whose_homed_rows_lack_their_weights_is_refused(tmp_path):
     score_range_task(splits, str(out / "range-0.arrays"), N_GROUPS, 0, halves, options)
     got = storage.read_summary(out / "range-0.arrays")
     by_pos = dict(zip(a["pos"].tolist(), weights.tolist()))
-    # Kept replicates x rows (what the replicate passes read), C order.
-    assert got["replicate_weights"].shape == (4, 30) and got["replicate_weights"].flags.c_contiguous
-    assert [by_pos.get(p, [1] * 4) for p in got["pos"].tolist()] == got["replicate_weights"].T.tolist()  # homeless: 1
+    assert [by_pos.get(p, [1] * 4) for p in got["pos"].tolist()] == got["weights"].tolist()  # homeless: 1
     Path(halves[1][1]).unlink()
     with pytest.raises(PartitionMissingError, match=r"score range 0: the weights file of partition 32633_0_1 \(.*weights-32633_0_1-0\.arrays\) cannot be read"):
         score_range_task(splits, str(out / "range-1.arrays"), N_GROUPS, 0, halves, options)
