@@ -353,9 +353,9 @@ def _transposed(a: np.ndarray) -> np.ndarray:
     """``a.T`` as a new C-contiguous array, copied in tiles of 64 x 64.
 
     For blocks of a score range's weights, stored rows x replicates and read by the
-    replicate kernels replicates x rows (:func:`evalcore.metrics.score_ranges._chunks`):
-    numpy copies a transposed view element by element along the source's columns, 2.1 s
-    for 250,000 x 1000 bytes against 0.4-0.6 s here (the development machine, 2026-12-06).
+    replicate kernels replicates x rows (:func:`evalcore.metrics.score_ranges._chunks`,
+    which has the numbers): numpy copies a transposed view element by element along the
+    source's columns.
 
     Parameters
     ----------

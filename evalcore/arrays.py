@@ -98,7 +98,7 @@ def rows_by_key(keys: IdArray) -> tuple[IdArray, IdArray, IdArray]:
 
     What ``np.unique(keys, axis=0, return_inverse=True)`` and a stable sort of the inverse
     give, by one lexicographic sort (``np.unique`` along an axis sorts the rows as structured
-    values: 4 of the 224 task-seconds of a 2M-field run's preparation, py-spy, 2026-12-06).
+    values: 4 of a profiled 2M-field run's 223 preparation task-seconds, py-spy, 2026-12-06).
 
     Examples
     --------
@@ -109,7 +109,7 @@ def rows_by_key(keys: IdArray) -> tuple[IdArray, IdArray, IdArray]:
     keys = np.asarray(keys, dtype=np.int64)
     n = len(keys)
     if n == 0:
-        return keys.reshape(0, keys.shape[1] if keys.ndim == 2 else 0), np.zeros(0, np.int64), np.zeros(1, np.int64)
+        return keys, np.zeros(0, np.int64), np.zeros(1, np.int64)
     rows = np.lexsort(keys.T[::-1])  # by the first column, then the second, ...; stable
     ordered = keys[rows]
     new = np.flatnonzero((ordered[1:] != ordered[:-1]).any(axis=1)) + 1

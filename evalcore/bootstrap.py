@@ -37,6 +37,7 @@ import numpy as np
 from evalcore._draw_kernels import _place_draws
 from evalcore._sum_kernels import _group_members, _weighted_group_sums, _weighted_member_sums, _weighted_unit_sums
 from evalcore._typing import F64Array, IdArray
+from evalcore.arrays import rows_by_key
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 
 __all__ = [
@@ -261,15 +262,10 @@ def _field_groups(pools: IdArray, tiles: IdArray):
     """The (pool, tile key, rows) of every (pool, reporting tile) group of some rows, rows in order."""
     if len(pools) == 0:
         return
-    keys = np.column_stack([pools, tiles]).astype(np.int64, copy=False)
-    # Rows sorted by (pool, tile key), each group's in position order (lexsort is stable):
-    # the groups in np.unique(keys, axis=0)'s order, without its sort of rows as records
-    # (several times slower on a partition's fields).
-    order = np.lexsort(keys.T[::-1])
-    ordered = keys[order]
-    starts = np.concatenate([[0], np.flatnonzero((ordered[1:] != ordered[:-1]).any(axis=1)) + 1, [len(keys)]])
-    for g in range(len(starts) - 1):
-        row = ordered[starts[g]].tolist()
+    # The groups in np.unique(keys, axis=0)'s order, each group's rows in position order,
+    # without its sort of rows as records (several times slower on a partition's fields).
+    unique, order, starts = rows_by_key(np.column_stack([pools, tiles]))
+    for g, row in enumerate(unique.tolist()):
         yield int(row[0]), (int(row[1]), int(row[2]), int(row[3])), order[starts[g] : starts[g + 1]]
 
 

@@ -27,6 +27,7 @@ import json
 import os
 import struct
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -391,15 +392,25 @@ def write_summary(path: Path, arrays: dict[str, np.ndarray]) -> Path:
     return wd.publish(path)
 
 
-def _array_headers(handle: BinaryIO, path: object) -> Iterator[tuple[str, int, tuple, bool, np.dtype]]:
-    """``(name, offset of its .npy magic, shape, fortran order, dtype)`` of each array of an
-    arrays file, the handle left at the array's bytes (the caller reads them or not)."""
+@dataclass(frozen=True, slots=True)
+class _ArrayEntry:
+    """Where one array of an arrays file is: its ``.npy`` magic (``offset``), its bytes
+    (``data_start``), and its header."""
+
+    offset: int
+    data_start: int
+    shape: tuple
+    fortran: bool
+    dtype: np.dtype
+
+
+def _array_index(handle: BinaryIO, path: object) -> dict[str, _ArrayEntry]:
+    """Every array of an arrays file by name, in the file's order, from its headers alone
+    (each array's bytes are skipped over, not read)."""
     if handle.read(len(_ARRAYS_MAGIC)) != _ARRAYS_MAGIC:
         raise ValueError(f"{path} is not an evalcore arrays file (its first bytes are not {_ARRAYS_MAGIC!r})")
-    while True:
-        length = handle.read(_NAME_LENGTH.size)
-        if not length:
-            return
+    index: dict[str, _ArrayEntry] = {}
+    while length := handle.read(_NAME_LENGTH.size):
         if len(length) < _NAME_LENGTH.size:
             raise EOFError(f"{path} ends inside an array's name")
         (n,) = _NAME_LENGTH.unpack(length)
@@ -410,7 +421,9 @@ def _array_headers(handle: BinaryIO, path: object) -> Iterator[tuple[str, int, t
         if header is None:
             raise ValueError(f"{path}: its array {name!r} is in .npy format {version}, not 1.0 or 2.0")
         shape, fortran, dtype = header(handle)
-        yield name, offset, shape, fortran, dtype
+        index[name] = _ArrayEntry(offset, handle.tell(), shape, fortran, dtype)
+        handle.seek(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, os.SEEK_CUR)
+    return index
 
 
 def read_summary(path: Path, names: tuple[str, ...] | None = None, skip: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
@@ -424,21 +437,17 @@ def read_summary(path: Path, names: tuple[str, ...] | None = None, skip: tuple[s
     ValueError, EOFError
         The file is not an arrays file, or is cut short.
     """
-    wanted = None if names is None else set(names)
-    out: dict[str, np.ndarray] = {}
     with open(wd.fetch(path), "rb") as handle:
-        for name, offset, shape, _, dtype in _array_headers(handle, path):
-            if (wanted is None or name in wanted) and name not in skip:
-                handle.seek(offset)
-                out[name] = np.lib.format.read_array(handle, allow_pickle=False)
-                if wanted is not None and wanted <= out.keys() | set(skip):
-                    break  # the rest is not read, not even its headers
-            else:
-                handle.seek(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, os.SEEK_CUR)
-    missing = [name for name in (names or ()) if name not in out and name not in skip]
-    if missing:
-        raise KeyError(f"{missing[0]!r} is not an array of {path}")
-    return out if names is None else {name: out[name] for name in names if name not in skip}
+        index = _array_index(handle, path)
+        out: dict[str, np.ndarray] = {}
+        for name in (index if names is None else names):
+            if name in skip:
+                continue
+            if name not in index:
+                raise KeyError(f"{name!r} is not an array of {path}")
+            handle.seek(index[name].offset)
+            out[name] = np.lib.format.read_array(handle, allow_pickle=False)
+    return out
 
 
 # ----------------------------------------------------------------------------- resume
@@ -602,11 +611,11 @@ def write_unit_sums(path: Path, tiles: UnitSums, aois: UnitSums) -> Path:
     return write_summary(path, {name: np.ascontiguousarray(a) for name, a in _unit_arrays(tiles, aois).items()})
 
 
-def _npy_rows(handle: BinaryIO, path: object, name: str, shape: tuple, fortran: bool, dtype: np.dtype,
-              rows: int) -> Iterator[np.ndarray]:
+def _npy_rows(handle: BinaryIO, path: object, name: str, entry: _ArrayEntry, rows: int) -> Iterator[np.ndarray]:
     """The array ``name`` of an arrays file (C order, as :func:`write_unit_sums` stores it),
     ``rows`` leading rows at a time, read from ``handle`` (at the array's bytes) as it streams."""
-    if fortran or dtype.hasobject or not shape:
+    shape, dtype = entry.shape, entry.dtype
+    if entry.fortran or dtype.hasobject or not shape:
         raise PartitionMissingError(f"{path}: its array {name!r} is not a C-ordered numeric array with rows")
     row_shape = tuple(shape[1:])
     row_bytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
@@ -627,15 +636,12 @@ def iter_unit_sums(path: Path, level: str, units: int = 256) -> Iterator[UnitSum
     85.7 MB in a 2M-field run of 2,606 tiles, about what all of them take) are never held
     a second time."""
     with open(wd.fetch(path), "rb") as handle:
-        arrays = {}
-        for name, offset, shape, fortran, dtype in _array_headers(handle, path):
-            arrays[name] = (offset, handle.tell(), shape, fortran, dtype)
-            handle.seek(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, os.SEEK_CUR)
+        arrays = _array_index(handle, path)
 
         def small(name: str) -> np.ndarray:
             if f"{level}_{name}" not in arrays:
                 raise PartitionMissingError(f"{path}: it has no array {level}_{name!r}")
-            handle.seek(arrays[f"{level}_{name}"][0])
+            handle.seek(arrays[f"{level}_{name}"].offset)
             return np.lib.format.read_array(handle, allow_pickle=False)
 
         # Everything but the replicates: a few numbers per unit.
@@ -643,10 +649,10 @@ def iter_unit_sums(path: Path, level: str, units: int = 256) -> Iterator[UnitSum
         if f"{level}_replicates" not in arrays:
             yield head
             return
-        _, data_start, shape, fortran, dtype = arrays[f"{level}_replicates"]
-        handle.seek(data_start)
+        replicates = arrays[f"{level}_replicates"]
+        handle.seek(replicates.data_start)
         start = 0
-        for reps in _npy_rows(handle, path, f"{level}_replicates", shape, fortran, dtype, units):
+        for reps in _npy_rows(handle, path, f"{level}_replicates", replicates, units):
             n = len(reps)
             yield UnitSums(head.keys[start : start + n], head.digits[start : start + n], reps, head.columns, head.replicate_columns)
             start += n

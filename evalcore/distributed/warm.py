@@ -93,7 +93,8 @@ def _touch_wkb_kernel() -> None:
     from evalcore._score_kernels import _transposed
 
     for counts in (np.uint8, np.uint16):  # blocks of the score ranges' weights (only the distributed run stores them by row)
-        _transposed(np.zeros((3, 4), counts)[:, :2])
+        _transposed(np.zeros((3, 4), counts)[:, :2])  # some replicates of a range
+        _transposed(np.zeros((3, 4), counts))  # all of them, one block: a contiguous array, compiled apart
 
 
 def main(argv: list[str] | None = None) -> int:

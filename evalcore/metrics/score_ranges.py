@@ -586,29 +586,24 @@ def group_members(group: IdArray, score_sorted: F64Array, n_groups: int) -> tupl
     return members, member_start, last
 
 
-def _chunks(weights: np.ndarray, chunk_bytes: int, dtype: type | None = np.float64):
-    """Consecutive replicates of ``weights`` (n_replicates, n) as contiguous blocks of
-    ``dtype`` (None: the weights' own type).
+def _chunks(weights: np.ndarray, chunk_bytes: int):
+    """Consecutive replicates of ``weights`` (n_replicates, n) as contiguous blocks of their type.
 
     A score range's weights are stored rows x replicates (each weights file's rows are
-    runs of bytes) and handed here transposed: such a block is copied by
-    :func:`evalcore._score_kernels._transposed`, in 64 x 64 tiles. numpy copies a
-    transposed view element by element along the source's columns (11.6 of a 2M-field
-    run's 89.8 score-values task-seconds, py-spy, 2026-12-06; 2.1 s against 0.4-0.6 s
-    for 250,000 rows x 1000 replicates of bytes), and a whole transposed copy made once
-    would hold the range's weights twice (250 MB each).
+    runs of bytes) and handed here transposed (:func:`evalcore.bootstrap._by_row`): such a
+    block is copied by :func:`evalcore._score_kernels._transposed`, in 64 x 64 tiles.
+    numpy copies a transposed view element by element along the source's columns: 11.6
+    of a 2M-field run's 89.8 score-values task-seconds (py-spy, 2026-12-06); every chunk of
+    a range of 250,000 rows x 1000 replicates of bytes, 0.53-0.65 s that way, 0.34-0.35 s
+    in tiles. A whole transposed copy made once would hold the range's weights twice.
     """
     from evalcore._score_kernels import _transposed
-    from evalcore.bootstrap import replicates_per_chunk
+    from evalcore.bootstrap import _by_row, replicates_per_chunk
 
     step = replicates_per_chunk(weights.shape[1], chunk_bytes)
-    by_row = weights.ndim == 2 and not weights.flags.c_contiguous and weights.T.flags.c_contiguous
+    by_row = _by_row(weights)
     for a in range(0, weights.shape[0], step):
-        if by_row and weights.shape[1]:
-            block = _transposed(weights.T[:, a:a + step])
-            yield a, block if dtype is None else block.astype(dtype, copy=False)
-        else:
-            yield a, np.ascontiguousarray(weights[a:a + step], dtype=dtype)
+        yield a, _transposed(weights.T[:, a:a + step]) if by_row else np.ascontiguousarray(weights[a:a + step])
 
 
 def as_counts(weights: np.ndarray) -> np.ndarray:
@@ -662,7 +657,7 @@ def replicate_counts(rows: ScoreRows, weights: np.ndarray, n_groups: int,
         A weight that is negative, not a whole number, or so large that a count could
         reach 2**53.
     """
-    from evalcore.bootstrap import rows_per_block
+    from evalcore.bootstrap import _by_row, rows_per_block
 
     _check_weights(rows, weights)
     n_rep, n = weights.shape
@@ -673,10 +668,10 @@ def replicate_counts(rows: ScoreRows, weights: np.ndarray, n_groups: int,
     for g in range(n_groups):
         in_group[members[member_start[g]:member_start[g + 1]], g] = True
     step = rows_per_block(n_rep, chunk_bytes)
-    # Weights handed as the transpose of a rows x replicates matrix (a score range's) are
-    # read a block of whole rows at a time, contiguous, and multiplied from the other side:
-    # every count is exact, so the product's order changes no bit.
-    by_row = weights.ndim == 2 and not weights.flags.c_contiguous and weights.T.flags.c_contiguous
+    # Weights kept rows x replicates (a score range's, handed transposed) are read a block of
+    # whole rows at a time and multiplied from the other side: every count is exact, so the
+    # product's order changes no bit.
+    by_row = _by_row(weights)
     for a in range(0, n, step):
         b = slice(a, min(n, a + step))
         w = np.asarray(weights.T[b] if by_row else weights[:, b], dtype=np.float64)
@@ -717,7 +712,7 @@ def replicate_shares(rows: ScoreRows, weights: np.ndarray, before: ReplicateCoun
     units = np.asarray(_UNITS)
     envelopes, aurc_digits = [], []
     # The kernels take the counts in their own small type: no float64 copy of the matrix.
-    for a, w in _chunks(as_counts(weights), chunk_bytes, dtype=None):
+    for a, w in _chunks(as_counts(weights), chunk_bytes):
         b = slice(a, a + len(w))
         envelopes.append(_replicate_envelope(tp_flags, w, n_refs[b], np.ascontiguousarray(before.tp[b]),
                                              np.ascontiguousarray(before.fp[b]), REC_THRS, EPS, NO_POINT))
