@@ -37,9 +37,11 @@ quick: $(STAMP)
 	$(COMPILE)
 	EVALCORE_CHECK_MARKERS=1 $(BIN)/python -m pytest -q --durations=10 -m "not cluster and not prefect and not browser and not cli and not slow"
 
+# BENCH_ARGS for the national study, e.g. BENCH_ARGS="--sections scale --scale-sizes
+# 250000,1000000,2000000,4000000" (about 40 minutes on 2 cores; issue 29's targets).
 bench: $(STAMP)
 	$(COMPILE)
-	$(BIN)/python -m benchmarks
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 # Coverage study of the bootstrap intervals (docs/intervals.md); ~10-20 min on 2 cores.
 # The plot needs matplotlib, installed here when missing. COVERAGE_ARGS=--quick: a smoke run.
