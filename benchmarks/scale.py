@@ -20,7 +20,10 @@ section calls :func:`run_sizes`). For each size:
 6. the targets of the national runs printed PASS / FAIL (ratios from sizes measured in
    the same run; a target whose sizes were not run is "not measured"), and a projection
    of the time at 16M and 50M fields on 32 and 128 workers from the per-partition costs
-   (:func:`project`; a model, labelled as such).
+   (:func:`project`; a model, labelled as such);
+7. the machine's pace before the first size and after each (:func:`machine_pace`: a
+   fixed GEOS + numpy job, the same work whatever evalcore's code), so that walls
+   measured hours apart can be read against how fast the machine was running.
 
 Everything goes to ``benchmarks/results/scale-<sizes>-<timestamp>.json``.
 """
@@ -36,6 +39,7 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -881,6 +885,19 @@ def compile_kernels() -> float:
     return seconds
 
 
+def machine_pace(repeat: int = 3) -> float:
+    """Seconds of a fixed single-process GEOS + numpy job (:func:`benchmarks.bench_cpu_ceiling.job`), median of ``repeat``.
+
+    The same work whatever evalcore's code: measured before the first size and after each,
+    it tells how fast the machine was running at the time (its pace drifts by 10-20 %
+    over an evening, docs/performance.md), so that two studies' walls can be read
+    against the machine's state, not only against each other.
+    """
+    from benchmarks.bench_cpu_ceiling import job
+
+    return statistics.median(job(k) for k in range(repeat))
+
+
 def run_sizes(sizes: Sequence[int], workers: int = 2, tmp: str | None = None, interval_s: float = 0.5, data: str | None = None,
               keep: bool = False, picture: bool = True) -> dict:
     """Measure every size (the smallest first); returns the record, also written to ``benchmarks/results/``."""
@@ -893,6 +910,8 @@ def run_sizes(sizes: Sequence[int], workers: int = 2, tmp: str | None = None, in
     }
     out = RESULTS / f"scale-{'-'.join(str(n) for n in sizes)}-{stamp}.json"
     record["kernels_s"] = compile_kernels()
+    record["pace_s_start"] = machine_pace()
+    print(f"  machine pace: the fixed job took {record['pace_s_start']:.2f} s", file=sys.stderr, flush=True)
     for n in sorted(sizes):
         base = Path(tempfile.mkdtemp(prefix=f"evalcore-scale-{n}-", dir=tmp))
         try:
@@ -906,8 +925,10 @@ def run_sizes(sizes: Sequence[int], workers: int = 2, tmp: str | None = None, in
                 print(f"  scale {n:,}: failed; what was measured until then is in {out}", file=sys.stderr, flush=True)
                 raise
             row["load_average_end"] = os.getloadavg()
+            row["pace_s_after"] = machine_pace()
             record["rows"].append(row)
-            print(f"  scale {n:,}: {row['wall_s']:.1f} s, client {row['client_mib']:,.0f} MiB", file=sys.stderr, flush=True)
+            print(f"  scale {n:,}: {row['wall_s']:.1f} s, client {row['client_mib']:,.0f} MiB; machine pace after it {row['pace_s_after']:.2f} s",
+                  file=sys.stderr, flush=True)
         finally:
             if not keep:
                 shutil.rmtree(base, ignore_errors=True)
