@@ -27,10 +27,8 @@ def job(_: int) -> float:
     return time.perf_counter() - started
 
 
-def main() -> None:
-    import json
-    import sys
-
+def measure() -> dict:
+    """The job once alone in this process, then twice at once in two processes (seconds), and the throughput ratio."""
     context = multiprocessing.get_context("spawn")
     alone = job(0)
     with context.Pool(2) as pool:
@@ -38,10 +36,20 @@ def main() -> None:
         started = time.perf_counter()
         each = pool.map(job, [0, 0])
         both = time.perf_counter() - started
+    return {"alone_s": alone, "both_s": both, "each_s": each, "ratio": 2 * alone / both}
+
+
+def main() -> None:
+    import json
+    import sys
+
+    found = measure()
     if "--json" in sys.argv[1:]:
-        print(json.dumps({"alone_s": alone, "both_s": both, "each_s": each, "ratio": 2 * alone / both}))
+        print(json.dumps(found))
         return
-    print(f"one job alone {alone:.2f} s; two at once {both:.2f} s (each {each[0]:.2f}, {each[1]:.2f} s); throughput ratio {2 * alone / both:.2f}x")
+    each = found["each_s"]
+    print(f"one job alone {found['alone_s']:.2f} s; two at once {found['both_s']:.2f} s (each {each[0]:.2f}, {each[1]:.2f} s); "
+          f"throughput ratio {found['ratio']:.2f}x")
 
 
 if __name__ == "__main__":

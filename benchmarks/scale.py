@@ -22,8 +22,8 @@ section calls :func:`run_sizes`). For each size:
    of the time at 16M and 50M fields on 32 and 128 workers from the per-partition costs
    (:func:`project`; a model, labelled as such);
 7. the machine's pace before the first size and after each (:func:`machine_pace`: a
-   fixed GEOS + numpy job, the same work whatever evalcore's code), so that walls
-   measured hours apart can be read against how fast the machine was running.
+   fixed GEOS + numpy job alone and two at once, the same work whatever evalcore's code),
+   so that walls measured hours apart can be read against how fast the machine was running.
 
 Everything goes to ``benchmarks/results/scale-<sizes>-<timestamp>.json``.
 """
@@ -39,7 +39,6 @@ import os
 import platform
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -885,17 +884,23 @@ def compile_kernels() -> float:
     return seconds
 
 
-def machine_pace(repeat: int = 3) -> float:
-    """Seconds of a fixed single-process GEOS + numpy job (:func:`benchmarks.bench_cpu_ceiling.job`), median of ``repeat``.
+def machine_pace() -> dict:
+    """The machine's pace now: a fixed GEOS + numpy job alone, then two at once in two
+    processes (:func:`benchmarks.bench_cpu_ceiling.measure`; seconds and their ratio).
 
     The same work whatever evalcore's code: measured before the first size and after each,
-    it tells how fast the machine was running at the time (its pace drifts by 10-20 %
-    over an evening, docs/performance.md), so that two studies' walls can be read
-    against the machine's state, not only against each other.
+    it tells how fast the machine was running at the time, for one process and for two
+    (what the two workers get: on this VM two at once ran 1.42-1.79x one's throughput within
+    minutes, 2026-12-07, against 1.76-2.03x in round 1), so that walls measured hours apart
+    can be read against the machine's state, not only against each other.
     """
-    from benchmarks.bench_cpu_ceiling import job
+    from benchmarks.bench_cpu_ceiling import measure
 
-    return statistics.median(job(k) for k in range(repeat))
+    return measure()
+
+
+def _pace_line(pace: Mapping) -> str:
+    return f"one job alone {pace['alone_s']:.2f} s, two at once {pace['both_s']:.2f} s ({pace['ratio']:.2f}x)"
 
 
 def run_sizes(sizes: Sequence[int], workers: int = 2, tmp: str | None = None, interval_s: float = 0.5, data: str | None = None,
@@ -910,8 +915,8 @@ def run_sizes(sizes: Sequence[int], workers: int = 2, tmp: str | None = None, in
     }
     out = RESULTS / f"scale-{'-'.join(str(n) for n in sizes)}-{stamp}.json"
     record["kernels_s"] = compile_kernels()
-    record["pace_s_start"] = machine_pace()
-    print(f"  machine pace: the fixed job took {record['pace_s_start']:.2f} s", file=sys.stderr, flush=True)
+    record["pace_start"] = machine_pace()
+    print(f"  machine pace: {_pace_line(record['pace_start'])}", file=sys.stderr, flush=True)
     for n in sorted(sizes):
         base = Path(tempfile.mkdtemp(prefix=f"evalcore-scale-{n}-", dir=tmp))
         try:
@@ -925,9 +930,9 @@ def run_sizes(sizes: Sequence[int], workers: int = 2, tmp: str | None = None, in
                 print(f"  scale {n:,}: failed; what was measured until then is in {out}", file=sys.stderr, flush=True)
                 raise
             row["load_average_end"] = os.getloadavg()
-            row["pace_s_after"] = machine_pace()
+            row["pace_after"] = machine_pace()
             record["rows"].append(row)
-            print(f"  scale {n:,}: {row['wall_s']:.1f} s, client {row['client_mib']:,.0f} MiB; machine pace after it {row['pace_s_after']:.2f} s",
+            print(f"  scale {n:,}: {row['wall_s']:.1f} s, client {row['client_mib']:,.0f} MiB; machine pace after it: {_pace_line(row['pace_after'])}",
                   file=sys.stderr, flush=True)
         finally:
             if not keep:

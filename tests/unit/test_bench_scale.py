@@ -290,7 +290,8 @@ def test_a_failed_size_is_written_with_what_was_measured_before_it_stops(tmp_pat
 
     monkeypatch.setattr(scale, "measure_size", failing)
     monkeypatch.setattr(scale, "compile_kernels", lambda: 0.0)
-    monkeypatch.setattr(scale, "machine_pace", lambda: 1.0)
+    pace = {"alone_s": 2.0, "both_s": 2.5, "each_s": [2.4, 2.5], "ratio": 1.6}
+    monkeypatch.setattr(scale, "machine_pace", lambda: pace)
     with pytest.raises(scale.SizeFailed, match="failed"):
         scale.run_sizes([10], tmp=str(tmp_path))
     (written,) = (tmp_path / "results").glob("scale-10-*.json")
@@ -298,17 +299,7 @@ def test_a_failed_size_is_written_with_what_was_measured_before_it_stops(tmp_pat
     assert record["rows"] == []
     assert record["failed"][0]["phases_s"] == {"prepare": 1.5} and record["failed"][0]["client_mib"] == 900.0
     assert "load_average_end" in record["failed"][0]
-    assert record["pace_s_start"] == 1.0
-
-
-def test_machine_pace_is_the_median_of_the_fixed_jobs(monkeypatch):
-    import benchmarks.bench_cpu_ceiling as ceiling
-
-    seconds = iter([3.0, 1.0, 2.5, 9.0])
-    calls = []
-    monkeypatch.setattr(ceiling, "job", lambda k: calls.append(k) or next(seconds))
-    assert scale.machine_pace(3) == 2.5
-    assert calls == [0, 1, 2]
+    assert record["pace_start"] == pace
 
 
 def test_sampler_keeps_the_first_and_the_lowest_free_space_of_the_disk_path(tmp_path, monkeypatch):
