@@ -262,8 +262,11 @@ def _replicate_ap_of(envelope: np.ndarray, n_refs: np.ndarray, no_point: float) 
 def _replicate_aurc_digits(error: np.ndarray, weights: np.ndarray, members: np.ndarray, member_start: np.ndarray,
                            last: np.ndarray, retained_before: np.ndarray, errors_before: np.ndarray,
                            units: np.ndarray) -> np.ndarray:
-    """Every group's weighted aurc terms in several replicates, as exact digit sums
-    (:func:`evalcore.exact.digits`, the same split of each term): a score range's share.
+    """Every group's weighted aurc terms in several replicates, as exact digit sums: a score
+    range's share. Their value, ``sum_k D_k 2**(24 k - 72)`` (:func:`evalcore.exact.value_of`),
+    is exactly that of the terms' :func:`evalcore.exact.digits` summed; the digits themselves
+    may differ from those sums by carries (digits 3 to 0 are summed as two numbers of 48 bits,
+    then cut by bits), which nothing reads but their value.
 
     At each step (the last member of a distinct score within its group) the term is
     ``(retained - previous) * risk``, ``risk = errors / retained`` (0 while nothing is
@@ -290,59 +293,82 @@ def _replicate_aurc_digits(error: np.ndarray, weights: np.ndarray, members: np.n
     Returns
     -------
     float64 (n_rep, n_groups, n_digits)
+        Whole numbers of magnitude below 2**53.
     """
     n_rep = weights.shape[0]
     n_groups = member_start.shape[0] - 1
     if units.shape[0] != 6:
         raise ValueError("the aurc digits are written for six digits (evalcore.exact.N_DIGITS)")
+    if not (units[0] == 2.0 ** -72 and units[3] == 1.0 and units[4] == 2.0 ** 24):
+        raise ValueError("the aurc digits are written for digits of 24 bits from 2**-72 (evalcore.exact)")
     inverse = 1.0 / units  # powers of two: exact
     out = np.zeros((n_rep, n_groups, 6))
+    low = np.int64(2**24 - 1)
     for b in range(n_rep):
         for g in range(n_groups):
             retained = retained_before[b, g]
             errors = errors_before[b, g]
             previous = retained
-            # The digit sums in local variables (registers), not in ``out``: whole numbers
-            # below 2**53, exact in any order.
-            s0 = s1 = s2 = s3 = s4 = s5 = 0.0
-            for j in range(member_start[g], member_start[g + 1]):
-                k = members[j]
-                w = weights[b, k]
-                retained += w
-                errors += w * error[k]
-                if last[j]:
-                    risk = errors / retained if retained > 0.0 else 0.0
-                    term = (retained - previous) * risk
-                    previous = retained
-                    # A term of 0 (a weight of 0, about a third of a bootstrap's weights, at
-                    # random) goes through the digits too: its digits are 0, and a branch
-                    # on it, mispredicted that often, cost more than the digits (measured:
-                    # 1.26 -> 0.85 s for 1000 replicates x 50,000 predictions).
-                    # evalcore.exact.digits of one term: every step exact.
-                    rest = abs(term)
-                    sign = -1.0 if term < 0.0 else 1.0
-                    if rest >= units[4]:  # digits 4 and 5 are 0 below units[4] (2**24)
-                        d5 = np.floor(rest * inverse[5])
-                        rest -= d5 * units[5]
-                        d4 = np.floor(rest * inverse[4])
-                        rest -= d4 * units[4]
-                        s5 += sign * d5
-                        s4 += sign * d4
-                    d3 = np.floor(rest * inverse[3])
-                    rest -= d3 * units[3]
-                    d2 = np.floor(rest * inverse[2])
-                    rest -= d2 * units[2]
-                    d1 = np.floor(rest * inverse[1])
-                    rest -= d1 * units[1]
-                    d0 = np.floor(rest * inverse[0])
-                    s3 += sign * d3
-                    s2 += sign * d2
-                    s1 += sign * d1
-                    s0 += sign * d0
-            out[b, g, 0] = s0
-            out[b, g, 1] = s1
-            out[b, g, 2] = s2
-            out[b, g, 3] = s3
+            # The digit sums as integers in registers: whole numbers below 2**53, exact in
+            # any order, and the same numbers as float sums of the digits.
+            s0 = s1 = s2 = s3 = np.int64(0)
+            s4 = s5 = 0.0
+            first, stop = member_start[g], member_start[g + 1]
+            while first < stop:
+                # Digits 3 and 2 of the terms summed as one whole number of units of 2**-24
+                # (each below 2**48), digits 1 and 0 as one of units of 2**-72: up to 2**15
+                # terms at a time, so that neither sum reaches 2**63; then cut into digits.
+                upper = lower = np.int64(0)
+                for j in range(first, min(first + 2**15, stop)):
+                    k = members[j]
+                    w = weights[b, k]
+                    retained += w
+                    errors += w * error[k]
+                    if last[j]:
+                        risk = errors / retained if retained > 0.0 else 0.0
+                        term = (retained - previous) * risk
+                        previous = retained
+                        # A term of 0 (a weight of 0, about a third of a bootstrap's weights,
+                        # at random) goes through the digits too: its digits are 0, and a
+                        # branch on it, mispredicted that often, cost more than the digits.
+                        # evalcore.exact.digits of one term, every step exact: digits 5 and
+                        # 4 (units of 2**48 and 2**24) one at a time, as that function makes
+                        # them, when the term reaches 2**24 (never for bootstrap counts); the
+                        # rest, below 2**24, as two whole numbers of 48 bits, rest * 2**24
+                        # and the fraction left * 2**48, each truncated once (the floor of
+                        # a non-negative value): two conversions instead of four floors,
+                        # products and differences chained one after the other (64
+                        # replicates x 250,000 predictions in two groups each, best of 5:
+                        # 0.179-0.183 s -> 0.115 s, 2026-12-07).
+                        rest = abs(term)
+                        negative = term < 0.0
+                        if rest >= units[4]:
+                            d5 = np.floor(rest * inverse[5])
+                            rest -= d5 * units[5]
+                            d4 = np.floor(rest * inverse[4])
+                            rest -= d4 * units[4]
+                            s5 += -d5 if negative else d5
+                            s4 += -d4 if negative else d4
+                        scaled = rest * inverse[2]  # below 2**48: exact
+                        high = np.int64(scaled)
+                        below = np.int64((scaled - np.float64(high)) * inverse[1])
+                        if negative:
+                            upper -= high
+                            lower -= below
+                        else:
+                            upper += high
+                            lower += below
+                first += 2**15
+                # Cut by bits, toward minus infinity: digit 3 may come out one lower and
+                # digit 2 that many units higher than the terms' own digits, the same value.
+                s3 += upper >> 24
+                s2 += upper & low
+                s1 += lower >> 24
+                s0 += lower & low
+            out[b, g, 0] = np.float64(s0)
+            out[b, g, 1] = np.float64(s1)
+            out[b, g, 2] = np.float64(s2)
+            out[b, g, 3] = np.float64(s3)
             out[b, g, 4] = s4
             out[b, g, 5] = s5
     return out

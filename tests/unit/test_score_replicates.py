@@ -186,10 +186,37 @@ def _aurc_digits_by_definition(error, weights, members, member_start, last, reta
     return out
 
 
+def _exact_value(digit_sums):
+    """``sum_k D_k 2**(24 k - 72)`` of a digit vector, times 2**72, as a Python integer."""
+    assert all(float(d).is_integer() and abs(d) < 2.0**53 for d in digit_sums)
+    return sum(int(d) << (24 * k) for k, d in enumerate(digit_sums))
+
+
+def test_aurc_digits_kernel_keeps_the_value_across_its_blocks_of_terms():
+    """More than 2**15 terms in a group (the kernel cuts its two 48-bit sums into digits
+    every 2**15 terms, so that they never reach 2**63): the value is still the definition's."""
+    from evalcore._score_kernels import _replicate_aurc_digits
+    from evalcore.exact import _UNITS
+    from evalcore.metrics.score_ranges import group_members
+
+    rng = np.random.default_rng(5)
+    n = 2**15 * 2 + 1234
+    score = np.sort(rng.random(n))[::-1]
+    error = (rng.random(n) < 0.3).astype(np.float64)
+    weights = rng.integers(0, 4, (2, n)).astype(np.uint8)
+    members, member_start, last = group_members(np.full(n, -1, dtype=np.int64), score, 1)
+    before = np.zeros((2, 1))
+    got = _replicate_aurc_digits(error, weights, members, member_start, last, before, before, np.asarray(_UNITS))
+    expected = _aurc_digits_by_definition(error, weights.astype(np.float64), members, member_start, last, before, before)
+    assert [_exact_value(v) for v in got.reshape(-1, 6)] == [_exact_value(v) for v in expected.reshape(-1, 6)]
+
+
 def test_aurc_digits_kernel_is_the_definition_with_zero_and_huge_weights():
     """The kernel's digit sums (kept in registers, a weight of 0 not skipped, digits 4 and 5
-    only for terms of 2**24 or more) are the definition's: terms from weights of 0, of a few
-    and of tens of millions (a term above 2**24, so digits 4 and 5 are used), ties and none."""
+    only for terms of 2**24 or more, digits 3 to 0 summed as two numbers of 48 bits and cut
+    by bits) have exactly the value of the definition's: terms from weights of 0, of a few
+    and of tens of millions (a term above 2**24, so digits 4 and 5 are used), ties and none.
+    The digits themselves may differ (a carry from digit 2 into digit 3), not their value."""
     from evalcore._score_kernels import _replicate_aurc_digits
     from evalcore.exact import _UNITS
     from evalcore.metrics.score_ranges import group_members
@@ -208,7 +235,9 @@ def test_aurc_digits_kernel_is_the_definition_with_zero_and_huge_weights():
     got = _replicate_aurc_digits(error, weights, members, member_start, last, retained_before, errors_before,
                                  np.asarray(_UNITS))
     expected = _aurc_digits_by_definition(error, weights, members, member_start, last, retained_before, errors_before)
-    assert np.array_equal(got, expected)
+    assert got.shape == expected.shape
+    assert [_exact_value(v) for v in got.reshape(-1, got.shape[-1])] == [_exact_value(v) for v in expected.reshape(-1, got.shape[-1])]
+    assert np.array_equal(got[..., 4:], expected[..., 4:])  # the large terms' digits, made one at a time
     assert (got[3, :, 4] != 0).any()  # the large terms did reach digit 4
     assert (got[4] == 0).all() and (got[0, :, 3] != 0).any()
 
