@@ -50,7 +50,7 @@ from evalcore._typing import F64Array, GeomArray, IdArray
 from evalcore.bootstrap import WeightBlocks, replicate_unit_sums
 from evalcore.config import BOOTSTRAP_CONFIDENCE_LEVEL
 from evalcore.crs import WGS84, transform_xy, utm_crs
-from evalcore.site_cells import CellPieces, cells_of_bounds, cut_layer
+from evalcore.site_cells import CellPieces, cell_key, cells_near, cut_layer
 from evalcore.sites import ANNOTATED_AREA, AOI, GRID_CELL_M, grid_pieces, prepare_site_layer
 from evalcore.errors import EvalInputError, IncompatibleStatsError
 from evalcore.exact import N_DIGITS, value_of
@@ -361,7 +361,7 @@ def first_aoi(aois: AoiLayer, points: GeomArray) -> IdArray:
         out[strict] = aois.cells.sole_owner(cx[strict], cy[strict])
         rest = np.flatnonzero((out < 0) & present)
         if len(rest):
-            pieces, owner = aois.cells.pieces_in(cells_of_bounds(shapely.total_bounds(points[rest]), cell_m))
+            pieces, owner = aois.cells.pieces_in(*cells_near(np.concatenate([xy[rest], xy[rest]], axis=1), cell_m))
             out[rest] = first_aoi(replace(aois, pieces=pieces, piece_aoi=owner, cells=None), points[rest])
         return out
     if aois.pieces is None:
@@ -462,7 +462,7 @@ def annotated_fractions(annotated: AnnotatedArea, geoms_ea: GeomArray, area_m2: 
         rest = np.flatnonzero(~inner & ~shapely.is_empty(geoms_ea))  # an empty polygon has no annotated area
         if len(rest):
             out[rest] = annotated_fractions(replace(annotated, cells=None, pieces=annotated.cells.pieces_in(
-                cells_of_bounds(shapely.total_bounds(geoms_ea[rest]), cell_m))[0], cell_m=cell_m), geoms_ea[rest], area_m2[rest])
+                *cells_near(bounds[rest], cell_m))[0], cell_m=cell_m), geoms_ea[rest], area_m2[rest])
         return out
     cell_m = annotated.cell_m
     pieces = annotated.pieces if annotated.pieces is not None else grid_pieces(annotated.geoms_ea, cell_m)
@@ -528,22 +528,17 @@ def _in_full_cells(geoms_ea: GeomArray, area_m2: F64Array, full: GeomArray, cell
     if not len(full) or not out.any():
         return np.zeros(len(geoms_ea), dtype=bool)
     fb = shapely.bounds(full)
-    known = np.sort(_cell_key(np.floor(fb[:, 0] / cell_m).astype(np.int64), np.floor(fb[:, 1] / cell_m).astype(np.int64)))
+    known = np.sort(cell_key(np.floor(fb[:, 0] / cell_m).astype(np.int64), np.floor(fb[:, 1] / cell_m).astype(np.int64)))
     rows = np.flatnonzero(out)
     width, height = hx[rows] - cx[rows] + 1, hy[rows] - cy[rows] + 1
     size = width * height
     which = np.repeat(np.arange(len(rows)), size)
     k = np.arange(len(which)) - np.repeat(np.cumsum(size) - size, size)  # each cell's index within its range
-    keys = _cell_key(cx[rows][which] + k % width[which], cy[rows][which] + k // width[which])
+    keys = cell_key(cx[rows][which] + k % width[which], cy[rows][which] + k // width[which])
     at = np.minimum(np.searchsorted(known, keys), len(known) - 1)
     missing = np.bincount(which, weights=(known[at] != keys).astype(np.float64), minlength=len(rows))
     out[rows] = missing == 0
     return out
-
-
-def _cell_key(x: IdArray, y: IdArray) -> IdArray:
-    """One int64 per cell (indices within +-2**30)."""
-    return (x + (1 << 30)) * (1 << 31) + (y + (1 << 30))
 
 
 def locate(geoms_ea: GeomArray, area_m2: F64Array, sites: Sites | None, *, annotate: bool,

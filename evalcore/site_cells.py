@@ -42,6 +42,8 @@ __all__ = [
     "cut_layer",
     "write_cell_pieces",
     "cells_of_bounds",
+    "cells_near",
+    "cell_key",
     "cell_ranges",
     "block_groups",
     "NearUnion",
@@ -116,16 +118,23 @@ class CellPieces:
                 out[at[int(ids[i])]] = g
         return out
 
-    def pieces_in(self, cells: tuple[int, int, int, int] | None = None) -> tuple[GeomArray, IdArray]:
+    def pieces_in(self, cells: tuple[int, int, int, int] | None = None, wanted: IdArray | None = None) -> tuple[GeomArray, IdArray]:
         """The pieces of the cells ``x0, x1, y0, y1`` (ends exclusive; None: every cell) and their owners.
 
         In the whole layer's order: by owner, then row-major cells (y, then x), which is
         :func:`evalcore.sites.grid_pieces` of each owner's polygon, concatenated.
+        ``wanted`` (sorted :func:`cell_key` values, :func:`cells_near`) keeps only the pieces
+        of those cells, in the same order: a lookup's rows meet no other piece, and a
+        chunk's rows meet a few of the cells of their extent (no square is built for the others).
         """
         x0, x1, y0, y1 = cells if cells is not None else self.bounds_cells()
         keep = (self.x >= x0) & (self.x < x1) & (self.y >= y0) & (self.y < y1)
         clipped = _clip_ranges(self.whole, x0, x1, y0, y1)
         wx, wy, which = whole_cells(clipped[:, :4])
+        if wanted is not None:
+            keep &= _among(cell_key(self.x, self.y), wanted)
+            chosen = _among(cell_key(wx, wy), wanted)
+            wx, wy, which = wx[chosen], wy[chosen], which[chosen]
         xs = np.concatenate([self.x[keep], wx])
         ys = np.concatenate([self.y[keep], wy])
         owners = np.concatenate([self.owner[keep], clipped[which, 4]])
@@ -281,6 +290,31 @@ def cells_of_bounds(bounds: Sequence[float], cell_m: float) -> tuple[int, int, i
     minx, miny, maxx, maxy = (float(v) for v in bounds)
     return (int(np.floor(minx / cell_m)) - 1, int(np.floor(maxx / cell_m)) + 2,
             int(np.floor(miny / cell_m)) - 1, int(np.floor(maxy / cell_m)) + 2)
+
+
+def cell_key(x: IdArray, y: IdArray) -> IdArray:
+    """One int64 per cell ``(x, y)`` (indices within +-2**30), ordered by x, then y."""
+    return (np.asarray(x, dtype=np.int64) + (1 << 30)) * (1 << 31) + (np.asarray(y, dtype=np.int64) + (1 << 30))
+
+
+def _among(keys: IdArray, wanted: IdArray) -> np.ndarray:
+    """Whether each of ``keys`` is one of ``wanted`` (sorted)."""
+    if not len(wanted):
+        return np.zeros(len(keys), dtype=bool)
+    at = np.minimum(np.searchsorted(wanted, keys), len(wanted) - 1)
+    return wanted[at] == keys
+
+
+def cells_near(bounds: np.ndarray, cell_m: float) -> tuple[tuple[int, int, int, int], IdArray]:
+    """The cells some boxes ``minx, miny, maxx, maxy`` meet, and one more around each box
+    (:func:`cell_ranges`): their range ``x0, x1, y0, y1`` (ends exclusive) and their
+    :func:`cell_key` values, sorted, for :meth:`CellPieces.pieces_in`.
+    """
+    x0, x1, y0, y1 = cell_ranges(bounds, cell_m)
+    if not len(x0):
+        return (0, 0, 0, 0), np.empty(0, dtype=np.int64)
+    cx, cy, _ = whole_cells(np.stack([x0, x1, y0, y1], axis=1))
+    return (int(x0.min()), int(x1.max()), int(y0.min()), int(y1.max())), np.unique(cell_key(cx, cy))
 
 
 def cell_ranges(bounds: np.ndarray, cell_m: float, ring: int = 1) -> tuple[IdArray, IdArray, IdArray, IdArray]:
