@@ -67,26 +67,15 @@ def digits(values: F64Array) -> F64Array:
     >>> [int(x) for x in d[1]]  # 2**12 units of 2**-72
     [-4096, 0, 0, 0, 0, 0]
     """
+    from evalcore._exact_kernels import _digits_of
+
     v = np.asarray(values, dtype=np.float64)
-    magnitude = np.abs(v)
-    too_large = np.isfinite(magnitude) & (magnitude >= MAX_MAGNITUDE)
-    if too_large.any():
+    out, largest = _digits_of(np.ascontiguousarray(v).reshape(-1), np.asarray(_UNITS))
+    if largest >= MAX_MAGNITUDE:
         raise ValueError(
-            f"a summed value of magnitude {float(magnitude[too_large].max()):.6g} is beyond the exact sums' "
-            f"range (below 2**72 = {MAX_MAGNITUDE:.3g})"
+            f"a summed value of magnitude {largest:.6g} is beyond the exact sums' range (below 2**72 = {MAX_MAGNITUDE:.3g})"
         )
-    out = np.empty(v.shape + (N_DIGITS,))
-    rest = magnitude.copy()
-    d = np.empty_like(rest)
-    for k in range(N_DIGITS - 1, -1, -1):
-        # Multiplication by a power of two is exact, and ``rest - d * unit`` only
-        # clears bits of ``rest``: every step is exact.
-        np.multiply(rest, 1.0 / _UNITS[k], out=d)
-        np.floor(d, out=d)
-        out[..., k] = d
-        d *= _UNITS[k]
-        rest -= d
-    return np.where(np.signbit(v)[..., None], -out, out)
+    return out.reshape(v.shape + (N_DIGITS,))
 
 
 def value_of(digit_sums: F64Array) -> F64Array:

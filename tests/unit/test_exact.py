@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evalcore.exact import MAX_MAGNITUDE, N_DIGITS, digits, value_of
+from evalcore.exact import _UNITS, MAX_MAGNITUDE, N_DIGITS, digits, value_of
 from evalcore.stats import GroupSums, group_sums
 
 
@@ -21,6 +21,45 @@ def test_digits_by_hand():
     assert digits(np.array([2.0**71]))[0].tolist() == [0.0, 0.0, 0.0, 0.0, 0.0, 2.0**23]
     # A negative value has negative digits.
     assert (digits(np.array([-0.75]))[0] == -digits(np.array([0.75]))[0]).all()
+
+
+def _digits_by_definition(values):
+    """The digits as the module's text defines them, digit 5 first: ``d = floor(rest / unit)``,
+    ``rest -= d * unit`` on the magnitude, then the value's sign on every digit (numpy, slow)."""
+    v = np.asarray(values, dtype=np.float64)
+    rest = np.abs(v)
+    out = np.empty(v.shape + (N_DIGITS,))
+    with np.errstate(invalid="ignore"):  # inf - inf: an infinite value's digits are NaN from there on
+        for k in range(N_DIGITS - 1, -1, -1):
+            d = np.floor(rest * (1.0 / _UNITS[k]))
+            out[..., k] = d
+            rest = rest - d * _UNITS[k]
+    return np.where(np.signbit(v)[..., None], -out, out)
+
+
+def test_digits_kernel_is_the_definition_to_the_bit():
+    """Values of every magnitude the sums take (2**-80 to 2**71), zeros of both signs, the
+    edges of the kernel's short path (2**24 and just below), subnormals, NaN and infinity:
+    the same bits, the sign of every zero digit included."""
+    rng = np.random.default_rng(7)
+    x = np.concatenate([
+        rng.standard_normal(20_000) * 2.0 ** rng.integers(-80, 70, 20_000),
+        rng.integers(0, 2**24, 1000).astype(np.float64) * rng.choice([-1.0, 1.0], 1000),
+        [0.0, -0.0, np.nan, np.inf, -np.inf, 2.0**24, -(2.0**24), 2.0**24 - 2.0**-29, 2.0**-72, 2.0**-73,
+         3 * 2.0**-73, 2.0**71, -(2.0**71), 5e-324, -5e-324, 1.0, -1.0, 0.1, -0.1],
+    ])
+    got, expected = digits(x), _digits_by_definition(x)
+    assert got.tobytes() == expected.tobytes()
+    assert digits(x[:21_014].reshape(-1, 7)).tobytes() == expected[:21_014].reshape(-1, 7, N_DIGITS).tobytes()  # any shape
+    assert digits(np.float64(-0.75)).tolist() == [-0.0, -0.0, -(2.0**23) - 2.0**22, -0.0, -0.0, -0.0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True).filter(lambda x: not abs(x) >= MAX_MAGNITUDE or math.isinf(x)),
+                min_size=0, max_size=20))
+def test_digits_kernel_is_the_definition_for_any_float(values):
+    a = np.array(values, dtype=np.float64)
+    assert digits(a).tobytes() == _digits_by_definition(a).tobytes()
 
 
 def test_bits_below_the_lowest_digit_are_dropped_the_same_way_everywhere():
