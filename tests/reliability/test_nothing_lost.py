@@ -410,7 +410,8 @@ def test_a_run_refused_after_its_server_started_leaves_no_prefect_server(tmp_pat
 @pytest.mark.prefect
 def test_the_temporary_server_is_stopped_when_its_block_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     """flows.server.PrefectApi: the server started on entry answers in ``serving``, and a
-    failure in the block stops it and lets its watchdog go, before the process ends."""
+    failure in the block stops it and lets its watchdog go (the server within the second
+    ``close`` waits, or the watchdog's five, never left running)."""
     import httpx
     import psutil
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -425,5 +426,35 @@ def test_the_temporary_server_is_stopped_when_its_block_fails(monkeypatch: pytes
                 assert url == api.url and httpx.get(f"{url}/health").status_code == 200
                 assert PREFECT_API_URL.value() == url
                 raise RuntimeError("inside the block")
-    for pid in (server, watchdog):
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
+    assert not _alive_after([server, watchdog], 15)
+
+
+@pytest.mark.prefect
+def test_close_leaves_a_slow_server_to_the_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that does not stop on SIGTERM (as Prefect's took more than 5 s after a
+    2M-field run): ``close`` returns after its short wait, and the watchdog kills it."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows import server as server_module
+
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+
+    def launch(self, port):
+        process = subprocess.Popen([sys.executable, "-c", stubborn])
+        self._watchdog.stdin.write(f"{process.pid}\n")
+        self._watchdog.stdin.flush()
+        return process
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setattr(server_module.PrefectApi, "_launch", launch)
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        api = server_module.PrefectApi()
+    pid, watchdog = api._server.pid, api._watchdog.pid
+    time.sleep(0.5)  # the stubborn process has set its handler
+    started = time.monotonic()
+    api.close()
+    assert time.monotonic() - started < server_module.SERVER_STOP_WAIT_S + 2
+    import psutil
+
+    assert psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE  # not stopped by SIGTERM
+    assert not _alive_after([pid, watchdog], 20)
