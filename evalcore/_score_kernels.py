@@ -131,7 +131,9 @@ def _replicate_envelope(tp_flags: np.ndarray, weights: np.ndarray, n_refs: np.nd
     points whose recall reaches the point (``no_point``: none): a score range's share of AP.
 
     pycocotools' arithmetic (:func:`_weighted_ap`) along the predictions in score order,
-    laid out for speed: one threshold at a time (its points in contiguous rows; with the
+    laid out for speed: a replicate's weighted points found once for every threshold (64
+    replicates x 250,000 predictions, 10 thresholds: 0.246-0.252 s -> 0.183-0.187 s,
+    2026-12-07), then one threshold at a time (its points in contiguous rows; with the
     thresholds as the inner loop the kernel took 1.01-1.05 s against 0.88 s for
     1000 replicates x 50,000 predictions), the cumulative counts as integers in one loop
     and the precisions in another (for the same, uint8 weights against the float64 ones
@@ -166,10 +168,17 @@ def _replicate_envelope(tp_flags: np.ndarray, weights: np.ndarray, n_refs: np.nd
     n_rep = weights.shape[0]
     n_rec = rec_thrs.shape[0]
     out = np.full((n_rep, n_thr, n_rec), no_point)
-    # One threshold at a time: its flags, cumulative counts and precisions are contiguous
-    # rows (the scratch holds the points of one threshold and replicate).
+    flags = np.empty((n_thr, n_pred), dtype=np.uint8)  # a byte a flag: less to read per point
+    for t in range(n_thr):
+        for k in range(n_pred):
+            flags[t, k] = np.uint8(tp_flags[t, k])
+    # A replicate's weighted points, the same at every threshold: their predictions, weights
+    # and running total weight (true plus false positives), made once per replicate; then
+    # one threshold at a time, its counts, precisions and recalls in contiguous rows.
+    point_row = np.empty(n_pred, dtype=np.int64)
+    point_weight = np.empty(n_pred, dtype=np.int64)
+    point_total = np.empty(n_pred, dtype=np.int64)
     tp_count = np.empty(n_pred, dtype=np.int64)
-    fp_count = np.empty(n_pred, dtype=np.int64)
     tps_at = np.empty(n_pred)
     pr = np.empty(n_pred)
     for b in range(n_rep):
@@ -177,38 +186,40 @@ def _replicate_envelope(tp_flags: np.ndarray, weights: np.ndarray, n_refs: np.nd
         if not n_ref > 0.0:
             continue
         wb = weights[b]
+        # Each point is written at slot m whatever the weight: a weight of 0 leaves m as
+        # it was and the slot is taken by the next weighted prediction (no branch on a
+        # weight of 0, too frequent and random to predict). The counts are integers: an
+        # integer addition waits one cycle for the previous, a float one three or four,
+        # and the sums of whole numbers are the same either way.
+        total = 0
+        whole = True
+        m = 0
+        for k in range(n_pred):
+            w = np.int64(wb[k])
+            whole &= np.float64(w) == wb[k]
+            total += w
+            point_row[m] = k
+            point_weight[m] = w
+            point_total[m] = total
+            m += w != 0
+        if not whole:
+            raise ValueError("replicate weights must be whole numbers")
         for t in range(n_thr):
-            flag_t = tp_flags[t]
-            # The counts along the points as integers first: an integer addition waits one
-            # cycle for the previous, a float one three or four, and the sums of whole
-            # numbers are the same either way. Each count is written at slot m whatever
-            # the weight: a weight of 0 leaves it as it was and the slot is taken by the
-            # next weighted prediction (no branch on a weight of 0, too frequent and
-            # random to predict).
+            flag_t = flags[t]
             tp_sum = 0
-            fp_sum = 0
-            whole = True
-            m = 0
-            for k in range(n_pred):
-                w = np.int64(wb[k])
-                whole &= np.float64(w) == wb[k]
-                tp_w = w * np.int64(flag_t[k])
-                tp_sum += tp_w
-                fp_sum += w - tp_w
-                tp_count[m] = tp_sum
-                fp_count[m] = fp_sum
-                m += w != 0
-            if not whole:
-                raise ValueError("replicate weights must be whole numbers")
+            for i in range(m):
+                tp_sum += point_weight[i] * np.int64(flag_t[point_row[i]])
+                tp_count[i] = tp_sum
             # Then each point's precision, in a loop of its own, free of the counts'
             # chain of additions, which the compiler vectorizes: numpy's error model (a
             # division by zero gives inf or nan, not an exception) leaves it no branch, and
-            # no divisor here is 0 (eps > 0, n_ref > 0), so the numbers are the same.
+            # no divisor here is 0 (eps > 0, n_ref > 0), so the numbers are the same. The
+            # false positives are the total less the true ones (whole numbers: exact).
             tps_before = tp_before[b, t]
             fps_before = fp_before[b, t]
             for i in range(m):
                 tps = tps_before + np.float64(tp_count[i])
-                fps = fps_before + np.float64(fp_count[i])
+                fps = fps_before + np.float64(point_total[i] - tp_count[i])
                 tps_at[i] = tps
                 pr[i] = tps / (fps + tps + eps)
             # Interpolated precision: the largest at or after each point.
