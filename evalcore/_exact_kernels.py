@@ -7,6 +7,11 @@ memory. This kernel writes each value's digits in one, and those of a value belo
 of six chained floors. Every step is exact, so the digits are those of the numpy
 definition to the bit (tests/unit/test_exact.py compares them on values of every
 magnitude, zeros of both signs, NaN and infinity).
+
+The aurc replicate kernel (:func:`evalcore._score_kernels._replicate_aurc_digits`) writes
+the same split of a term below 2**24 again instead of calling one from here: numba's cache
+does not follow a call into another module (a cached caller kept the old callee's result
+after the callee's module changed, numba 0.68, tried 2026-12-07).
 """
 
 from __future__ import annotations
@@ -38,8 +43,7 @@ def _digits_of(values: np.ndarray, units: np.ndarray) -> tuple[np.ndarray, float
         The largest finite magnitude among the values (0.0: none), for the caller's
         range check (the digits of a magnitude of 2**72 or more are meaningless).
     """
-    if not (units.shape[0] == 6 and units[0] == 2.0**-72 and units[2] == 2.0**-24 and units[3] == 1.0
-            and units[4] == 2.0**24 and units[5] == 2.0**48):
+    if units.shape[0] != 6 or not np.all(units == 2.0 ** (24.0 * np.arange(6) - 72.0)):
         raise ValueError("the digits kernel is written for six digits of 24 bits from 2**-72 (evalcore.exact)")
     n = values.shape[0]
     out = np.empty((n, 6))

@@ -308,10 +308,11 @@ def _replicate_aurc_digits(error: np.ndarray, weights: np.ndarray, members: np.n
     """
     n_rep = weights.shape[0]
     n_groups = member_start.shape[0] - 1
-    if units.shape[0] != 6:
-        raise ValueError("the aurc digits are written for six digits (evalcore.exact.N_DIGITS)")
-    if not (units[0] == 2.0 ** -72 and units[3] == 1.0 and units[4] == 2.0 ** 24):
-        raise ValueError("the aurc digits are written for digits of 24 bits from 2**-72 (evalcore.exact)")
+    # The split below is evalcore._exact_kernels._digits_of's, written again here rather
+    # than called: numba's cache does not follow a call into another module, so a cached
+    # caller would keep the old callee after it changed.
+    if units.shape[0] != 6 or not np.all(units == 2.0 ** (24.0 * np.arange(6) - 72.0)):
+        raise ValueError("the aurc digits are written for six digits of 24 bits from 2**-72 (evalcore.exact)")
     inverse = 1.0 / units  # powers of two: exact
     out = np.zeros((n_rep, n_groups, 6))
     low = np.int64(2**24 - 1)
