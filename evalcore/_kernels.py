@@ -1271,6 +1271,43 @@ def _boundary_within_tolerance(qx, qy, q_ring_off, q_geom_off, ox, oy, o_ring_of
 
 
 # ---------------------------------------------------------------------------
+# Taking geometries of flat rings
+# ---------------------------------------------------------------------------
+
+
+@njit(**_JIT)
+def _take_rings(x, y, ring_off, ring_ext, geom_off, rows):
+    """The flat rings of geometries ``rows`` (in that order, repeats allowed): what
+    flattening ``geoms[rows]`` would give (:class:`evalcore.rings.Rings`)."""
+    n_rings = 0
+    n_coords = 0
+    for g in rows:
+        n_rings += geom_off[g + 1] - geom_off[g]
+        n_coords += ring_off[geom_off[g + 1]] - ring_off[geom_off[g]]
+    out_x = np.empty(n_coords, dtype=np.float64)
+    out_y = np.empty(n_coords, dtype=np.float64)
+    out_ring_off = np.empty(n_rings + 1, dtype=np.int64)
+    out_ring_ext = np.empty(n_rings, dtype=np.bool_)
+    out_geom_off = np.empty(rows.shape[0] + 1, dtype=np.int64)
+    out_ring_off[0] = 0
+    out_geom_off[0] = 0
+    r_out = 0
+    c_out = 0
+    for k in range(rows.shape[0]):
+        g = rows[k]
+        for r in range(geom_off[g], geom_off[g + 1]):
+            for c in range(ring_off[r], ring_off[r + 1]):
+                out_x[c_out] = x[c]
+                out_y[c_out] = y[c]
+                c_out += 1
+            out_ring_ext[r_out] = ring_ext[r]
+            r_out += 1
+            out_ring_off[r_out] = c_out
+        out_geom_off[k + 1] = r_out
+    return out_x, out_y, out_ring_off, out_ring_ext, out_geom_off
+
+
+# ---------------------------------------------------------------------------
 # Box joins
 # ---------------------------------------------------------------------------
 

@@ -101,3 +101,104 @@ def _wkb_polygon_extent(data: np.ndarray, offsets: np.ndarray, types: np.ndarray
             return False
         types[i] = kind
     return True
+
+
+@njit(**NUMBA_OPTIONS)
+def _polygon_rings(data: np.ndarray, at: int, stop: int, fill: bool, x: np.ndarray, y: np.ndarray,
+                   ring_off: np.ndarray, ring_ext: np.ndarray, counts: np.ndarray) -> int:
+    """Read one little-endian 2D WKB Polygon at ``at``: count its rings and coordinates in
+    ``counts`` (rings, coordinates) and, when ``fill``, copy them to the flat arrays at
+    those counts. The byte after it, or -1 when the bytes are not such a polygon or a ring
+    is empty (which GEOS never writes)."""
+    if at + 9 > stop or data[at] != 1 or _u32(data, at + 1) != 3:
+        return -1
+    n_rings = _u32(data, at + 5)
+    at += 9
+    for ring in range(n_rings):
+        if at + 4 > stop:
+            return -1
+        n_points = _u32(data, at)
+        at += 4
+        if n_points == 0 or at + 16 * n_points > stop:
+            return -1
+        r = counts[0]
+        c = counts[1]
+        if fill:
+            xy = data[at:at + 16 * n_points].view(np.float64)
+            for k in range(n_points):
+                x[c + k] = xy[2 * k]
+                y[c + k] = xy[2 * k + 1]
+            ring_ext[r] = ring == 0
+            ring_off[r + 1] = c + n_points
+        counts[0] = r + 1
+        counts[1] = c + n_points
+        at += 16 * n_points
+    return at
+
+
+@njit(**NUMBA_OPTIONS)
+def _wkb_rings_pass(data: np.ndarray, offsets: np.ndarray, fill: bool, x: np.ndarray, y: np.ndarray,
+                    ring_off: np.ndarray, ring_ext: np.ndarray, geom_off: np.ndarray, counts: np.ndarray) -> bool:
+    """One pass of :func:`_wkb_rings`: count (``fill`` False) or copy (True)."""
+    counts[0] = 0
+    counts[1] = 0
+    if fill:
+        ring_off[0] = 0
+        geom_off[0] = 0
+    for i in range(len(offsets) - 1):
+        at = offsets[i]
+        stop = offsets[i + 1]
+        if stop > at:
+            if stop - at < 9 or data[at] != 1:
+                return False
+            kind = _u32(data, at + 1)
+            if kind == 3:
+                end = _polygon_rings(data, at, stop, fill, x, y, ring_off, ring_ext, counts)
+            elif kind == 6:
+                n_parts = _u32(data, at + 5)
+                end = at + 9
+                for _ in range(n_parts):
+                    end = _polygon_rings(data, end, stop, fill, x, y, ring_off, ring_ext, counts)
+                    if end < 0:
+                        break
+            else:
+                return False
+            if end != stop:
+                return False
+        if fill:
+            geom_off[i + 1] = counts[0]
+    return True
+
+
+@njit(**NUMBA_OPTIONS)
+def _wkb_rings(data: np.ndarray, offsets: np.ndarray):
+    """Flat rings (:mod:`evalcore.rings`) of 2D little-endian WKB Polygons and MultiPolygons.
+
+    Parameters
+    ----------
+    data : uint8 (n_bytes,)
+        The values' bytes, one after another.
+    offsets : int64 (n + 1,)
+        Value ``i`` is ``data[offsets[i]:offsets[i + 1]]``; an empty value is a missing geometry.
+
+    Returns
+    -------
+    ok : bool
+        False when some value is anything else (the caller then decodes them with GEOS);
+        the arrays are then empty.
+    x, y, ring_off, ring_ext, geom_off
+        As :func:`evalcore.rings.flatten_rings` gives them for the decoded geometries.
+    """
+    counts = np.zeros(2, dtype=np.int64)
+    empty_f = np.empty(0, dtype=np.float64)
+    empty_i = np.empty(0, dtype=np.int64)
+    empty_b = np.empty(0, dtype=np.bool_)
+    if not _wkb_rings_pass(data, offsets, False, empty_f, empty_f, empty_i, empty_b, empty_i, counts):
+        return False, empty_f, empty_f, np.zeros(1, dtype=np.int64), empty_b, np.zeros(1, dtype=np.int64)
+    x = np.empty(counts[1], dtype=np.float64)
+    y = np.empty(counts[1], dtype=np.float64)
+    ring_off = np.empty(counts[0] + 1, dtype=np.int64)
+    ring_ext = np.empty(counts[0], dtype=np.bool_)
+    geom_off = np.empty(len(offsets), dtype=np.int64)
+    _wkb_rings_pass(data, offsets, True, x, y, ring_off, ring_ext, geom_off, counts)
+    return True, x, y, ring_off, ring_ext, geom_off

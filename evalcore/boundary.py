@@ -29,6 +29,7 @@ boundary_spacing
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import shapely
@@ -39,8 +40,8 @@ from evalcore._typing import F64Array, GeomArray, IdArray
 from evalcore.arrays import meeting_boxes
 from evalcore.config import BOUNDARY_MAX_SAMPLES, BOUNDARY_SAMPLE_SPACING_M
 from evalcore.crs import WGS84, max_scale, to_utm, transform_xy, utm_crs
-from evalcore.layer import PreparedLayer
-from evalcore.rings import flatten_rings
+from evalcore.layer import PreparedLayer, home_geometries, utm_rings
+from evalcore.rings import Rings, flatten_rings
 from evalcore.threads import map_slices
 
 __all__ = [
@@ -214,32 +215,48 @@ def pair_boundary_distances(
     hausdorff = np.full(n, np.nan)
     mean = np.full(n, np.nan)
     spacing_used = np.full(n, np.nan)
-    usable = ~(shapely.is_missing(ref) | shapely.is_missing(pred))
-    usable[usable] = ~(shapely.is_empty(ref[usable]) | shapely.is_empty(pred[usable]))
-    rows = np.flatnonzero(usable)
+    return _pair_distances_of_rings(Rings.of(ref), Rings.of(pred), shapely.length(ref), shapely.length(pred), spacing_m)
+
+
+def _pair_distances_of_rings(
+    ref: Rings, pred: Rings, ref_length_m: F64Array, pred_length_m: F64Array, spacing_m: float | None
+) -> tuple[F64Array, F64Array, F64Array]:
+    """:func:`pair_boundary_distances` of pairs given as flat rings and their boundary lengths.
+
+    ``ref_length_m`` and ``pred_length_m`` (GEOS's length of each geometry, metres) set
+    the spacing when ``spacing_m`` is None and are not read otherwise. A pair with a
+    geometry without rings (missing or empty) gets NaN.
+    """
+    n = len(ref)
+    hausdorff = np.full(n, np.nan)
+    mean = np.full(n, np.nan)
+    spacing_used = np.full(n, np.nan)
+    rows = np.flatnonzero((np.diff(ref.geom_off) > 0) & (np.diff(pred.geom_off) > 0))
 
     def measure(first: int, stop: int) -> None:
         # Each pair's distances are its own: slices on threads give the same bits as one loop.
         for start in range(first, stop, PAIRS_PER_BATCH):
             batch = rows[start : min(start + PAIRS_PER_BATCH, stop)]
-            hausdorff[batch], mean[batch], spacing_used[batch] = _pair_distances_batch(ref[batch], pred[batch], spacing_m)
+            hausdorff[batch], mean[batch], spacing_used[batch] = _pair_distances_batch(
+                ref.take(batch), pred.take(batch), ref_length_m[batch], pred_length_m[batch], spacing_m
+            )
 
     map_slices(measure, len(rows), PAIRS_PER_THREAD)
     return hausdorff, mean, spacing_used
 
 
 def _pair_distances_batch(
-    ref: GeomArray, pred: GeomArray, spacing_m: float | None, *, chunk: int = SAMPLES_PER_CHUNK, prune: bool = True
+    ref: Rings, pred: Rings, ref_length_m: F64Array, pred_length_m: F64Array, spacing_m: float | None, *,
+    chunk: int = SAMPLES_PER_CHUNK, prune: bool = True,
 ) -> tuple[F64Array, F64Array, F64Array]:
-    """One kernel call for pairs of nonempty geometries."""
+    """One kernel call for pairs of nonempty geometries (flat rings, lengths in metres)."""
     n = len(ref)
-    geoms = np.concatenate([ref, pred])
-    x, y, ring_off, geom_off = _flatten(geoms)
-    spacing = boundary_spacing(shapely.length(geoms), spacing_m)
+    rings = Rings.concat([ref, pred])
+    spacing = boundary_spacing(np.concatenate([ref_length_m, pred_length_m]), spacing_m)
     geom_a = np.arange(n, dtype=np.int64)
     geom_b = geom_a + n
     hausdorff, integral_a, length_a, integral_b, length_b = _kernels._pair_distances(
-        x, y, ring_off, geom_off, spacing, geom_a, geom_b, int(chunk), bool(prune)
+        rings.x, rings.y, rings.ring_off, rings.geom_off, spacing, geom_a, geom_b, int(chunk), bool(prune)
     )
     mean = (integral_a + integral_b) / (length_a + length_b)
     return hausdorff, mean, np.maximum(spacing[:n], spacing[n:])
@@ -277,7 +294,31 @@ def matched_pair_distances(
     if len(i_ref) == 0:
         empty = np.empty(0, dtype=np.float64)
         return empty, empty.copy(), empty.copy()
-    return pair_boundary_distances(*pairs_in_reference_zone(ref, pred, i_ref, i_pred), spacing_m)
+    zone = ref.utm_epsg[i_ref]
+    foreign = np.flatnonzero(pred.utm_epsg[i_pred] != zone)
+    ref_rings = utm_rings(ref, i_ref)
+    ref_length = ref.perimeter_m[i_ref]  # GEOS's length of ref.geoms_utm, made when preparing
+    # A prediction whose home zone is the reference's is already there (pred.geoms_utm is
+    # pred.geoms_source reprojected into that zone by the same transformer); the others'
+    # source coordinates are reprojected, flat, as to_utm would reproject them.
+    home = np.flatnonzero(pred.utm_epsg[i_pred] == zone)
+    pred_length = pred.perimeter_m[i_pred].copy()
+    if len(foreign) == 0:
+        pred_rings = utm_rings(pred, i_pred)
+    else:
+        parts, order = [utm_rings(pred, i_pred[home])], [home]
+        for code in np.unique(zone[foreign]):
+            rows = foreign[zone[foreign] == code]
+            source = Rings.of(_source_geoms(pred, i_pred[rows]))
+            x, y = transform_xy(source.x, source.y, pred.crs, utm_crs(int(code)))
+            parts.append(replace(source, x=x, y=y))
+            order.append(rows)
+            if spacing_m is None:  # the spacing follows the boundary's length in the reference's zone
+                pred_length[rows] = shapely.length(to_utm(_source_geoms(pred, i_pred[rows]), pred.crs, zone[rows]))
+        where = np.empty(len(i_pred), dtype=np.int64)
+        where[np.concatenate(order)] = np.arange(len(i_pred))
+        pred_rings = Rings.concat(parts).take(where)
+    return _pair_distances_of_rings(ref_rings, pred_rings, ref_length, pred_length, spacing_m)
 
 
 def pairs_in_reference_zone(ref: PreparedLayer, pred: PreparedLayer, i_ref: IdArray, i_pred: IdArray) -> tuple[GeomArray, GeomArray]:
@@ -287,11 +328,13 @@ def pairs_in_reference_zone(ref: PreparedLayer, pred: PreparedLayer, i_ref: IdAr
     ``ref.utm_epsg[i_ref]``: what :func:`matched_pair_distances` measures, and what the
     pairs phase hands to both :func:`pair_boundary_distances` and :func:`pair_boundary_iou`.
     """
-    ref_geoms = ref.geoms_utm[i_ref]
+    ref_geoms = home_geometries(ref, i_ref)
     zone = ref.utm_epsg[i_ref]
     # A prediction whose home zone is the reference's is already there: pred.geoms_utm
     # is pred.geoms_source reprojected into that zone by the same transformer.
     pred_geoms = pred.geoms_utm[i_pred].copy()
+    home = np.flatnonzero(pred.utm_epsg[i_pred] == zone)
+    pred_geoms[home] = home_geometries(pred, i_pred[home])
     foreign = np.flatnonzero(pred.utm_epsg[i_pred] != zone)
     if len(foreign):
         pred_geoms[foreign] = to_utm(_source_geoms(pred, i_pred[foreign]), pred.crs, zone[foreign])
@@ -449,24 +492,23 @@ def boundary_within_tolerance(geoms: GeomArray, other_geoms: GeomArray, toleranc
     _check_tolerance(tolerance_m)
     other = other[~shapely.is_missing(other)]
     ox, oy, o_ring_off, _ = _flatten(other)
-    return _within_tolerance_flat(arr, ox, oy, o_ring_off, float(tolerance_m))
+    out = np.full(len(arr), np.nan)
+    present = np.flatnonzero(~shapely.is_missing(arr))
+    out[present] = _within_tolerance_flat(Rings.of(arr[present]), ox, oy, o_ring_off, float(tolerance_m))
+    return out
 
 
 def _within_tolerance_flat(
-    geoms: GeomArray, ox: F64Array, oy: F64Array, o_ring_off: IdArray, tolerance_m: float
+    rings: Rings, ox: F64Array, oy: F64Array, o_ring_off: IdArray, tolerance_m: float
 ) -> F64Array:
-    """:func:`boundary_within_tolerance` with the other boundaries already flat."""
-    out = np.zeros(len(geoms), dtype=np.float64)
-    missing = shapely.is_missing(geoms)
-    out[missing] = np.nan
-    rows = np.flatnonzero(~missing)
-    if len(rows) == 0 or len(ox) == 0:
+    """:func:`boundary_within_tolerance` of flat rings (0.0 for a geometry without rings)
+    against other boundaries already flat."""
+    out = np.zeros(len(rings), dtype=np.float64)
+    if len(rings) == 0 or len(ox) == 0 or len(rings.x) == 0:
         return out
-    qx, qy, q_ring_off, q_geom_off = _flatten(geoms[rows])
-    if len(qx) == 0:
-        return out
+    qx, qy, q_ring_off, q_geom_off = rings.x, rings.y, rings.ring_off, rings.geom_off
     cell = _grid_cell(qx, qy, q_ring_off, ox, oy, o_ring_off, tolerance_m)
-    out[rows] = _kernels._boundary_within_tolerance(
+    out[:] = _kernels._boundary_within_tolerance(
         qx, qy, q_ring_off, q_geom_off, ox, oy, o_ring_off, tolerance_m, cell
     )
     return out
@@ -527,7 +569,7 @@ def tolerance_lengths(layer: PreparedLayer, other: PreparedLayer, tolerance_m: f
         if len(cand) == 0:
             continue
         ox, oy, o_ring_off = _other_in_zone(other, cand, int(code))
-        within = _within_tolerance_flat(layer.geoms_utm[rows], ox, oy, o_ring_off, float(tolerance_m))
+        within = _within_tolerance_flat(utm_rings(layer, rows), ox, oy, o_ring_off, float(tolerance_m))
         # The kernel sums segment by segment, GEOS sums the perimeter its own way: a fully
         # covered boundary can come out an ulp longer than its perimeter.
         out[rows] = np.minimum(within, layer.perimeter_m[rows])
@@ -542,7 +584,8 @@ def _other_in_zone(other: PreparedLayer, rows: IdArray, code: int) -> tuple[F64A
     the others' source coordinates are reprojected, flat, without building geometries.
     """
     home = other.utm_epsg[rows] == code
-    hx, hy, h_ring_off, _ = _flatten(other.geoms_utm[rows[home]])
+    own = utm_rings(other, rows[home])
+    hx, hy, h_ring_off = own.x, own.y, own.ring_off
     if home.all():
         return hx, hy, h_ring_off
     sx, sy, f_ring_off, _ = _flatten(_source_geoms(other, rows[~home]))

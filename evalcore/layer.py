@@ -13,11 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import shapely
 from pyproj import CRS
 
 from evalcore._typing import F64Array, GeomArray, IdArray
+from evalcore.rings import Rings
 
-__all__ = ["PreparedLayer", "empty_layer"]
+__all__ = ["PreparedLayer", "empty_layer", "home_geometries", "utm_rings"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,11 @@ class PreparedLayer:
         when it was already made (read back with a prepared partition, whose source
         geometry the pairs phase may then leave undecoded); None to make it from the
         geometries when asked.
+    rings_utm : Rings, optional
+        The home-zone geometry as flat rings, when it was read that way
+        (:meth:`evalcore.rings.Rings.from_wkb`: the pairs phase measures boundaries on
+        them and builds no shapely geometry); ``geoms_utm`` then holds None. None when
+        ``geoms_utm`` holds the geometry (:func:`utm_rings` flattens it when asked).
     """
 
     name: str
@@ -106,6 +113,7 @@ class PreparedLayer:
     n_within_training_buffer: int = 0
     class_value: np.ndarray | None = None
     candidate_box: F64Array | None = None
+    rings_utm: Rings | None = None
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -118,6 +126,8 @@ class PreparedLayer:
             value = getattr(self, name)
             if isinstance(value, (np.ndarray, pd.Index)):
                 value = value[rows]
+            elif isinstance(value, Rings):
+                value = value.take(rows)
             fields[name] = value
         return PreparedLayer(**fields)
 
@@ -163,3 +173,33 @@ def empty_layer(
         partition_size_m=float(partition_size_m),
         candidate_box=np.empty((0, 4), dtype=np.float64),
     )
+
+
+def utm_rings(layer: PreparedLayer, rows: IdArray) -> Rings:
+    """The home-zone geometry of ``layer``'s rows as flat rings, in the order of ``rows``.
+
+    Taken from ``layer.rings_utm`` when the layer was read as rings, else flattened
+    from ``layer.geoms_utm``: the same arrays either way.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    if layer.rings_utm is not None:
+        return layer.rings_utm.take(rows)
+    return Rings.of(home_geometries(layer, rows))
+
+
+def home_geometries(layer: PreparedLayer, rows: IdArray) -> GeomArray:
+    """``layer.geoms_utm[rows]``, refusing rows whose home-zone geometry was not decoded.
+
+    A prepared row always has one; a missing one means the partition was read without
+    it (or as rings only), and measuring nothing would silently drop a boundary.
+    """
+    geoms = layer.geoms_utm[rows]
+    missing = shapely.is_missing(geoms)
+    if missing.any():
+        first = int(layer.positions[np.asarray(rows)[missing][0]])
+        how = " (it was read as flat rings)" if layer.rings_utm is not None else ""
+        raise ValueError(
+            f"the {layer.name} layer's row at input position {first} (and {int(missing.sum()) - 1} more) has no "
+            f"home-zone geometry{how}: its partition was read without it"
+        )
+    return geoms

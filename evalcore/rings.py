@@ -6,16 +6,24 @@ Both kernel families (:mod:`evalcore._kernels` for boundaries,
 ``ring_off[r]:ring_off[r + 1]`` are ring ``r``'s coordinates; ``geom_off[g]:geom_off[g + 1]``
 are geometry ``g``'s rings (all rings of all parts, each part's exterior first);
 ``ring_ext[r]`` says whether ring ``r`` is an exterior.
+
+:class:`Rings` holds the five arrays as one value: made from shapely geometries
+(:func:`flatten_rings`) or straight from their WKB (:meth:`Rings.from_wkb`, without
+building a geometry: the pairs phase's boundaries are read that way), taken by rows and
+joined as the layers that carry them are.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import pyarrow as pa
 import shapely
 
 from evalcore._typing import F64Array, GeomArray, IdArray
 
-__all__ = ["flatten_rings"]
+__all__ = ["Rings", "flatten_rings"]
 
 _POLYGON = int(shapely.GeometryType.POLYGON)
 
@@ -72,3 +80,83 @@ def flatten_rings(geoms: GeomArray) -> tuple[F64Array, F64Array, IdArray, np.nda
     x = np.ascontiguousarray(coords[:, 0], dtype=np.float64)
     y = np.ascontiguousarray(coords[:, 1], dtype=np.float64)
     return x, y, ring_off, ring_ext, geom_off
+
+
+@dataclass(frozen=True, slots=True)
+class Rings:
+    """Polygons as flat rings, one value (the arrays of :func:`flatten_rings`).
+
+    Attributes
+    ----------
+    x, y : ndarray of float64, shape (n_coords,)
+    ring_off : ndarray of int64, shape (n_rings + 1,)
+    ring_ext : ndarray of bool, shape (n_rings,)
+    geom_off : ndarray of int64, shape (n_geoms + 1,)
+        Geometry ``g`` owns rings ``geom_off[g]:geom_off[g + 1]``; a missing or empty
+        geometry owns none.
+
+    Examples
+    --------
+    >>> from shapely.geometry import box
+    >>> rings = Rings.of(np.array([box(0, 0, 1, 1), None, box(2, 0, 3, 1)]))
+    >>> len(rings), rings.take(np.array([2, 1])).geom_off.tolist()
+    (3, [0, 1, 1])
+    """
+
+    x: F64Array
+    y: F64Array
+    ring_off: IdArray
+    ring_ext: np.ndarray
+    geom_off: IdArray
+
+    def __len__(self) -> int:
+        return len(self.geom_off) - 1
+
+    @classmethod
+    def of(cls, geoms: GeomArray) -> Rings:
+        """The rings of shapely geometries (:func:`flatten_rings`)."""
+        return cls(*flatten_rings(geoms))
+
+    @classmethod
+    def from_wkb(cls, values: pa.Array | pa.ChunkedArray) -> Rings:
+        """The rings of a WKB column, read from its bytes without building geometries.
+
+        Two-dimensional little-endian Polygons and MultiPolygons (what shapely writes for
+        prepared rows) are read by a numba kernel (:func:`evalcore._wkb_kernels._wkb_rings`);
+        a column with anything else, or with nulls, is decoded by GEOS instead. Either
+        way the arrays are those of :meth:`of` on the decoded geometries.
+        """
+        from evalcore._wkb_kernels import _wkb_rings
+
+        column = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+        if column.null_count == 0 and (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
+            _, offsets_buf, data_buf = column.buffers()
+            width = np.int64 if pa.types.is_large_binary(column.type) else np.int32
+            offsets = np.frombuffer(offsets_buf, dtype=width)[column.offset:column.offset + len(column) + 1].astype(np.int64)
+            data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, dtype=np.uint8)
+            ok, x, y, ring_off, ring_ext, geom_off = _wkb_rings(data, offsets)
+            if ok:
+                return cls(x, y, ring_off, ring_ext, geom_off)
+        return cls.of(shapely.from_wkb(column.to_numpy(zero_copy_only=False)))
+
+    def take(self, rows: IdArray) -> Rings:
+        """The rings of the given geometries, in the order of ``rows`` (repeats allowed)."""
+        from evalcore._kernels import _take_rings
+
+        return Rings(*_take_rings(self.x, self.y, self.ring_off, self.ring_ext, self.geom_off,
+                                  np.ascontiguousarray(rows, dtype=np.int64)))
+
+    @staticmethod
+    def concat(parts: list[Rings]) -> Rings:
+        """The geometries of every part, part after part."""
+        if not parts:
+            return Rings.of(np.empty(0, dtype=object))
+        ring_base = np.cumsum([0] + [len(p.ring_off) - 1 for p in parts])
+        coord_base = np.cumsum([0] + [len(p.x) for p in parts])
+        return Rings(
+            np.concatenate([p.x for p in parts]),
+            np.concatenate([p.y for p in parts]),
+            np.concatenate([np.zeros(1, dtype=np.int64)] + [p.ring_off[1:] + coord_base[k] for k, p in enumerate(parts)]),
+            np.concatenate([p.ring_ext for p in parts]),
+            np.concatenate([np.zeros(1, dtype=np.int64)] + [p.geom_off[1:] + ring_base[k] for k, p in enumerate(parts)]),
+        )

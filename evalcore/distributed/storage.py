@@ -45,6 +45,7 @@ from evalcore.distributed import workdir as wd
 from evalcore.distributed.reliability import PartitionMissingError
 from evalcore.engine.sums import PartitionSummary
 from evalcore.remote import file_sha256
+from evalcore.rings import Rings
 from evalcore.writers import atomic_path
 from evalcore.layer import PreparedLayer
 from evalcore.levels import UnitSums
@@ -301,6 +302,7 @@ def read_partition(
     grow_by_reach: bool = False,
     geometries: tuple[str, ...] = GEOMETRY_COLUMNS,
     return_wkb: bool = False,
+    utm_as_rings: bool = False,
 ) -> tuple[PreparedLayer, np.ndarray, F64Array] | tuple[PreparedLayer, np.ndarray, F64Array, pa.ChunkedArray]:
     """Read a partition's prepared rows back, optionally only those in a window.
 
@@ -317,6 +319,11 @@ def read_partition(
         Also return the source geometry as it is stored (its WKB, undecoded, in the
         layer's row order): what the field table's part is written from
         (:func:`evalcore.writers.write_geoparquet_wkb`).
+    utm_as_rings : bool
+        Read the home-zone geometry (when among ``geometries``) as flat rings
+        (``layer.rings_utm``, :meth:`evalcore.rings.Rings.from_wkb`) instead of shapely
+        geometries: what the boundary kernels take, without building a geometry only to
+        flatten it again (``geoms_utm`` then holds None).
 
     Returns
     -------
@@ -342,7 +349,7 @@ def read_partition(
         lon=table["lon"].to_numpy().astype(np.float64),
         lat=table["lat"].to_numpy().astype(np.float64),
         utm_epsg=table["utm_epsg"].to_numpy().astype(np.int64),
-        geoms_utm=_geometries(table, "geom_utm", geometries),
+        geoms_utm=_geometries(table, "geom_utm", () if utm_as_rings else geometries),
         perimeter_m=table["perimeter_m"].to_numpy().astype(np.float64),
         partition_x=table["partition_x"].to_numpy().astype(np.int64),
         partition_y=table["partition_y"].to_numpy().astype(np.int64),
@@ -358,6 +365,7 @@ def read_partition(
         equal_area_crs=equal_area_crs,
         partition_size_m=partition_size_m,
         candidate_box=np.stack([table[c].to_numpy().astype(np.float64) for c in BOX_COLUMNS], axis=1).reshape(-1, 4),
+        rings_utm=Rings.from_wkb(table["geom_utm"]) if utm_as_rings and "geom_utm" in geometries else None,
     )
     strata = np.asarray(table["stratum"].to_pylist(), dtype=object)
     reach = table["reach"].to_numpy().astype(np.float64)

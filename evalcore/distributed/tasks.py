@@ -43,7 +43,7 @@ from evalcore.engine.sums import RefRows, summarize_partition
 from evalcore.engine.tables import field_table, output_table, prediction_table
 from evalcore.errors import EvalInputError
 from evalcore.groups import strata_values
-from evalcore.layer import PreparedLayer, empty_layer
+from evalcore.layer import PreparedLayer, empty_layer, utm_rings
 from evalcore.metrics.score_ranges import (
     RangeCounts, RangeValues, ReplicateCounts, ReplicateShares, ScoreRows, range_counts, range_of, range_values, replicate_counts,
     replicate_shares, replicate_values,
@@ -51,6 +51,7 @@ from evalcore.metrics.score_ranges import (
 from evalcore.levels import Sites
 from evalcore.options import EvalOptions, RunPlan
 from evalcore.prepare import prepare_layer
+from evalcore.rings import Rings
 from evalcore.selection import Answers, answer
 from evalcore.study import Study
 from evalcore.writers import atomic_path, write_geoparquet_wkb
@@ -74,6 +75,10 @@ def _concat_layers(layers: list[PreparedLayer]) -> PreparedLayer:
         if name == "candidate_box" and any(v is not None for v in values):
             # Each part's own boxes, made from its geometries where it carries none.
             fields[name] = np.concatenate([boundary.candidate_boxes(layer) for layer in layers])
+        elif name == "rings_utm":
+            # Each part's rings, flattened from its geometries where it carries none.
+            fields[name] = Rings.concat([utm_rings(layer, np.arange(len(layer))) for layer in layers]) if any(
+                v is not None for v in values) else None
         elif isinstance(values[0], np.ndarray):
             fields[name] = np.concatenate(values)
         elif isinstance(values[0], pd.Index):
@@ -178,11 +183,11 @@ def prepare_chunk_task(
 
 def _read(
     workdir: str, role: str, key: PartitionKey, info: LayerInfo, ea_crs: CRS, partition_size_m: float,
-    window: Box | None = None, geometries: tuple[str, ...] = storage.GEOMETRY_COLUMNS,
+    window: Box | None = None, geometries: tuple[str, ...] = storage.GEOMETRY_COLUMNS, utm_as_rings: bool = False,
 ) -> PreparedLayer:
     layer, _, _ = storage.read_partition(
         Path(workdir), role, key, crs=info.crs, equal_area_crs=ea_crs, partition_size_m=partition_size_m,
-        window=window, grow_by_reach=window is not None, geometries=geometries,
+        window=window, grow_by_reach=window is not None, geometries=geometries, utm_as_rings=utm_as_rings,
     )
     return layer
 
@@ -215,6 +220,9 @@ def pairs_task(
     # is wasted.
     everything = storage.GEOMETRY_COLUMNS
     lean = ("geom_ea", "geom_utm")
+    # The home-zone boundaries feed numba kernels only (distances, tolerance), unless
+    # the boundary IoU's bands are asked for (GEOS buffers): read them as flat rings then.
+    flat = options.boundary_iou_width_m is None
 
     def geometries(j: PartitionKey) -> tuple[str, ...]:
         return lean if j[0] == key[0] else everything
@@ -223,21 +231,22 @@ def pairs_task(
     if has_ref:
         ref_own, ref_strata, _ = storage.read_partition(
             Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=tile, geometries=lean,
+            utm_as_rings=flat,
         )
         ref_pools = pool_ids(ref_strata.tolist(), stratified)
     else:
         ref_own = empty_layer("reference", crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=tile)
-    pred_own = _read(workdir, "predicted", key, pred_info, ea_crs, tile, geometries=lean) if has_pred else empty_layer("predicted", crs=pred_info.crs, equal_area_crs=ea_crs, partition_size_m=tile)
+    pred_own = _read(workdir, "predicted", key, pred_info, ea_crs, tile, geometries=lean, utm_as_rings=flat) if has_pred else empty_layer("predicted", crs=pred_info.crs, equal_area_crs=ea_crs, partition_size_m=tile)
     # The halo: rows of neighbouring partitions whose grown boxes reach this partition's
     # grown boxes (their union, the partition's reach box, was recorded when preparing).
     pred_near = [pred_own]
     if has_ref:
         ref_window = ref_info.partitions[key]["reach_box"]
-        pred_near += [_read(workdir, "predicted", j, pred_info, ea_crs, tile, ref_window, geometries(j)) for j in pred_neighbours]
+        pred_near += [_read(workdir, "predicted", j, pred_info, ea_crs, tile, ref_window, geometries(j), flat) for j in pred_neighbours]
     ref_near = [ref_own]
     if has_pred and tol is not None:
         pred_window = pred_info.partitions[key]["reach_box"]
-        ref_near += [_read(workdir, "reference", j, ref_info, ea_crs, tile, pred_window, geometries(j)) for j in ref_neighbours]
+        ref_near += [_read(workdir, "reference", j, ref_info, ea_crs, tile, pred_window, geometries(j), flat) for j in ref_neighbours]
     results = compute_pairs(
         ref_own,
         _concat_layers(pred_near),

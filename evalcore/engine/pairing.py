@@ -183,11 +183,13 @@ def compute_pairs(
     ok = np.flatnonzero(eligible_pairs(pairs, iou_threshold))
     band_iou = np.full(n, np.nan)
     if len(ok):
-        # The pairs' geometries in the reference's zone, once for the distances and boundary IoU.
-        ref_geoms, pred_geoms = boundary.pairs_in_reference_zone(ref, pred_near, i_ref[ok], i_pred[ok])
-        hausdorff[ok], mean[ok], spacing[ok] = boundary.pair_boundary_distances(ref_geoms, pred_geoms, boundary_sample_spacing_m)
+        hausdorff[ok], mean[ok], spacing[ok] = boundary.matched_pair_distances(
+            ref, pred_near, i_ref[ok], i_pred[ok], boundary_sample_spacing_m
+        )
         if boundary_iou_width_m is not None:
-            band_iou[ok] = boundary.pair_boundary_iou(ref_geoms, pred_geoms, boundary_iou_width_m)
+            band_iou[ok] = boundary.pair_boundary_iou(
+                *boundary.pairs_in_reference_zone(ref, pred_near, i_ref[ok], i_pred[ok]), boundary_iou_width_m
+            )
     if boundary_tolerance_m is None:
         ref_within = np.full(len(ref), np.nan)
         pred_within = np.full(len(pred_own), np.nan)

@@ -30,6 +30,7 @@ from evalcore.boundary import (
 from evalcore.boundary import _tolerance_candidates
 from evalcore.crs import to_utm, utm_crs
 from evalcore.prepare import prepare_layer
+from evalcore.rings import Rings
 
 try:
     from tests.reference import (
@@ -224,8 +225,9 @@ def test_batch_and_brute_force_agree():
     pairs = [random_pair(rng) for _ in range(25)]
     ref = np.array([p[0] for p in pairs])
     pred = np.array([p[1] for p in pairs])
-    pruned = _pair_distances_batch(ref, pred, 1.5)
-    brute = _pair_distances_batch(ref, pred, 1.5, chunk=1, prune=False)
+    flat = (Rings.of(ref), Rings.of(pred), shapely.length(ref), shapely.length(pred), 1.5)
+    pruned = _pair_distances_batch(*flat)
+    brute = _pair_distances_batch(*flat, chunk=1, prune=False)
     for a, b in zip(pruned, brute):
         np.testing.assert_array_equal(a, b)  # the minimum over candidates is the same number
     one_by_one = [pair_boundary_distances(ref[i : i + 1], pred[i : i + 1], 1.5) for i in range(len(ref))]
