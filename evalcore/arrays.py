@@ -85,6 +85,8 @@ def binary_buffers(values: object) -> tuple[np.ndarray, IdArray]:
     if not pa.types.is_binary(arr.type):
         arr = arr.cast(pa.binary())
     n = len(arr)
+    # The bytes are a writable array whatever the column (np.frombuffer of an Arrow buffer
+    # is one): numba compiles a kernel apart for a read-only array.
     if n == 0:
         return np.zeros(0, np.uint8), np.zeros(1, np.int64)
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + n + 1].astype(np.int64)

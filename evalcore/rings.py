@@ -127,14 +127,11 @@ class Rings:
         way the arrays are those of :meth:`of` on the decoded geometries.
         """
         from evalcore._wkb_kernels import _wkb_rings
+        from evalcore.arrays import binary_buffers
 
         column = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
         if column.null_count == 0 and (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
-            _, offsets_buf, data_buf = column.buffers()
-            width = np.int64 if pa.types.is_large_binary(column.type) else np.int32
-            offsets = np.frombuffer(offsets_buf, dtype=width)[column.offset:column.offset + len(column) + 1].astype(np.int64)
-            data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, dtype=np.uint8)
-            ok, x, y, ring_off, ring_ext, geom_off = _wkb_rings(data, offsets)
+            ok, x, y, ring_off, ring_ext, geom_off = _wkb_rings(*binary_buffers(column))
             if ok:
                 return cls(x, y, ring_off, ring_ext, geom_off)
         return cls.of(shapely.from_wkb(column.to_numpy(zero_copy_only=False)))

@@ -42,7 +42,7 @@ def warm_engine() -> None:
         ref = geopandas.GeoDataFrame(geometry=[shapely.box(500_000, 5_000_000, 500_100, 5_000_100)], crs=32613)
         pred = geopandas.GeoDataFrame(geometry=[shapely.box(500_010, 5_000_000, 500_110, 5_000_100)], crs=32613)
         evalcore.evaluate(pred, ref)
-        _touch_wkb_kernel()
+        _touch_cluster_kernels()
     except Exception as exc:  # noqa: BLE001  (a warm-up failure must not stop the worker)
         logger.debug("evalcore warm-up failed: %s", exc)
 
@@ -76,20 +76,37 @@ def compile_kernels(n_ref: int = 400) -> float:
         boundary_tolerance_m=10, boundary_iou_width_m=2, score_column="score", aoi=aoi, aoi_id_column="aoi_id",
         annotated_area=annotated, class_column="crop", pred_class_column="crop", pixel_gsd_m=10,
     )
-    _touch_wkb_kernel()
+    _touch_cluster_kernels()
     return time.perf_counter() - started
 
 
-def _touch_wkb_kernel() -> None:
-    """Run the kernels only the distributed run uses once: the WKB reader of its outputs' writer
-    and the score ranges' transposition (the in-process evaluation runs neither)."""
+def _touch_cluster_kernels() -> None:
+    """Run the kernels only the distributed run uses once, or on arrays of other types: the
+    WKB readers of its outputs' writer and of the pairs phase's rings, the field draws on
+    the workers' count layouts, and the score ranges' transposition (the in-process
+    evaluation runs none of them)."""
     import numpy as np
+    import pyarrow as pa
     import shapely
 
     from evalcore._wkb_kernels import _wkb_polygon_extent
+    from evalcore.arrays import binary_buffers
+    from evalcore.rings import Rings
 
-    data = np.frombuffer(shapely.to_wkb(shapely.box(0, 0, 1, 1)), dtype=np.uint8)
-    _wkb_polygon_extent(data, np.array([0, len(data)], dtype=np.int64), np.empty(1, np.int64), np.empty(4))
+    # The bytes as the runs give them (binary_buffers: a writable array; np.frombuffer of
+    # Python bytes is read-only, which numba compiles apart).
+    column = pa.array([shapely.to_wkb(shapely.box(0, 0, 1, 1))], type=pa.binary())
+    _wkb_polygon_extent(*binary_buffers(column), np.empty(1, np.int64), np.empty(4))
+    Rings.from_wkb(column).take(np.zeros(1, np.int64))
+    from evalcore._draw_kernels import _place_draws
+
+    # The field bootstrap's draws on each layout a partition's counts can take (float64 or
+    # uint8; replicates by rows, the transposed view of rows by replicates whole, or a
+    # chunk of its replicates).
+    draws, ranks, first = np.ones((1, 2), np.int64), np.zeros(2, np.int64), np.zeros(1, np.int64)
+    for counts in (np.float64, np.uint8):
+        for out in (np.zeros((2, 3), counts), np.zeros((3, 2), counts).T, np.zeros((3, 4), counts).T[:2]):
+            _place_draws(draws, ranks, np.zeros(1, np.int64), first, out)
     from evalcore._score_kernels import _transposed
 
     for counts in (np.uint8, np.uint16):  # blocks of the score ranges' weights (only the distributed run stores them by row)

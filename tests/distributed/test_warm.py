@@ -54,10 +54,12 @@ def test_a_failing_warm_up_does_not_stop_the_worker(monkeypatch, caplog):
 @pytest.mark.slow
 def test_compiled_kernels_leave_a_full_cluster_run_nothing_to_compile(tmp_path):
     """After ``python -m evalcore.distributed.warm``, a run on the embedded cluster with the
-    scale benchmark's full options (and pixel metrics and boundary IoU) loads every kernel
-    from numba's cache: no index of the cache is written again, none is added. (Without
-    classes: with them the scores' replicates are not made by score ranges, whose kernel
-    only a cluster's tasks call.)"""
+    scale benchmark's full options (and pixel metrics) loads every kernel from numba's
+    cache: no index of the cache is written again, none is added. (Without classes: with
+    them the scores' replicates are not made by score ranges, whose kernel only a
+    cluster's tasks call; without boundary IoU, which has no kernel of its own and makes
+    the pairs phase read shapely geometries instead of the rings whose WKB reader only a
+    cluster's tasks call.)"""
     import os
     import subprocess
     import sys
@@ -76,7 +78,7 @@ def test_compiled_kernels_leave_a_full_cluster_run_nothing_to_compile(tmp_path):
     subprocess.run(
         [*evalcore, "run", "-p", str(data / "predicted.parquet"), "-r", str(data / "reference.parquet"), *FULL_OPTIONS,
          "--aoi", str(data / "aoi.parquet"), "--annotated-area", str(data / "annotated.parquet"),
-         "--boundary-iou-width-m", "2", "--pixel-gsd-m", "10", "--workers", "1",
+         "--pixel-gsd-m", "10", "--workers", "1",
          "--partition-km", "5", "-o", str(tmp_path / "run")],
         env=env, check=True, stdout=subprocess.DEVNULL,
     )
