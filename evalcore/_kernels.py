@@ -1307,6 +1307,33 @@ def _take_rings(x, y, ring_off, ring_ext, geom_off, rows):
     return out_x, out_y, out_ring_off, out_ring_ext, out_geom_off
 
 
+@njit(**_JIT)
+def _geometry_lengths(x, y, ring_off, ring_ext, geom_off):
+    """Boundary length of each geometry of flat rings, added as GEOS adds it (the same bits
+    as ``shapely.length``): a ring's segments in order from 0.0, a polygon's shell then its
+    holes, a multipolygon's polygons in order."""
+    n = geom_off.shape[0] - 1
+    out = np.zeros(n, dtype=np.float64)
+    for g in range(n):
+        total = 0.0
+        part = 0.0
+        for r in range(geom_off[g], geom_off[g + 1]):
+            if ring_ext[r] and r > geom_off[g]:
+                total += part
+                part = 0.0
+            length = 0.0
+            c0 = ring_off[r]
+            for c in range(c0 + 1, ring_off[r + 1]):
+                dx = x[c] - x[c - 1]
+                dy = y[c] - y[c - 1]
+                length += np.sqrt(dx * dx + dy * dy)
+            part += length
+        if geom_off[g + 1] > geom_off[g]:
+            total += part
+        out[g] = total
+    return out
+
+
 # ---------------------------------------------------------------------------
 # Box joins
 # ---------------------------------------------------------------------------

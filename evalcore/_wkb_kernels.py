@@ -202,3 +202,94 @@ def _wkb_rings(data: np.ndarray, offsets: np.ndarray):
     geom_off = np.empty(len(offsets), dtype=np.int64)
     _wkb_rings_pass(data, offsets, True, x, y, ring_off, ring_ext, geom_off, counts)
     return True, x, y, ring_off, ring_ext, geom_off
+
+
+@njit(**NUMBA_OPTIONS)
+def _put_u32(out: np.ndarray, at: int, value: int) -> int:
+    """Write ``value`` as a little-endian unsigned 32-bit integer at byte ``at``; the byte after it."""
+    out[at] = value & 0xFF
+    out[at + 1] = (value >> 8) & 0xFF
+    out[at + 2] = (value >> 16) & 0xFF
+    out[at + 3] = (value >> 24) & 0xFF
+    return at + 4
+
+
+@njit(**NUMBA_OPTIONS)
+def _rings_wkb(x: np.ndarray, y: np.ndarray, ring_off: np.ndarray, ring_ext: np.ndarray, geom_off: np.ndarray,
+               types: np.ndarray):
+    """2D little-endian WKB of flat rings' polygons, byte for byte what GEOS writes for them.
+
+    Parameters
+    ----------
+    x, y, ring_off, ring_ext, geom_off
+        Flat rings (:mod:`evalcore.rings`); a part starts at each exterior ring.
+    types : int64 (n_geoms,)
+        shapely's type id of each geometry: 3 Polygon (one part; no ring: POLYGON EMPTY),
+        6 MultiPolygon (any number of parts).
+
+    Returns
+    -------
+    ok : bool
+        False when a geometry's type is neither, or a Polygon has more than one part.
+    data : uint8 (n_bytes,)
+    offsets : int64 (n_geoms + 1,)
+        Geometry ``g``'s WKB is ``data[offsets[g]:offsets[g + 1]]``.
+    """
+    n = geom_off.shape[0] - 1
+    offsets = np.empty(n + 1, dtype=np.int64)
+    offsets[0] = 0
+    for g in range(n):
+        r0 = geom_off[g]
+        r1 = geom_off[g + 1]
+        parts = 0
+        for r in range(r0, r1):
+            if ring_ext[r]:
+                parts += 1
+        kind = types[g]
+        size = 9 + 4 * (r1 - r0) + 16 * (ring_off[r1] - ring_off[r0])
+        if kind == 6:
+            size += 9 * parts  # each part's own byte order, type and ring count
+        elif kind != 3 or parts > 1:
+            return False, np.empty(0, dtype=np.uint8), offsets
+        offsets[g + 1] = offsets[g] + size
+    data = np.empty(offsets[n], dtype=np.uint8)
+    for g in range(n):
+        at = offsets[g]
+        r0 = geom_off[g]
+        r1 = geom_off[g + 1]
+        data[at] = 1
+        if types[g] == 6:
+            parts = 0
+            for r in range(r0, r1):
+                if ring_ext[r]:
+                    parts += 1
+            at = _put_u32(data, at + 1, 6)
+            at = _put_u32(data, at, parts)
+        r = r0
+        while r < r1 or (types[g] == 3 and r == r0):
+            # One polygon: its exterior and the holes up to the next exterior.
+            stop = r + 1
+            while stop < r1 and not ring_ext[stop]:
+                stop += 1
+            if r >= r1:  # POLYGON EMPTY
+                stop = r
+            if types[g] == 6:
+                data[at] = 1
+                at += 1
+            else:
+                at += 1  # the byte order written above
+            at = _put_u32(data, at, 3)
+            at = _put_u32(data, at, stop - r)
+            for k in range(r, stop):
+                c0 = ring_off[k]
+                c1 = ring_off[k + 1]
+                at = _put_u32(data, at, c1 - c0)
+                xy = data[at:at + 16 * (c1 - c0)].view(np.float64)
+                for c in range(c0, c1):
+                    xy[2 * (c - c0)] = x[c]
+                    xy[2 * (c - c0) + 1] = y[c]
+                at += 16 * (c1 - c0)
+            if stop == r:
+                break
+            r = stop
+    return True, data, offsets

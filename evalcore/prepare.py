@@ -20,7 +20,7 @@ from pyproj import CRS
 
 from evalcore._typing import F64Array, GeomArray, IdArray
 from evalcore.config import DEFAULT_PARTITION_SIZE_M, DEFAULT_TILE_KM
-from evalcore.crs import WGS84, to_utm, transform_xy, utm_crs, utm_epsg_of
+from evalcore.crs import WGS84, to_utm, to_utm_rings, transform_xy, utm_crs, utm_epsg_of
 from evalcore.io import SOURCE_ATTR
 from evalcore.layer import PreparedLayer, empty_layer
 from evalcore.metrics.classes import class_values
@@ -45,6 +45,7 @@ def prepare_layer(
     score_column: str | None = None,
     study: Study | None = None,
     class_column: str | None = None,
+    utm_as_rings: bool = False,
 ) -> PreparedLayer:
     """Prepare one polygon layer for evaluation (SPEC section 2).
 
@@ -71,6 +72,11 @@ def prepare_layer(
         A study area (rows its rule leaves out are not kept, and counted apart from the
         dropped rows) and a training area (rows within its buffer are counted, and left
         out when the study says so).
+    utm_as_rings : bool
+        Give the home-zone geometry as flat rings only (``rings_utm``; ``geoms_utm``
+        then holds None), what the distributed run stores and measures: the same
+        coordinates and perimeters, without building a shapely geometry for each row.
+        Ignored with a training area, whose buffer test needs the geometries.
 
     Returns
     -------
@@ -104,7 +110,14 @@ def prepare_layer(
     centroids = map_elements(shapely.centroid, geoms_ea, min_slice=GEOMS_PER_THREAD)
     lon, lat = transform_xy(shapely.get_x(centroids), shapely.get_y(centroids), ea_crs, WGS84)
     epsg = utm_epsg_of(lon, lat)
-    geoms_utm = to_utm(source, crs, epsg, halfway)
+    rings_utm = None
+    if utm_as_rings and (study is None or study.training is None):
+        rings_utm = to_utm_rings(source, crs, epsg, halfway)
+        geoms_utm = np.full(len(source), None, dtype=object)
+        perimeter = rings_utm.lengths()  # shapely.length's bits (evalcore._kernels._geometry_lengths)
+    else:
+        geoms_utm = to_utm(source, crs, epsg, halfway)
+        perimeter = shapely.length(geoms_utm).astype(np.float64)
     zone_x, zone_y = _zone_xy(lon, lat, epsg)
     partition_x, partition_y = _tiles(zone_x, zone_y, partition_size_m)
     tile_x, tile_y = _tiles(zone_x, zone_y, sites.tile_size_m if sites is not None else DEFAULT_TILE_KM * 1000.0)
@@ -130,7 +143,7 @@ def prepare_layer(
         lat=lat,
         utm_epsg=epsg.astype(np.int64),
         geoms_utm=geoms_utm,
-        perimeter_m=shapely.length(geoms_utm).astype(np.float64),
+        perimeter_m=perimeter,
         partition_x=partition_x,
         partition_y=partition_y,
         tile_x=tile_x,
@@ -145,6 +158,7 @@ def prepare_layer(
         partition_size_m=float(partition_size_m),
         n_outside_study_area=n_prepared - n_kept,
         class_value=class_value,
+        rings_utm=rings_utm,
     )
     if study is None or study.training is None:
         return prepared

@@ -157,3 +157,31 @@ class Rings:
             np.concatenate([p.ring_ext for p in parts]),
             np.concatenate([np.zeros(1, dtype=np.int64)] + [p.geom_off[1:] + ring_base[k] for k, p in enumerate(parts)]),
         )
+
+    def lengths(self) -> F64Array:
+        """Boundary length of each geometry (all rings of all parts), in coordinate units:
+        the same bits as ``shapely.length`` of the geometries (:func:`evalcore._kernels._geometry_lengths`)."""
+        from evalcore._kernels import _geometry_lengths
+
+        return _geometry_lengths(self.x, self.y, self.ring_off, self.ring_ext, self.geom_off)
+
+    def to_wkb(self, types: IdArray) -> pa.BinaryArray:
+        """The geometries as 2D little-endian WKB, byte for byte what ``shapely.to_wkb`` writes.
+
+        Parameters
+        ----------
+        types : ndarray of int64, shape (len(self),)
+            shapely's type id of each geometry (3 Polygon, 6 MultiPolygon): flat rings do
+            not tell a one-part MultiPolygon from a Polygon.
+        """
+        from evalcore._wkb_kernels import _rings_wkb
+
+        types = np.ascontiguousarray(types, dtype=np.int64)
+        if len(types) != len(self):
+            raise ValueError(f"Rings.to_wkb: {len(types)} types for {len(self)} geometries")
+        ok, data, offsets = _rings_wkb(self.x, self.y, self.ring_off, self.ring_ext, self.geom_off, types)
+        if not ok:
+            raise ValueError("Rings.to_wkb: a geometry is neither a Polygon nor a MultiPolygon, or a Polygon has several parts")
+        if offsets[-1] > np.iinfo(np.int32).max:
+            return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(self), [None, pa.py_buffer(offsets), pa.py_buffer(data)]).cast(pa.binary())
+        return pa.BinaryArray.from_buffers(pa.binary(), len(self), [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])

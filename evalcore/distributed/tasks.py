@@ -129,7 +129,7 @@ def prepare_chunk_task(
     layer = prepare_layer(
         gdf, source.role, equal_area_crs=equal_area_crs, partition_size_m=partition_size_m, sites=sites,
         score_column=score_column if source.role == "predicted" else None, study=study,
-        class_column=class_columns[source.role == "predicted"],
+        class_column=class_columns[source.role == "predicted"], utm_as_rings=True,
     )
     local = layer.positions
     layer = replace(layer, positions=layer.positions + chunk.start)

@@ -82,7 +82,8 @@ def compile_kernels(n_ref: int = 400) -> float:
 
 def _touch_cluster_kernels() -> None:
     """Run the kernels only the distributed run uses once, or on arrays of other types: the
-    WKB readers of its outputs' writer and of the pairs phase's rings, the field draws on
+    WKB readers of its outputs' writer and of the pairs phase's rings, the prepare phase's
+    rings (their lengths and WKB), the field draws on
     the workers' count layouts, and the score ranges' transposition (the in-process
     evaluation runs none of them)."""
     import numpy as np
@@ -97,7 +98,9 @@ def _touch_cluster_kernels() -> None:
     # Python bytes is read-only, which numba compiles apart).
     column = pa.array([shapely.to_wkb(shapely.box(0, 0, 1, 1))], type=pa.binary())
     _wkb_polygon_extent(*binary_buffers(column), np.empty(1, np.int64), np.empty(4))
-    Rings.from_wkb(column).take(np.zeros(1, np.int64))
+    rings = Rings.from_wkb(column).take(np.zeros(1, np.int64))
+    rings.lengths()  # the prepare phase's perimeters and stored WKB, from its rings
+    rings.to_wkb(np.array([3]))
     from evalcore._draw_kernels import _place_draws
 
     # The field bootstrap's draws on each layout a partition's counts can take (float64 or

@@ -133,3 +133,23 @@ def test_prepared_layer_is_the_same_without_the_halfway(monkeypatch):
 def test_no_split_of_a_transformation_that_is_no_pipeline():
     # A transformation that is no pipeline (a CRS to itself) has no step to share.
     assert crs_module._shared_steps(CRS.from_epsg(32631), CRS.from_epsg(32631)) is None
+
+
+@pytest.mark.parametrize("epsg, lon, lat", [(5070, -99.0, 36.0), (4326, -99.0, 36.0)])
+def test_utm_rings_are_the_utm_geometries_flattened(epsg, lon, lat):
+    """crs.to_utm_rings gives the arrays of flattening crs.to_utm's geometries, across two
+    zones: from the halfway vertices (a projected source) and directly (a geographic one)."""
+    from evalcore.crs import to_utm_rings
+    from evalcore.rings import Rings
+
+    src = CRS.from_epsg(epsg)
+    geoms = _fields(src, lon, lat, 60, seed=5)
+    _, halfway = reproject_polygons(geoms, src, CRS.from_epsg(6933), split=crs_module.edge_split_length(src), halfway=True)
+    assert (halfway is None) == (epsg == 4326)
+    centre = utm_epsg_of(np.array([lon]), np.array([lat]))[0]
+    codes = np.where(np.arange(len(geoms)) % 3 == 0, centre + 1, centre)
+    got, want = to_utm_rings(geoms, src, codes, halfway), Rings.of(to_utm(geoms, src, codes, halfway))
+    for a, b in zip((got.x, got.y, got.ring_off, got.ring_ext, got.geom_off), (want.x, want.y, want.ring_off, want.ring_ext, want.geom_off)):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    assert len(got.x) > 1000 and (np.diff(got.geom_off) > 1).any()  # many vertices, and multipolygons among them

@@ -115,3 +115,43 @@ def test_reading_taking_and_joining_agree_with_flattening(geoms, data):
     _same(Rings.from_wkb(_wkb_column(present)), present)
     rows = np.array(data.draw(st.lists(st.integers(0, max(len(geoms) - 1, 0)), max_size=10)) if len(geoms) else [], dtype=np.int64)
     _same(Rings.of(geoms).take(rows), geoms[rows])
+
+
+def test_wkb_written_from_rings_is_what_geos_writes():
+    geoms = np.array([
+        box(0, 0, 1, 1), HOLED, MultiPolygon([HOLED, box(20, 0, 21, 1)]), MultiPolygon([box(5, 5, 6, 6)]), Polygon(), MultiPolygon(),
+        box(-3.5, 1e7, 2.25, 1e7 + 1),
+    ], dtype=object)
+    written = Rings.of(geoms).to_wkb(shapely.get_type_id(geoms))
+    assert written.to_pylist() == list(shapely.to_wkb(geoms))
+    # A one-part MultiPolygon stays one: the types say what the rings cannot.
+    assert shapely.from_wkb(written[3].as_py()).geom_type == "MultiPolygon"
+
+
+def test_wkb_from_rings_refuses_what_it_cannot_write():
+    rings = Rings.of(np.array([MultiPolygon([box(0, 0, 1, 1), box(2, 0, 3, 1)])], dtype=object))
+    with pytest.raises(ValueError, match="several parts"):
+        rings.to_wkb(np.array([3]))  # two parts are not a Polygon
+    with pytest.raises(ValueError, match="neither"):
+        rings.to_wkb(np.array([7]))
+    with pytest.raises(ValueError, match="1 geometries"):
+        rings.to_wkb(np.array([6, 6]))
+
+
+def test_lengths_by_hand():
+    # A 3 x 4 box: 14; with a 1 x 1 hole: 18; two of them as one multipolygon: 36; empty: 0.
+    holed = Polygon(box(0, 0, 3, 4).exterior.coords, [box(1, 1, 2, 2).exterior.coords])
+    geoms = np.array([box(0, 0, 3, 4), holed, MultiPolygon([holed, box(10, 0, 13, 4).difference(box(11, 1, 12, 2))]), Polygon(), None], dtype=object)
+    assert Rings.of(geoms).lengths().tolist() == [14.0, 18.0, 36.0, 0.0, 0.0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(polygons(), max_size=12))
+def test_lengths_and_wkb_give_geos_bits(geoms):
+    geoms = np.array([g for g in geoms if g is not None] + [box(0, 0, 1, 1)], dtype=object)[:-1] if geoms else np.empty(0, dtype=object)
+    geoms = geoms[[g is not None for g in geoms]] if len(geoms) else geoms
+    # Coordinates with every bit in use (a rotation): the sums' order shows in the last bits.
+    geoms = shapely.transform(geoms, lambda c: c @ np.array([[0.8, 0.6], [-0.6, 0.8]]) + [500_000.123, 4_000_000.987]) if len(geoms) else geoms
+    rings = Rings.of(geoms)
+    np.testing.assert_array_equal(rings.lengths().view(np.int64), shapely.length(geoms).astype(np.float64).view(np.int64))
+    assert rings.to_wkb(shapely.get_type_id(geoms)).to_pylist() == list(shapely.to_wkb(geoms))
