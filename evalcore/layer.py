@@ -83,6 +83,10 @@ class PreparedLayer:
         (:meth:`evalcore.rings.Rings.from_wkb`: the pairs phase measures boundaries on
         them and builds no shapely geometry); ``geoms_utm`` then holds None. None when
         ``geoms_utm`` holds the geometry (:func:`utm_rings` flattens it when asked).
+    rings_ea : Rings, optional
+        The equal-area geometry as flat rings besides ``geoms_ea``, when it was read
+        that way too (the pairs phase's intersection areas take them; the geometries
+        serve GEOS's predicates). None otherwise.
     """
 
     name: str
@@ -114,6 +118,7 @@ class PreparedLayer:
     class_value: np.ndarray | None = None
     candidate_box: F64Array | None = None
     rings_utm: Rings | None = None
+    rings_ea: Rings | None = None
 
     def __len__(self) -> int:
         return len(self.positions)

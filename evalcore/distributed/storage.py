@@ -316,6 +316,7 @@ def read_partition(
     geometries: tuple[str, ...] = GEOMETRY_COLUMNS,
     return_wkb: bool = False,
     utm_as_rings: bool = False,
+    ea_rings: bool = False,
 ) -> tuple[PreparedLayer, np.ndarray, F64Array] | tuple[PreparedLayer, np.ndarray, F64Array, pa.ChunkedArray]:
     """Read a partition's prepared rows back, optionally only those in a window.
 
@@ -337,6 +338,9 @@ def read_partition(
         (``layer.rings_utm``, :meth:`evalcore.rings.Rings.from_wkb`) instead of shapely
         geometries: what the boundary kernels take, without building a geometry only to
         flatten it again (``geoms_utm`` then holds None).
+    ea_rings : bool
+        Also read the equal-area geometry (when among ``geometries``) as flat rings
+        (``layer.rings_ea``), beside its shapely geometries.
 
     Returns
     -------
@@ -379,6 +383,7 @@ def read_partition(
         partition_size_m=partition_size_m,
         candidate_box=np.stack([table[c].to_numpy().astype(np.float64) for c in BOX_COLUMNS], axis=1).reshape(-1, 4),
         rings_utm=Rings.from_wkb(table["geom_utm"]) if utm_as_rings and "geom_utm" in geometries else None,
+        rings_ea=Rings.from_wkb(table["geom_ea"]) if ea_rings and "geom_ea" in geometries else None,
     )
     strata = np.asarray(table["stratum"].to_pylist(), dtype=object)
     reach = table["reach"].to_numpy().astype(np.float64)

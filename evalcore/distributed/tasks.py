@@ -79,6 +79,9 @@ def _concat_layers(layers: list[PreparedLayer]) -> PreparedLayer:
             # Each part's rings, flattened from its geometries where it carries none.
             fields[name] = Rings.concat([utm_rings(layer, np.arange(len(layer))) for layer in layers]) if any(
                 v is not None for v in values) else None
+        elif name == "rings_ea":
+            fields[name] = Rings.concat([layer.rings_ea if layer.rings_ea is not None else Rings.of(layer.geoms_ea)
+                                         for layer in layers]) if any(v is not None for v in values) else None
         elif isinstance(values[0], np.ndarray):
             fields[name] = np.concatenate(values)
         elif isinstance(values[0], pd.Index):
@@ -184,10 +187,11 @@ def prepare_chunk_task(
 def _read(
     workdir: str, role: str, key: PartitionKey, info: LayerInfo, ea_crs: CRS, partition_size_m: float,
     window: Box | None = None, geometries: tuple[str, ...] = storage.GEOMETRY_COLUMNS, utm_as_rings: bool = False,
+    ea_rings: bool = False,
 ) -> PreparedLayer:
     layer, _, _ = storage.read_partition(
         Path(workdir), role, key, crs=info.crs, equal_area_crs=ea_crs, partition_size_m=partition_size_m,
-        window=window, grow_by_reach=window is not None, geometries=geometries, utm_as_rings=utm_as_rings,
+        window=window, grow_by_reach=window is not None, geometries=geometries, utm_as_rings=utm_as_rings, ea_rings=ea_rings,
     )
     return layer
 
@@ -222,6 +226,8 @@ def pairs_task(
     lean = ("geom_ea", "geom_utm")
     # The home-zone boundaries feed numba kernels only (distances, tolerance), unless
     # the boundary IoU's bands are asked for (GEOS buffers): read them as flat rings then.
+    # The equal-area geometry serves GEOS's covers and the area kernel: read both ways
+    # (where candidate pairs are made: the own rows and the predictions' halo).
     flat = options.boundary_iou_width_m is None
 
     def geometries(j: PartitionKey) -> tuple[str, ...]:
@@ -231,18 +237,18 @@ def pairs_task(
     if has_ref:
         ref_own, ref_strata, _ = storage.read_partition(
             Path(workdir), "reference", key, crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=tile, geometries=lean,
-            utm_as_rings=flat,
+            utm_as_rings=flat, ea_rings=True,
         )
         ref_pools = pool_ids(ref_strata.tolist(), stratified)
     else:
         ref_own = empty_layer("reference", crs=ref_info.crs, equal_area_crs=ea_crs, partition_size_m=tile)
-    pred_own = _read(workdir, "predicted", key, pred_info, ea_crs, tile, geometries=lean, utm_as_rings=flat) if has_pred else empty_layer("predicted", crs=pred_info.crs, equal_area_crs=ea_crs, partition_size_m=tile)
+    pred_own = _read(workdir, "predicted", key, pred_info, ea_crs, tile, geometries=lean, utm_as_rings=flat, ea_rings=True) if has_pred else empty_layer("predicted", crs=pred_info.crs, equal_area_crs=ea_crs, partition_size_m=tile)
     # The halo: rows of neighbouring partitions whose grown boxes reach this partition's
     # grown boxes (their union, the partition's reach box, was recorded when preparing).
     pred_near = [pred_own]
     if has_ref:
         ref_window = ref_info.partitions[key]["reach_box"]
-        pred_near += [_read(workdir, "predicted", j, pred_info, ea_crs, tile, ref_window, geometries(j), flat) for j in pred_neighbours]
+        pred_near += [_read(workdir, "predicted", j, pred_info, ea_crs, tile, ref_window, geometries(j), flat, True) for j in pred_neighbours]
     ref_near = [ref_own]
     if has_pred and tol is not None:
         pred_window = pred_info.partitions[key]["reach_box"]
