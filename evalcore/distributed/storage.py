@@ -1031,16 +1031,17 @@ def write_frame(path: Path, frame: pd.DataFrame) -> Path:
     for c in frame.columns:
         arrays[str(c)] = _labels_array(pd.Index(frame[c].to_numpy())) if c in objects else pa.array(frame[c].to_numpy())
     table = pa.table(arrays).replace_schema_metadata({b"evalcore_objects": json.dumps(objects).encode()})
-    atomic_path(wd.local(path), lambda tmp: pq.write_table(table, tmp))
+    # Uncompressed and memory-mapped when read, as the pairs outputs: a work file read once.
+    atomic_path(wd.local(path), lambda tmp: pq.write_table(table, tmp, compression="NONE"))
     return wd.publish(path)
 
 
 def read_frame(path: Path) -> pd.DataFrame:
     """The inverse of :func:`write_frame`."""
-    table = pq.read_table(wd.fetch(path))
+    table = pq.read_table(wd.fetch(path), memory_map=True)
     objects = set(json.loads(table.schema.metadata[b"evalcore_objects"]))
     columns = {
-        c: np.asarray(table[c].to_pylist(), dtype=object) if c in objects else table[c].to_numpy(zero_copy_only=False)
+        c: _objects(table[c]) if c in objects else table[c].to_numpy(zero_copy_only=False)
         for c in table.column_names if c != "__index"
     }
     return pd.DataFrame(columns, index=pd.Index(table["__index"].to_numpy(), dtype=np.int64))
