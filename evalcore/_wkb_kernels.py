@@ -1,9 +1,13 @@
-"""numba kernel reading what a GeoParquet file's metadata says of a WKB column (the
-geometry types and the bounding box) straight from the bytes, without building geometries.
+"""numba kernels reading and writing WKB Polygons and MultiPolygons (2D, little-endian)
+straight from and to bytes, without building geometries.
 
-Written tables pass their stored WKB through (:func:`evalcore.writers.write_geoparquet_wkb`);
-decoding every polygon only to encode it again and to take its envelope was half of the
-predictions task's time.
+What a GeoParquet file's metadata says of a WKB column, the geometry types and the
+bounding box (:func:`_wkb_polygon_extent`): written tables pass their stored WKB through
+(:func:`evalcore.writers.write_geoparquet_wkb`); decoding every polygon only to encode it
+again and to take its envelope was half of the predictions task's time. Flat rings
+(:mod:`evalcore.rings`) read from WKB and written as WKB (:func:`_wkb_rings`,
+:func:`_rings_wkb`): the pairs phase measures boundaries on the rings, and the prepare
+phase stores its home-zone geometry from them.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from numba import njit
 
 from evalcore.config import NUMBA_OPTIONS
 
-__all__ = ["_wkb_polygon_extent"]
+__all__ = ["_rings_wkb", "_wkb_polygon_extent", "_wkb_rings"]
 
 
 @njit(**NUMBA_OPTIONS)
@@ -23,19 +27,48 @@ def _u32(data: np.ndarray, at: int) -> int:
 
 
 @njit(**NUMBA_OPTIONS)
+def _geometry_parts(data: np.ndarray, at: int, stop: int):
+    """The type id, part count and first part's byte of the 2D little-endian WKB value
+    ``data[at:stop]``: a Polygon is its own one part; (-1, 0, -1) for anything else."""
+    if stop - at < 9 or data[at] != 1:
+        return -1, 0, -1
+    kind = _u32(data, at + 1)
+    if kind == 3:
+        return 3, 1, at
+    if kind == 6:
+        return 6, np.int64(_u32(data, at + 5)), at + 9
+    return -1, 0, -1
+
+
+@njit(**NUMBA_OPTIONS)
+def _polygon_rings_at(data: np.ndarray, at: int, stop: int):
+    """The ring count of the 2D little-endian WKB Polygon at ``at`` and the byte of its first
+    ring; (-1, -1) when the bytes are not one."""
+    if at + 9 > stop or data[at] != 1 or _u32(data, at + 1) != 3:
+        return -1, -1
+    return np.int64(_u32(data, at + 5)), at + 9
+
+
+@njit(**NUMBA_OPTIONS)
+def _ring_points_at(data: np.ndarray, at: int, stop: int):
+    """The point count of the WKB ring at ``at`` and the byte of its first point; (-1, -1)
+    when its points run past ``stop``."""
+    if at + 4 > stop:
+        return -1, -1
+    n_points = np.int64(_u32(data, at))  # signed: numba unifies int64 with uint64 as float64
+    if at + 4 + 16 * n_points > stop:
+        return -1, -1
+    return n_points, at + 4
+
+
+@njit(**NUMBA_OPTIONS)
 def _polygon_end(data: np.ndarray, at: int, stop: int, bounds: np.ndarray) -> int:
     """Read one little-endian 2D WKB Polygon starting at ``at``, widening ``bounds`` by its
     exterior ring; the byte after it, or -1 when the bytes are not such a polygon."""
-    if at + 9 > stop or data[at] != 1 or _u32(data, at + 1) != 3:
-        return -1
-    n_rings = _u32(data, at + 5)
-    at += 9
+    n_rings, at = _polygon_rings_at(data, at, stop)
     for ring in range(n_rings):
-        if at + 4 > stop:
-            return -1
-        n_points = _u32(data, at)
-        at += 4
-        if at + 16 * n_points > stop:
+        n_points, at = _ring_points_at(data, at, stop)
+        if n_points < 0:
             return -1
         if ring == 0 and n_points > 0:
             # GEOS's envelope of a polygon is its shell's (a valid polygon's holes lie inside it).
@@ -78,26 +111,16 @@ def _wkb_polygon_extent(data: np.ndarray, offsets: np.ndarray, types: np.ndarray
     bounds[2] = -np.inf
     bounds[3] = -np.inf
     for i in range(len(offsets) - 1):
-        at = offsets[i]
         stop = offsets[i + 1]
-        if stop == at:
+        if stop == offsets[i]:
             types[i] = -1
             continue
-        if stop - at < 9 or data[at] != 1:
-            return False
-        kind = _u32(data, at + 1)
-        if kind == 3:
-            end = _polygon_end(data, at, stop, bounds)
-        elif kind == 6:
-            n_parts = _u32(data, at + 5)
-            end = at + 9
-            for _ in range(n_parts):
-                end = _polygon_end(data, end, stop, bounds)
-                if end < 0:
-                    break
-        else:
-            return False
-        if end != stop:
+        kind, n_parts, end = _geometry_parts(data, offsets[i], stop)
+        for _ in range(n_parts):
+            end = _polygon_end(data, end, stop, bounds)
+            if end < 0:
+                break
+        if kind < 0 or end != stop:
             return False
         types[i] = kind
     return True
@@ -110,16 +133,10 @@ def _polygon_rings(data: np.ndarray, at: int, stop: int, fill: bool, x: np.ndarr
     ``counts`` (rings, coordinates) and, when ``fill``, copy them to the flat arrays at
     those counts. The byte after it, or -1 when the bytes are not such a polygon or a ring
     is empty (which GEOS never writes)."""
-    if at + 9 > stop or data[at] != 1 or _u32(data, at + 1) != 3:
-        return -1
-    n_rings = _u32(data, at + 5)
-    at += 9
+    n_rings, at = _polygon_rings_at(data, at, stop)
     for ring in range(n_rings):
-        if at + 4 > stop:
-            return -1
-        n_points = _u32(data, at)
-        at += 4
-        if n_points == 0 or at + 16 * n_points > stop:
+        n_points, at = _ring_points_at(data, at, stop)
+        if n_points <= 0:
             return -1
         r = counts[0]
         c = counts[1]
@@ -146,24 +163,14 @@ def _wkb_rings_pass(data: np.ndarray, offsets: np.ndarray, fill: bool, x: np.nda
         ring_off[0] = 0
         geom_off[0] = 0
     for i in range(len(offsets) - 1):
-        at = offsets[i]
         stop = offsets[i + 1]
-        if stop > at:
-            if stop - at < 9 or data[at] != 1:
-                return False
-            kind = _u32(data, at + 1)
-            if kind == 3:
-                end = _polygon_rings(data, at, stop, fill, x, y, ring_off, ring_ext, counts)
-            elif kind == 6:
-                n_parts = _u32(data, at + 5)
-                end = at + 9
-                for _ in range(n_parts):
-                    end = _polygon_rings(data, end, stop, fill, x, y, ring_off, ring_ext, counts)
-                    if end < 0:
-                        break
-            else:
-                return False
-            if end != stop:
+        if stop > offsets[i]:
+            kind, n_parts, end = _geometry_parts(data, offsets[i], stop)
+            for _ in range(n_parts):
+                end = _polygon_rings(data, end, stop, fill, x, y, ring_off, ring_ext, counts)
+                if end < 0:
+                    break
+            if kind < 0 or end != stop:
                 return False
         if fill:
             geom_off[i + 1] = counts[0]
@@ -176,10 +183,8 @@ def _wkb_rings(data: np.ndarray, offsets: np.ndarray):
 
     Parameters
     ----------
-    data : uint8 (n_bytes,)
-        The values' bytes, one after another.
-    offsets : int64 (n + 1,)
-        Value ``i`` is ``data[offsets[i]:offsets[i + 1]]``; an empty value is a missing geometry.
+    data, offsets
+        The values' bytes and where each starts, as :func:`_wkb_polygon_extent` takes them.
 
     Returns
     -------
