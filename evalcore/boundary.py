@@ -295,26 +295,26 @@ def matched_pair_distances(
         empty = np.empty(0, dtype=np.float64)
         return empty, empty.copy(), empty.copy()
     zone = ref.utm_epsg[i_ref]
-    foreign = np.flatnonzero(pred.utm_epsg[i_pred] != zone)
     ref_rings = utm_rings(ref, i_ref)
     ref_length = ref.perimeter_m[i_ref]  # GEOS's length of ref.geoms_utm, made when preparing
     # A prediction whose home zone is the reference's is already there (pred.geoms_utm is
     # pred.geoms_source reprojected into that zone by the same transformer); the others'
     # source coordinates are reprojected, flat, as to_utm would reproject them.
-    home = np.flatnonzero(pred.utm_epsg[i_pred] == zone)
+    at_home = pred.utm_epsg[i_pred] == zone
     pred_length = pred.perimeter_m[i_pred].copy()
-    if len(foreign) == 0:
+    if at_home.all():
         pred_rings = utm_rings(pred, i_pred)
     else:
+        home, foreign = np.flatnonzero(at_home), np.flatnonzero(~at_home)
         parts, order = [utm_rings(pred, i_pred[home])], [home]
         for code in np.unique(zone[foreign]):
             rows = foreign[zone[foreign] == code]
-            source = Rings.of(_source_geoms(pred, i_pred[rows]))
-            x, y = transform_xy(source.x, source.y, pred.crs, utm_crs(int(code)))
-            parts.append(replace(source, x=x, y=y))
+            moved = _source_rings_in_zone(pred, i_pred[rows], int(code))
+            parts.append(moved)
             order.append(rows)
-            if spacing_m is None:  # the spacing follows the boundary's length in the reference's zone
-                pred_length[rows] = shapely.length(to_utm(_source_geoms(pred, i_pred[rows]), pred.crs, zone[rows]))
+            # The spacing follows the boundary's length in the reference's zone (the bits
+            # shapely.length gives, Rings.lengths).
+            pred_length[rows] = moved.lengths()
         where = np.empty(len(i_pred), dtype=np.int64)
         where[np.concatenate(order)] = np.arange(len(i_pred))
         pred_rings = Rings.concat(parts).take(where)
@@ -332,10 +332,10 @@ def pairs_in_reference_zone(ref: PreparedLayer, pred: PreparedLayer, i_ref: IdAr
     zone = ref.utm_epsg[i_ref]
     # A prediction whose home zone is the reference's is already there: pred.geoms_utm
     # is pred.geoms_source reprojected into that zone by the same transformer.
-    pred_geoms = pred.geoms_utm[i_pred].copy()
-    home = np.flatnonzero(pred.utm_epsg[i_pred] == zone)
-    pred_geoms[home] = home_geometries(pred, i_pred[home])
-    foreign = np.flatnonzero(pred.utm_epsg[i_pred] != zone)
+    at_home = pred.utm_epsg[i_pred] == zone
+    pred_geoms = np.empty(len(i_pred), dtype=object)
+    pred_geoms[at_home] = home_geometries(pred, i_pred[at_home])
+    foreign = np.flatnonzero(~at_home)
     if len(foreign):
         pred_geoms[foreign] = to_utm(_source_geoms(pred, i_pred[foreign]), pred.crs, zone[foreign])
     return ref_geoms, pred_geoms
@@ -584,16 +584,18 @@ def _other_in_zone(other: PreparedLayer, rows: IdArray, code: int) -> tuple[F64A
     the others' source coordinates are reprojected, flat, without building geometries.
     """
     home = other.utm_epsg[rows] == code
-    own = utm_rings(other, rows[home])
-    hx, hy, h_ring_off = own.x, own.y, own.ring_off
-    if home.all():
-        return hx, hy, h_ring_off
-    sx, sy, f_ring_off, _ = _flatten(_source_geoms(other, rows[~home]))
-    fx, fy = transform_xy(sx, sy, other.crs, utm_crs(code))
-    ox = np.ascontiguousarray(np.concatenate([hx, fx]), dtype=np.float64)
-    oy = np.ascontiguousarray(np.concatenate([hy, fy]), dtype=np.float64)
-    ring_off = np.concatenate([h_ring_off, f_ring_off[1:] + h_ring_off[-1]]).astype(np.int64)
-    return ox, oy, ring_off
+    rings = utm_rings(other, rows[home])
+    if not home.all():
+        rings = Rings.concat([rings, _source_rings_in_zone(other, rows[~home], code)])
+    return rings.x, rings.y, rings.ring_off
+
+
+def _source_rings_in_zone(layer: PreparedLayer, rows: IdArray, code: int) -> Rings:
+    """The source geometry of ``layer``'s rows reprojected into UTM zone ``code``, as flat
+    rings: the coordinates :func:`evalcore.crs.to_utm` would give, without its geometries."""
+    source = Rings.of(_source_geoms(layer, rows))
+    x, y = transform_xy(source.x, source.y, layer.crs, utm_crs(int(code)))
+    return replace(source, x=x, y=y)
 
 
 def tolerance_reach(layer: PreparedLayer, tolerance_m: float) -> F64Array:

@@ -425,27 +425,35 @@ def to_utm(geoms: GeomArray, src: CRS, epsg: IdArray, halfway: Halfway | None = 
         raise ValueError(f"to_utm: {len(halfway)} halfway geometries for {len(geoms)} geometries")
     for code in np.unique(epsg):
         rows = np.flatnonzero(epsg == code)
-        rest = _utm_rest(src, int(code), halfway.steps) if halfway is not None else None
-        if rest is None:
-            out[rows] = transform_geoms(geoms[rows], src, _utm_crs(int(code)))
-            continue
-        hx, hy = halfway.vertices(rows)
 
-        def _rest(coords: F64Array, hx: F64Array = hx, hy: F64Array = hy, rest: str = rest) -> F64Array:
-            if len(coords) != len(hx):
-                raise RuntimeError(f"to_utm: {len(coords)} coordinates for {len(hx)} halfway vertices")
-            return np.column_stack(_transform_steps(hx, hy, rest))
+        def _apply(coords: F64Array, rows: IdArray = rows, code: int = int(code)) -> F64Array:
+            return np.column_stack(_into_zone(coords[:, 0], coords[:, 1], rows, src, code, halfway))
 
-        out[rows] = shapely.transform(geoms[rows], _rest)
+        out[rows] = shapely.transform(geoms[rows], _apply)
     return out
+
+
+def _into_zone(x: F64Array, y: F64Array, rows: IdArray, src: CRS, code: int, halfway: Halfway | None) -> tuple[F64Array, F64Array]:
+    """The vertices ``x, y`` of geometries ``rows`` (in ``src``) in UTM zone ``code``: from
+    their halfway vertices when the zone's pipeline continues from there, else directly
+    (:func:`to_utm` and :func:`to_utm_rings`, the same bits either way)."""
+    rest = _utm_rest(src, code, halfway.steps) if halfway is not None else None
+    if rest is None:
+        return transform_xy(x, y, src, _utm_crs(code))
+    hx, hy = halfway.vertices(rows)
+    if len(hx) != len(x):
+        raise RuntimeError(f"to_utm: {len(x)} coordinates for {len(hx)} halfway vertices")
+    return _transform_steps(hx, hy, rest)
 
 
 def to_utm_rings(geoms: GeomArray, src: CRS, epsg: IdArray, halfway: Halfway | None = None) -> Rings:
     """:func:`to_utm` as flat rings: the same coordinates, without building a geometry.
 
-    For a layer whose home-zone geometry is only measured by the kernels and stored
-    (:meth:`evalcore.rings.Rings.to_wkb`): ``shapely.transform``'s copy of every geometry
-    was most of :func:`to_utm`'s time.
+    For a layer whose home-zone geometry is only measured by the kernels and stored: its
+    perimeters and WKB are then made from the rings (:meth:`evalcore.rings.Rings.lengths`,
+    :meth:`~evalcore.rings.Rings.to_wkb`) instead of by GEOS. The reprojection itself costs
+    what :func:`to_utm`'s does (PROJ is nearly all of both: 0.978 s against 0.985 s for
+    60,000 predictions).
 
     Returns
     -------
@@ -460,14 +468,7 @@ def to_utm_rings(geoms: GeomArray, src: CRS, epsg: IdArray, halfway: Halfway | N
     for code in np.unique(epsg):
         rows = np.flatnonzero(epsg == code)
         zone = source.take(rows)
-        rest = _utm_rest(src, int(code), halfway.steps) if halfway is not None else None
-        if rest is None:
-            x, y = transform_xy(zone.x, zone.y, src, _utm_crs(int(code)))
-        else:
-            hx, hy = halfway.vertices(rows)
-            if len(hx) != len(zone.x):
-                raise RuntimeError(f"to_utm_rings: {len(zone.x)} coordinates for {len(hx)} halfway vertices")
-            x, y = _transform_steps(hx, hy, rest)
+        x, y = _into_zone(zone.x, zone.y, rows, src, int(code), halfway)
         parts.append(replace(zone, x=x, y=y))
         order.append(rows)
     if not parts:

@@ -165,7 +165,7 @@ class Rings:
 
         return _geometry_lengths(self.x, self.y, self.ring_off, self.ring_ext, self.geom_off)
 
-    def to_wkb(self, types: IdArray) -> pa.BinaryArray:
+    def to_wkb(self, types: IdArray) -> pa.BinaryArray | pa.LargeBinaryArray:
         """The geometries as 2D little-endian WKB, byte for byte what ``shapely.to_wkb`` writes.
 
         Parameters
@@ -173,6 +173,11 @@ class Rings:
         types : ndarray of int64, shape (len(self),)
             shapely's type id of each geometry (3 Polygon, 6 MultiPolygon): flat rings do
             not tell a one-part MultiPolygon from a Polygon.
+
+        Returns
+        -------
+        pyarrow.BinaryArray, or LargeBinaryArray past 2 GiB of bytes (a binary array's
+        offsets are 32-bit; casting it down would fail).
         """
         from evalcore._wkb_kernels import _rings_wkb
 
@@ -182,6 +187,6 @@ class Rings:
         ok, data, offsets = _rings_wkb(self.x, self.y, self.ring_off, self.ring_ext, self.geom_off, types)
         if not ok:
             raise ValueError("Rings.to_wkb: a geometry is neither a Polygon nor a MultiPolygon, or a Polygon has several parts")
-        if offsets[-1] > np.iinfo(np.int32).max:
-            return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(self), [None, pa.py_buffer(offsets), pa.py_buffer(data)]).cast(pa.binary())
+        if offsets[-1] > np.iinfo(np.int32).max:  # past a binary array's 32-bit offsets
+            return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(self), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
         return pa.BinaryArray.from_buffers(pa.binary(), len(self), [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])

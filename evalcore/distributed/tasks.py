@@ -75,13 +75,9 @@ def _concat_layers(layers: list[PreparedLayer]) -> PreparedLayer:
         if name == "candidate_box" and any(v is not None for v in values):
             # Each part's own boxes, made from its geometries where it carries none.
             fields[name] = np.concatenate([boundary.candidate_boxes(layer) for layer in layers])
-        elif name == "rings_utm":
+        elif name in ("rings_utm", "rings_ea"):
             # Each part's rings, flattened from its geometries where it carries none.
-            fields[name] = Rings.concat([utm_rings(layer, np.arange(len(layer))) for layer in layers]) if any(
-                v is not None for v in values) else None
-        elif name == "rings_ea":
-            fields[name] = Rings.concat([layer.rings_ea if layer.rings_ea is not None else Rings.of(layer.geoms_ea)
-                                         for layer in layers]) if any(v is not None for v in values) else None
+            fields[name] = Rings.concat([_rings_of(layer, name) for layer in layers]) if any(v is not None for v in values) else None
         elif isinstance(values[0], np.ndarray):
             fields[name] = np.concatenate(values)
         elif isinstance(values[0], pd.Index):
@@ -90,6 +86,14 @@ def _concat_layers(layers: list[PreparedLayer]) -> PreparedLayer:
             fields[name] = values[0]
     joined = PreparedLayer(**fields)
     return joined.take(np.argsort(joined.positions, kind="stable"))
+
+
+def _rings_of(layer: PreparedLayer, name: str) -> Rings:
+    """The layer's ``rings_utm`` or ``rings_ea``, flattened from its geometries when it carries none."""
+    rings = getattr(layer, name)
+    if rings is not None:
+        return rings
+    return utm_rings(layer, np.arange(len(layer))) if name == "rings_utm" else Rings.of(layer.geoms_ea)
 
 
 def _reach(layer: PreparedLayer, tolerance_m: float | None) -> np.ndarray:

@@ -27,7 +27,7 @@ from evalcore.boundary import (
     tolerance_lengths,
     tolerance_reach,
 )
-from evalcore.boundary import _tolerance_candidates
+from evalcore.boundary import _source_rings_in_zone, _tolerance_candidates
 from evalcore.crs import to_utm, utm_crs
 from evalcore.prepare import prepare_layer
 from evalcore.rings import Rings
@@ -478,6 +478,14 @@ def test_matched_pair_distances_in_reference_zone(zone_layers):
     expected = pair_boundary_distances(ref.geoms_utm, by_hand, 1.0)
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
+    # The foreign prediction, reprojected flat into the reference's zone: to_utm's
+    # coordinates, and (what sets the spacing without one) shapely's length of them.
+    moved = _source_rings_in_zone(pred, np.array([0]), 32612)
+    want = Rings.of(by_hand[:1])
+    for a, b in zip((moved.x, moved.y, moved.ring_off, moved.geom_off), (want.x, want.y, want.ring_off, want.geom_off)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(moved.lengths().view(np.int64), shapely.length(by_hand[:1]).view(np.int64))
+    assert moved.lengths()[0] != pred.perimeter_m[0]  # its length in its own zone differs
     # Measured in the prediction's zone instead, the first pair would differ.
     other_zone = pair_boundary_distances(
         to_utm(ref.geoms_source[:1], ref.crs, np.array([32613])), pred.geoms_utm[:1], 1.0
